@@ -1,0 +1,29 @@
+# The README's commands. `make demo` and `make test` set up .venv on their own.
+PYTHON_SYSTEM ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.outofplace-installed
+
+.PHONY: demo test lit pytest bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON_SYSTEM) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU build of torch from the local wheel store, before anything can pull CUDA.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test,xla]'
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/python examples/kv_cache.py
+
+test: lit pytest
+
+lit: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" FILECHECK_OPTS=-enable-var-scope $(BIN)/lit -sv test
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 test/pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info test/Output

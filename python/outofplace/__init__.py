@@ -1,0 +1,28 @@
+"""outofplace: PyTorch programs with in-place mutation to value-semantic StableHLO.
+
+    compiled = outofplace.compile(model, (kv_cache, k, pos))
+    print(compiled.stablehlo)      # StableHLO, kv_cache aliased to its updated result
+    compiled(kv_cache, k, pos)     # runs it and updates kv_cache like eager
+
+The lower-level steps work on torch-mlir modules imported by the user:
+`inplace_to_outofplace(module)` returns the io_map, `lower_to_stablehlo(module)` lowers.
+"""
+
+from .compiled import Compiled, compile
+from .context import make_context
+from .errors import UnsupportedMutationError
+from .frontend import mark_mutable_tensors
+from .inplace_to_outofplace import inplace_to_outofplace
+from .lowering import lower_to_stablehlo
+from .pipelines import run_pipeline
+
+__all__ = [
+    "Compiled",
+    "UnsupportedMutationError",
+    "compile",
+    "inplace_to_outofplace",
+    "lower_to_stablehlo",
+    "make_context",
+    "mark_mutable_tensors",
+    "run_pipeline",
+]

@@ -1,0 +1,103 @@
+"""`outofplace.compile` and the `Compiled` program it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch_mlir import ir
+from torch_mlir.dialects import func as func_d
+
+from . import frontend, torch_types
+from .context import make_context
+from .inplace_to_outofplace import inplace_to_outofplace
+from .lowering import lower_to_stablehlo
+from .runtime import interpret
+
+
+def _main(module: ir.Module) -> func_d.FuncOp:
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and \
+                op.operation.opview.sym_name.value == "main":
+            return op.operation.opview
+    raise ValueError("module has no function @main")
+
+
+def _result_dtypes(module: ir.Module) -> list[torch.dtype]:
+    results = ir.FunctionType(_main(module).type).results
+    return [torch_types.TensorType.of(t).dtype or torch.float32 for t in results]
+
+
+def _state_tensor(owner: Any, target: str) -> torch.Tensor:
+    """A parameter or buffer of the compiled program, by its state-dict name."""
+    if isinstance(owner, ExportedProgram):
+        if target in owner.state_dict:
+            return owner.state_dict[target]
+        return owner.constants[target]
+    value = owner
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+@dataclass
+class Compiled:
+    """A program compiled to value-semantic StableHLO, callable like the original."""
+
+    module: ir.Module  # the StableHLO module; main's arguments are input_names
+    io_map: dict[int, int]  # mutated argument index -> index of the result with its value
+    input_names: list[str]  # one per argument of main: parameters, buffers, user inputs
+    signature: frontend.ProgramSignature
+    source: Any  # the nn.Module or ExportedProgram whose state is read, or None
+    result_dtypes: list[torch.dtype]
+
+    @property
+    def stablehlo(self) -> str:
+        """The StableHLO text, values named after the program (`%kv_cache_modified`)."""
+        return self.module.operation.get_asm(use_name_loc_as_prefix=True)
+
+    def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+        state = [_state_tensor(self.source, t) for t in self.signature.state_targets]
+        spec = self.signature.in_spec
+        if spec is not None and spec.num_children == 2 and kwargs:
+            order = spec.children_specs[1].context
+            kwargs = {k: kwargs[k] for k in order}
+        leaves = pytree.tree_leaves((tuple(args), kwargs))
+        user = [leaves[i] for i in self.signature.user_input_leaves]
+        for name, value in zip(self.input_names[len(state):], user):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"argument '{name}' must be a tensor, got {type(value)}")
+        return state + user
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Runs the program; mutated inputs and buffers are updated as eager would."""
+        inputs = self._arguments(args, kwargs)
+        results = interpret(self.module, inputs, self.result_dtypes)
+        with torch.no_grad():
+            for arg, result in self.io_map.items():
+                inputs[arg].copy_(results[result])
+        leaves = [results[v] if kind == "result" else v
+                  for kind, v in self.signature.output_leaves]
+        if self.signature.out_spec is None:
+            return leaves
+        return pytree.tree_unflatten(leaves, self.signature.out_spec)
+
+
+def compile(f: Any, args: tuple, kwargs: dict | None = None) -> Compiled:
+    """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
+
+    `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
+    `torch.fx.GraphModule` a `torch.compile` backend receives.
+    """
+    context = make_context()
+    module, signature = frontend.compile_to_torch_ir(f, tuple(args), kwargs, context)
+    with context:
+        io_map = inplace_to_outofplace(module)
+        result_dtypes = _result_dtypes(module)
+        lower_to_stablehlo(module)
+    source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
+    return Compiled(module, io_map, signature.input_names, signature, source,
+                    result_dtypes)

@@ -1,0 +1,51 @@
+"""Errors outofplace raises, each pointing at the user's source line."""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+
+def source_line(loc: ir.Location) -> str:
+    """The innermost user source position in `loc` as `file:line`, or '' when it has none.
+
+    FX stack traces reach MLIR as `callsite(innermost at outer...)`, possibly wrapped in a
+    NameLoc; the innermost frame is the statement the user wrote.
+    """
+    typeid = loc.typeid
+    if typeid == ir.FileLineColLoc.static_typeid:
+        file_loc = ir.FileLineColLoc(loc)
+        return f"{file_loc.filename}:{file_loc.start_line}"
+    if typeid == ir.NameLoc.static_typeid:
+        return source_line(ir.NameLoc(loc).child_loc)
+    if typeid == ir.CallSiteLoc.static_typeid:
+        return source_line(ir.CallSiteLoc(loc).callee)
+    if typeid == ir.FusedLoc.static_typeid:
+        for inner in ir.FusedLoc(loc).locations:
+            if found := source_line(inner):
+                return found
+    return ""
+
+
+class UnsupportedMutationError(Exception):
+    """A mutation outofplace cannot turn into value semantics without changing the result.
+
+    The message names the op, the index (when there is one) and the user's source line, so
+    the user finds the statement at fault without reading IR.
+    """
+
+    def __init__(self, op: str, reason: str, *, index: str | None = None,
+                 location: str = "") -> None:
+        self.op = op
+        self.reason = reason
+        self.index = index
+        self.location = location
+        where = f"{location}: " if location else ""
+        at = f" at index {index}" if index else ""
+        super().__init__(f"{where}unsupported mutation by {op}{at}: {reason}")
+
+    @classmethod
+    def at(cls, operation: ir.Operation, reason: str, *, index: str | None = None
+           ) -> "UnsupportedMutationError":
+        """The error for `operation`, with the source line taken from its location."""
+        return cls(operation.name, reason, index=index,
+                   location=source_line(operation.location))

@@ -1,0 +1,224 @@
+"""From a torch program to mutable torch IR that passes the MLIR verifier.
+
+The program is traced with `torch.export` in training IR, which keeps in-place ops and
+views (no functionalization, no decompositions). torch-mlir's FxImporter then writes every
+tensor as `!torch.vtensor`, in-place ops included, which the verifier rejects (torch-mlir
+#4346). `mark_mutable_tensors` repairs that: every tensor that is written, or aliases a
+written tensor, becomes `!torch.tensor`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.export.graph_signature import ConstantArgument, InputKind, TensorArgument
+from torch_mlir import ir
+from torch_mlir.dialects import func as func_d
+from torch_mlir.extras.fx_importer import FxImporter
+
+from . import op_registry, torch_types
+from .errors import UnsupportedMutationError
+
+
+@dataclass
+class ProgramSignature:
+    """How the arguments and results of `main` relate to the Python program."""
+
+    input_names: list[str]  # one per argument of main, in order
+    state_targets: list[str]  # module parameters and buffers, the first arguments of main
+    in_spec: pytree.TreeSpec | None  # pytree of the user's (args, kwargs)
+    user_input_leaves: list[int]  # positions of the tensor leaves of (args, kwargs)
+    out_spec: pytree.TreeSpec | None  # pytree of the program's output
+    # For each leaf of the output: ("result", index of main's result) or ("constant", value).
+    output_leaves: list[tuple[str, Any]] = field(default_factory=list)
+
+
+class _FunctionModule(torch.nn.Module):
+    """Lets torch.export trace a plain function."""
+
+    def __init__(self, fn: Callable) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
+    """Traces `f` to ATen with its mutations and views kept."""
+    if isinstance(f, ExportedProgram):
+        return f
+    module = f if isinstance(f, torch.nn.Module) else _FunctionModule(f)
+    with torch.no_grad():
+        return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
+
+
+def _leaf_names(f: Any, args: tuple, kwargs: dict) -> list[str] | None:
+    """Names the tensor leaves of a call after the parameters of `f`'s signature."""
+    target = f.forward if isinstance(f, torch.nn.Module) else f
+    try:
+        bound = inspect.signature(target).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+    names = []
+    for param, value in bound.arguments.items():
+        leaves = pytree.tree_leaves(value)
+        tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        if len(tensors) == 1 and len(leaves) == 1:
+            names.append(param)
+        else:
+            names.extend(f"{param}_{i}" for i, _ in enumerate(tensors))
+    return names
+
+
+def _constant_output(node: Any) -> bool:
+    return not isinstance(node, torch.fx.Node)
+
+
+def _prepare_graph(ep: ExportedProgram, user_names: list[str] | None
+                   ) -> tuple[torch.fx.GraphModule, ProgramSignature]:
+    """A copy of the exported graph whose placeholders are exactly main's arguments.
+
+    Tensor constants become module attributes (imported as literals), constant user
+    inputs are substituted, and constant outputs are kept aside for the caller.
+    """
+    gm = torch.fx.GraphModule(torch.nn.Module(), ep.graph_module.graph)
+    graph = gm.graph
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    state_targets: list[str] = []
+    input_names: list[str] = []
+    user_position = 0
+    user_input_leaves: list[int] = []
+    for spec in ep.graph_signature.input_specs:
+        node = placeholders[spec.arg.name]
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            state_targets.append(spec.target)
+            input_names.append(spec.target)
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            attr = f"_outofplace_constant_{len(gm._buffers)}"
+            gm.register_buffer(attr, ep.constants[spec.target])
+            with graph.inserting_before(node):
+                node.replace_all_uses_with(graph.get_attr(attr))
+            graph.erase_node(node)
+        elif spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument):
+            node.replace_all_uses_with(spec.arg.value)  # type: ignore[arg-type]
+            graph.erase_node(node)
+            user_position += 1
+        elif spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, TensorArgument):
+            name = node.name
+            if user_names is not None and len(user_input_leaves) < len(user_names):
+                name = user_names[len(user_input_leaves)]
+            input_names.append(name)
+            user_input_leaves.append(user_position)
+            user_position += 1
+        else:
+            raise UnsupportedMutationError(
+                str(spec.kind), f"input {spec.arg} of this kind is not supported")
+
+    output = next(n for n in graph.nodes if n.op == "output")
+    leaves: list[tuple[str, Any]] = []
+    kept = []
+    for value in output.args[0]:
+        if _constant_output(value):
+            leaves.append(("constant", value))
+        else:
+            leaves.append(("result", len(kept)))
+            kept.append(value)
+    output.args = (tuple(kept),)
+    graph.lint()
+    gm.recompile()
+    call_spec = ep.call_spec
+    signature = ProgramSignature(input_names, state_targets, call_spec.in_spec,
+                                 user_input_leaves, call_spec.out_spec, leaves)
+    return gm, signature
+
+
+def import_program(ep: ExportedProgram, context: ir.Context,
+                   user_names: list[str] | None = None
+                   ) -> tuple[ir.Module, ProgramSignature]:
+    """Imports an exported program into mutable torch IR with named arguments."""
+    gm, signature = _prepare_graph(ep, user_names)
+    importer = FxImporter(context=context)
+    func_op = importer.import_stateless_graph(gm.graph, func_name="main")
+    module = importer.module
+    with context:
+        block = func_op.regions[0].blocks[0]
+        for arg, name in zip(block.arguments, signature.input_names):
+            arg.set_location(ir.Location.name(name, childLoc=arg.location))
+        mark_mutable_tensors(func_op.operation.opview)
+        module.operation.verify()
+    return module, signature
+
+
+def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Context
+                        ) -> tuple[ir.Module, ProgramSignature]:
+    """Exports and imports `f` called on `args`, `kwargs`."""
+    kwargs = kwargs or {}
+    names = None if isinstance(f, ExportedProgram) or isinstance(f, torch.fx.GraphModule) \
+        else _leaf_names(f, args, kwargs)
+    return import_program(export(f, args, kwargs), context, names)
+
+
+def _operations(block: ir.Block) -> list[ir.Operation]:
+    """The block's operations as plain `ir.Operation`s (OpViews shadow `.name`)."""
+    return [op.operation for op in block.operations]
+
+
+def _root_of(value: ir.Value, roots: dict[ir.Value, ir.Value]) -> ir.Value:
+    return roots.get(value, value)
+
+
+def _operands_to_nonvalue(op: ir.Operation) -> None:
+    """In-place torch ops take only `!torch.tensor` operands: wrap value operands."""
+    for position, operand in enumerate(op.operands):
+        if torch_types.is_value_tensor(operand.type):
+            copy = ir.Operation.create(
+                "torch.copy.to_tensor", results=[torch_types.nonvalue_type(operand.type)],
+                operands=[operand], loc=op.location, ip=ir.InsertionPoint(op))
+            op.operands[position] = copy.result
+
+
+def mark_mutable_tensors(func: func_d.FuncOp) -> None:
+    """Gives `!torch.tensor` type to every tensor written in place or aliasing one.
+
+    Views hang off their base in program order, so each tensor's root is known when it is
+    defined: one walk finds the roots, a second retypes the members of written roots.
+    """
+    block = func.regions[0].blocks[0]
+    roots: dict[ir.Value, ir.Value] = {}
+    written: set[ir.Value] = set()
+    for op in _operations(block):
+        effects = op_registry.effects(op.name)
+        if effects is None:
+            continue
+        if effects.result_views is not None and len(op.results) == 1:
+            roots[op.results[0]] = _root_of(op.operands[effects.result_views], roots)
+        for position in effects.written:
+            if position < len(op.operands) and not effects.is_autograd_only:
+                written.add(_root_of(op.operands[position], roots))
+    if not written:
+        return
+
+    def retype(value: ir.Value) -> None:
+        if torch_types.is_value_tensor(value.type) and _root_of(value, roots) in written:
+            value.set_type(torch_types.nonvalue_type(value.type))
+
+    for arg in block.arguments:
+        retype(arg)
+    for op in _operations(block):
+        for result in op.results:
+            retype(result)
+        effects = op_registry.effects(op.name)
+        if effects is not None and effects.written:
+            _operands_to_nonvalue(op)
+        if op.name == "torch.vtensor.literal" and op.results[0] in written:
+            raise UnsupportedMutationError.at(op, "a tensor constant is written in place")
+    terminator = block.operations[len(block.operations) - 1]
+    func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], [v.type for v in terminator.operands]))

@@ -1,0 +1,363 @@
+"""The `inplace-to-outofplace` pass: mutable torch IR to value semantics in one walk.
+
+Every `!torch.tensor` is an alias of a root tensor (a function argument or a tensor made
+inside the function) through a chain of view ops. The walk keeps, for every root, its
+newest value. An in-place op becomes its out-of-place twin and the result becomes the root's
+newest value; any later read of the root, or of a view of it, sees that value. Mutated
+arguments become extra results, marked `tf.aliasing_output` so XLA donates their buffers.
+
+    func.func @main(%x: !torch.tensor<[4],f32>, %y: !torch.vtensor<[4],f32>) {
+      %t = torch.copy.to_tensor %y
+      %0 = torch.aten.add_.Tensor %x, %t, %int1
+      return %0
+    =>
+    func.func @main(%x: !torch.vtensor<[4],f32> {tf.aliasing_output = 1 : i32}, %y: ...) {
+      %x_modified = torch.aten.add.Tensor %x, %y, %int1
+      return %x_modified, %x_modified
+
+Each op is visited once and each use is rewritten once: the pass is linear in the size of
+the function, however many mutations it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch_mlir import ir
+from torch_mlir.dialects import func as func_d
+from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
+
+from . import op_registry, torch_types
+from .errors import UnsupportedMutationError
+
+ALIASING_OUTPUT = "tf.aliasing_output"
+
+
+@dataclass
+class _Root:
+    """A tensor that owns its storage: what writes through any of its aliases update."""
+
+    value: ir.Value  # the newest version, a !torch.vtensor
+    name: str  # base of the NameLocs of its versions: <name>_modified, <name>_modified_2
+    arg_number: int | None  # the function argument it is, if any
+    versions: int = 0  # number of writes so far
+
+
+@dataclass(frozen=True)
+class _Alias:
+    """A `!torch.tensor` seen as a root and the view ops that lead from it."""
+
+    root: _Root
+    chain: tuple[ir.Operation, ...] = ()  # view ops applied to the root, outermost first
+
+
+@dataclass
+class _FunctionRewriter:
+    func: func_d.FuncOp
+    aliases: dict[ir.Value, _Alias] = field(default_factory=dict)
+    dead: list[ir.Operation] = field(default_factory=list)
+
+    # ----------------------------------------------------------------------------- reads
+    def read(self, value: ir.Value) -> ir.Value:
+        """The current value of a tracked tensor."""
+        alias = self.aliases[value]
+        if alias.chain:
+            op = alias.chain[-1]
+            raise UnsupportedMutationError.at(
+                op, "reading a view of a mutated tensor is not supported yet")
+        return alias.root.value
+
+    def read_operands(self, op: ir.Operation) -> list[ir.Value]:
+        return [self.read(v) if v in self.aliases else v for v in op.operands]
+
+    # ---------------------------------------------------------------------------- writes
+    def version_location(self, root: _Root, op: ir.Operation) -> ir.Location:
+        """NameLoc `<root>_modified[_N]` for the next version of `root`, over op's loc."""
+        root.versions += 1
+        suffix = "" if root.versions == 1 else f"_{root.versions}"
+        return ir.Location.name(f"{root.name}_modified{suffix}", childLoc=op.location)
+
+    def write(self, target: ir.Value, op: ir.Operation,
+              build: Callable[[ir.Location], ir.Value]) -> None:
+        """Makes `build(loc)` the new value of the tensor `target`."""
+        alias = self.aliases[target]
+        if alias.chain:
+            raise UnsupportedMutationError.at(
+                op, f"writing through a view ({alias.chain[-1].name}) is not supported yet")
+        alias.root.value = build(self.version_location(alias.root, op))
+
+    # ----------------------------------------------------------------------------- visit
+    def new_root(self, value: ir.Value, vtensor: ir.Value, arg_number: int | None = None
+                 ) -> None:
+        self.aliases[value] = _Alias(_Root(vtensor, _name_of(value), arg_number))
+
+    def run(self) -> dict[int, int]:
+        block = self.func.regions[0].blocks[0]
+        for arg in block.arguments:
+            if torch_types.is_nonvalue_tensor(arg.type):
+                arg.set_type(torch_types.value_type(arg.type))
+                self.new_root(arg, arg, arg.arg_number)
+        for op in [o.operation for o in block.operations]:
+            self.visit(op)
+        return self.finish(block)
+
+    def visit(self, op: ir.Operation) -> None:
+        tracked = any(v in self.aliases for v in op.operands)
+        fresh = [r for r in op.results if torch_types.is_nonvalue_tensor(r.type)]
+        if not tracked and not fresh:
+            return
+        handler = _HANDLERS.get(op.name)
+        if handler is not None:
+            handler(self, op)
+            return
+        effects = op_registry.effects(op.name)
+        if effects is not None and effects.written:
+            self.visit_inplace(op, effects)
+        elif effects is not None and effects.is_view and fresh and \
+                op.operands[effects.result_views] in self.aliases:
+            base = self.aliases[op.operands[effects.result_views]]
+            self.aliases[op.result] = _Alias(base.root, base.chain + (op,))
+            self.dead.append(op)
+        else:
+            self.visit_reader(op, fresh)
+
+    def visit_reader(self, op: ir.Operation, fresh: list[ir.Value]) -> None:
+        """Any other op reads the current values; a tensor it makes may be mutated later."""
+        if op.name == "torch.operator" or op.regions and len(op.regions) > 0 and \
+                any(len(r.blocks) for r in op.regions):
+            raise UnsupportedMutationError.at(
+                op, "a mutated tensor is used by an op outofplace cannot see into")
+        for position, value in enumerate(op.operands):
+            if value in self.aliases:
+                op.operands[position] = self.read(value)
+        for result in fresh:
+            result.set_type(torch_types.value_type(result.type))
+            self.new_root(result, result)
+
+    def visit_inplace(self, op: ir.Operation, effects: op_registry.OpEffects) -> None:
+        self_value = op.operands[0]
+        if effects.is_autograd_only:
+            self.aliases[op.result] = self.aliases[self_value]
+            self.dead.append(op)
+            return
+        if effects.rebinds_view:
+            raise UnsupportedMutationError.at(
+                op, "it changes the shape or strides of a tensor in place")
+        if effects.written != (0,):
+            raise UnsupportedMutationError.at(op, "it writes an operand other than self")
+        twin = effects.twin
+        if twin is None or not op_registry.twin_is_available(twin, op.context):
+            raise UnsupportedMutationError.at(op, "it has no out-of-place twin")
+        operands = self.read_operands(op)
+        self_type = torch_types.TensorType.of(operands[0].type)
+        result_type = _twin_result_type(op, twin, operands, self_type)
+
+        def build(loc: ir.Location) -> ir.Value:
+            ip = ir.InsertionPoint(op)
+            if result_type == self_type:
+                return _create(op_registry.mlir_name(twin), operands, self_type, loc, ip)
+            wide = _create(op_registry.mlir_name(twin), operands, result_type,
+                           op.location, ip)
+            return _cast(wide, self_type, loc, ip)
+
+        self.write(self_value, op, build)
+        self.aliases[op.result] = self.aliases[self_value]
+        self.dead.append(op)
+
+    # ------------------------------------------------------------------ torch copy ops
+    def visit_to_vtensor(self, op: ir.Operation) -> None:
+        op.result.replace_all_uses_with(self.read(op.operands[0]))
+        self.dead.append(op)
+
+    def visit_to_tensor(self, op: ir.Operation) -> None:
+        self.new_root(op.result, op.operands[0])
+        self.dead.append(op)
+
+    def visit_overwrite(self, op: ir.Operation) -> None:
+        """`torch.overwrite.tensor.contents %value overwrites %tensor`."""
+        value, target = op.operands
+        self.write(target, op, lambda loc: value)
+        self.dead.append(op)
+
+    def visit_return(self, op: ir.Operation) -> None:
+        for position, value in enumerate(op.operands):
+            if value in self.aliases:
+                op.operands[position] = self.read(value)
+
+    # ------------------------------------------------------------------------ finish
+    def finish(self, block: ir.Block) -> dict[int, int]:
+        for op in reversed(self.dead):
+            for result in op.results:
+                for use in result.uses:
+                    user = use.owner
+                    raise UnsupportedMutationError.at(
+                        user if isinstance(user, ir.Operation) else user.operation,
+                        "a mutated tensor is used where outofplace cannot rewrite it")
+            op.erase()
+        terminator = block.operations[len(block.operations) - 1].operation
+        results = list(terminator.operands)
+        roots = {id(a.root): a.root for a in self.aliases.values()}.values()
+        mutated = sorted((r for r in roots if r.arg_number is not None and r.versions),
+                         key=lambda r: r.arg_number)
+        io_map = {}
+        for root in mutated:
+            io_map[root.arg_number] = len(results)
+            results.append(root.value)
+        with terminator.context, terminator.location:
+            func_d.ReturnOp(results, ip=ir.InsertionPoint(terminator))
+        terminator.erase()
+        self.func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            [a.type for a in block.arguments], [v.type for v in results]))
+        _set_aliasing_attributes(self.func, io_map)
+        return io_map
+
+
+_HANDLERS: dict[str, Callable[[_FunctionRewriter, ir.Operation], None]] = {
+    "torch.copy.to_vtensor": _FunctionRewriter.visit_to_vtensor,
+    "torch.copy.to_tensor": _FunctionRewriter.visit_to_tensor,
+    "torch.overwrite.tensor.contents": _FunctionRewriter.visit_overwrite,
+    "func.return": _FunctionRewriter.visit_return,
+}
+
+
+def _name_of(value: ir.Value) -> str:
+    """The NameLoc name of a value (argument or op result), else its op's short name."""
+    loc = value.location if isinstance(value, ir.BlockArgument) else value.owner.location
+    if loc.typeid == ir.NameLoc.static_typeid:
+        return ir.NameLoc(loc).name_str
+    owner = value.owner
+    if isinstance(value, ir.OpResult) and owner.name.startswith("torch.aten."):
+        return owner.name.split(".")[2]
+    return "tensor"
+
+
+def _set_aliasing_attributes(func: func_d.FuncOp, io_map: dict[int, int]) -> None:
+    if not io_map:
+        return
+    i32 = ir.IntegerType.get_signless(32, func.context)
+    arg_attrs = []
+    existing = func.arg_attrs if "arg_attrs" in func.attributes else None
+    for position in range(len(func.regions[0].blocks[0].arguments)):
+        entries = {}
+        if existing is not None:
+            entries = {n.name: n.attr for n in ir.DictAttr(existing[position])}
+        if position in io_map:
+            entries[ALIASING_OUTPUT] = ir.IntegerAttr.get(i32, io_map[position])
+        arg_attrs.append(ir.DictAttr.get(entries, context=func.context))
+    func.attributes["arg_attrs"] = ir.ArrayAttr.get(arg_attrs, context=func.context)
+
+
+def _create(name: str, operands: list[ir.Value], result: torch_types.TensorType,
+            loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
+    return ir.Operation.create(name, results=[result.to_ir()], operands=operands,
+                               loc=loc, ip=ip).result
+
+
+def _constant(kind: str, value: Any, loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
+    """A torch scalar constant: kind is int, bool or none."""
+    attrs = {}
+    if kind == "int":
+        attrs["value"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+    elif kind == "bool":
+        attrs["value"] = ir.BoolAttr.get(value)
+    return ir.Operation.create(f"torch.constant.{kind}", results=[ir.Type.parse(
+        f"!torch.{kind}")], attributes=attrs, loc=loc, ip=ip).result
+
+
+def _cast(value: ir.Value, to: torch_types.TensorType, loc: ir.Location,
+          ip: ir.InsertionPoint) -> ir.Value:
+    """`aten.to.dtype`: what an in-place op does to a result wider than self."""
+    operands = [value, _constant("int", TORCH_DTYPE_TO_INT[to.dtype], loc, ip),
+                _constant("bool", False, loc, ip), _constant("bool", False, loc, ip),
+                _constant("none", None, loc, ip)]
+    return _create("torch.aten.to.dtype", operands, to, loc, ip)
+
+
+_SCALAR_STAND_INS = {"!torch.int": 1, "!torch.float": 1.0, "!torch.bool": False,
+                     "!torch.number": 1.0, "!torch.none": None}
+
+
+def _meta_argument(value: ir.Value) -> Any:
+    """A stand-in for `value` that PyTorch's meta kernels accept."""
+    if torch_types.is_tensor(value.type):
+        t = torch_types.TensorType.of(value.type)
+        if t.sizes is None or t.dtype is None or any(d < 0 for d in t.sizes):
+            raise _Unknown()
+        return torch.empty(t.sizes, dtype=t.dtype, device="meta")
+    owner = value.owner
+    if isinstance(value, ir.OpResult):
+        name = owner.name
+        if name in ("torch.constant.int", "torch.constant.float", "torch.constant.bool"):
+            return owner.attributes["value"].value
+        if name == "torch.constant.str":
+            return ir.StringAttr(owner.attributes["value"]).value
+        if name == "torch.prim.ListConstruct":
+            return [_meta_argument(v) for v in owner.operands]
+    type_text = str(value.type)
+    if type_text in _SCALAR_STAND_INS:
+        return _SCALAR_STAND_INS[type_text]
+    if type_text.startswith("!torch.optional"):
+        return None
+    raise _Unknown()
+
+
+class _Unknown(Exception):
+    """An operand whose stand-in cannot be made: trust the IR's own types."""
+
+
+def _twin_result_type(op: ir.Operation, twin: torch._ops.OpOverload,
+                      operands: list[ir.Value], self_type: torch_types.TensorType
+                      ) -> torch_types.TensorType:
+    """The type the twin computes in (eager's type promotion), run on meta tensors."""
+    positional, keywords = [], {}
+    try:
+        for schema_arg, value in zip(twin._schema.arguments, operands):
+            if schema_arg.kwarg_only:
+                keywords[schema_arg.name] = _meta_argument(value)
+            else:
+                positional.append(_meta_argument(value))
+        result = twin(*positional, **keywords)
+    except _Unknown:
+        return self_type
+    except (RuntimeError, TypeError, ValueError) as error:
+        raise UnsupportedMutationError.at(op, f"PyTorch rejects it: {error}") from None
+    if tuple(result.shape) != self_type.sizes:
+        raise UnsupportedMutationError.at(
+            op, f"its result has shape {list(result.shape)}, not self's "
+            f"{list(self_type.sizes or ())}")
+    return self_type.with_dtype(result.dtype)
+
+
+def inplace_to_outofplace(module: ir.Module | ir.Operation) -> dict[int, int]:
+    """Rewrites every function of `module` to value semantics, in place.
+
+    Returns the io_map of `main` (or of the only function): for each mutated argument, the
+    index of the result holding its final value.
+    """
+    operation = module.operation if isinstance(module, ir.Module) else module
+    io_maps: dict[str, dict[int, int]] = {}
+    with operation.context:
+        for op in operation.regions[0].blocks[0].operations:
+            if op.operation.name != "func.func":
+                continue
+            func = op.operation.opview
+            if len(func.regions[0].blocks) == 0:
+                continue
+            io_maps[func.sym_name.value] = _FunctionRewriter(func).run()
+    if "main" in io_maps:
+        return io_maps["main"]
+    return next(iter(io_maps.values()), {})
+
+
+def io_map_of(func: func_d.FuncOp) -> dict[int, int]:
+    """Reads the io_map back from the `tf.aliasing_output` argument attributes."""
+    if "arg_attrs" not in func.attributes:
+        return {}
+    io_map = {}
+    for position, attrs in enumerate(func.arg_attrs):
+        attrs = ir.DictAttr(attrs)
+        if ALIASING_OUTPUT in attrs:
+            io_map[position] = ir.IntegerAttr(attrs[ALIASING_OUTPUT]).value
+    return io_map

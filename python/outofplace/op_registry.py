@@ -1,0 +1,119 @@
+"""What an ATen op does to its operands, read from PyTorch's own op registry.
+
+torch-mlir names an ATen op `torch.<ns>.<name>[.<overload>]` and lists its operands in
+schema order. Looking the op up in `torch.ops` gives the schema, whose alias annotations
+say which operands an op writes (`Tensor(a!)`) and which operand its result views
+(`Tensor(a)`). The out-of-place twin of an in-place op is derived from the same registry,
+never from a hand-written list.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from torch_mlir import ir
+
+
+@dataclass(frozen=True)
+class OpEffects:
+    """The aliasing behaviour of one ATen overload."""
+
+    overload: torch._ops.OpOverload  # the PyTorch overload behind the MLIR op
+    written: tuple[int, ...]  # operand positions the op writes in place
+    result_views: int | None  # operand position the first result aliases (views or is)
+    twin: torch._ops.OpOverload | None  # functional twin of an in-place op, if one exists
+    rebinds_view: bool  # an in-place op on metadata (t_, resize_, ...), not on data
+
+    @property
+    def is_inplace(self) -> bool:
+        return bool(self.written)
+
+    @property
+    def is_view(self) -> bool:
+        return not self.written and self.result_views is not None
+
+    @property
+    def is_autograd_only(self) -> bool:
+        """`detach_`: tagged as a metadata mutation, but leaves data and metadata alone."""
+        return self.rebinds_view and self.twin is not None and \
+            self.twin._schema.name == "aten::detach"
+
+
+def _split_name(mlir_name: str) -> tuple[str, str, str] | None:
+    parts = mlir_name.split(".")
+    if len(parts) not in (3, 4) or parts[0] != "torch" or parts[1] not in ("aten", "prims"):
+        return None
+    return parts[1], parts[2], parts[3] if len(parts) == 4 else "default"
+
+
+def _overload(namespace: str, name: str, overload: str) -> torch._ops.OpOverload | None:
+    packet = getattr(getattr(torch.ops, namespace), name, None)
+    if packet is None:
+        return None
+    return getattr(packet, overload, None)
+
+
+def mlir_name(overload: torch._ops.OpOverload) -> str:
+    """The torch-mlir op name of a PyTorch overload (`aten::add.Tensor` -> torch.aten.add.Tensor)."""
+    namespace, name = overload._schema.name.split("::")
+    suffix = "" if overload._overloadname == "default" else f".{overload._overloadname}"
+    return f"torch.{namespace}.{name}{suffix}"
+
+
+def _same_signature(inplace: torch._C.FunctionSchema, twin: torch._C.FunctionSchema) -> bool:
+    if len(inplace.arguments) != len(twin.arguments):
+        return False
+    return all(a.name == b.name and str(a.type) == str(b.type)
+               for a, b in zip(inplace.arguments, twin.arguments))
+
+
+def _functional_name(name: str) -> str | None:
+    if name.startswith("__i") and name.endswith("__"):  # __iand__ -> __and__
+        return "__" + name[3:]
+    if name.endswith("_") and not name.endswith("__"):
+        return name[:-1]
+    return None
+
+
+def _find_twin(namespace: str, name: str, overload: str,
+               schema: torch._C.FunctionSchema) -> torch._ops.OpOverload | None:
+    functional = _functional_name(name)
+    if functional is None:
+        return None
+    twin = _overload(namespace, functional, overload)
+    if twin is None or not _same_signature(schema, twin._schema):
+        return None
+    if any(a.alias_info is not None and a.alias_info.is_write for a in twin._schema.arguments):
+        return None
+    return twin
+
+
+@functools.cache
+def effects(mlir_op_name: str) -> OpEffects | None:
+    """The aliasing behaviour of a torch-mlir op, or None when it is not an ATen/prims op."""
+    split = _split_name(mlir_op_name)
+    if split is None:
+        return None
+    overload = _overload(*split)
+    if overload is None:
+        return None
+    schema = overload._schema
+    written = tuple(i for i, a in enumerate(schema.arguments)
+                    if a.alias_info is not None and a.alias_info.is_write)
+    result_views = None
+    if schema.returns and schema.returns[0].alias_info is not None:
+        result_sets = schema.returns[0].alias_info.before_set
+        for i, arg in enumerate(schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.before_set & result_sets:
+                result_views = i
+                break
+    twin = _find_twin(*split, schema) if written else None
+    return OpEffects(overload, written, result_views, twin,
+                     torch.Tag.inplace_view in overload.tags)
+
+
+def twin_is_available(twin: torch._ops.OpOverload, context: ir.Context) -> bool:
+    """True when torch-mlir can express (and so lower) the functional twin."""
+    return context.is_registered_operation(mlir_name(twin))

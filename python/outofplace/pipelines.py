@@ -1,0 +1,164 @@
+"""Our Python passes and named pipelines, mixed with any torch-mlir or MLIR pass.
+
+A textual pipeline `builtin.module(inplace-to-outofplace, canonicalize, ...)` is split into
+its top-level elements: our names become Python passes (`PassManager.add(callable)`) or
+expand to their pipelines, and every other element goes to MLIR's own parser.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch_mlir import ir, passmanager
+
+from . import lowering
+from .inplace_to_outofplace import inplace_to_outofplace
+
+PassFn = Callable[[ir.Operation], None]
+
+PASSES: dict[str, tuple[PassFn, str]] = {}
+PIPELINES: dict[str, tuple[list[str], str]] = {}
+
+
+def register_pass(argument: str, description: str) -> Callable[[PassFn], PassFn]:
+    def register(fn: PassFn) -> PassFn:
+        PASSES[argument] = (fn, description)
+        return fn
+    return register
+
+
+def register_pipeline(argument: str, elements: list[str], description: str) -> None:
+    PIPELINES[argument] = (elements, description)
+
+
+@register_pass("inplace-to-outofplace",
+               "Rewrite in-place ops and writes through views to value semantics")
+def _inplace_to_outofplace(module: ir.Operation) -> None:
+    inplace_to_outofplace(module)
+
+
+@register_pass("outofplace-stablehlo-constants",
+               "Turn tensor arith.constant into stablehlo.constant")
+def _stablehlo_constants(module: ir.Operation) -> None:
+    lowering.stablehlo_constants(module)
+
+
+@register_pass("outofplace-verify-stablehlo", "Fail unless the module is pure StableHLO")
+def _verify_stablehlo(module: ir.Operation) -> None:
+    lowering.check_pure_stablehlo(module)
+
+
+register_pipeline(
+    "outofplace-lower-to-stablehlo",
+    [*lowering.TORCH_TO_STABLEHLO, "outofplace-stablehlo-constants",
+     "outofplace-verify-stablehlo"],
+    "Lower value-semantic torch IR to pure StableHLO")
+register_pipeline(
+    "inplace-to-stablehlo-pipeline",
+    ["inplace-to-outofplace", "outofplace-lower-to-stablehlo"],
+    "Mutable torch IR all the way to StableHLO with input/output aliases")
+
+
+class PipelineError(Exception):
+    """A pipeline that cannot be parsed or that failed while running."""
+
+
+def split_top_level(text: str) -> list[str]:
+    """Splits `a, b{x=1,y=2}, func.func(c, d)` at the commas outside brackets."""
+    elements, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "({[":
+            depth += 1
+        elif char in ")}]":
+            depth -= 1
+            if depth < 0:
+                raise PipelineError(f"unbalanced '{char}' in pass pipeline")
+        elif char == "," and depth == 0:
+            elements.append(text[start:i].strip())
+            start = i + 1
+    if depth != 0:
+        raise PipelineError("unbalanced brackets in pass pipeline")
+    last = text[start:].strip()
+    if last:
+        elements.append(last)
+    return [e for e in elements if e]
+
+
+def pipeline_elements(text: str) -> list[str]:
+    """The elements of `builtin.module(...)`, with our named pipelines expanded."""
+    text = text.strip()
+    prefix = "builtin.module("
+    if not (text.startswith(prefix) and text.endswith(")")):
+        raise PipelineError(
+            f"expected a pipeline of the form 'builtin.module(...)', got '{text}'")
+    return _expand(split_top_level(text[len(prefix):-1]))
+
+
+def _expand(elements: list[str]) -> list[str]:
+    expanded: list[str] = []
+    for element in elements:
+        if element in PIPELINES:
+            expanded.extend(_expand(PIPELINES[element][0]))
+        else:
+            expanded.append(element)
+    return expanded
+
+
+def _python_pass(fn: PassFn, argument: str, failures: list[BaseException]
+                 ) -> Callable[[ir.Operation, object], None]:
+    def run(op: ir.Operation, pass_: object) -> None:
+        try:
+            fn(op.operation)
+        except Exception as error:  # reported after PassManager.run returns
+            failures.append(error)
+            pass_.signal_pass_failure()  # type: ignore[attr-defined]
+    run.__name__ = argument
+    return run
+
+
+def build_pass_manager(text: str, context: ir.Context, failures: list[BaseException]
+                       ) -> passmanager.PassManager:
+    """A PassManager for a textual pipeline mixing our passes with MLIR's."""
+    with context:
+        pm = passmanager.PassManager("builtin.module")
+        for element in pipeline_elements(text):
+            if element in PASSES:
+                fn, _ = PASSES[element]
+                pm.add(_python_pass(fn, element, failures), name=element, argument=element)
+                continue
+            name = element.split("(")[0].split("{")[0].strip()
+            if name in PASSES or name in PIPELINES:
+                raise PipelineError(f"'{name}' takes no options")
+            try:
+                pm.add(element)
+            except ValueError as error:
+                detail = str(error).strip().splitlines()[0]
+                raise PipelineError(f"unknown or malformed pass '{element}': {detail}"
+                                    ) from None
+    return pm
+
+
+def run_pipeline(module: ir.Module | ir.Operation, text: str,
+                 print_ir_after_all: bool = False) -> None:
+    """Runs a textual pipeline on `module`, raising the first pass's own error."""
+    operation = module.operation if isinstance(module, ir.Module) else module
+    failures: list[BaseException] = []
+    pm = build_pass_manager(text, operation.context, failures)
+    if print_ir_after_all:
+        pm.enable_ir_printing(print_after_change=False)
+    try:
+        pm.run(operation)
+    except ir.MLIRError as error:
+        if failures:
+            raise failures[0] from None
+        raise PipelineError(_first_diagnostic(error)) from None
+    if failures:
+        raise failures[0]
+
+
+def _first_diagnostic(error: ir.MLIRError) -> str:
+    diagnostics = getattr(error, "error_diagnostics", None)
+    if diagnostics:
+        first = diagnostics[0]
+        return f"{first.location}: {first.message}"
+    return str(error).strip().splitlines()[0]

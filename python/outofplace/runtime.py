@@ -1,0 +1,69 @@
+"""Running a StableHLO module: tensors in, tensors out.
+
+The default engine is the StableHLO reference interpreter that ships with torch-mlir. It
+aborts the whole process on an op it does not know, so a module is checked to be pure
+StableHLO before it runs (`lowering.check_pure_stablehlo`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch_mlir import ir
+from torch_mlir._mlir_libs import _stablehlo
+
+from . import lowering
+
+# Element types numpy has no dtype for: passed bit for bit through an integer view.
+_BITCAST = {torch.bfloat16: torch.int16}
+
+
+def _element_type(dtype: torch.dtype) -> ir.Type:
+    return {
+        torch.float32: ir.F32Type.get, torch.float64: ir.F64Type.get,
+        torch.float16: ir.F16Type.get, torch.bfloat16: ir.BF16Type.get,
+        torch.bool: lambda: ir.IntegerType.get_signless(1),
+        torch.int8: lambda: ir.IntegerType.get_signless(8),
+        torch.int16: lambda: ir.IntegerType.get_signless(16),
+        torch.int32: lambda: ir.IntegerType.get_signless(32),
+        torch.int64: lambda: ir.IntegerType.get_signless(64),
+        torch.uint8: lambda: ir.IntegerType.get_unsigned(8),
+    }[dtype]()
+
+
+def to_attribute(tensor: torch.Tensor) -> ir.DenseElementsAttr:
+    """A tensor as a DenseElementsAttr of the element type StableHLO gives its dtype."""
+    data = tensor.detach().contiguous().cpu()
+    if data.dtype in _BITCAST:
+        data = data.view(_BITCAST[data.dtype])
+    array = np.ascontiguousarray(data.numpy())
+    return ir.DenseElementsAttr.get(array, type=_element_type(tensor.dtype),
+                                    shape=list(tensor.shape))
+
+
+def from_attribute(attr: ir.Attribute, dtype: torch.dtype) -> torch.Tensor:
+    """A DenseElementsAttr result back as a tensor of `dtype`."""
+    dense = ir.DenseElementsAttr(attr)
+    shape = ir.ShapedType(dense.type).shape
+    if dtype in _BITCAST:
+        raw = ir.DenseIntElementsAttr.get(np.zeros(0, np.int16))  # placeholder for typing
+        del raw
+        values = [ir.FloatAttr(dense[i]).value for i in range(len(dense))] \
+            if not dense.is_splat else [ir.FloatAttr(dense.get_splat_value()).value]
+        result = torch.tensor(values, dtype=torch.float32).to(dtype)
+        return result.expand(shape).clone() if dense.is_splat else result.reshape(shape)
+    if dense.is_splat:
+        value = np.array(ir.DenseElementsAttr.get_splat(
+            ir.RankedTensorType.get([1], dense.type.element_type), dense.get_splat_value()))
+        return torch.from_numpy(value.copy()).to(dtype).reshape(()).expand(shape).clone()
+    return torch.from_numpy(np.array(dense).copy()).to(dtype).reshape(shape)
+
+
+def interpret(module: ir.Module, inputs: list[torch.Tensor],
+              result_dtypes: list[torch.dtype]) -> list[torch.Tensor]:
+    """Runs `main` of a pure StableHLO module in the reference interpreter."""
+    lowering.check_pure_stablehlo(module.operation)
+    with module.context:
+        attrs = [to_attribute(t) for t in inputs]
+        results = _stablehlo.eval_module(module, attrs)
+        return [from_attribute(r, d) for r, d in zip(results, result_dtypes)]

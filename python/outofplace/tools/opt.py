@@ -1,0 +1,127 @@
+"""outofplace-opt: an mlir-opt-style driver for our passes mixed with MLIR's.
+
+    outofplace-opt in.mlir --pass-pipeline='builtin.module(inplace-to-outofplace)'
+    outofplace-opt - --pass-pipeline='builtin.module(inplace-to-stablehlo-pipeline)' -o out.mlir
+
+Bad input gives one line on stderr and exit code 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from torch_mlir import ir
+
+from ..context import make_context
+from ..errors import UnsupportedMutationError
+from ..lowering import NotStableHLOError
+from ..pipelines import PASSES, PIPELINES, PipelineError, run_pipeline
+
+SPLIT_MARKER = "// -----"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(1, f"outofplace-opt: error: {message}\n")
+
+
+def _arguments() -> argparse.ArgumentParser:
+    passes = "\n".join(f"  {name:34} {description}"
+                       for name, (_, description) in {**PASSES, **PIPELINES}.items())
+    parser = _Parser(
+        prog="outofplace-opt",
+        description="Run outofplace, torch-mlir and MLIR passes on an MLIR file.",
+        epilog=f"outofplace passes and pipelines:\n{passes}",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", nargs="?", default="-", help="input file, or - for stdin")
+    parser.add_argument("-o", dest="output", default="-", help="output file (default stdout)")
+    parser.add_argument("--pass-pipeline", default="builtin.module()",
+                        help="textual pipeline, e.g. 'builtin.module(inplace-to-outofplace)'")
+    parser.add_argument("--split-input-file", action="store_true",
+                        help="process each chunk between '// -----' lines on its own")
+    parser.add_argument("--mlir-print-ir-after-all", action="store_true",
+                        help="print the IR after every pass, to stderr")
+    parser.add_argument("--use-name-loc-as-prefix", action="store_true",
+                        help="name SSA values after their NameLoc (%%kv_cache_modified)")
+    parser.add_argument("--mlir-print-debuginfo", action="store_true",
+                        help="print locations")
+    return parser
+
+
+class _ChunkError(Exception):
+    """An error in one chunk of input, already phrased for the user."""
+
+
+def _run_chunk(text: str, options: argparse.Namespace, first_line: int) -> str:
+    context = make_context()
+    with context:
+        try:
+            module = ir.Module.parse(text)
+        except ir.MLIRError as error:
+            details = getattr(error, "error_diagnostics", None)
+            message = f"{details[0].location}: {details[0].message}" if details \
+                else str(error).splitlines()[0]
+            raise _ChunkError(f"cannot parse input (chunk at line {first_line}): "
+                              f"{message}") from None
+        try:
+            run_pipeline(module, options.pass_pipeline, options.mlir_print_ir_after_all)
+        except (PipelineError, UnsupportedMutationError, NotStableHLOError) as error:
+            raise _ChunkError(str(error)) from None
+        return module.operation.get_asm(
+            use_name_loc_as_prefix=options.use_name_loc_as_prefix,
+            enable_debug_info=options.mlir_print_debuginfo)
+
+
+def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
+    if not split:
+        return [(text, 1)]
+    chunks, current, start = [], [], 1
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        if line.strip() == SPLIT_MARKER:
+            chunks.append(("".join(current), start))
+            current, start = [], number + 1
+        else:
+            current.append(line)
+    chunks.append(("".join(current), start))
+    return chunks
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = _arguments().parse_args(argv)
+    try:
+        if options.input == "-":
+            text = sys.stdin.read()
+        else:
+            with open(options.input, encoding="utf-8") as file:
+                text = file.read()
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"outofplace-opt: error: cannot read '{options.input}': {error}",
+              file=sys.stderr)
+        return 1
+    outputs, failed = [], False
+    for chunk, first_line in _chunks(text, options.split_input_file):
+        try:
+            outputs.append(_run_chunk(chunk, options, first_line))
+        except _ChunkError as error:
+            print(f"outofplace-opt: error: {error}", file=sys.stderr)
+            failed = True
+            if not options.split_input_file:
+                return 1
+    result = f"\n{SPLIT_MARKER}\n".join(outputs)
+    try:
+        if options.output == "-":
+            sys.stdout.write(result)
+        else:
+            with open(options.output, "w", encoding="utf-8") as file:
+                file.write(result)
+    except OSError as error:
+        print(f"outofplace-opt: error: cannot write '{options.output}': {error}",
+              file=sys.stderr)
+        return 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Torch dialect tensor types: `!torch.tensor<[4,8],f32>` and `!torch.vtensor<[4,8],f32>`.
+
+The wheel's bindings expose no Python classes for torch dialect types, so this module is
+the one place that reads and builds them, from their textual form, with the bindings'
+own parser (`ir.Type.parse`) doing the building.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch_mlir import ir
+from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_MLIR_TYPE_ASM
+
+_NONVALUE = "!torch.tensor"
+_VALUE = "!torch.vtensor"
+_ASM_TO_DTYPE = {asm: dtype for dtype, asm in TORCH_DTYPE_TO_MLIR_TYPE_ASM.items()}
+
+
+def _kind(t: ir.Type) -> str | None:
+    text = str(t)
+    for kind in (_VALUE, _NONVALUE):
+        if text == kind or text.startswith(kind + "<"):
+            return kind
+    return None
+
+
+def is_tensor(t: ir.Type) -> bool:
+    return _kind(t) is not None
+
+
+def is_nonvalue_tensor(t: ir.Type) -> bool:
+    """True for `!torch.tensor`: a tensor that may be mutated or alias a mutated tensor."""
+    return _kind(t) == _NONVALUE
+
+
+def is_value_tensor(t: ir.Type) -> bool:
+    return _kind(t) == _VALUE
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A torch dialect tensor type, split into its parts."""
+
+    sizes: tuple[int, ...] | None  # None when unranked; -1 for a dynamic dimension
+    dtype: torch.dtype | None  # None when unknown
+    value_semantics: bool  # vtensor (True) or tensor (False)
+
+    @staticmethod
+    def of(t: ir.Type) -> "TensorType":
+        kind = _kind(t)
+        if kind is None:
+            raise TypeError(f"not a torch tensor type: {t}")
+        text = str(t)
+        body = text[len(kind) + 1:-1] if text.endswith(">") else ""
+        sizes: tuple[int, ...] | None = None
+        dtype = None
+        if body:
+            dims, _, elem = body.rpartition(",")
+            if dims.startswith("["):
+                inner = dims[1:-1]
+                sizes = tuple(-1 if d == "?" else int(d) for d in inner.split(",") if d)
+            dtype = _ASM_TO_DTYPE.get(elem)
+        return TensorType(sizes, dtype, kind == _VALUE)
+
+    def with_value_semantics(self, value: bool = True) -> "TensorType":
+        return TensorType(self.sizes, self.dtype, value)
+
+    def with_dtype(self, dtype: torch.dtype) -> "TensorType":
+        return TensorType(self.sizes, dtype, self.value_semantics)
+
+    def to_ir(self, context: ir.Context | None = None) -> ir.Type:
+        kind = _VALUE if self.value_semantics else _NONVALUE
+        if self.sizes is None and self.dtype is None:
+            return ir.Type.parse(kind, context)
+        dims = "*" if self.sizes is None else \
+            "[" + ",".join("?" if d < 0 else str(d) for d in self.sizes) + "]"
+        elem = "unk" if self.dtype is None else TORCH_DTYPE_TO_MLIR_TYPE_ASM[self.dtype]
+        return ir.Type.parse(f"{kind}<{dims},{elem}>", context)
+
+
+def value_type(t: ir.Type) -> ir.Type:
+    """The `!torch.vtensor` twin of a tensor type."""
+    return TensorType.of(t).with_value_semantics(True).to_ir(t.context)
+
+
+def nonvalue_type(t: ir.Type) -> ir.Type:
+    """The `!torch.tensor` twin of a tensor type."""
+    return TensorType.of(t).with_value_semantics(False).to_ir(t.context)

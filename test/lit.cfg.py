@@ -1,0 +1,17 @@
+# -*- Python -*-
+"""lit configuration: .mlir tests through outofplace-opt, .py tests from torch to IR."""
+
+import os
+import sys
+
+import lit.formats
+
+config.name = "outofplace"
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".mlir", ".py"]
+config.excludes = ["lit.cfg.py", "pytest", "Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+config.environment["PATH"] = os.pathsep.join(
+    [os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+config.substitutions.append(("%PYTHON", sys.executable))
