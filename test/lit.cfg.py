@@ -7,7 +7,7 @@ import sys
 import lit.formats
 
 config.name = "outofplace"
-config.test_format = lit.formats.ShTest(execute_external=True)
+config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".py"]
 config.excludes = ["lit.cfg.py", "pytest", "Inputs"]
 config.test_source_root = os.path.dirname(__file__)
@@ -15,3 +15,4 @@ config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 config.environment["PATH"] = os.pathsep.join(
     [os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 config.substitutions.append(("%PYTHON", sys.executable))
+config.substitutions.append((r"\bFileCheck\b", "filecheck"))

@@ -47,5 +47,8 @@ class UnsupportedMutationError(Exception):
     def at(cls, operation: ir.Operation, reason: str, *, index: str | None = None
            ) -> "UnsupportedMutationError":
         """The error for `operation`, with the source line taken from its location."""
-        return cls(operation.name, reason, index=index,
+        name = operation.name
+        if name == "torch.operator":  # an ATen op torch-mlir has no definition for
+            name = ir.StringAttr(operation.attributes["name"]).value
+        return cls(name, reason, index=index,
                    location=source_line(operation.location))

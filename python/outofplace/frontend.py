@@ -9,7 +9,6 @@ written tensor, becomes `!torch.tensor`.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -39,50 +38,32 @@ class ProgramSignature:
     output_leaves: list[tuple[str, Any]] = field(default_factory=list)
 
 
-class _FunctionModule(torch.nn.Module):
-    """Lets torch.export trace a plain function."""
+def _function_module(fn: Callable) -> torch.nn.Module:
+    """A module whose forward is `fn` itself, for torch.export to trace a plain function.
 
-    def __init__(self, fn: Callable) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
+    Its placeholders then take the names of fn's parameters, and registering fn as a
+    stack-trace anchor keeps fn's own lines in the FX stack traces, which export would
+    otherwise cut down to frames named `forward`.
+    """
+    torch.fx.proxy._register_stack_trace_anchor(fn)
+    name = getattr(fn, "__name__", "function")
+    return type(name, (torch.nn.Module,), {"forward": staticmethod(fn)})()
 
 
 def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     """Traces `f` to ATen with its mutations and views kept."""
     if isinstance(f, ExportedProgram):
         return f
-    module = f if isinstance(f, torch.nn.Module) else _FunctionModule(f)
+    module = f if isinstance(f, torch.nn.Module) else _function_module(f)
     with torch.no_grad():
         return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
-
-
-def _leaf_names(f: Any, args: tuple, kwargs: dict) -> list[str] | None:
-    """Names the tensor leaves of a call after the parameters of `f`'s signature."""
-    target = f.forward if isinstance(f, torch.nn.Module) else f
-    try:
-        bound = inspect.signature(target).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return None
-    names = []
-    for param, value in bound.arguments.items():
-        leaves = pytree.tree_leaves(value)
-        tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-        if len(tensors) == 1 and len(leaves) == 1:
-            names.append(param)
-        else:
-            names.extend(f"{param}_{i}" for i, _ in enumerate(tensors))
-    return names
 
 
 def _constant_output(node: Any) -> bool:
     return not isinstance(node, torch.fx.Node)
 
 
-def _prepare_graph(ep: ExportedProgram, user_names: list[str] | None
-                   ) -> tuple[torch.fx.GraphModule, ProgramSignature]:
+def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSignature]:
     """A copy of the exported graph whose placeholders are exactly main's arguments.
 
     Tensor constants become module attributes (imported as literals), constant user
@@ -111,10 +92,7 @@ def _prepare_graph(ep: ExportedProgram, user_names: list[str] | None
             graph.erase_node(node)
             user_position += 1
         elif spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, TensorArgument):
-            name = node.name
-            if user_names is not None and len(user_input_leaves) < len(user_names):
-                name = user_names[len(user_input_leaves)]
-            input_names.append(name)
+            input_names.append(node.name)
             user_input_leaves.append(user_position)
             user_position += 1
         else:
@@ -139,11 +117,10 @@ def _prepare_graph(ep: ExportedProgram, user_names: list[str] | None
     return gm, signature
 
 
-def import_program(ep: ExportedProgram, context: ir.Context,
-                   user_names: list[str] | None = None
+def import_program(ep: ExportedProgram, context: ir.Context
                    ) -> tuple[ir.Module, ProgramSignature]:
     """Imports an exported program into mutable torch IR with named arguments."""
-    gm, signature = _prepare_graph(ep, user_names)
+    gm, signature = _prepare_graph(ep)
     importer = FxImporter(context=context)
     func_op = importer.import_stateless_graph(gm.graph, func_name="main")
     module = importer.module
@@ -159,10 +136,7 @@ def import_program(ep: ExportedProgram, context: ir.Context,
 def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Context
                         ) -> tuple[ir.Module, ProgramSignature]:
     """Exports and imports `f` called on `args`, `kwargs`."""
-    kwargs = kwargs or {}
-    names = None if isinstance(f, ExportedProgram) or isinstance(f, torch.fx.GraphModule) \
-        else _leaf_names(f, args, kwargs)
-    return import_program(export(f, args, kwargs), context, names)
+    return import_program(export(f, args, kwargs), context)
 
 
 def _operations(block: ir.Block) -> list[ir.Operation]:
@@ -194,7 +168,7 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
     roots: dict[ir.Value, ir.Value] = {}
     written: set[ir.Value] = set()
     for op in _operations(block):
-        effects = op_registry.effects(op.name)
+        effects = op_registry.effects(op_registry.aten_name(op))
         if effects is None:
             continue
         if effects.result_views is not None and len(op.results) == 1:
@@ -214,7 +188,7 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
     for op in _operations(block):
         for result in op.results:
             retype(result)
-        effects = op_registry.effects(op.name)
+        effects = op_registry.effects(op_registry.aten_name(op))
         if effects is not None and effects.written:
             _operands_to_nonvalue(op)
         if op.name == "torch.vtensor.literal" and op.results[0] in written:

@@ -112,7 +112,7 @@ class _FunctionRewriter:
         if handler is not None:
             handler(self, op)
             return
-        effects = op_registry.effects(op.name)
+        effects = op_registry.effects(op_registry.aten_name(op))
         if effects is not None and effects.written:
             self.visit_inplace(op, effects)
         elif effects is not None and effects.is_view and fresh and \

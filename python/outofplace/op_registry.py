@@ -90,6 +90,14 @@ def _find_twin(namespace: str, name: str, overload: str,
     return twin
 
 
+def aten_name(op: ir.Operation) -> str:
+    """The ATen name of an op; torch-mlir wraps ops it has no definition for in
+    `torch.operator` with the name as an attribute."""
+    if op.name == "torch.operator":
+        return ir.StringAttr(op.attributes["name"]).value
+    return op.name
+
+
 @functools.cache
 def effects(mlir_op_name: str) -> OpEffects | None:
     """The aliasing behaviour of a torch-mlir op, or None when it is not an ATen/prims op."""

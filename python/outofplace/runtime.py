@@ -41,21 +41,24 @@ def to_attribute(tensor: torch.Tensor) -> ir.DenseElementsAttr:
                                     shape=list(tensor.shape))
 
 
+def _scalar(attr: ir.Attribute) -> float | int | bool:
+    for cls in (ir.FloatAttr, ir.BoolAttr, ir.IntegerAttr):
+        try:
+            return cls(attr).value
+        except ValueError:
+            continue
+    raise TypeError(f"unexpected element attribute {attr}")
+
+
 def from_attribute(attr: ir.Attribute, dtype: torch.dtype) -> torch.Tensor:
     """A DenseElementsAttr result back as a tensor of `dtype`."""
     dense = ir.DenseElementsAttr(attr)
     shape = ir.ShapedType(dense.type).shape
-    if dtype in _BITCAST:
-        raw = ir.DenseIntElementsAttr.get(np.zeros(0, np.int16))  # placeholder for typing
-        del raw
-        values = [ir.FloatAttr(dense[i]).value for i in range(len(dense))] \
-            if not dense.is_splat else [ir.FloatAttr(dense.get_splat_value()).value]
-        result = torch.tensor(values, dtype=torch.float32).to(dtype)
-        return result.expand(shape).clone() if dense.is_splat else result.reshape(shape)
     if dense.is_splat:
-        value = np.array(ir.DenseElementsAttr.get_splat(
-            ir.RankedTensorType.get([1], dense.type.element_type), dense.get_splat_value()))
-        return torch.from_numpy(value.copy()).to(dtype).reshape(()).expand(shape).clone()
+        return torch.full(shape, _scalar(dense.get_splat_value()), dtype=dtype)
+    if dtype in _BITCAST:  # numpy has no such dtype: read element by element
+        values = [_scalar(dense[i]) for i in range(len(dense))]
+        return torch.tensor(values, dtype=torch.float64).to(dtype).reshape(shape)
     return torch.from_numpy(np.array(dense).copy()).to(dtype).reshape(shape)
 
 

@@ -61,10 +61,12 @@ def _run_chunk(text: str, options: argparse.Namespace, first_line: int) -> str:
             module = ir.Module.parse(text)
         except ir.MLIRError as error:
             details = getattr(error, "error_diagnostics", None)
-            message = f"{details[0].location}: {details[0].message}" if details \
-                else str(error).splitlines()[0]
-            raise _ChunkError(f"cannot parse input (chunk at line {first_line}): "
-                              f"{message}") from None
+            if not details:
+                raise _ChunkError(f"cannot parse input: {str(error).splitlines()[0]}"
+                                  ) from None
+            where = _input_position(details[0].location, options.input, first_line)
+            raise _ChunkError(f"cannot parse input: {where}: {details[0].message}"
+                              ) from None
         try:
             run_pipeline(module, options.pass_pipeline, options.mlir_print_ir_after_all)
         except (PipelineError, UnsupportedMutationError, NotStableHLOError) as error:
@@ -72,6 +74,15 @@ def _run_chunk(text: str, options: argparse.Namespace, first_line: int) -> str:
         return module.operation.get_asm(
             use_name_loc_as_prefix=options.use_name_loc_as_prefix,
             enable_debug_info=options.mlir_print_debuginfo)
+
+
+def _input_position(loc: ir.Location, path: str, first_line: int) -> str:
+    """`file:line:col` in the user's file for a location in a parsed chunk."""
+    if loc.typeid != ir.FileLineColLoc.static_typeid:
+        return str(loc)
+    file_loc = ir.FileLineColLoc(loc)
+    name = "<stdin>" if path == "-" else path
+    return f"{name}:{file_loc.start_line + first_line - 1}:{file_loc.start_col}"
 
 
 def _chunks(text: str, split: bool) -> list[tuple[str, int]]:

@@ -1,0 +1,139 @@
+// RUN: outofplace-opt %s --split-input-file --use-name-loc-as-prefix \
+// RUN:   --pass-pipeline='builtin.module(inplace-to-outofplace)' | FileCheck %s
+
+// A chain of in-place ops: each one becomes its twin, names count the versions, the
+// mutated argument becomes an extra result and is marked as aliasing it.
+// CHECK-LABEL: func.func @add_$chain(
+// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4],f32> {tf.aliasing_output = 1 : i32},
+// CHECK-SAME:    %[[Y:.*]]: !torch.vtensor<[4],f32>)
+// CHECK-SAME:    -> (!torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>)
+// CHECK:         %[[V1:.*]] = torch.aten.add.Tensor %[[X]], %[[Y]], %{{.*}} : {{.*}} -> !torch.vtensor<[4],f32>
+// CHECK:         %[[V2:.*]] = torch.aten.mul.Tensor %[[V1]], %[[Y]] : {{.*}} -> !torch.vtensor<[4],f32>
+// CHECK-NEXT:    return %[[V2]], %[[V2]]
+func.func @add_$chain(%x: !torch.tensor<[4],f32> loc("x"), %y: !torch.vtensor<[4],f32> loc("y")) -> !torch.tensor<[4],f32> {
+  %int1 = torch.constant.int 1
+  %t = torch.copy.to_tensor %y : !torch.tensor<[4],f32>
+  %0 = torch.aten.add_.Tensor %x, %t, %int1 : !torch.tensor<[4],f32>, !torch.tensor<[4],f32>, !torch.int -> !torch.tensor<[4],f32>
+  %1 = torch.aten.mul_.Tensor %0, %t : !torch.tensor<[4],f32>, !torch.tensor<[4],f32> -> !torch.tensor<[4],f32>
+  return %1 : !torch.tensor<[4],f32>
+}
+
+// -----
+
+// The NameLocs of the versions: <root>_modified, <root>_modified_2.
+// CHECK-LABEL: func.func @names$versions(
+// CHECK:         %x_modified = torch.aten.add.Tensor
+// CHECK:         %x_modified_2 = torch.aten.mul.Tensor %x_modified
+func.func @names$versions(%x: !torch.tensor<[4],f32> loc("x"), %y: !torch.vtensor<[4],f32>) {
+  %int1 = torch.constant.int 1
+  %t = torch.copy.to_tensor %y : !torch.tensor<[4],f32>
+  %0 = torch.aten.add_.Tensor %x, %t, %int1 : !torch.tensor<[4],f32>, !torch.tensor<[4],f32>, !torch.int -> !torch.tensor<[4],f32>
+  %1 = torch.aten.mul_.Tensor %x, %t : !torch.tensor<[4],f32>, !torch.tensor<[4],f32> -> !torch.tensor<[4],f32>
+  return
+}
+
+// -----
+
+// Reads before and after a write see the version current at that point.
+// CHECK-LABEL: func.func @reads$interleaved(
+// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4],f32> {tf.aliasing_output = 2 : i32}
+// CHECK:         %[[BEFORE:.*]] = torch.aten.mul.Scalar %[[X]]
+// CHECK:         %[[NEW:.*]] = torch.aten.fill.Scalar %[[X]]
+// CHECK:         %[[AFTER:.*]] = torch.aten.mul.Scalar %[[NEW]]
+// CHECK:         return %[[BEFORE]], %[[AFTER]], %[[NEW]]
+func.func @reads$interleaved(%x: !torch.tensor<[4],f32>) -> (!torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>) {
+  %int2 = torch.constant.int 2
+  %0 = torch.aten.mul.Scalar %x, %int2 : !torch.tensor<[4],f32>, !torch.int -> !torch.vtensor<[4],f32>
+  %float = torch.constant.float 3.5
+  %1 = torch.aten.fill_.Scalar %x, %float : !torch.tensor<[4],f32>, !torch.float -> !torch.tensor<[4],f32>
+  %2 = torch.aten.mul.Scalar %x, %int2 : !torch.tensor<[4],f32>, !torch.int -> !torch.vtensor<[4],f32>
+  return %0, %2 : !torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>
+}
+
+// -----
+
+// copy_ with a broadcast source becomes aten.copy, which keeps self's shape.
+// CHECK-LABEL: func.func @copy_$broadcast(
+// CHECK-SAME:    %[[DST:.*]]: !torch.vtensor<[4,8],f32> {tf.aliasing_output = 0 : i32},
+// CHECK-SAME:    %[[SRC:.*]]: !torch.vtensor<[1,8],f32>)
+// CHECK:         %[[NEW:.*]] = torch.aten.copy %[[DST]], %[[SRC]], %{{.*}} : {{.*}} -> !torch.vtensor<[4,8],f32>
+// CHECK:         return %[[NEW]]
+func.func @copy_$broadcast(%dst: !torch.tensor<[4,8],f32>, %src: !torch.vtensor<[1,8],f32>) {
+  %false = torch.constant.bool false
+  %t = torch.copy.to_tensor %src : !torch.tensor<[1,8],f32>
+  %0 = torch.aten.copy_ %dst, %t, %false : !torch.tensor<[4,8],f32>, !torch.tensor<[1,8],f32>, !torch.bool -> !torch.tensor<[4,8],f32>
+  return
+}
+
+// -----
+
+// a += b with a half and b float: eager adds in float and rounds back to half.
+// CHECK-LABEL: func.func @add_$keeps_dtype(
+// CHECK:         %[[WIDE:.*]] = torch.aten.add.Tensor {{.*}} -> !torch.vtensor<[4],f32>
+// CHECK:         %[[NARROW:.*]] = torch.aten.to.dtype %[[WIDE]], %{{.*}} -> !torch.vtensor<[4],f16>
+// CHECK:         return %[[NARROW]]
+func.func @add_$keeps_dtype(%a: !torch.tensor<[4],f16>, %b: !torch.vtensor<[4],f32>) {
+  %int1 = torch.constant.int 1
+  %t = torch.copy.to_tensor %b : !torch.tensor<[4],f32>
+  %0 = torch.aten.add_.Tensor %a, %t, %int1 : !torch.tensor<[4],f16>, !torch.tensor<[4],f32>, !torch.int -> !torch.tensor<[4],f16>
+  return
+}
+
+// -----
+
+// A tensor made inside the function and mutated there: no extra result.
+// CHECK-LABEL: func.func @intermediate$mutated(
+// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+// CHECK:         %[[T:.*]] = torch.aten.mul.Scalar %[[X]]
+// CHECK:         %[[NEW:.*]] = torch.aten.zero %[[T]]
+// CHECK:         return %[[NEW]] : !torch.vtensor<[4],f32>
+func.func @intermediate$mutated(%x: !torch.vtensor<[4],f32>) -> !torch.tensor<[4],f32> {
+  %int2 = torch.constant.int 2
+  %0 = torch.aten.mul.Scalar %x, %int2 : !torch.vtensor<[4],f32>, !torch.int -> !torch.tensor<[4],f32>
+  %1 = torch.aten.zero_ %0 : !torch.tensor<[4],f32> -> !torch.tensor<[4],f32>
+  return %0 : !torch.tensor<[4],f32>
+}
+
+// -----
+
+// Two mutated arguments: extra results in argument order, whatever the write order.
+// CHECK-LABEL: func.func @args$order(
+// CHECK-SAME:    %[[A:.*]]: !torch.vtensor<[2],f32> {tf.aliasing_output = 0 : i32},
+// CHECK-SAME:    %[[B:.*]]: !torch.vtensor<[2],f32> {tf.aliasing_output = 1 : i32})
+// CHECK:         %[[NB:.*]] = torch.aten.neg %[[B]]
+// CHECK:         %[[NA:.*]] = torch.aten.neg %[[A]]
+// CHECK:         return %[[NA]], %[[NB]]
+func.func @args$order(%a: !torch.tensor<[2],f32>, %b: !torch.tensor<[2],f32>) {
+  %0 = torch.aten.neg_ %b : !torch.tensor<[2],f32> -> !torch.tensor<[2],f32>
+  %1 = torch.aten.neg_ %a : !torch.tensor<[2],f32> -> !torch.tensor<[2],f32>
+  return
+}
+
+// -----
+
+// torch-mlir's own mutable form: to_vtensor reads, overwrite.tensor.contents writes.
+// CHECK-LABEL: func.func @overwrite$contents(
+// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[2],f32> {tf.aliasing_output = 1 : i32})
+// CHECK:         %[[NEW:.*]] = torch.aten.neg %[[X]]
+// CHECK:         %[[OUT:.*]] = torch.aten.mul.Tensor %[[NEW]], %[[NEW]]
+// CHECK:         return %[[OUT]], %[[NEW]]
+func.func @overwrite$contents(%x: !torch.tensor<[2],f32>) -> !torch.vtensor<[2],f32> {
+  %0 = torch.copy.to_vtensor %x : !torch.vtensor<[2],f32>
+  %1 = torch.aten.neg %0 : !torch.vtensor<[2],f32> -> !torch.vtensor<[2],f32>
+  torch.overwrite.tensor.contents %1 overwrites %x : !torch.vtensor<[2],f32>, !torch.tensor<[2],f32>
+  %2 = torch.copy.to_vtensor %x : !torch.vtensor<[2],f32>
+  %3 = torch.aten.mul.Tensor %2, %2 : !torch.vtensor<[2],f32>, !torch.vtensor<[2],f32> -> !torch.vtensor<[2],f32>
+  return %3 : !torch.vtensor<[2],f32>
+}
+
+// -----
+
+// An argument that is !torch.tensor but never written gets no extra result.
+// CHECK-LABEL: func.func @readonly$nonvalue(
+// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[2],f32>) -> !torch.vtensor<[2],f32>
+// CHECK-NEXT:    %[[N:.*]] = torch.aten.neg %[[X]]
+// CHECK-NEXT:    return %[[N]] : !torch.vtensor<[2],f32>
+func.func @readonly$nonvalue(%x: !torch.tensor<[2],f32>) -> !torch.vtensor<[2],f32> {
+  %0 = torch.aten.neg %x : !torch.tensor<[2],f32> -> !torch.vtensor<[2],f32>
+  return %0 : !torch.vtensor<[2],f32>
+}

@@ -1,0 +1,23 @@
+"""Shared setup for the outofplace pytest suite.
+
+The differential helper lives in differential.py (importable from every test module here,
+pytest puts this directory on sys.path); it is re-exported for convenience.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from differential import assert_matches_eager  # noqa: E402,F401
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    """Every test draws the same random inputs, whatever runs before it."""
+    torch.manual_seed(0)

@@ -1,0 +1,90 @@
+"""Differential testing: a program compiled by outofplace against eager PyTorch.
+
+`assert_matches_eager(f, *args, **kwargs)` runs `f` eagerly and compiled, each on its own
+clones of the arguments, and checks that both give the same outputs and leave every input
+tensor (and, for an nn.Module, every buffer and parameter) with the same final value.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+import outofplace
+
+
+def _clone(tree: Any) -> Any:
+    """A deep copy of the tensor leaves of a pytree; other leaves are shared."""
+    return pytree.tree_map(
+        lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v, tree)
+
+
+def assert_same(actual: Any, expected: Any, what: str) -> None:
+    """Tensors: exact dtype and shape, values close (NaNs equal); others: equal."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), \
+            f"{what}: expected a tensor, got {type(actual).__name__}"
+        assert actual.dtype == expected.dtype, \
+            f"{what}: dtype {actual.dtype}, eager has {expected.dtype}"
+        assert tuple(actual.shape) == tuple(expected.shape), \
+            f"{what}: shape {tuple(actual.shape)}, eager has {tuple(expected.shape)}"
+        torch.testing.assert_close(actual, expected, equal_nan=True,
+                                   msg=lambda m: f"{what}: {m}")
+    else:
+        assert actual == expected, f"{what}: {actual!r}, eager has {expected!r}"
+
+
+def assert_same_tree(actual: Any, expected: Any, what: str) -> None:
+    actual_leaves = pytree.tree_leaves(actual)
+    expected_leaves = pytree.tree_leaves(expected)
+    assert len(actual_leaves) == len(expected_leaves), \
+        f"{what}: {len(actual_leaves)} leaves, eager has {len(expected_leaves)}"
+    for i, (a, e) in enumerate(zip(actual_leaves, expected_leaves)):
+        assert_same(a, e, f"{what} leaf {i}")
+
+
+def _state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(module.named_parameters()), **dict(module.named_buffers())}
+
+
+def assert_module_state_matches(compiled_module: torch.nn.Module,
+                                eager_module: torch.nn.Module, what: str = "state") -> None:
+    """Every parameter and buffer of the compiled run's module equals eager's."""
+    compiled_state, eager_state = _state(compiled_module), _state(eager_module)
+    assert compiled_state.keys() == eager_state.keys()
+    for name, expected in eager_state.items():
+        assert_same(compiled_state[name].detach(), expected.detach(), f"{what} '{name}'")
+
+
+def assert_matches_eager(f: Any, *args: Any, **kwargs: Any) -> outofplace.Compiled:
+    """Compiles `f(*args, **kwargs)` and checks a compiled call against an eager call.
+
+    Outputs are compared leaf by leaf, then every input tensor after the call (so mutated
+    inputs must end with eager's values). When `f` is an nn.Module, the module itself is
+    compiled and called, and its buffers and parameters afterwards are compared against a
+    deepcopy of it that ran eagerly. Returns the Compiled program.
+    """
+    is_module = isinstance(f, torch.nn.Module)
+    eager_f = copy.deepcopy(f) if is_module else f
+    before = {n: t.detach().clone() for n, t in _state(f).items()} if is_module else {}
+
+    compile_args, compile_kwargs = _clone((args, kwargs))
+    compiled = outofplace.compile(f, list(compile_args), compile_kwargs)
+    if is_module:  # compiling must not run the program on the module's own state
+        for name, value in _state(f).items():
+            assert_same(value.detach(), before[name], f"'{name}' after compile")
+
+    eager_args, eager_kwargs = _clone((args, kwargs))
+    compiled_args, compiled_kwargs = _clone((args, kwargs))
+    expected = eager_f(*eager_args, **eager_kwargs)
+    actual = compiled(*compiled_args, **compiled_kwargs)
+
+    assert_same_tree(actual, expected, "output")
+    assert_same_tree((compiled_args, compiled_kwargs), (eager_args, eager_kwargs),
+                     "input after the call")
+    if is_module:
+        assert_module_state_matches(f, eager_f)
+    return compiled

@@ -1,0 +1,552 @@
+"""Whole-tensor mutation of inputs, intermediates and module buffers, against eager."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from differential import assert_matches_eager, assert_module_state_matches, assert_same_tree
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(shape).to(dtype)
+
+
+def positive(*shape: int) -> torch.Tensor:
+    return torch.rand(*shape) + 0.5
+
+
+# ------------------------------------------------------------------ arithmetic chains
+def test_chained_add_mul() -> None:
+    def f(x, y):
+        x.add_(y).mul_(2)
+        return x.sum()
+
+    compiled = assert_matches_eager(f, randn(4, 8), randn(4, 8))
+    assert compiled.io_map == {0: 1}
+    assert compiled.input_names == ["x", "y"]
+
+
+def test_chained_result_is_returned() -> None:
+    def f(x, y):
+        return x.add_(y).mul_(2)
+
+    assert_matches_eager(f, randn(4, 8), randn(4, 8))
+
+
+def test_reads_before_and_after_each_mutation() -> None:
+    def f(x, y):
+        a = x * 1.5
+        x.add_(y)
+        b = x - 1
+        x.mul_(y)
+        c = x.sum(0)
+        x.sub_(a)
+        return a, b, c, x + b
+
+    compiled = assert_matches_eager(f, randn(3, 5), randn(3, 5))
+    assert compiled.io_map == {0: 4}
+
+
+def test_read_of_argument_before_mutation_is_old_value() -> None:
+    def f(x):
+        old = x.clone()
+        x.mul_(3)
+        return old, x
+
+    assert_matches_eager(f, randn(6))
+
+
+@pytest.mark.parametrize("op", ["add_", "sub_", "mul_", "div_"])
+def test_binary_tensor(op: str) -> None:
+    def f(x, y):
+        getattr(x, op)(y)
+        return x * 2
+
+    assert_matches_eager(f, randn(4, 8), positive(4, 8))
+
+
+@pytest.mark.parametrize("op, scalar", [("add_", 3), ("sub_", 0.25), ("mul_", -2),
+                                        ("div_", 4.0)])
+def test_binary_scalar(op: str, scalar: float) -> None:
+    def f(x):
+        getattr(x, op)(scalar)
+        return x.sum()
+
+    assert_matches_eager(f, randn(4, 8))
+
+
+def test_add_and_sub_with_alpha() -> None:
+    def f(x, y):
+        x.add_(y, alpha=3)
+        x.sub_(y, alpha=0.5)
+
+    assert_matches_eager(f, randn(2, 3), randn(2, 3))
+
+
+def test_broadcasting_binary() -> None:
+    def f(x, row):
+        x.add_(row)
+        x.mul_(row)
+        return x.mean()
+
+    assert_matches_eager(f, randn(4, 8), randn(1, 8))
+
+
+def test_div_rounding_mode_floor() -> None:
+    def f(x, y):
+        x.div_(y, rounding_mode="floor")
+        return x
+
+    assert_matches_eager(f, randn(4, 4) * 10, positive(4, 4))
+
+
+# ------------------------------------------------------------------------------ copy_
+@pytest.mark.parametrize("dst_shape, src_shape", [((4, 8), (1, 8)), ((3, 4), ()),
+                                                  ((3, 4), (3, 4)), ((2, 3, 4), (3, 1))])
+def test_copy_broadcast(dst_shape: tuple, src_shape: tuple) -> None:
+    def f(dst, src):
+        dst.copy_(src)
+        return dst + 1
+
+    assert_matches_eager(f, randn(*dst_shape), randn(*src_shape))
+
+
+@pytest.mark.parametrize("dst_dtype, src", [
+    (torch.float32, torch.arange(12, dtype=torch.int64).reshape(3, 4) - 5),
+    (torch.float16, torch.randn(3, 4) * 100),
+    (torch.int32, torch.randn(3, 4) * 10),
+    (torch.float32, torch.tensor([[True, False, True, True]] * 3)),
+    (torch.bfloat16, torch.randn(3, 4)),
+])
+def test_copy_casts(dst_dtype: torch.dtype, src: torch.Tensor) -> None:
+    def f(dst, src):
+        dst.copy_(src)
+        return dst.clone()
+
+    compiled = assert_matches_eager(f, torch.zeros(3, 4, dtype=dst_dtype), src)
+    assert compiled.io_map == {0: 1}
+
+
+def test_copy_then_mutate_source() -> None:
+    def f(dst, src):
+        dst.copy_(src)
+        src.mul_(2)
+        return dst + src
+
+    compiled = assert_matches_eager(f, randn(5), randn(5))
+    assert compiled.io_map == {0: 1, 1: 2}
+
+
+# ---------------------------------------------------------------- fill, zero, clamp, ...
+@pytest.mark.parametrize("dtype, value", [(torch.float32, 2.5), (torch.float32, 7),
+                                          (torch.int64, 7), (torch.int32, -3),
+                                          (torch.float16, 0.1)])
+def test_fill(dtype: torch.dtype, value: float) -> None:
+    def f(x):
+        x.fill_(value)
+        return x.sum()
+
+    assert_matches_eager(f, torch.ones(3, 4, dtype=dtype))
+
+
+def test_fill_with_tensor_value() -> None:
+    def f(x, v):
+        x.fill_(v)
+        return x * 2
+
+    assert_matches_eager(f, randn(3, 4), torch.tensor(1.25))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_zero(dtype: torch.dtype) -> None:
+    def f(x):
+        y = x + 1
+        x.zero_()
+        return y, x
+
+    assert_matches_eager(f, (torch.randn(2, 5) * 10).to(dtype))
+
+
+@pytest.mark.parametrize("kwargs", [{"min": -0.5, "max": 0.5}, {"min": 0.0},
+                                    {"max": 0.25}])
+def test_clamp(kwargs: dict) -> None:
+    def f(x):
+        x.clamp_(**kwargs)
+        return x.sum()
+
+    assert_matches_eager(f, randn(4, 8))
+
+
+def test_clamp_tensor_bounds() -> None:
+    def f(x, lo, hi):
+        x.clamp_(lo, hi)
+
+    assert_matches_eager(f, randn(4, 8), -positive(4, 8), positive(1, 8))
+
+
+def test_lerp_scalar_weight() -> None:
+    def f(x, end):
+        x.lerp_(end, 0.3)
+        return x
+
+    assert_matches_eager(f, randn(4, 8), randn(4, 8))
+
+
+def test_lerp_tensor_weight() -> None:
+    def f(x, end, weight):
+        x.lerp_(end, weight)
+        return x.sum()
+
+    assert_matches_eager(f, randn(4, 8), randn(4, 8), torch.rand(4, 8))
+
+
+@pytest.mark.parametrize("op", ["addcmul_", "addcdiv_"])
+@pytest.mark.parametrize("value", [1, 0.5, -2])
+def test_addcmul_addcdiv(op: str, value: float) -> None:
+    def f(x, a, b):
+        getattr(x, op)(a, b, value=value)
+        return x.mean()
+
+    assert_matches_eager(f, randn(4, 8), randn(4, 8), positive(4, 8))
+
+
+# ---------------------------------------------------------------------- dtypes
+def test_half_iadd_float32_keeps_half() -> None:
+    def f(x, y):
+        x += y
+        return x
+
+    x = torch.randn(4, 8).half()
+    compiled = assert_matches_eager(f, x, torch.randn(4, 8))
+    assert compiled.io_map == {0: 1}
+
+
+def test_half_add_float32_scalar_tensor() -> None:
+    def f(x, y):
+        x.add_(y)
+        x.mul_(y)
+        return x
+
+    assert_matches_eager(f, torch.randn(16).half(), torch.tensor(1.1))
+
+
+def test_bfloat16_mul() -> None:
+    def f(x, y):
+        x.mul_(y)
+        return x + 1
+
+    assert_matches_eager(f, randn(4, 8, dtype=torch.bfloat16),
+                         randn(4, 8, dtype=torch.bfloat16))
+
+
+def test_int64_add() -> None:
+    def f(x, y):
+        x.add_(y)
+        x.add_(5)
+        return x * 2
+
+    assert_matches_eager(f, torch.randint(-100, 100, (3, 4)),
+                         torch.randint(-100, 100, (3, 4)))
+
+
+def test_int_mul_float_scalar_is_rejected_like_eager() -> None:
+    """Eager refuses to write a float result into an int tensor; so must compile."""
+    def f(x):
+        x.mul_(1.5)
+        return x
+
+    with pytest.raises(RuntimeError):
+        f(torch.ones(3, dtype=torch.int64))
+    with pytest.raises(Exception, match="mul_"):
+        import outofplace
+        outofplace.compile(f, [torch.ones(3, dtype=torch.int64)])
+
+
+def test_int32_add_int64_keeps_int32() -> None:
+    def f(x, y):
+        x.add_(y)
+        return x
+
+    assert_matches_eager(f, torch.randint(-5, 5, (6,), dtype=torch.int32),
+                         torch.randint(-5, 5, (6,), dtype=torch.int64))
+
+
+@pytest.mark.parametrize("op", ["logical_and_", "logical_or_", "logical_xor_"])
+def test_bool_logical(op: str) -> None:
+    def f(x, y):
+        getattr(x, op)(y)
+        return x.logical_not()
+
+    assert_matches_eager(f, torch.rand(4, 8) > 0.5, torch.rand(4, 8) > 0.5)
+
+
+def test_bool_iand() -> None:
+    def f(x, y):
+        x &= y
+        return x
+
+    assert_matches_eager(f, torch.rand(10) > 0.5, torch.rand(10) > 0.5)
+
+
+# ---------------------------------------------------------------- unary in-place ops
+UNARY = ["sin_", "cos_", "exp_", "tanh_", "sigmoid_", "neg_", "abs_", "sqrt_", "relu_",
+         "floor_", "ceil_", "round_", "rsqrt_", "log_", "reciprocal_", "trunc_",
+         "sign_", "square_"]
+NEEDS_POSITIVE = {"sqrt_", "rsqrt_", "log_"}
+
+
+@pytest.mark.parametrize("op", UNARY)
+def test_unary(op: str) -> None:
+    def f(x):
+        before = x * 1
+        getattr(x, op)()
+        return before, x
+
+    x = positive(4, 8) if op in NEEDS_POSITIVE else randn(4, 8) * 3
+    compiled = assert_matches_eager(f, x)
+    assert compiled.io_map == {0: 2}
+
+
+def test_round_half_to_even() -> None:
+    def f(x):
+        x.round_()
+        return x
+
+    assert_matches_eager(f, torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.49, 3.51]))
+
+
+def test_unary_on_int_abs_neg() -> None:
+    def f(x):
+        x.abs_()
+        x.neg_()
+        return x
+
+    assert_matches_eager(f, torch.randint(-10, 10, (3, 3)))
+
+
+# ------------------------------------------------------------- program structure
+def test_mutated_input_not_returned() -> None:
+    def f(x, y):
+        x.add_(y)
+        return y * 2
+
+    compiled = assert_matches_eager(f, randn(3), randn(3))
+    assert compiled.io_map == {0: 1}
+
+
+def test_returns_none() -> None:
+    def f(x):
+        x.mul_(2)
+        x.add_(1)
+
+    compiled = assert_matches_eager(f, randn(2, 2))
+    assert compiled.io_map == {0: 0}
+
+
+def test_returns_none_several_mutated() -> None:
+    def f(a, b, c):
+        a.add_(1)
+        c.mul_(b)
+
+    compiled = assert_matches_eager(f, randn(3), randn(3), randn(3))
+    assert compiled.io_map == {0: 0, 2: 1}
+
+
+def test_unmutated_function_has_empty_io_map() -> None:
+    def f(x, y):
+        return x + y
+
+    compiled = assert_matches_eager(f, randn(3), randn(3))
+    assert compiled.io_map == {}
+    assert "tf.aliasing_output" not in compiled.stablehlo
+
+
+@pytest.mark.parametrize("mutated", [(0,), (1,), (0, 2), (1, 3), (0, 1, 2, 3)])
+def test_several_mutated_inputs(mutated: tuple) -> None:
+    def f(a, b, c, d):
+        args = [a, b, c, d]
+        for i in mutated:
+            args[i].add_(args[(i + 1) % 4])
+        return a + b, c - d
+
+    n_outputs = 2
+    compiled = assert_matches_eager(f, randn(4), randn(4), randn(4), randn(4))
+    assert compiled.io_map == {arg: n_outputs + rank for rank, arg in enumerate(mutated)}
+    for arg, result in compiled.io_map.items():
+        assert f"tf.aliasing_output = {result} : i32" in compiled.stablehlo
+
+
+def test_mutated_in_reverse_order() -> None:
+    def f(a, b, c):
+        c.mul_(2)
+        a.sub_(c)
+        return b.sum()
+
+    compiled = assert_matches_eager(f, randn(4), randn(4), randn(4))
+    assert compiled.io_map == {0: 1, 2: 2}
+
+
+def test_mutated_input_also_returned_twice() -> None:
+    def f(x, y):
+        x.add_(y)
+        return x, x * 1, x
+
+    assert_matches_eager(f, randn(5), randn(5))
+
+
+def test_mutate_intermediate() -> None:
+    def f(x):
+        t = x * 2
+        t.add_(1)
+        return t
+
+    compiled = assert_matches_eager(f, randn(3, 4))
+    assert compiled.io_map == {}
+
+
+def test_mutate_intermediate_then_input() -> None:
+    def f(x, y):
+        t = x + y
+        t.mul_(y)
+        x.copy_(t)
+        t.add_(1)
+        return t
+
+    compiled = assert_matches_eager(f, randn(3, 4), randn(3, 4))
+    assert compiled.io_map == {0: 1}
+
+
+def test_clone_then_mutate_leaves_input_alone() -> None:
+    def f(x):
+        t = x.clone()
+        t.zero_()
+        return x + t
+
+    compiled = assert_matches_eager(f, randn(3))
+    assert compiled.io_map == {}
+
+
+def test_kwarg_tensor_mutated() -> None:
+    def f(x, *, acc):
+        acc.add_(x)
+        return x * 2
+
+    compiled = assert_matches_eager(f, randn(4), acc=randn(4))
+    assert compiled.io_map == {1: 1}
+    assert compiled.input_names == ["x", "acc"]
+
+
+def test_two_kwargs_one_mutated() -> None:
+    def f(x, scale=None, out=None):
+        out.mul_(scale)
+        out.add_(x)
+        return out.sum()
+
+    compiled = assert_matches_eager(f, randn(4), out=randn(4), scale=randn(4))
+    (mutated,) = compiled.io_map
+    assert compiled.io_map == {mutated: 1}
+    assert compiled.input_names[mutated] == "out"
+
+
+def test_inputs_in_a_list() -> None:
+    def f(xs, y):
+        xs[0].add_(y)
+        xs[1].mul_(y)
+        return xs[0] + xs[1]
+
+    compiled = assert_matches_eager(f, [randn(3), randn(3)], randn(3))
+    assert compiled.io_map == {0: 1, 1: 2}
+
+
+def test_loop_of_updates() -> None:
+    def f(x, y):
+        for i in range(5):
+            x.mul_(0.5).add_(y * i)
+        return x
+
+    assert_matches_eager(f, randn(8), randn(8))
+
+
+# ------------------------------------------------------------------------- modules
+class Counter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        self.steps.add_(1)
+        return x * self.steps
+
+
+def test_module_buffer_mutation_once() -> None:
+    compiled = assert_matches_eager(Counter(), randn(4))
+    assert compiled.input_names == ["steps", "x"]
+    assert compiled.io_map == {0: 1}
+
+
+def test_module_buffer_mutation_three_calls() -> None:
+    module = Counter()
+    eager = copy.deepcopy(module)
+    x = randn(4)
+    import outofplace
+    compiled = outofplace.compile(module, [x.clone()])
+    for call in range(3):
+        expected = eager(x.clone())
+        actual = compiled(x.clone())
+        assert_same_tree(actual, expected, f"output of call {call}")
+        assert_module_state_matches(module, eager, f"state after call {call}")
+        assert int(module.steps) == call + 1
+
+
+class RunningMean(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(8))
+        self.register_buffer("running", torch.zeros(8))
+        self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        self.running.mul_(0.9).add_(x.mean(0) * 0.1)
+        self.count += 1
+        return x * self.weight + self.running
+
+
+def test_module_parameter_read_buffer_written() -> None:
+    compiled = assert_matches_eager(RunningMean(), randn(4, 8))
+    assert compiled.input_names[:3] == ["weight", "running", "count"]
+    assert compiled.input_names[3:] == ["x"]
+    assert compiled.io_map == {1: 1, 2: 2}
+
+
+def test_module_parameter_read_buffer_written_three_calls() -> None:
+    module = RunningMean()
+    eager = copy.deepcopy(module)
+    import outofplace
+    compiled = outofplace.compile(module, [randn(4, 8)])
+    for call in range(3):
+        x = randn(4, 8)
+        with torch.no_grad():
+            expected = eager(x.clone())
+        actual = compiled(x.clone())
+        assert_same_tree(actual, expected, f"output of call {call}")
+        assert_module_state_matches(module, eager, f"state after call {call}")
+
+
+class BufferAndInput(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("acc", torch.zeros(3))
+
+    def forward(self, x, y):
+        self.acc.add_(x)
+        y.mul_(self.acc)
+        return None
+
+
+def test_module_buffer_and_user_input_mutated() -> None:
+    compiled = assert_matches_eager(BufferAndInput(), randn(3), randn(3))
+    assert compiled.input_names == ["acc", "x", "y"]
+    assert compiled.io_map == {0: 0, 2: 1}
