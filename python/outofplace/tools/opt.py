@@ -17,7 +17,8 @@ from torch_mlir import ir
 from ..context import make_context
 from ..errors import UnsupportedMutationError
 from ..lowering import NotStableHLOError
-from ..pipelines import PASSES, PIPELINES, PipelineError, run_pipeline
+from ..pipelines import (PASSES, PIPELINES, PipelineError, build_pass_manager,
+                         run_pipeline)
 
 SPLIT_MARKER = "// -----"
 
@@ -101,6 +102,11 @@ def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = _arguments().parse_args(argv)
+    try:  # a bad pipeline is reported before any input is read, as mlir-opt does
+        build_pass_manager(options.pass_pipeline, make_context(), [])
+    except PipelineError as error:
+        print(f"outofplace-opt: error: {error}", file=sys.stderr)
+        return 1
     try:
         if options.input == "-":
             text = sys.stdin.read()
