@@ -4,11 +4,11 @@
     print(compiled.stablehlo)      # StableHLO, kv_cache aliased to its updated result
     compiled(kv_cache, k, pos)     # runs it and updates kv_cache like eager
 
-The lower-level steps work on torch-mlir modules imported by the user:
+The lower-level steps work on torch-mlir modules, ours (`import_torch`) or the user's:
 `inplace_to_outofplace(module)` returns the io_map, `lower_to_stablehlo(module)` lowers.
 """
 
-from .compiled import Compiled, compile
+from .compiled import Compiled, compile, import_torch
 from .context import make_context
 from .errors import UnsupportedMutationError
 from .frontend import mark_mutable_tensors
@@ -20,6 +20,7 @@ __all__ = [
     "Compiled",
     "UnsupportedMutationError",
     "compile",
+    "import_torch",
     "inplace_to_outofplace",
     "lower_to_stablehlo",
     "make_context",

@@ -86,6 +86,17 @@ class Compiled:
         return pytree.tree_unflatten(leaves, self.signature.out_spec)
 
 
+def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:
+    """Traces `f(*args, **kwargs)` into mutable torch IR, mutations kept.
+
+    Mutated tensors and their aliases are `!torch.tensor`, the rest `!torch.vtensor`;
+    arguments carry the program's names. The first step of `compile`, for users who
+    want to run the passes themselves.
+    """
+    module, _ = frontend.compile_to_torch_ir(f, tuple(args), kwargs, make_context())
+    return module
+
+
 def compile(f: Any, args: tuple, kwargs: dict | None = None) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
 

@@ -158,6 +158,16 @@ def _operands_to_nonvalue(op: ir.Operation) -> None:
             op.operands[position] = copy.result
 
 
+def _operands_to_value(op: ir.Operation) -> None:
+    """A list of tensors holds values: read mutable operands with `torch.copy.to_vtensor`."""
+    for position, operand in enumerate(op.operands):
+        if torch_types.is_nonvalue_tensor(operand.type):
+            read = ir.Operation.create(
+                "torch.copy.to_vtensor", results=[torch_types.value_type(operand.type)],
+                operands=[operand], loc=op.location, ip=ir.InsertionPoint(op))
+            op.operands[position] = read.result
+
+
 def mark_mutable_tensors(func: func_d.FuncOp) -> None:
     """Gives `!torch.tensor` type to every tensor written in place or aliasing one.
 
@@ -191,6 +201,8 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
         effects = op_registry.effects(op_registry.aten_name(op))
         if effects is not None and effects.written:
             _operands_to_nonvalue(op)
+        elif op.name == "torch.prim.ListConstruct":
+            _operands_to_value(op)
         if op.name == "torch.vtensor.literal" and op.results[0] in written:
             raise UnsupportedMutationError.at(op, "a tensor constant is written in place")
     terminator = block.operations[len(block.operations) - 1]

@@ -58,19 +58,32 @@ class _FunctionRewriter:
     func: func_d.FuncOp
     aliases: dict[ir.Value, _Alias] = field(default_factory=dict)
     dead: list[ir.Operation] = field(default_factory=list)
+    views: dict[ir.Value, tuple[int, ir.Value]] = field(default_factory=dict)  # read cache
 
     # ----------------------------------------------------------------------------- reads
-    def read(self, value: ir.Value) -> ir.Value:
-        """The current value of a tracked tensor."""
+    def read(self, value: ir.Value, before: ir.Operation) -> ir.Value:
+        """The current value of a tracked tensor, as of the op `before`.
+
+        A view is re-derived from its root's newest version by cloning its chain of view
+        ops; the result is cached until the root is written again.
+        """
         alias = self.aliases[value]
-        if alias.chain:
-            op = alias.chain[-1]
-            raise UnsupportedMutationError.at(
-                op, "reading a view of a mutated tensor is not supported yet")
-        return alias.root.value
+        if not alias.chain:
+            return alias.root.value
+        cached = self.views.get(value)
+        if cached is not None and cached[0] == alias.root.versions:
+            return cached[1]
+        current = alias.root.value
+        for view in alias.chain:
+            clone = view.clone(ip=ir.InsertionPoint(before))
+            clone.operands[0] = current
+            clone.result.set_type(torch_types.value_type(clone.result.type))
+            current = clone.result
+        self.views[value] = (alias.root.versions, current)
+        return current
 
     def read_operands(self, op: ir.Operation) -> list[ir.Value]:
-        return [self.read(v) if v in self.aliases else v for v in op.operands]
+        return [self.read(v, op) if v in self.aliases else v for v in op.operands]
 
     # ---------------------------------------------------------------------------- writes
     def version_location(self, root: _Root, op: ir.Operation) -> ir.Location:
@@ -131,7 +144,7 @@ class _FunctionRewriter:
                 op, "a mutated tensor is used by an op outofplace cannot see into")
         for position, value in enumerate(op.operands):
             if value in self.aliases:
-                op.operands[position] = self.read(value)
+                op.operands[position] = self.read(value, op)
         for result in fresh:
             result.set_type(torch_types.value_type(result.type))
             self.new_root(result, result)
@@ -168,7 +181,7 @@ class _FunctionRewriter:
 
     # ------------------------------------------------------------------ torch copy ops
     def visit_to_vtensor(self, op: ir.Operation) -> None:
-        op.result.replace_all_uses_with(self.read(op.operands[0]))
+        op.result.replace_all_uses_with(self.read(op.operands[0], op))
         self.dead.append(op)
 
     def visit_to_tensor(self, op: ir.Operation) -> None:
@@ -184,7 +197,7 @@ class _FunctionRewriter:
     def visit_return(self, op: ir.Operation) -> None:
         for position, value in enumerate(op.operands):
             if value in self.aliases:
-                op.operands[position] = self.read(value)
+                op.operands[position] = self.read(value, op)
 
     # ------------------------------------------------------------------------ finish
     def finish(self, block: ir.Block) -> dict[int, int]:

@@ -1,0 +1,175 @@
+"""Mutations outofplace cannot express must fail loudly, naming the op and the user's line.
+
+Each program below holds the offending statement on the line right after its `def`, so
+the line the error must point at is `co_firstlineno + 1`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import outofplace
+
+THIS_FILE = os.path.basename(__file__)
+NO_TWIN = "it has no out-of-place twin"
+METADATA = "it changes the shape or strides of a tensor in place"
+
+
+def bernoulli_(x):
+    x.bernoulli_(0.5)
+    return x + 1
+
+
+def normal_(x):
+    x.normal_()
+    return x + 1
+
+
+def geometric_(x):
+    x.geometric_(0.5)
+    return x + 1
+
+
+def cauchy_(x):
+    x.cauchy_()
+    return x + 1
+
+
+def log_normal_(x):
+    x.log_normal_()
+    return x * 2
+
+
+def t_(x):
+    x.t_()
+    return x + 1
+
+
+def transpose_(x):
+    x.transpose_(0, 1)
+    return x + 1
+
+
+def swapdims_(x):
+    x.swapdims_(0, 1)
+    return x.sum()
+
+
+def squeeze_(x):
+    x.squeeze_()
+    return x + 1
+
+
+def resize_(x):
+    x.resize_(12)
+    return x + 1
+
+
+def as_strided_(x):
+    x.as_strided_((4, 3), (1, 4))
+    return x + 1
+
+
+def set_(x):
+    x.set_(torch.zeros(3, 4))
+    return x + 1
+
+
+CASES = [
+    (bernoulli_, (3, 4), "torch.aten.bernoulli_.float", NO_TWIN),
+    (normal_, (3, 4), "torch.aten.normal_", NO_TWIN),
+    (geometric_, (3, 4), "torch.aten.geometric_", NO_TWIN),
+    (cauchy_, (3, 4), "torch.aten.cauchy_", NO_TWIN),
+    (log_normal_, (3, 4), "torch.aten.log_normal_", NO_TWIN),
+    (t_, (3, 4), "torch.aten.t_", METADATA),
+    (transpose_, (3, 4), "torch.aten.transpose_", METADATA),
+    (swapdims_, (3, 4), "torch.aten.swapdims_", METADATA),
+    (squeeze_, (1, 4), "torch.aten.squeeze_", METADATA),
+    (resize_, (3, 4), "torch.aten.resize_", METADATA),
+    (as_strided_, (3, 4), "torch.aten.as_strided_", METADATA),
+    (set_, (3, 4), "torch.aten.set_.source_Tensor", METADATA),
+]
+
+
+def assert_error_at(error: outofplace.UnsupportedMutationError, op: str, reason: str,
+                    line: int) -> None:
+    message = str(error)
+    where = f"{THIS_FILE}:{line}"
+    assert f"unsupported mutation by {op}: {reason}" in message
+    assert f"{where}: unsupported mutation by {op}" in message
+    assert message.endswith(f"{where}: unsupported mutation by {op}: {reason}")
+    assert error.op == op
+    assert error.reason == reason
+    assert error.location.endswith(where)
+    assert os.path.samefile(error.location.rsplit(":", 1)[0], __file__)
+
+
+@pytest.mark.parametrize("f, shape, op, reason", CASES, ids=[c[0].__name__ for c in CASES])
+def test_unsupported_inplace_op(f, shape: tuple, op: str, reason: str) -> None:
+    x = torch.randn(shape)
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(f, [x])
+    assert_error_at(info.value, op, reason, f.__code__.co_firstlineno + 1)
+
+
+def test_error_message_format_for_t_() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=r"test_errors\.py:\d+: unsupported mutation by torch\.aten\.t_: "
+                             r"it changes the shape or strides of a tensor in place$"):
+        outofplace.compile(t_, [torch.randn(3, 4)])
+
+
+def squeeze_after_add(x):
+    x.add_(1)
+    x.squeeze_(0)
+    return x
+
+
+def test_metadata_mutation_after_supported_mutation() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(squeeze_after_add, [torch.randn(1, 4)])
+    line = squeeze_after_add.__code__.co_firstlineno + 2
+    assert_error_at(info.value, "torch.aten.squeeze_.dim", METADATA, line)
+
+
+def transpose_intermediate(x):
+    t = x * 2
+    t.transpose_(0, 1)
+    return t
+
+
+def test_metadata_mutation_of_intermediate() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(transpose_intermediate, [torch.randn(3, 4)])
+    line = transpose_intermediate.__code__.co_firstlineno + 2
+    assert_error_at(info.value, "torch.aten.transpose_", METADATA, line)
+
+
+def test_error_does_not_touch_inputs() -> None:
+    x = torch.randn(3, 4)
+    before = x.clone()
+    with pytest.raises(outofplace.UnsupportedMutationError):
+        outofplace.compile(squeeze_after_add, [x[:1].clone()])
+    with pytest.raises(outofplace.UnsupportedMutationError):
+        outofplace.compile(bernoulli_, [x])
+    torch.testing.assert_close(x, before, rtol=0, atol=0)
+
+
+class TransposesBuffer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.zeros(3, 4))
+
+    def forward(self, x):
+        self.state.t_()
+        return x
+
+
+def test_module_buffer_metadata_mutation() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(TransposesBuffer(), [torch.randn(3)])
+    line = TransposesBuffer.forward.__code__.co_firstlineno + 1
+    assert_error_at(info.value, "torch.aten.t_", METADATA, line)
