@@ -137,3 +137,51 @@ func.func @readonly$nonvalue(%x: !torch.tensor<[2],f32>) -> !torch.vtensor<[2],f
   %0 = torch.aten.neg %x : !torch.tensor<[2],f32> -> !torch.vtensor<[2],f32>
   return %0 : !torch.vtensor<[2],f32>
 }
+
+// -----
+
+// A write through a slice is written back with slice_scatter; a view taken before the
+// write (the row) is re-derived from the new root when read after it.
+// CHECK-LABEL: func.func @slice$copy_(
+// CHECK-SAME:    %[[B:.*]]: !torch.vtensor<[8,4],f32> {tf.aliasing_output = 1 : i32},
+// CHECK-SAME:    %[[V:.*]]: !torch.vtensor<[2,4],f32>)
+// CHECK:         %[[OLD:.*]] = torch.aten.slice.Tensor %[[B]], %[[D0:.*]], %[[S:.*]], %[[E:.*]], %[[ST:.*]] :
+// CHECK:         %[[NEW:.*]] = torch.aten.copy %[[OLD]], %[[V]]
+// CHECK:         %[[ROOT:.*]] = torch.aten.slice_scatter %[[B]], %[[NEW]], %[[D0]], %[[S]], %[[E]], %[[ST]] :
+// CHECK:         %[[ROW:.*]] = torch.aten.select.int %[[ROOT]]
+// CHECK:         return %[[ROW]], %[[ROOT]]
+func.func @slice$copy_(%b: !torch.tensor<[8,4],f32>, %v: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[4],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int4 = torch.constant.int 4
+  %false = torch.constant.bool false
+  %row = torch.aten.select.int %b, %int0, %int2 : !torch.tensor<[8,4],f32>, !torch.int, !torch.int -> !torch.tensor<[4],f32>
+  %s = torch.aten.slice.Tensor %b, %int0, %int2, %int4, %int1 : !torch.tensor<[8,4],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.tensor<[2,4],f32>
+  %t = torch.copy.to_tensor %v : !torch.tensor<[2,4],f32>
+  %0 = torch.aten.copy_ %s, %t, %false : !torch.tensor<[2,4],f32>, !torch.tensor<[2,4],f32>, !torch.bool -> !torch.tensor<[2,4],f32>
+  %1 = torch.copy.to_vtensor %row : !torch.vtensor<[4],f32>
+  return %1 : !torch.vtensor<[4],f32>
+}
+
+// -----
+
+// A chain of views (select of transpose) writes back innermost first.
+// CHECK-LABEL: func.func @t$select_fill_(
+// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4,5],f32> {tf.aliasing_output = 0 : i32})
+// CHECK:         %[[T:.*]] = torch.aten.t %[[X]]
+// CHECK:         %[[COL:.*]] = torch.aten.select.int %[[T]]
+// CHECK:         %[[FILLED:.*]] = torch.aten.fill.Scalar %[[COL]]
+// CHECK:         %[[T2:.*]] = torch.aten.t %[[X]]
+// CHECK:         %[[NEWT:.*]] = torch.aten.select_scatter %[[T2]], %[[FILLED]]
+// CHECK:         %[[ROOT:.*]] = torch.aten.t %[[NEWT]]
+// CHECK:         return %[[ROOT]]
+func.func @t$select_fill_(%x: !torch.tensor<[4,5],f32>) {
+  %int0 = torch.constant.int 0
+  %int3 = torch.constant.int 3
+  %float1 = torch.constant.float 1.0
+  %0 = torch.aten.t %x : !torch.tensor<[4,5],f32> -> !torch.tensor<[5,4],f32>
+  %1 = torch.aten.select.int %0, %int0, %int3 : !torch.tensor<[5,4],f32>, !torch.int, !torch.int -> !torch.tensor<[4],f32>
+  %2 = torch.aten.fill_.Scalar %1, %float1 : !torch.tensor<[4],f32>, !torch.float -> !torch.tensor<[4],f32>
+  return
+}

@@ -29,7 +29,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
-from . import op_registry, torch_types
+from . import op_registry, torch_types, views
 from .errors import UnsupportedMutationError
 
 ALIASING_OUTPUT = "tf.aliasing_output"
@@ -94,12 +94,24 @@ class _FunctionRewriter:
 
     def write(self, target: ir.Value, op: ir.Operation,
               build: Callable[[ir.Location], ir.Value]) -> None:
-        """Makes `build(loc)` the new value of the tensor `target`."""
+        """Makes `build(loc)` the new value of the tensor `target`.
+
+        A write to a view is written back into each base in turn, innermost first, so
+        the root gets one new version and every other view of it is re-derived on read.
+        """
         alias = self.aliases[target]
-        if alias.chain:
-            raise UnsupportedMutationError.at(
-                op, f"writing through a view ({alias.chain[-1].name}) is not supported yet")
-        alias.root.value = build(self.version_location(alias.root, op))
+        loc = self.version_location(alias.root, op)
+        if not alias.chain:
+            alias.root.value = build(loc)
+            return
+        value = build(op.location)
+        ip = ir.InsertionPoint(op)
+        for depth in range(len(alias.chain) - 1, -1, -1):
+            view = alias.chain[depth]
+            base = self.read(view.operands[0], op)
+            value = views.write_back(view, base, value, loc if depth == 0 else op.location,
+                                     ip)
+        alias.root.value = value
 
     # ----------------------------------------------------------------------------- visit
     def new_root(self, value: ir.Value, vtensor: ir.Value, arg_number: int | None = None

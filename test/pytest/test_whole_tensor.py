@@ -6,7 +6,9 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+import outofplace
 from differential import assert_matches_eager, assert_module_state_matches, assert_same_tree
 
 
@@ -130,6 +132,22 @@ def test_copy_casts(dst_dtype: torch.dtype, src: torch.Tensor) -> None:
     assert compiled.io_map == {0: 1}
 
 
+@pytest.mark.parametrize("dst, src", [
+    (torch.zeros(3, 4), torch.randn(3, 4, dtype=torch.float64)),
+    (torch.zeros(3, 4, dtype=torch.int64), torch.rand(3, 4) > 0.5),
+    (torch.zeros(3, 4, dtype=torch.bool), torch.randn(3, 4).round()),
+    (torch.zeros(3, 4, dtype=torch.int64), torch.randn(3, 4) * 10),
+    (torch.zeros(3, 4, dtype=torch.uint8), torch.rand(3, 4) * 200),
+    (torch.zeros(3, dtype=torch.float16), torch.tensor([1e5, -1e6, 70000.0])),
+], ids=["f64-f32", "bool-i64", "f32-bool", "f32-i64", "f32-u8", "f32-f16-overflow"])
+def test_copy_more_casts(dst: torch.Tensor, src: torch.Tensor) -> None:
+    def f(dst, src):
+        dst.copy_(src)
+        return dst
+
+    assert_matches_eager(f, dst, src)
+
+
 def test_copy_then_mutate_source() -> None:
     def f(dst, src):
         dst.copy_(src)
@@ -185,6 +203,48 @@ def test_clamp_tensor_bounds() -> None:
         x.clamp_(lo, hi)
 
     assert_matches_eager(f, randn(4, 8), -positive(4, 8), positive(1, 8))
+
+
+def test_clamp_min_tensor() -> None:
+    def f(x, lo):
+        x.clamp_min_(lo)
+        return x
+
+    assert_matches_eager(f, randn(4, 8), randn(4, 8))
+
+
+def test_masked_fill_scalar() -> None:
+    def f(x):
+        x.masked_fill_(x > 0, -1.0)
+        return x.sum()
+
+    assert_matches_eager(f, randn(3, 4))
+
+
+def test_masked_fill_tensor_value_and_broadcast_mask() -> None:
+    def f(x, mask, value):
+        x.masked_fill_(mask, value)
+        return x
+
+    assert_matches_eager(f, randn(3, 4), torch.rand(1, 4) > 0.5, torch.tensor(2.0))
+
+
+def test_scatter_src() -> None:
+    def f(x, index, src):
+        x.scatter_(0, index, src)
+        return x
+
+    index = torch.tensor([[0, 1, 2, 0], [2, 0, 1, 1]])
+    assert_matches_eager(f, randn(3, 4), index, randn(2, 4))
+
+
+@pytest.mark.parametrize("op", ["fmod_", "atan2_", "copysign_", "ge_", "lt_", "eq_"])
+def test_more_binary_tensor(op: str) -> None:
+    def f(x, y):
+        getattr(x, op)(y)
+        return x
+
+    assert_matches_eager(f, randn(4, 8) * 3, positive(4, 8))
 
 
 def test_lerp_scalar_weight() -> None:
@@ -261,7 +321,6 @@ def test_int_mul_float_scalar_is_rejected_like_eager() -> None:
     with pytest.raises(RuntimeError):
         f(torch.ones(3, dtype=torch.int64))
     with pytest.raises(Exception, match="mul_"):
-        import outofplace
         outofplace.compile(f, [torch.ones(3, dtype=torch.int64)])
 
 
@@ -272,6 +331,38 @@ def test_int32_add_int64_keeps_int32() -> None:
 
     assert_matches_eager(f, torch.randint(-5, 5, (6,), dtype=torch.int32),
                          torch.randint(-5, 5, (6,), dtype=torch.int64))
+
+
+@pytest.mark.parametrize("x, y", [
+    (torch.randn(5), torch.tensor(1 / 3, dtype=torch.float64)),
+    (torch.randn(5).half(), torch.tensor(1 / 3, dtype=torch.float64)),
+    (torch.arange(5, dtype=torch.int32), torch.tensor(2 ** 33)),
+    (torch.randn(5).half(), torch.tensor(3)),
+], ids=["f32+f64-0d", "f16+f64-0d", "i32+i64-0d", "f16+i64-0d"])
+def test_zero_dim_operand_does_not_promote(x: torch.Tensor, y: torch.Tensor) -> None:
+    def f(x, y):
+        x.add_(y)
+        return x
+
+    assert_matches_eager(f, x, y)
+
+
+def test_bfloat16_add_float32() -> None:
+    def f(x, y):
+        x.add_(y)
+        return x
+
+    assert_matches_eager(f, randn(5, dtype=torch.bfloat16), randn(5))
+
+
+@pytest.mark.parametrize("op", ["bitwise_and_", "bitwise_or_", "bitwise_xor_",
+                                "__iand__", "__ior__", "bitwise_left_shift_"])
+def test_int_bitwise_tensor(op: str) -> None:
+    def f(x, y):
+        getattr(x, op)(y)
+        return x
+
+    assert_matches_eager(f, torch.randint(0, 100, (6,)), torch.randint(0, 4, (6,)))
 
 
 @pytest.mark.parametrize("op", ["logical_and_", "logical_or_", "logical_xor_"])
@@ -294,8 +385,9 @@ def test_bool_iand() -> None:
 # ---------------------------------------------------------------- unary in-place ops
 UNARY = ["sin_", "cos_", "exp_", "tanh_", "sigmoid_", "neg_", "abs_", "sqrt_", "relu_",
          "floor_", "ceil_", "round_", "rsqrt_", "log_", "reciprocal_", "trunc_",
-         "sign_", "square_"]
-NEEDS_POSITIVE = {"sqrt_", "rsqrt_", "log_"}
+         "sign_", "square_", "erf_", "expm1_", "log1p_", "log2_", "atan_", "frac_",
+         "exp2_", "deg2rad_", "tan_"]
+NEEDS_POSITIVE = {"sqrt_", "rsqrt_", "log_", "log1p_", "log2_"}
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -316,6 +408,50 @@ def test_round_half_to_even() -> None:
         return x
 
     assert_matches_eager(f, torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.49, 3.51]))
+
+
+@pytest.mark.parametrize("op", ["asin_", "acos_", "logit_"])
+def test_unary_on_unit_interval(op: str) -> None:
+    def f(x):
+        getattr(x, op)()
+        return x
+
+    assert_matches_eager(f, torch.rand(4, 8) * 0.9 + 0.05)
+
+
+ACTIVATIONS = {
+    "relu": lambda x: F.relu(x, inplace=True),
+    "relu6": lambda x: F.relu6(x, inplace=True),
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.1, inplace=True),
+    "hardtanh": lambda x: F.hardtanh(x, -2.0, 1.5, inplace=True),
+    "silu": lambda x: F.silu(x, inplace=True),
+    "elu": lambda x: F.elu(x, inplace=True),
+    "selu": lambda x: F.selu(x, inplace=True),
+    "celu": lambda x: F.celu(x, inplace=True),
+    "hardswish": lambda x: F.hardswish(x, inplace=True),
+    "hardsigmoid": lambda x: F.hardsigmoid(x, inplace=True),
+    "mish": lambda x: F.mish(x, inplace=True),
+    "threshold": lambda x: F.threshold(x, 0.1, 20.0, inplace=True),
+}
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_functional_inplace_activation(name: str) -> None:
+    activation = ACTIVATIONS[name]
+
+    def f(x):
+        y = activation(x)
+        return y * 2
+
+    assert_matches_eager(f, randn(4, 8) * 4)
+
+
+def test_nan_to_num() -> None:
+    def f(x):
+        x.nan_to_num_(0.0, 100.0, -100.0)
+        return x
+
+    assert_matches_eager(f, torch.tensor([1.0, float("nan"), float("inf"), -float("inf")]))
 
 
 def test_unary_on_int_abs_neg() -> None:
@@ -461,6 +597,42 @@ def test_inputs_in_a_list() -> None:
     assert compiled.io_map == {0: 1, 1: 2}
 
 
+def test_self_aliasing_operand() -> None:
+    def f(x):
+        x.add_(x)
+        x.mul_(x.sum())
+        return x
+
+    assert_matches_eager(f, randn(3, 4))
+
+
+def test_read_through_contiguous_after_mutation() -> None:
+    def f(x):
+        y = x.contiguous()
+        x.add_(1)
+        return y
+
+    assert_matches_eager(f, randn(3, 4))
+
+
+def test_setitem_full_slice_with_tensor() -> None:
+    def f(x, y):
+        x[:] = y
+        return x * 2
+
+    assert_matches_eager(f, randn(3, 4), randn(3, 4))
+
+
+def test_requires_grad_and_detach_in_place_then_mutate() -> None:
+    def f(x):
+        x.requires_grad_(False)
+        x.detach_()
+        x.add_(1)
+        return x
+
+    assert_matches_eager(f, randn(3))
+
+
 def test_loop_of_updates() -> None:
     def f(x, y):
         for i in range(5):
@@ -491,7 +663,6 @@ def test_module_buffer_mutation_three_calls() -> None:
     module = Counter()
     eager = copy.deepcopy(module)
     x = randn(4)
-    import outofplace
     compiled = outofplace.compile(module, [x.clone()])
     for call in range(3):
         expected = eager(x.clone())
@@ -524,7 +695,6 @@ def test_module_parameter_read_buffer_written() -> None:
 def test_module_parameter_read_buffer_written_three_calls() -> None:
     module = RunningMean()
     eager = copy.deepcopy(module)
-    import outofplace
     compiled = outofplace.compile(module, [randn(4, 8)])
     for call in range(3):
         x = randn(4, 8)
@@ -550,3 +720,90 @@ def test_module_buffer_and_user_input_mutated() -> None:
     compiled = assert_matches_eager(BufferAndInput(), randn(3), randn(3))
     assert compiled.input_names == ["acc", "x", "y"]
     assert compiled.io_map == {0: 0, 2: 1}
+
+
+# ------------------------------------------------- common programs that fail to compile
+def test_setitem_ellipsis_scalar() -> None:
+    def f(x):
+        x[...] = 3.0
+        return x + 1
+
+    assert_matches_eager(f, randn(3, 4))
+
+
+def test_mutate_with_constant_tensor_operand() -> None:
+    def f(x):
+        x.add_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+        return x
+
+    assert_matches_eager(f, randn(3, 4))
+
+
+def test_read_mutated_tensor_through_float() -> None:
+    def f(x, y):
+        x.add_(y)
+        return x.float().sum()
+
+    assert_matches_eager(f, randn(3, 4, dtype=torch.float16), randn(3, 4, dtype=torch.float16))
+
+
+def test_read_dtype_conversion_taken_before_mutation() -> None:
+    def f(x):
+        y = x.to(torch.float64)
+        x.mul_(2)
+        return y, x
+
+    assert_matches_eager(f, randn(3, 4))
+
+
+def test_read_half_to_float_taken_before_mutation() -> None:
+    def f(x):
+        y = x.float()
+        x.add_(1)
+        return y
+
+    assert_matches_eager(f, randn(3, 4, dtype=torch.float16))
+
+
+def test_read_contiguous_copy_taken_before_mutation() -> None:
+    def f(x):
+        y = x.t().contiguous()
+        x.mul_(2)
+        return y
+
+    assert_matches_eager(f, randn(3, 4))
+
+
+def test_read_reshape_copy_taken_before_mutation() -> None:
+    def f(x):
+        y = x.t().reshape(-1)
+        x.mul_(2)
+        return y
+
+    assert_matches_eager(f, randn(3, 4))
+
+
+@pytest.mark.parametrize("exponent", [2, 0.5])
+def test_pow_scalar(exponent: float) -> None:
+    def f(x):
+        x.pow_(exponent)
+        return x
+
+    assert_matches_eager(f, positive(3, 4))
+
+
+def test_detach_in_place_only() -> None:
+    def f(x):
+        x.detach_()
+        return x + 1
+
+    assert_matches_eager(f, randn(3))
+
+
+def test_remainder_tensor_negative_dividend() -> None:
+    def f(x, y):
+        x.remainder_(y)
+        return x
+
+    assert_matches_eager(f, torch.tensor([-2.5, -0.7, 0.3, 1.7, 3.2, -3.2]),
+                         torch.tensor([0.6, 0.9, 1.1, 1.4, 0.7, 0.8]))

@@ -1,0 +1,163 @@
+"""Writing a new value of a view back into its base, one view op at a time.
+
+For each ATen view op, `write_back(view, base, src)` builds the value the base has once
+the view's elements are replaced by `src`:
+
+    %v = torch.aten.slice.Tensor %base, %dim, %start, %end, %step
+    =>  torch.aten.slice_scatter %base, %src, %dim, %start, %end, %step
+
+The pass applies these from the innermost view outwards, so a write through
+`x.t()[3]` becomes a new `x`. View ops that cannot be written through (`expand`, whose
+elements share memory; `unfold`, whose windows overlap) are refused, as eager refuses
+or misbehaves on them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch_mlir import ir
+
+from . import torch_types
+from .errors import UnsupportedMutationError
+
+WriteBack = Callable[[ir.Operation, ir.Value, ir.Value, ir.Location, ir.InsertionPoint],
+                     ir.Value]
+_WRITE_BACK: dict[str, WriteBack] = {}
+
+
+def _register(*names: str) -> Callable[[WriteBack], WriteBack]:
+    def register(fn: WriteBack) -> WriteBack:
+        for name in names:
+            _WRITE_BACK[name] = fn
+        return fn
+    return register
+
+
+def write_back(view: ir.Operation, base: ir.Value, src: ir.Value, loc: ir.Location,
+               ip: ir.InsertionPoint) -> ir.Value:
+    """The new value of `base` after the elements `view` selects become `src`."""
+    fn = _WRITE_BACK.get(view.name)
+    if fn is None:
+        raise UnsupportedMutationError.at(
+            view, "writing through this view op is not supported")
+    return fn(view, base, src, loc, ip)
+
+
+def _create(name: str, operands: list[ir.Value], like: ir.Value, loc: ir.Location,
+            ip: ir.InsertionPoint) -> ir.Value:
+    result = torch_types.value_type(like.type)
+    return ir.Operation.create(name, results=[result], operands=operands, loc=loc,
+                               ip=ip).result
+
+
+def _constant_int(value: ir.Value) -> int | None:
+    owner = value.owner
+    if isinstance(value, ir.OpResult) and owner.name == "torch.constant.int":
+        return ir.IntegerAttr(owner.attributes["value"]).value
+    return None
+
+
+def _int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
+    items = [_constant(v, loc, ip) for v in values]
+    return ir.Operation.create("torch.prim.ListConstruct",
+                               results=[ir.Type.parse("!torch.list<int>")],
+                               operands=items, loc=loc, ip=ip).result
+
+
+@_register("torch.aten.slice.Tensor")
+def _slice(view, base, src, loc, ip):
+    """x[a:b:c] = src  =>  slice_scatter(x, src, dim, a, b, c)"""
+    return _create("torch.aten.slice_scatter", [base, src, *view.operands[1:]], base,
+                   loc, ip)
+
+
+def _constant(value: int, loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.Operation.create(
+        "torch.constant.int", results=[ir.Type.parse("!torch.int")],
+        attributes={"value": ir.IntegerAttr.get(i64, value)}, loc=loc, ip=ip).result
+
+
+@_register("torch.aten.select.int")
+def _select(view, base, src, loc, ip):
+    """x[i] = src  =>  select_scatter(x, src, dim, i), a negative i counted from the end"""
+    dim_value, index_value = view.operands[1], view.operands[2]
+    dim, index = _constant_int(dim_value), _constant_int(index_value)
+    sizes = torch_types.TensorType.of(base.type).sizes
+    if index is not None and index < 0 and dim is not None and sizes is not None:
+        size = sizes[dim % len(sizes)]
+        if size >= 0:
+            index_value = _constant(index + size, loc, ip)
+    return _create("torch.aten.select_scatter", [base, src, dim_value, index_value], base,
+                   loc, ip)
+
+
+@_register("torch.aten.diagonal")
+def _diagonal(view, base, src, loc, ip):
+    """x.diagonal(o, d1, d2) = src  =>  diagonal_scatter(x, src, o, d1, d2)"""
+    return _create("torch.aten.diagonal_scatter", [base, src, *view.operands[1:]], base,
+                   loc, ip)
+
+
+@_register("torch.aten.as_strided")
+def _as_strided(view, base, src, loc, ip):
+    """x.as_strided(size, stride, off) = src  =>  as_strided_scatter(x, src, ...)"""
+    return _create("torch.aten.as_strided_scatter", [base, src, *view.operands[1:]],
+                   base, loc, ip)
+
+
+@_register("torch.aten.transpose.int")
+def _transpose(view, base, src, loc, ip):
+    """x.transpose(a, b) = src  =>  x = src.transpose(a, b)"""
+    return _create("torch.aten.transpose.int", [src, *view.operands[1:]], base, loc, ip)
+
+
+@_register("torch.aten.t", "torch.aten.numpy_T")
+def _t(view, base, src, loc, ip):
+    """x.t() = src  =>  x = src.t()"""
+    return _create(view.name, [src], base, loc, ip)
+
+
+@_register("torch.aten.permute")
+def _permute(view, base, src, loc, ip):
+    """x.permute(p) = src  =>  x = src.permute(inverse of p)"""
+    dims_list = view.operands[1].owner
+    dims = [_constant_int(v) for v in dims_list.operands]
+    if dims_list.name != "torch.prim.ListConstruct" or None in dims:
+        raise UnsupportedMutationError.at(view, "permute with runtime dims")
+    rank = len(dims)
+    inverse = [0] * rank
+    for position, dim in enumerate(dims):
+        inverse[dim % rank] = position
+    return _create("torch.aten.permute", [src, _int_list(inverse, loc, ip)], base, loc, ip)
+
+
+@_register("torch.aten.view", "torch.aten._unsafe_view", "torch.aten.reshape",
+           "torch.aten.unsqueeze", "torch.aten.squeeze", "torch.aten.squeeze.dim",
+           "torch.aten.squeeze.dims", "torch.aten.flatten.using_ints",
+           "torch.aten.unflatten.int", "torch.aten.view_as", "torch.aten.reshape_as")
+def _reshape(view, base, src, loc, ip):
+    """x.view(s) = src  =>  x = src.view(x's shape); views keep row-major element order"""
+    sizes = torch_types.TensorType.of(base.type).sizes
+    if sizes is None or any(d < 0 for d in sizes):
+        raise UnsupportedMutationError.at(view, "writing through a view of a dynamic shape")
+    return _create("torch.aten.view", [src, _int_list(list(sizes), loc, ip)], base, loc, ip)
+
+
+@_register("torch.aten.alias", "torch.aten.detach", "torch.aten.lift_fresh")
+def _identity(view, base, src, loc, ip):
+    """x.alias() = src  =>  x = src"""
+    return src
+
+
+@_register("torch.aten.expand", "torch.aten.expand_as")
+def _expand(view, base, src, loc, ip):
+    raise UnsupportedMutationError.at(
+        view, "writing into an expanded tensor: its elements share memory (eager refuses "
+        "most such writes)")
+
+
+@_register("torch.aten.unfold")
+def _unfold(view, base, src, loc, ip):
+    raise UnsupportedMutationError.at(view, "writing into unfold windows, which overlap")

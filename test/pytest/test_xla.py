@@ -1,0 +1,234 @@
+"""XLA accepts outofplace's StableHLO, honours its aliases and computes eager's values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import outofplace
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)
+
+from jax._src import xla_bridge  # noqa: E402
+from jax._src.lib import _jax, xla_client  # noqa: E402
+
+from differential import assert_same_tree  # noqa: E402
+
+
+# ------------------------------------------------- a minimal protobuf wire-format reader
+# jaxlib ships no hlo_pb2 and the venv has no protobuf package; the few fields needed are
+# read straight off the wire. Field numbers are those of xla/service/hlo.proto:
+#   HloModuleProto.input_output_alias = 8            (HloInputOutputAliasProto)
+#   HloInputOutputAliasProto.entries = 1             (AliasEntryProto, repeated)
+#   AliasEntryProto: output_shape_index = 1 (repeated int64), parameter_number = 2,
+#                    parameter_shape_index = 3 (repeated int64), kind = 4 (Kind enum)
+HLO_MODULE_INPUT_OUTPUT_ALIAS = 8
+MAY_ALIAS, MUST_ALIAS = 1, 2
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+    """(field number, wire type, value) for each field of a serialized message."""
+    fields, pos = [], 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+        elif wire == 1:
+            value, pos = data[pos:pos + 8], pos + 8
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            value, pos = data[pos:pos + length], pos + length
+        elif wire == 5:
+            value, pos = data[pos:pos + 4], pos + 4
+        else:
+            raise ValueError(f"unexpected wire type {wire}")
+        fields.append((number, wire, value))
+    return fields
+
+
+def _repeated_int(fields: list, number: int) -> list[int]:
+    values: list[int] = []
+    for n, wire, value in fields:
+        if n != number:
+            continue
+        if wire == 2:  # packed
+            pos = 0
+            while pos < len(value):
+                v, pos = _varint(value, pos)
+                values.append(v)
+        else:
+            values.append(value)
+    return values
+
+
+def hlo_aliases(proto: bytes) -> list[dict]:
+    """The input_output_alias entries of a serialized HloModuleProto."""
+    entries = []
+    for number, _, alias in _fields(proto):
+        if number != HLO_MODULE_INPUT_OUTPUT_ALIAS:
+            continue
+        for entry_number, _, entry in _fields(alias):
+            if entry_number != 1:
+                continue
+            fields = _fields(entry)
+            scalars = {n: v for n, w, v in fields if w == 0}
+            entries.append({
+                "output_shape_index": _repeated_int(fields, 1),
+                "parameter_number": scalars.get(2, 0),
+                "parameter_shape_index": _repeated_int(fields, 3),
+                "kind": scalars.get(4, 0),
+            })
+    return entries
+
+
+# ----------------------------------------------------------------------------- helpers
+def to_hlo(compiled: outofplace.Compiled):
+    return _jax.mlir.mlir_module_to_xla_computation(
+        compiled.stablehlo, use_tuple_args=False, return_tuple=False)
+
+
+def expected_aliases(compiled: outofplace.Compiled) -> list[dict]:
+    return sorted(({"output_shape_index": [result], "parameter_number": arg,
+                    "parameter_shape_index": [], "kind": MAY_ALIAS}
+                   for arg, result in compiled.io_map.items()),
+                  key=lambda e: e["parameter_number"])
+
+
+def run_on_xla_cpu(compiled: outofplace.Compiled, inputs: list[torch.Tensor]):
+    """Compiles the StableHLO text with XLA:CPU and runs it; returns the results and the
+    device arrays of the inputs (to see which XLA donated)."""
+    client = xla_bridge.get_backend("cpu")
+    device = client.local_devices()[0]
+    executable = client.compile_and_load(
+        compiled.stablehlo, xla_client.DeviceList((device,)), xla_client.CompileOptions())
+    arrays = [jax.device_put(t.numpy(), device) for t in inputs]
+    results = executable.execute(arrays)
+    return [torch.from_numpy(np.asarray(r).copy()) for r in results], arrays, executable
+
+
+def step(cache, x):
+    cache.mul_(0.5)
+    cache.add_(x)
+    return cache.sum()
+
+
+def decode_step(k_cache, v_cache, k, v, weights):
+    k_cache.mul_(0.9).add_(k)
+    v_cache.mul_(0.9).add_(v)
+    scores = (k_cache * weights).sum(-1)
+    return torch.tanh(scores), v_cache.mean()
+
+
+# ------------------------------------------------------------------------------- tests
+def test_kv_cache_step_hlo_proto_has_alias() -> None:
+    compiled = outofplace.compile(step, [torch.randn(4, 8), torch.randn(4, 8)])
+    assert compiled.io_map == {0: 1}
+    proto = to_hlo(compiled).as_serialized_hlo_module_proto()
+    assert hlo_aliases(proto) == [{"output_shape_index": [1], "parameter_number": 0,
+                                   "parameter_shape_index": [], "kind": MAY_ALIAS}]
+
+
+def test_kv_cache_step_hlo_text_has_alias() -> None:
+    compiled = outofplace.compile(step, [torch.randn(4, 8), torch.randn(4, 8)])
+    text = to_hlo(compiled).as_hlo_text()
+    assert "input_output_alias={ {1}: (0, {}, may-alias) }" in text
+
+
+def test_unmutated_program_has_no_alias() -> None:
+    compiled = outofplace.compile(lambda a, b: a * b, [torch.randn(3), torch.randn(3)])
+    proto = to_hlo(compiled).as_serialized_hlo_module_proto()
+    assert hlo_aliases(proto) == []
+    assert "input_output_alias" not in to_hlo(compiled).as_hlo_text()
+
+
+def test_several_caches_hlo_proto_aliases() -> None:
+    args = [torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4),
+            torch.randn(2, 6, 4), torch.randn(4)]
+    compiled = outofplace.compile(decode_step, args)
+    assert compiled.io_map == {0: 2, 1: 3}
+    proto = to_hlo(compiled).as_serialized_hlo_module_proto()
+    assert hlo_aliases(proto) == expected_aliases(compiled)
+
+
+def test_kv_cache_step_runs_on_xla_cpu_like_eager() -> None:
+    cache, x = torch.randn(4, 8), torch.randn(4, 8)
+    compiled = outofplace.compile(step, [cache.clone(), x.clone()])
+    results, arrays, executable = run_on_xla_cpu(compiled, [cache.clone(), x.clone()])
+    assert "input_output_alias={ {1}: (0, {}, may-alias) }" in \
+        executable.hlo_modules()[0].to_string()
+
+    eager_cache = cache.clone()
+    expected = step(eager_cache, x.clone())
+    assert_same_tree(results[0], expected, "output")
+    assert_same_tree(results[compiled.io_map[0]], eager_cache, "cache after the call")
+    # The aliased input's buffer was donated to the result; the other input was not.
+    assert arrays[0].is_deleted()
+    assert not arrays[1].is_deleted()
+
+
+def test_decode_step_runs_on_xla_cpu_like_eager() -> None:
+    args = [torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4),
+            torch.randn(2, 6, 4), torch.randn(4)]
+    compiled = outofplace.compile(decode_step, [a.clone() for a in args])
+    results, arrays, _ = run_on_xla_cpu(compiled, [a.clone() for a in args])
+
+    eager_args = [a.clone() for a in args]
+    expected = decode_step(*eager_args)
+    assert_same_tree(results[:2], list(expected), "outputs")
+    for arg, result in compiled.io_map.items():
+        assert_same_tree(results[result], eager_args[arg], f"argument {arg} after the call")
+        assert arrays[arg].is_deleted()
+    assert [a.is_deleted() for a in arrays] == [True, True, False, False, False]
+
+
+def test_xla_agrees_with_reference_interpreter() -> None:
+    cache, x = torch.randn(4, 8), torch.randn(4, 8)
+    compiled = outofplace.compile(step, [cache.clone(), x.clone()])
+    results, _, _ = run_on_xla_cpu(compiled, [cache.clone(), x.clone()])
+    interpreted_cache = cache.clone()
+    output = compiled(interpreted_cache, x.clone())
+    assert_same_tree(results[0], output, "output")
+    assert_same_tree(results[1], interpreted_cache, "cache")
+
+
+class Accumulator(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn(8))
+        self.register_buffer("total", torch.zeros(8, dtype=torch.float64))
+
+    def forward(self, x):
+        self.total.add_(x * self.scale)
+        return self.total.sum()
+
+
+def test_module_buffer_alias_on_xla_cpu() -> None:
+    module = Accumulator()
+    x = torch.randn(8, dtype=torch.float64)
+    compiled = outofplace.compile(module, [x.clone()])
+    assert compiled.input_names == ["scale", "total", "x"]
+    assert compiled.io_map == {1: 1}
+    proto = to_hlo(compiled).as_serialized_hlo_module_proto()
+    assert hlo_aliases(proto) == expected_aliases(compiled)
+
+    inputs = [module.scale.detach().clone(), module.total.clone(), x.clone()]
+    results, arrays, _ = run_on_xla_cpu(compiled, inputs)
+    with torch.no_grad():
+        expected = module(x.clone())
+    assert_same_tree(results[0], expected, "output")
+    assert_same_tree(results[1], module.total, "buffer after the call")
+    assert [a.is_deleted() for a in arrays] == [False, True, False]
