@@ -1,11 +1,12 @@
 // RUN: not outofplace-opt %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(inplace-to-outofplace)' 2>&1 | FileCheck %s
 
-// CHECK: model.py:7: unsupported mutation by torch.aten.bernoulli_.float: it has no out-of-place twin
-func.func @bernoulli_$no_twin(%x: !torch.tensor<[4],f32>) {
-  %p = torch.constant.float 5.000000e-01
+// CHECK: model.py:7: unsupported mutation by torch.aten.normal_: it has no out-of-place twin
+func.func @normal_$no_twin(%x: !torch.tensor<[4],f32>) {
+  %mean = torch.constant.float 0.000000e+00
+  %std = torch.constant.float 1.000000e+00
   %none = torch.constant.none
-  %0 = torch.aten.bernoulli_.float %x, %p, %none : !torch.tensor<[4],f32>, !torch.float, !torch.none -> !torch.tensor<[4],f32> loc("model.py":7:0)
+  %0 = torch.operator "torch.aten.normal_"(%x, %mean, %std, %none) : (!torch.tensor<[4],f32>, !torch.float, !torch.float, !torch.none) -> !torch.tensor<[4],f32> loc("model.py":7:0)
   return
 }
 

@@ -63,7 +63,7 @@ class Compiled:
         state = [_state_tensor(self.source, t) for t in self.signature.state_targets]
         spec = self.signature.in_spec
         if spec is not None and spec.num_children == 2 and kwargs:
-            order = spec.children_specs[1].context
+            order = spec.child(1).context
             kwargs = {k: kwargs[k] for k in order}
         leaves = pytree.tree_leaves((tuple(args), kwargs))
         user = [leaves[i] for i in self.signature.user_input_leaves]

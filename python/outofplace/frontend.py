@@ -17,9 +17,11 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ConstantArgument, InputKind, TensorArgument
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
-from torch_mlir.extras.fx_importer import FxImporter
+import numpy as np
+from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from . import op_registry, torch_types
 from .errors import UnsupportedMutationError
@@ -63,6 +65,38 @@ def _constant_output(node: Any) -> bool:
     return not isinstance(node, torch.fx.Node)
 
 
+def _storage(value: Any) -> StorageWeakRef | None:
+    if isinstance(value, torch.Tensor):
+        return StorageWeakRef(value.untyped_storage())
+    return None
+
+
+def _copy_where_views_copy(graph: torch.fx.Graph) -> None:
+    """Makes explicit where an op the schema calls a view (`contiguous`, `reshape`,
+    `to.dtype`) returned a copy in this trace: a clone after it.
+
+    Whether such ops alias depends on strides and dtypes, which the trace's fake tensors
+    know and the IR does not. A mutation of the base must not reach a copy.
+    """
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        effects = op_registry.effects(op_registry.mlir_name(node.target))
+        if effects is None or not effects.is_view:
+            continue
+        base = node.args[effects.result_views] if effects.result_views < len(node.args) \
+            else None
+        if not isinstance(base, torch.fx.Node):
+            continue
+        out, into = _storage(node.meta.get("val")), _storage(base.meta.get("val"))
+        if out is None or into is None or out == into:
+            continue
+        with graph.inserting_after(node):
+            clone = graph.call_function(torch.ops.aten.clone.default, (node,))
+        clone.meta = dict(node.meta)
+        node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
+
+
 def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSignature]:
     """A copy of the exported graph whose placeholders are exactly main's arguments.
 
@@ -99,6 +133,7 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
             raise UnsupportedMutationError(
                 str(spec.kind), f"input {spec.arg} of this kind is not supported")
 
+    _copy_where_views_copy(graph)
     output = next(n for n in graph.nodes if n.op == "output")
     leaves: list[tuple[str, Any]] = []
     kept = []
@@ -117,11 +152,35 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     return gm, signature
 
 
+_SIGNED_INTS = {torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64: 64}
+
+
+class _InlineConstants(FxImporterHooks):
+    """Tensor constants as inline `dense<...>` literals, not `dense_resource` blobs,
+    which XLA rejects ("Only dense elements attr are supported")."""
+
+    def resolve_literal(self, gni: Any, literal: Any, info: Any) -> ir.Value | None:
+        if not isinstance(literal, torch.Tensor) or literal.dtype not in (
+                *_SIGNED_INTS, torch.float16, torch.float32, torch.float64):
+            return None
+        data = literal.detach().contiguous().cpu()
+        if data.dtype in _SIGNED_INTS:
+            element = ir.IntegerType.get_signed(_SIGNED_INTS[data.dtype])
+        else:
+            element = {torch.float16: ir.F16Type, torch.float32: ir.F32Type,
+                       torch.float64: ir.F64Type}[data.dtype].get()
+        value = ir.DenseElementsAttr.get(np.ascontiguousarray(data.numpy()), type=element,
+                                         shape=list(data.shape))
+        vtensor = torch_types.TensorType(tuple(data.shape), data.dtype, True).to_ir()
+        return ir.Operation.create("torch.vtensor.literal", results=[vtensor],
+                                   attributes={"value": value}).result
+
+
 def import_program(ep: ExportedProgram, context: ir.Context
                    ) -> tuple[ir.Module, ProgramSignature]:
     """Imports an exported program into mutable torch IR with named arguments."""
     gm, signature = _prepare_graph(ep)
-    importer = FxImporter(context=context)
+    importer = FxImporter(context=context, hooks=_InlineConstants())
     func_op = importer.import_stateless_graph(gm.graph, func_name="main")
     module = importer.module
     with context:
@@ -175,6 +234,11 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
     defined: one walk finds the roots, a second retypes the members of written roots.
     """
     block = func.regions[0].blocks[0]
+    for op in _operations(block):  # detach_ means nothing without autograd
+        effects = op_registry.effects(op_registry.aten_name(op))
+        if effects is not None and effects.is_autograd_only:
+            op.result.replace_all_uses_with(op.operands[0])
+            op.erase()
     roots: dict[ir.Value, ir.Value] = {}
     written: set[ir.Value] = set()
     for op in _operations(block):

@@ -348,6 +348,10 @@ def _twin_result_type(op: ir.Operation, twin: torch._ops.OpOverload,
         return self_type
     except (RuntimeError, TypeError, ValueError) as error:
         raise UnsupportedMutationError.at(op, f"PyTorch rejects it: {error}") from None
+    if self_type.dtype is not None and not torch.can_cast(result.dtype, self_type.dtype):
+        raise UnsupportedMutationError.at(
+            op, f"its result type {result.dtype} can't be cast to self's "
+            f"{self_type.dtype} (eager raises too)")
     if tuple(result.shape) != self_type.sizes:
         raise UnsupportedMutationError.at(
             op, f"its result has shape {list(result.shape)}, not self's "

@@ -82,12 +82,20 @@ def _find_twin(namespace: str, name: str, overload: str,
     functional = _functional_name(name)
     if functional is None:
         return None
-    twin = _overload(namespace, functional, overload)
-    if twin is None or not _same_signature(schema, twin._schema):
+    packet = getattr(getattr(torch.ops, namespace), functional, None)
+    if packet is None:
         return None
-    if any(a.alias_info is not None and a.alias_info.is_write for a in twin._schema.arguments):
-        return None
-    return twin
+    # The same overload name first (add_.Tensor -> add.Tensor), then any overload with
+    # the same signature (pow_.Scalar -> pow.Tensor_Scalar).
+    names = [overload] + [o for o in packet.overloads() if o != overload]
+    for candidate in names:
+        twin = getattr(packet, candidate, None)
+        if twin is None or not _same_signature(schema, twin._schema):
+            continue
+        if not any(a.alias_info is not None and a.alias_info.is_write
+                   for a in twin._schema.arguments):
+            return twin
+    return None
 
 
 def aten_name(op: ir.Operation) -> str:

@@ -56,10 +56,36 @@ def from_attribute(attr: ir.Attribute, dtype: torch.dtype) -> torch.Tensor:
     shape = ir.ShapedType(dense.type).shape
     if dense.is_splat:
         return torch.full(shape, _scalar(dense.get_splat_value()), dtype=dtype)
-    if dtype in _BITCAST:  # numpy has no such dtype: read element by element
-        values = [_scalar(dense[i]) for i in range(len(dense))]
-        return torch.tensor(values, dtype=torch.float64).to(dtype).reshape(shape)
+    if dtype in _BITCAST:  # arrives bitcast to integers by _bitcast_results
+        bits = torch.from_numpy(np.array(dense).copy()).reshape(shape)
+        return bits.view(dtype)
     return torch.from_numpy(np.array(dense).copy()).to(dtype).reshape(shape)
+
+
+def _bitcast_results(module: ir.Module, result_dtypes: list[torch.dtype]) -> ir.Module:
+    """A copy of `module` whose results numpy cannot hold are bitcast to integers."""
+    if not any(d in _BITCAST for d in result_dtypes):
+        return module
+    copy = ir.Module.parse(module.operation.get_asm(binary=True), module.context)
+    main = next(op for op in copy.body.operations if op.operation.name == "func.func"
+                and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main")
+    block = main.regions[0].blocks[0]
+    terminator = block.operations[len(block.operations) - 1].operation
+    for position, dtype in enumerate(result_dtypes):
+        if dtype not in _BITCAST:
+            continue
+        value = terminator.operands[position]
+        shape = ir.ShapedType(value.type).shape
+        bits = ir.RankedTensorType.get(shape, _element_type(_BITCAST[dtype]),
+                                       loc=terminator.location)
+        cast = ir.Operation.create("stablehlo.bitcast_convert", results=[bits],
+                                   operands=[value], loc=terminator.location,
+                                   ip=ir.InsertionPoint(terminator))
+        terminator.operands[position] = cast.result
+    function_type = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+    main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        function_type.inputs, [v.type for v in terminator.operands]))
+    return copy
 
 
 def interpret(module: ir.Module, inputs: list[torch.Tensor],
@@ -67,6 +93,7 @@ def interpret(module: ir.Module, inputs: list[torch.Tensor],
     """Runs `main` of a pure StableHLO module in the reference interpreter."""
     lowering.check_pure_stablehlo(module.operation)
     with module.context:
+        module = _bitcast_results(module, result_dtypes)
         attrs = [to_attribute(t) for t in inputs]
         results = _stablehlo.eval_module(module, attrs)
         return [from_attribute(r, d) for r, d in zip(results, result_dtypes)]

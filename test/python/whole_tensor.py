@@ -102,11 +102,11 @@ def module_buffer():
 
 # An op with no out-of-place twin is refused, naming the op and this file's line.
 # CHECK-LABEL: TEST: no_twin
-# CHECK:       UnsupportedMutationError: {{.*}}whole_tensor.py:[[# @LINE + 4]]: unsupported mutation by torch.aten.bernoulli_.float: it has no out-of-place twin
+# CHECK:       UnsupportedMutationError: {{.*}}whole_tensor.py:[[# @LINE + 4]]: unsupported mutation by torch.aten.normal_: it has no out-of-place twin
 @run
 def no_twin():
     def f(x):
-        x.bernoulli_(0.5)
+        x.normal_()
     try:
         outofplace.compile(f, (torch.ones(4),))
     except outofplace.UnsupportedMutationError as error:
