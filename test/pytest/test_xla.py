@@ -232,3 +232,19 @@ def test_module_buffer_alias_on_xla_cpu() -> None:
     assert_same_tree(results[0], expected, "output")
     assert_same_tree(results[1], module.total, "buffer after the call")
     assert [a.is_deleted() for a in arrays] == [False, True, False]
+
+
+def add_constant_row(cache, x):
+    cache.add_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    cache.mul_(x)
+    return cache.mean()
+
+
+def test_tensor_constant_runs_on_xla_cpu_like_eager() -> None:
+    cache, x = torch.randn(2, 4), torch.randn(2, 4)
+    compiled = outofplace.compile(add_constant_row, [cache.clone(), x.clone()])
+    results, _, _ = run_on_xla_cpu(compiled, [cache.clone(), x.clone()])
+    eager_cache = cache.clone()
+    expected = add_constant_row(eager_cache, x.clone())
+    assert_same_tree(results[0], expected, "output")
+    assert_same_tree(results[compiled.io_map[0]], eager_cache, "cache after the call")
