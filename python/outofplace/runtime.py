@@ -88,10 +88,30 @@ def _bitcast_results(module: ir.Module, result_dtypes: list[torch.dtype]) -> ir.
     return copy
 
 
+# Ops the reference interpreter aborts on (LLVM ERROR), seen for random in-place ops.
+_NOT_INTERPRETED = frozenset({"stablehlo.rng", "stablehlo.rng_bit_generator"})
+
+
+def _ops(module: ir.Module) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        found.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
 def interpret(module: ir.Module, inputs: list[torch.Tensor],
               result_dtypes: list[torch.dtype]) -> list[torch.Tensor]:
     """Runs `main` of a pure StableHLO module in the reference interpreter."""
     lowering.check_pure_stablehlo(module.operation)
+    unsupported = sorted({op.name for op in _ops(module) if op.name in _NOT_INTERPRETED})
+    if unsupported:  # the interpreter would abort the whole process on these
+        raise NotImplementedError(
+            f"the StableHLO reference interpreter cannot run {', '.join(unsupported)} "
+            "(random ops); export the module and run it on XLA")
     with module.context:
         module = _bitcast_results(module, result_dtypes)
         attrs = [to_attribute(t) for t in inputs]

@@ -167,3 +167,14 @@ def test_module_buffer_metadata_mutation() -> None:
         outofplace.compile(TransposesBuffer(), [torch.randn(3)])
     line = TransposesBuffer.forward.__code__.co_firstlineno + 1
     assert_error_at(info.value, "torch.aten.t_", METADATA, line)
+
+
+def test_random_op_refuses_to_run_in_the_interpreter() -> None:
+    """The interpreter aborts the process on stablehlo.rng: refuse before calling it."""
+    def f(x):
+        x.uniform_()
+        return x
+
+    compiled = outofplace.compile(f, [torch.zeros(3)])
+    with pytest.raises(NotImplementedError, match="cannot run stablehlo.rng"):
+        compiled(torch.zeros(3))

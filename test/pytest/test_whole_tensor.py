@@ -170,8 +170,6 @@ def test_fill(dtype: torch.dtype, value: float) -> None:
     assert_matches_eager(f, torch.ones(3, 4, dtype=dtype))
 
 
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 def test_zero(dtype: torch.dtype) -> None:
     def f(x):
@@ -716,9 +714,7 @@ def test_module_buffer_and_user_input_mutated() -> None:
     assert compiled.io_map == {0: 0, 2: 1}
 
 
-# ------------------------------------------------- common programs that fail to compile
-
-
+# ------------------------------- reads of maybe-view copies, pow_, detach_ (found bugs)
 
 
 def test_read_mutated_tensor_through_float() -> None:
@@ -780,6 +776,3 @@ def test_detach_in_place_only() -> None:
         return x + 1
 
     assert_matches_eager(f, randn(3))
-
-
-
