@@ -9,25 +9,17 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch_mlir import ir
-from torch_mlir.dialects import func as func_d
 
 from . import frontend, torch_types
 from .context import make_context
 from .inplace_to_outofplace import inplace_to_outofplace
+from .ir_utils import main_function
 from .lowering import lower_to_stablehlo
 from .runtime import interpret
 
 
-def _main(module: ir.Module) -> func_d.FuncOp:
-    for op in module.body.operations:
-        if op.operation.name == "func.func" and \
-                op.operation.opview.sym_name.value == "main":
-            return op.operation.opview
-    raise ValueError("module has no function @main")
-
-
 def _result_dtypes(module: ir.Module) -> list[torch.dtype]:
-    results = ir.FunctionType(_main(module).type).results
+    results = ir.FunctionType(main_function(module).type).results
     return [torch_types.TensorType.of(t).dtype or torch.float32 for t in results]
 
 

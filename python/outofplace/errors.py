@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from .op_registry import aten_name
+
 
 def source_line(loc: ir.Location) -> str:
     """The innermost user source position in `loc` as `file:line`, or '' when it has none.
@@ -47,8 +49,5 @@ class UnsupportedMutationError(Exception):
     def at(cls, operation: ir.Operation, reason: str, *, index: str | None = None
            ) -> "UnsupportedMutationError":
         """The error for `operation`, with the source line taken from its location."""
-        name = operation.name
-        if name == "torch.operator":  # an ATen op torch-mlir has no definition for
-            name = ir.StringAttr(operation.attributes["name"]).value
-        return cls(name, reason, index=index,
+        return cls(aten_name(operation), reason, index=index,
                    location=source_line(operation.location))

@@ -25,6 +25,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from . import op_registry, torch_types
 from .errors import UnsupportedMutationError
+from .ir_utils import operations, terminator
 
 
 @dataclass
@@ -152,7 +153,8 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     return gm, signature
 
 
-_SIGNED_INTS = {torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64: 64}
+_INLINED_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                   torch.float32, torch.float64)
 
 
 class _InlineConstants(FxImporterHooks):
@@ -160,15 +162,10 @@ class _InlineConstants(FxImporterHooks):
     which XLA rejects ("Only dense elements attr are supported")."""
 
     def resolve_literal(self, gni: Any, literal: Any, info: Any) -> ir.Value | None:
-        if not isinstance(literal, torch.Tensor) or literal.dtype not in (
-                *_SIGNED_INTS, torch.float16, torch.float32, torch.float64):
+        if not isinstance(literal, torch.Tensor) or literal.dtype not in _INLINED_DTYPES:
             return None
         data = literal.detach().contiguous().cpu()
-        if data.dtype in _SIGNED_INTS:
-            element = ir.IntegerType.get_signed(_SIGNED_INTS[data.dtype])
-        else:
-            element = {torch.float16: ir.F16Type, torch.float32: ir.F32Type,
-                       torch.float64: ir.F64Type}[data.dtype].get()
+        element = torch_types.element_type(data.dtype, signless=False)
         value = ir.DenseElementsAttr.get(np.ascontiguousarray(data.numpy()), type=element,
                                          shape=list(data.shape))
         vtensor = torch_types.TensorType(tuple(data.shape), data.dtype, True).to_ir()
@@ -198,33 +195,25 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     return import_program(export(f, args, kwargs), context)
 
 
-def _operations(block: ir.Block) -> list[ir.Operation]:
-    """The block's operations as plain `ir.Operation`s (OpViews shadow `.name`)."""
-    return [op.operation for op in block.operations]
-
-
 def _root_of(value: ir.Value, roots: dict[ir.Value, ir.Value]) -> ir.Value:
     return roots.get(value, value)
 
 
-def _operands_to_nonvalue(op: ir.Operation) -> None:
-    """In-place torch ops take only `!torch.tensor` operands: wrap value operands."""
+def _copy_operands(op: ir.Operation, to_value: bool) -> None:
+    """Gives op the tensor kind it takes, with torch-mlir's copy ops.
+
+    In-place torch ops take only `!torch.tensor` operands (`torch.copy.to_tensor`); a list
+    of tensors holds values, so it reads mutable operands (`torch.copy.to_vtensor`).
+    """
+    wrong_kind = torch_types.is_nonvalue_tensor if to_value else torch_types.is_value_tensor
+    name, retype = ("torch.copy.to_vtensor", torch_types.value_type) if to_value else \
+        ("torch.copy.to_tensor", torch_types.nonvalue_type)
     for position, operand in enumerate(op.operands):
-        if torch_types.is_value_tensor(operand.type):
-            copy = ir.Operation.create(
-                "torch.copy.to_tensor", results=[torch_types.nonvalue_type(operand.type)],
-                operands=[operand], loc=op.location, ip=ir.InsertionPoint(op))
+        if wrong_kind(operand.type):
+            copy = ir.Operation.create(name, results=[retype(operand.type)],
+                                       operands=[operand], loc=op.location,
+                                       ip=ir.InsertionPoint(op))
             op.operands[position] = copy.result
-
-
-def _operands_to_value(op: ir.Operation) -> None:
-    """A list of tensors holds values: read mutable operands with `torch.copy.to_vtensor`."""
-    for position, operand in enumerate(op.operands):
-        if torch_types.is_nonvalue_tensor(operand.type):
-            read = ir.Operation.create(
-                "torch.copy.to_vtensor", results=[torch_types.value_type(operand.type)],
-                operands=[operand], loc=op.location, ip=ir.InsertionPoint(op))
-            op.operands[position] = read.result
 
 
 def mark_mutable_tensors(func: func_d.FuncOp) -> None:
@@ -234,14 +223,14 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
     defined: one walk finds the roots, a second retypes the members of written roots.
     """
     block = func.regions[0].blocks[0]
-    for op in _operations(block):  # detach_ means nothing without autograd
+    for op in operations(block):  # detach_ means nothing without autograd
         effects = op_registry.effects(op_registry.aten_name(op))
         if effects is not None and effects.is_autograd_only:
             op.result.replace_all_uses_with(op.operands[0])
             op.erase()
     roots: dict[ir.Value, ir.Value] = {}
     written: set[ir.Value] = set()
-    for op in _operations(block):
+    for op in operations(block):
         effects = op_registry.effects(op_registry.aten_name(op))
         if effects is None:
             continue
@@ -259,16 +248,16 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
 
     for arg in block.arguments:
         retype(arg)
-    for op in _operations(block):
+    for op in operations(block):
         for result in op.results:
             retype(result)
         effects = op_registry.effects(op_registry.aten_name(op))
         if effects is not None and effects.written:
-            _operands_to_nonvalue(op)
+            _copy_operands(op, to_value=False)
         elif op.name == "torch.prim.ListConstruct":
-            _operands_to_value(op)
+            _copy_operands(op, to_value=True)
         if op.name == "torch.vtensor.literal" and op.results[0] in written:
             raise UnsupportedMutationError.at(op, "a tensor constant is written in place")
-    terminator = block.operations[len(block.operations) - 1]
+    ret = terminator(block)
     func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-        [a.type for a in block.arguments], [v.type for v in terminator.operands]))
+        [a.type for a in block.arguments], [v.type for v in ret.operands]))

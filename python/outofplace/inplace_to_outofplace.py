@@ -31,6 +31,7 @@ from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
 from . import op_registry, torch_types, views
 from .errors import UnsupportedMutationError
+from .ir_utils import operations, terminator, torch_constant
 
 ALIASING_OUTPUT = "tf.aliasing_output"
 
@@ -124,7 +125,7 @@ class _FunctionRewriter:
             if torch_types.is_nonvalue_tensor(arg.type):
                 arg.set_type(torch_types.value_type(arg.type))
                 self.new_root(arg, arg, arg.arg_number)
-        for op in [o.operation for o in block.operations]:
+        for op in operations(block):
             self.visit(op)
         return self.finish(block)
 
@@ -150,8 +151,7 @@ class _FunctionRewriter:
 
     def visit_reader(self, op: ir.Operation, fresh: list[ir.Value]) -> None:
         """Any other op reads the current values; a tensor it makes may be mutated later."""
-        if op.name == "torch.operator" or op.regions and len(op.regions) > 0 and \
-                any(len(r.blocks) for r in op.regions):
+        if op.name == "torch.operator" or any(len(r.blocks) for r in op.regions):
             raise UnsupportedMutationError.at(
                 op, "a mutated tensor is used by an op outofplace cannot see into")
         for position, value in enumerate(op.operands):
@@ -221,8 +221,8 @@ class _FunctionRewriter:
                         user if isinstance(user, ir.Operation) else user.operation,
                         "a mutated tensor is used where outofplace cannot rewrite it")
             op.erase()
-        terminator = block.operations[len(block.operations) - 1].operation
-        results = list(terminator.operands)
+        ret = terminator(block)
+        results = list(ret.operands)
         roots = {id(a.root): a.root for a in self.aliases.values()}.values()
         mutated = sorted((r for r in roots if r.arg_number is not None and r.versions),
                          key=lambda r: r.arg_number)
@@ -230,9 +230,9 @@ class _FunctionRewriter:
         for root in mutated:
             io_map[root.arg_number] = len(results)
             results.append(root.value)
-        with terminator.context, terminator.location:
-            func_d.ReturnOp(results, ip=ir.InsertionPoint(terminator))
-        terminator.erase()
+        with ret.context, ret.location:
+            func_d.ReturnOp(results, ip=ir.InsertionPoint(ret))
+        ret.erase()
         self.func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
             [a.type for a in block.arguments], [v.type for v in results]))
         _set_aliasing_attributes(self.func, io_map)
@@ -280,23 +280,12 @@ def _create(name: str, operands: list[ir.Value], result: torch_types.TensorType,
                                loc=loc, ip=ip).result
 
 
-def _constant(kind: str, value: Any, loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
-    """A torch scalar constant: kind is int, bool or none."""
-    attrs = {}
-    if kind == "int":
-        attrs["value"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
-    elif kind == "bool":
-        attrs["value"] = ir.BoolAttr.get(value)
-    return ir.Operation.create(f"torch.constant.{kind}", results=[ir.Type.parse(
-        f"!torch.{kind}")], attributes=attrs, loc=loc, ip=ip).result
-
-
 def _cast(value: ir.Value, to: torch_types.TensorType, loc: ir.Location,
           ip: ir.InsertionPoint) -> ir.Value:
     """`aten.to.dtype`: what an in-place op does to a result wider than self."""
-    operands = [value, _constant("int", TORCH_DTYPE_TO_INT[to.dtype], loc, ip),
-                _constant("bool", False, loc, ip), _constant("bool", False, loc, ip),
-                _constant("none", None, loc, ip)]
+    operands = [value, torch_constant("int", TORCH_DTYPE_TO_INT[to.dtype], loc, ip),
+                torch_constant("bool", False, loc, ip), torch_constant("bool", False, loc, ip),
+                torch_constant("none", None, loc, ip)]
     return _create("torch.aten.to.dtype", operands, to, loc, ip)
 
 
@@ -368,10 +357,10 @@ def inplace_to_outofplace(module: ir.Module | ir.Operation) -> dict[int, int]:
     operation = module.operation if isinstance(module, ir.Module) else module
     io_maps: dict[str, dict[int, int]] = {}
     with operation.context:
-        for op in operation.regions[0].blocks[0].operations:
-            if op.operation.name != "func.func":
+        for op in operations(operation.regions[0].blocks[0]):
+            if op.name != "func.func":
                 continue
-            func = op.operation.opview
+            func = op.opview
             if len(func.regions[0].blocks) == 0:
                 continue
             io_maps[func.sym_name.value] = _FunctionRewriter(func).run()

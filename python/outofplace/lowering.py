@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from torch_mlir import ir, rewrite
 
+from .ir_utils import all_operations
+
 TORCH_TO_STABLEHLO = ("torchdynamo-export-to-torch-backend-pipeline",
                       "torch-backend-to-stablehlo-backend-pipeline")
 
@@ -38,16 +40,8 @@ def stablehlo_constants(module: ir.Operation) -> None:
 
 def foreign_ops(module: ir.Operation) -> list[ir.Operation]:
     """The ops of `module` that are neither StableHLO nor module/function structure."""
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        op = op.operation
-        if op.name not in _STRUCTURAL_OPS and not op.name.startswith("stablehlo."):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return found
+    return [op for op in all_operations(module)
+            if op.name not in _STRUCTURAL_OPS and not op.name.startswith("stablehlo.")]
 
 
 class NotStableHLOError(Exception):

@@ -12,23 +12,11 @@ import torch
 from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 
-from . import lowering
+from . import lowering, torch_types
+from .ir_utils import all_operations, main_function, terminator
 
 # Element types numpy has no dtype for: passed bit for bit through an integer view.
 _BITCAST = {torch.bfloat16: torch.int16}
-
-
-def _element_type(dtype: torch.dtype) -> ir.Type:
-    return {
-        torch.float32: ir.F32Type.get, torch.float64: ir.F64Type.get,
-        torch.float16: ir.F16Type.get, torch.bfloat16: ir.BF16Type.get,
-        torch.bool: lambda: ir.IntegerType.get_signless(1),
-        torch.int8: lambda: ir.IntegerType.get_signless(8),
-        torch.int16: lambda: ir.IntegerType.get_signless(16),
-        torch.int32: lambda: ir.IntegerType.get_signless(32),
-        torch.int64: lambda: ir.IntegerType.get_signless(64),
-        torch.uint8: lambda: ir.IntegerType.get_unsigned(8),
-    }[dtype]()
 
 
 def to_attribute(tensor: torch.Tensor) -> ir.DenseElementsAttr:
@@ -37,7 +25,7 @@ def to_attribute(tensor: torch.Tensor) -> ir.DenseElementsAttr:
     if data.dtype in _BITCAST:
         data = data.view(_BITCAST[data.dtype])
     array = np.ascontiguousarray(data.numpy())
-    return ir.DenseElementsAttr.get(array, type=_element_type(tensor.dtype),
+    return ir.DenseElementsAttr.get(array, type=torch_types.element_type(tensor.dtype, signless=True),
                                     shape=list(tensor.shape))
 
 
@@ -67,24 +55,22 @@ def _bitcast_results(module: ir.Module, result_dtypes: list[torch.dtype]) -> ir.
     if not any(d in _BITCAST for d in result_dtypes):
         return module
     copy = ir.Module.parse(module.operation.get_asm(binary=True), module.context)
-    main = next(op for op in copy.body.operations if op.operation.name == "func.func"
-                and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main")
-    block = main.regions[0].blocks[0]
-    terminator = block.operations[len(block.operations) - 1].operation
+    main = main_function(copy)
+    ret = terminator(main.regions[0].blocks[0])
     for position, dtype in enumerate(result_dtypes):
         if dtype not in _BITCAST:
             continue
-        value = terminator.operands[position]
+        value = ret.operands[position]
         shape = ir.ShapedType(value.type).shape
-        bits = ir.RankedTensorType.get(shape, _element_type(_BITCAST[dtype]),
-                                       loc=terminator.location)
+        bits = ir.RankedTensorType.get(shape, torch_types.element_type(_BITCAST[dtype], signless=True),
+                                       loc=ret.location)
         cast = ir.Operation.create("stablehlo.bitcast_convert", results=[bits],
-                                   operands=[value], loc=terminator.location,
-                                   ip=ir.InsertionPoint(terminator))
-        terminator.operands[position] = cast.result
+                                   operands=[value], loc=ret.location,
+                                   ip=ir.InsertionPoint(ret))
+        ret.operands[position] = cast.result
     function_type = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
     main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-        function_type.inputs, [v.type for v in terminator.operands]))
+        function_type.inputs, [v.type for v in ret.operands]))
     return copy
 
 
@@ -92,22 +78,11 @@ def _bitcast_results(module: ir.Module, result_dtypes: list[torch.dtype]) -> ir.
 _NOT_INTERPRETED = frozenset({"stablehlo.rng", "stablehlo.rng_bit_generator"})
 
 
-def _ops(module: ir.Module) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        found.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
-
-
 def interpret(module: ir.Module, inputs: list[torch.Tensor],
               result_dtypes: list[torch.dtype]) -> list[torch.Tensor]:
     """Runs `main` of a pure StableHLO module in the reference interpreter."""
     lowering.check_pure_stablehlo(module.operation)
-    unsupported = sorted({op.name for op in _ops(module) if op.name in _NOT_INTERPRETED})
+    unsupported = sorted({op.name for op in all_operations(module.operation) if op.name in _NOT_INTERPRETED})
     if unsupported:  # the interpreter would abort the whole process on these
         raise NotImplementedError(
             f"the StableHLO reference interpreter cannot run {', '.join(unsupported)} "

@@ -88,3 +88,24 @@ def value_type(t: ir.Type) -> ir.Type:
 def nonvalue_type(t: ir.Type) -> ir.Type:
     """The `!torch.tensor` twin of a tensor type."""
     return TensorType.of(t).with_value_semantics(False).to_ir(t.context)
+
+
+_INT_BITS = {torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64: 64}
+_FLOATS = {torch.float16: ir.F16Type, torch.bfloat16: ir.BF16Type, torch.float32: ir.F32Type,
+           torch.float64: ir.F64Type}
+
+
+def element_type(dtype: torch.dtype, *, signless: bool) -> ir.Type:
+    """The builtin element type of a dtype: signed integers (si64) inside torch literals,
+    signless ones (i64) in StableHLO."""
+    if dtype in _FLOATS:
+        return _FLOATS[dtype].get()
+    if dtype == torch.bool:
+        return ir.IntegerType.get_signless(1)
+    if dtype == torch.uint8:
+        return ir.IntegerType.get_unsigned(8)
+    if dtype in _INT_BITS:
+        bits = _INT_BITS[dtype]
+        return ir.IntegerType.get_signless(bits) if signless else \
+            ir.IntegerType.get_signed(bits)
+    raise TypeError(f"no element type for {dtype}")

@@ -20,6 +20,7 @@ from torch_mlir import ir
 
 from . import torch_types
 from .errors import UnsupportedMutationError
+from .ir_utils import constant_int, torch_constant
 
 WriteBack = Callable[[ir.Operation, ir.Value, ir.Value, ir.Location, ir.InsertionPoint],
                      ir.Value]
@@ -51,15 +52,8 @@ def _create(name: str, operands: list[ir.Value], like: ir.Value, loc: ir.Locatio
                                ip=ip).result
 
 
-def _constant_int(value: ir.Value) -> int | None:
-    owner = value.owner
-    if isinstance(value, ir.OpResult) and owner.name == "torch.constant.int":
-        return ir.IntegerAttr(owner.attributes["value"]).value
-    return None
-
-
 def _int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
-    items = [_constant(v, loc, ip) for v in values]
+    items = [torch_constant("int", v, loc, ip) for v in values]
     return ir.Operation.create("torch.prim.ListConstruct",
                                results=[ir.Type.parse("!torch.list<int>")],
                                operands=items, loc=loc, ip=ip).result
@@ -72,23 +66,16 @@ def _slice(view, base, src, loc, ip):
                    loc, ip)
 
 
-def _constant(value: int, loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.Operation.create(
-        "torch.constant.int", results=[ir.Type.parse("!torch.int")],
-        attributes={"value": ir.IntegerAttr.get(i64, value)}, loc=loc, ip=ip).result
-
-
 @_register("torch.aten.select.int")
 def _select(view, base, src, loc, ip):
     """x[i] = src  =>  select_scatter(x, src, dim, i), a negative i counted from the end"""
     dim_value, index_value = view.operands[1], view.operands[2]
-    dim, index = _constant_int(dim_value), _constant_int(index_value)
+    dim, index = constant_int(dim_value), constant_int(index_value)
     sizes = torch_types.TensorType.of(base.type).sizes
     if index is not None and index < 0 and dim is not None and sizes is not None:
         size = sizes[dim % len(sizes)]
         if size >= 0:
-            index_value = _constant(index + size, loc, ip)
+            index_value = torch_constant("int", index + size, loc, ip)
     return _create("torch.aten.select_scatter", [base, src, dim_value, index_value], base,
                    loc, ip)
 
@@ -123,7 +110,7 @@ def _t(view, base, src, loc, ip):
 def _permute(view, base, src, loc, ip):
     """x.permute(p) = src  =>  x = src.permute(inverse of p)"""
     dims_list = view.operands[1].owner
-    dims = [_constant_int(v) for v in dims_list.operands]
+    dims = [constant_int(v) for v in dims_list.operands]
     if dims_list.name != "torch.prim.ListConstruct" or None in dims:
         raise UnsupportedMutationError.at(view, "permute with runtime dims")
     rank = len(dims)

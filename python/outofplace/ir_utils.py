@@ -1,0 +1,56 @@
+"""Small IR helpers shared by the frontend, the pass, the lowering and the runtime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch_mlir import ir
+from torch_mlir.dialects import func as func_d
+
+
+def operations(block: ir.Block) -> list[ir.Operation]:
+    """A snapshot of the block's ops as plain `ir.Operation`s (OpViews shadow `.name`)."""
+    return [op.operation for op in block.operations]
+
+
+def all_operations(root: ir.Operation) -> list[ir.Operation]:
+    """Every op nested in `root`, `root` included, in pre-order."""
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        found.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def main_function(module: ir.Module) -> func_d.FuncOp:
+    """The function `@main` of a module."""
+    for op in operations(module.body):
+        if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+            return op.opview
+    raise ValueError("module has no function @main")
+
+
+def terminator(block: ir.Block) -> ir.Operation:
+    return block.operations[len(block.operations) - 1].operation
+
+
+def torch_constant(kind: str, value: Any, loc: ir.Location, ip: ir.InsertionPoint
+                   ) -> ir.Value:
+    """`torch.constant.<kind>` for kind int, bool or none."""
+    attrs = {}
+    if kind == "int":
+        attrs["value"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+    elif kind == "bool":
+        attrs["value"] = ir.BoolAttr.get(value)
+    return ir.Operation.create(f"torch.constant.{kind}", results=[ir.Type.parse(
+        f"!torch.{kind}")], attributes=attrs, loc=loc, ip=ip).result
+
+
+def constant_int(value: ir.Value) -> int | None:
+    """The value of a `torch.constant.int`, or None for anything else."""
+    if isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.int":
+        return ir.IntegerAttr(value.owner.attributes["value"]).value
+    return None
