@@ -29,7 +29,8 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
-from . import op_registry, torch_types, views
+from . import insert_plan, op_registry, torch_types, views
+from .context import load_torch_conversion
 from .errors import UnsupportedMutationError
 from .ir_utils import operations, terminator, torch_constant
 
@@ -97,7 +98,8 @@ class _FunctionRewriter:
               build: Callable[[ir.Location], ir.Value]) -> None:
         """Makes `build(loc)` the new value of the tensor `target`.
 
-        A write to a view is written back into each base in turn, innermost first, so
+        A write to a view that covers a box of the root is one insert into the root; any
+        other view is written back into each base in turn, innermost first. Either way
         the root gets one new version and every other view of it is re-derived on read.
         """
         alias = self.aliases[target]
@@ -107,6 +109,10 @@ class _FunctionRewriter:
             return
         value = build(op.location)
         ip = ir.InsertionPoint(op)
+        plan = insert_plan.plan_insert(alias.root.value, alias.chain)
+        if plan is not None:
+            alias.root.value = insert_plan.emit_insert(alias.root.value, value, plan, loc, ip)
+            return
         for depth in range(len(alias.chain) - 1, -1, -1):
             view = alias.chain[depth]
             base = self.read(view.operands[0], op)
@@ -181,10 +187,10 @@ class _FunctionRewriter:
 
         def build(loc: ir.Location) -> ir.Value:
             ip = ir.InsertionPoint(op)
+            name, twin_operands = _lowerable_twin(twin, operands, op.location, ip)
             if result_type == self_type:
-                return _create(op_registry.mlir_name(twin), operands, self_type, loc, ip)
-            wide = _create(op_registry.mlir_name(twin), operands, result_type,
-                           op.location, ip)
+                return _create(name, twin_operands, self_type, loc, ip)
+            wide = _create(name, twin_operands, result_type, op.location, ip)
             return _cast(wide, self_type, loc, ip)
 
         self.write(self_value, op, build)
@@ -280,6 +286,19 @@ def _create(name: str, operands: list[ir.Value], result: torch_types.TensorType,
                                loc=loc, ip=ip).result
 
 
+def _lowerable_twin(twin: torch._ops.OpOverload, operands: list[ir.Value],
+                    loc: ir.Location, ip: ir.InsertionPoint) -> tuple[str, list[ir.Value]]:
+    """The twin as an op torch-mlir can lower to StableHLO.
+
+    torch-mlir has no StableHLO lowering for `aten.fill.Tensor` (`b[3] = 0` traces to
+    `fill_.Tensor` with a 0-d value); `aten.copy(self, value)` means the same thing, the
+    value broadcast to self's shape and cast to its dtype.
+    """
+    if twin._schema.name == "aten::fill" and twin._overloadname == "Tensor":
+        return "torch.aten.copy", [*operands, torch_constant("bool", False, loc, ip)]
+    return op_registry.mlir_name(twin), operands
+
+
 def _cast(value: ir.Value, to: torch_types.TensorType, loc: ir.Location,
           ip: ir.InsertionPoint) -> ir.Value:
     """`aten.to.dtype`: what an in-place op does to a result wider than self."""
@@ -355,6 +374,7 @@ def inplace_to_outofplace(module: ir.Module | ir.Operation) -> dict[int, int]:
     index of the result holding its final value.
     """
     operation = module.operation if isinstance(module, ir.Module) else module
+    load_torch_conversion(operation.context)
     io_maps: dict[str, dict[int, int]] = {}
     with operation.context:
         for op in operations(operation.regions[0].blocks[0]):

@@ -12,7 +12,9 @@ from typing import Callable
 from torch_mlir import ir, passmanager
 
 from . import lowering
+from .context import load_torch_conversion
 from .inplace_to_outofplace import inplace_to_outofplace
+from .lower_updates import lower_updates
 
 PassFn = Callable[[ir.Operation], None]
 
@@ -37,6 +39,12 @@ def _inplace_to_outofplace(module: ir.Operation) -> None:
     inplace_to_outofplace(module)
 
 
+@register_pass("outofplace-lower-updates",
+               "Lower tensor.insert_slice updates to dynamic_update_slice or pad+select")
+def _lower_updates(module: ir.Operation) -> None:
+    lower_updates(module)
+
+
 @register_pass("outofplace-stablehlo-constants",
                "Turn tensor arith.constant into stablehlo.constant")
 def _stablehlo_constants(module: ir.Operation) -> None:
@@ -50,7 +58,8 @@ def _verify_stablehlo(module: ir.Operation) -> None:
 
 register_pipeline(
     "outofplace-lower-to-stablehlo",
-    [*lowering.TORCH_TO_STABLEHLO, "outofplace-stablehlo-constants",
+    ["outofplace-lower-updates", *lowering.TORCH_TO_STABLEHLO,
+     "outofplace-stablehlo-constants",
      "outofplace-verify-stablehlo"],
     "Lower value-semantic torch IR to pure StableHLO")
 register_pipeline(
@@ -119,6 +128,7 @@ def _python_pass(fn: PassFn, argument: str, failures: list[BaseException]
 def build_pass_manager(text: str, context: ir.Context, failures: list[BaseException]
                        ) -> passmanager.PassManager:
     """A PassManager for a textual pipeline mixing our passes with MLIR's."""
+    load_torch_conversion(context)  # before the pass manager runs multithreaded
     with context:
         pm = passmanager.PassManager("builtin.module")
         for element in pipeline_elements(text):

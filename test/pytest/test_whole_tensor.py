@@ -776,3 +776,27 @@ def test_detach_in_place_only() -> None:
         return x + 1
 
     assert_matches_eager(f, randn(3))
+
+
+def test_fill_with_tensor_value() -> None:
+    def f(x, v):
+        x.fill_(v)
+        return x * 2
+
+    assert_matches_eager(f, randn(3, 4), torch.tensor(1.25))
+
+
+def test_mutate_with_constant_tensor_operand() -> None:
+    def f(x):
+        x.add_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+        return x
+
+    assert_matches_eager(f, randn(3, 4))
+
+
+def test_setitem_ellipsis_scalar() -> None:
+    def f(x):
+        x[...] = 3.0
+        return x + 1
+
+    assert_matches_eager(f, randn(3, 4))

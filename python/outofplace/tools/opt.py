@@ -70,8 +70,12 @@ def _run_chunk(text: str, options: argparse.Namespace, first_line: int) -> str:
                               ) from None
         try:
             run_pipeline(module, options.pass_pipeline, options.mlir_print_ir_after_all)
-        except (PipelineError, UnsupportedMutationError, NotStableHLOError) as error:
+        except (PipelineError, UnsupportedMutationError, NotStableHLOError,
+                IndexError) as error:
             raise _ChunkError(str(error)) from None
+        except Exception as error:  # a bug of ours: still one line, never a traceback
+            raise _ChunkError(f"internal error ({type(error).__name__}): {error}; please "
+                              "report it with this input") from None
         return module.operation.get_asm(
             use_name_loc_as_prefix=options.use_name_loc_as_prefix,
             enable_debug_info=options.mlir_print_debuginfo)

@@ -1,0 +1,197 @@
+"""A write through a chain of views, seen as one strided box of the root.
+
+`b[2:4, 1:3]`, `b[3]`, `b[..., 0]`, `b[None, 2:4]`, `b[1:9:2]` and any chain of `slice`,
+`select`, `unsqueeze`, `squeeze` and unit-dim `view`s select a box of the root: per root
+dimension a first element, a count and a step. Such a write becomes one insert of the
+root (`tensor.insert_slice`), however long the chain, instead of one scatter per view.
+Chains that reorder elements (transpose, permute, diagonal, reshapes that merge
+dimensions) have no box and fall back to a write-back per view op (views.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+from torch_mlir.dialects import tensor
+
+from . import torch_types
+from .errors import source_line
+from .ir_utils import constant_int, torch_constant
+
+
+@dataclass(frozen=True)
+class InsertPlan:
+    """Where the elements of a view sit in its root."""
+
+    offsets: tuple[int, ...]  # per root dim: index of the first element the view covers
+    sizes: tuple[int, ...]  # per root dim: number of elements the view covers
+    strides: tuple[int, ...]  # per root dim: step between covered elements
+
+    @property
+    def is_empty(self) -> bool:
+        return 0 in self.sizes
+
+
+class StaticIndexError(IndexError):
+    """A constant index outside its dimension: eager raises IndexError too."""
+
+    def __init__(self, op: ir.Operation, index: int, size: int) -> None:
+        where = source_line(op.location)
+        super().__init__(f"{where + ': ' if where else ''}index {index} is out of bounds "
+                         f"for dimension of size {size}")
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _sizes(value: ir.Value) -> tuple[int, ...] | None:
+    sizes = torch_types.TensorType.of(value.type).sizes
+    if sizes is None or any(d < 0 for d in sizes):
+        return None
+    return sizes
+
+
+def _optional_int(value: ir.Value, default: int) -> int | None:
+    if isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.none":
+        return default
+    return constant_int(value)
+
+
+class _Walk:
+    """The box of the root covered by the view reached so far."""
+
+    def __init__(self, root_sizes: tuple[int, ...]) -> None:
+        self.offsets = [0] * len(root_sizes)
+        self.sizes = list(root_sizes)
+        self.strides = [1] * len(root_sizes)
+        self.dims: list[int | None] = list(range(len(root_sizes)))  # view dim -> root dim
+
+    def slice(self, dim: int, start: int, end: int, step: int) -> bool:
+        root_dim = self.dims[dim]
+        length = max(0, -(-(end - start) // step))
+        if root_dim is None:  # a unit dim added by unsqueeze
+            return start == 0 and length == 1
+        self.offsets[root_dim] += start * self.strides[root_dim]
+        self.strides[root_dim] *= step
+        self.sizes[root_dim] = length
+        return True
+
+    def select(self, dim: int, index: int) -> None:
+        root_dim = self.dims.pop(dim)
+        if root_dim is not None:
+            self.offsets[root_dim] += index * self.strides[root_dim]
+            self.sizes[root_dim] = 1
+
+    def plan(self) -> InsertPlan:
+        strides = [s if n > 1 else 1 for s, n in zip(self.strides, self.sizes)]
+        return InsertPlan(tuple(self.offsets), tuple(self.sizes), tuple(strides))
+
+
+def _normalise(index: int, size: int, op: ir.Operation) -> int:
+    if not -size <= index < size:
+        raise StaticIndexError(op, index, size)
+    return index % size
+
+
+def _step(walk: _Walk, view: ir.Operation) -> bool:
+    """Applies one view op to the walk; False when it leaves the box shape."""
+    name = view.name
+    before = _sizes(view.operands[0])
+    after = _sizes(view.result)
+    if before is None or after is None:
+        return False
+    rank = len(before)
+    if name in ("torch.aten.alias", "torch.aten.detach", "torch.aten.lift_fresh"):
+        return True
+    if name == "torch.aten.slice.Tensor":
+        dim, start, end, step = (constant_int(view.operands[1]),
+                                 _optional_int(view.operands[2], 0),
+                                 _optional_int(view.operands[3], _INT64_MAX),
+                                 constant_int(view.operands[4]))
+        if None in (dim, start, end, step) or step <= 0:
+            return False
+        size = before[dim % rank]
+        start = min(max(start + size if start < 0 else start, 0), size)
+        end = min(max(end + size if end < 0 else end, 0), size)
+        return walk.slice(dim % rank, start, max(end, start), step)
+    if name == "torch.aten.select.int":
+        dim, index = constant_int(view.operands[1]), constant_int(view.operands[2])
+        if dim is None or index is None:
+            return False
+        walk.select(dim % rank, _normalise(index, before[dim % rank], view))
+        return True
+    # Ops that only add or drop unit dims: match the sizes of the two sides.
+    if name in ("torch.aten.unsqueeze", "torch.aten.squeeze", "torch.aten.squeeze.dim",
+                "torch.aten.squeeze.dims", "torch.aten.view", "torch.aten._unsafe_view",
+                "torch.aten.reshape"):
+        return _regroup_unit_dims(walk, before, after)
+    return False
+
+
+def _regroup_unit_dims(walk: _Walk, before: tuple[int, ...], after: tuple[int, ...]
+                       ) -> bool:
+    if [d for d in before if d != 1] != [d for d in after if d != 1]:
+        return False
+    kept = [root for root, size in zip(walk.dims, before) if size != 1]
+    dims: list[int | None] = []
+    for size in after:
+        dims.append(kept.pop(0) if size != 1 else None)
+    walk.dims = dims
+    # A dropped unit dim of the root stays in the box with size 1.
+    return True
+
+
+def plan_insert(root: ir.Value, chain: tuple[ir.Operation, ...]) -> InsertPlan | None:
+    """The box the view at the end of `chain` covers in `root`, or None if not a box."""
+    root_sizes = _sizes(root)
+    if root_sizes is None:
+        return None
+    walk = _Walk(root_sizes)
+    for view in chain:
+        if not _step(walk, view):
+            return None
+    return walk.plan()
+
+
+def _builtin(value: ir.Value, loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
+    t = torch_types.TensorType.of(value.type)
+    builtin = ir.RankedTensorType.get(
+        list(t.sizes), torch_types.element_type(t.dtype, signless=True), loc=loc)
+    return ir.Operation.create("torch_c.to_builtin_tensor", results=[builtin],
+                               operands=[value], loc=loc, ip=ip).result
+
+
+def emit_insert(root: ir.Value, update: ir.Value, plan: InsertPlan, loc: ir.Location,
+                ip: ir.InsertionPoint) -> ir.Value:
+    """The root with the box `plan` replaced by `update` (the view's new value).
+
+        %u = torch.aten.view %update, [box sizes]      (when the view dropped unit dims)
+        %r = tensor.insert_slice %u into %root[offsets] [sizes] [strides]
+    """
+    if plan.is_empty:
+        return root
+    named, loc = loc, _unnamed(loc)  # only the new root carries <root>_modified
+    update_type = torch_types.TensorType.of(update.type)
+    if update_type.sizes != plan.sizes:
+        sizes = [torch_constant("int", n, loc, ip) for n in plan.sizes]
+        shape = ir.Operation.create("torch.prim.ListConstruct",
+                                    results=[ir.Type.parse("!torch.list<int>")],
+                                    operands=sizes, loc=loc, ip=ip).result
+        boxed = _value_type(update_type, plan.sizes)
+        update = ir.Operation.create("torch.aten.view", results=[boxed],
+                                     operands=[update, shape], loc=loc, ip=ip).result
+    dest = _builtin(root, loc, ip)
+    inserted = tensor.insert_slice(_builtin(update, loc, ip), dest, [], [], [],
+                                   list(plan.offsets), list(plan.sizes),
+                                   list(plan.strides), loc=loc, ip=ip)
+    return ir.Operation.create("torch_c.from_builtin_tensor", results=[root.type],
+                               operands=[inserted], loc=named, ip=ip).result
+
+
+def _unnamed(loc: ir.Location) -> ir.Location:
+    return ir.NameLoc(loc).child_loc if loc.typeid == ir.NameLoc.static_typeid else loc
+
+
+def _value_type(t: torch_types.TensorType, sizes: tuple[int, ...]) -> ir.Type:
+    return torch_types.TensorType(sizes, t.dtype, True).to_ir()
