@@ -17,3 +17,15 @@ func.func @t_$metadata(%x: !torch.tensor<[4,4],f32>) {
   %0 = torch.operator "torch.aten.t_"(%x) : (!torch.tensor<[4,4],f32>) -> !torch.tensor<[4,4],f32> loc(callsite("model.py":9:0 at "main.py":1:0))
   return
 }
+
+// -----
+
+// A static index out of bounds is an IndexError at compile time, as in eager.
+// CHECK: model.py:11: index 8 is out of bounds for dimension of size 8
+func.func @select$out_of_bounds(%x: !torch.tensor<[8,2],f32>) {
+  %int0 = torch.constant.int 0
+  %int8 = torch.constant.int 8
+  %0 = torch.aten.select.int %x, %int0, %int8 : !torch.tensor<[8,2],f32>, !torch.int, !torch.int -> !torch.tensor<[2],f32> loc("model.py":11:0)
+  %1 = torch.aten.zero_ %0 : !torch.tensor<[2],f32> -> !torch.tensor<[2],f32>
+  return
+}

@@ -17,13 +17,12 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ConstantArgument, InputKind, TensorArgument
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 import numpy as np
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import op_registry, torch_types
+from . import fx_rewrites, op_registry, torch_types
 from .errors import UnsupportedMutationError
 from .ir_utils import operations, terminator
 
@@ -66,38 +65,6 @@ def _constant_output(node: Any) -> bool:
     return not isinstance(node, torch.fx.Node)
 
 
-def _storage(value: Any) -> StorageWeakRef | None:
-    if isinstance(value, torch.Tensor):
-        return StorageWeakRef(value.untyped_storage())
-    return None
-
-
-def _copy_where_views_copy(graph: torch.fx.Graph) -> None:
-    """Makes explicit where an op the schema calls a view (`contiguous`, `reshape`,
-    `to.dtype`) returned a copy in this trace: a clone after it.
-
-    Whether such ops alias depends on strides and dtypes, which the trace's fake tensors
-    know and the IR does not. A mutation of the base must not reach a copy.
-    """
-    for node in list(graph.nodes):
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-            continue
-        effects = op_registry.effects(op_registry.mlir_name(node.target))
-        if effects is None or not effects.is_view:
-            continue
-        base = node.args[effects.result_views] if effects.result_views < len(node.args) \
-            else None
-        if not isinstance(base, torch.fx.Node):
-            continue
-        out, into = _storage(node.meta.get("val")), _storage(base.meta.get("val"))
-        if out is None or into is None or out == into:
-            continue
-        with graph.inserting_after(node):
-            clone = graph.call_function(torch.ops.aten.clone.default, (node,))
-        clone.meta = dict(node.meta)
-        node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
-
-
 def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSignature]:
     """A copy of the exported graph whose placeholders are exactly main's arguments.
 
@@ -134,7 +101,7 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
             raise UnsupportedMutationError(
                 str(spec.kind), f"input {spec.arg} of this kind is not supported")
 
-    _copy_where_views_copy(graph)
+    fx_rewrites.rewrite(graph)
     output = next(n for n in graph.nodes if n.op == "output")
     leaves: list[tuple[str, Any]] = []
     kept = []

@@ -115,6 +115,14 @@ def _step(walk: _Walk, view: ir.Operation) -> bool:
         start = min(max(start + size if start < 0 else start, 0), size)
         end = min(max(end + size if end < 0 else end, 0), size)
         return walk.slice(dim % rank, start, max(end, start), step)
+    if name == "torch.aten.narrow":
+        dim, start, length = (constant_int(view.operands[1]), constant_int(view.operands[2]),
+                              constant_int(view.operands[3]))
+        if None in (dim, start, length):
+            return False
+        size = before[dim % rank]
+        start = start + size if start < 0 else start
+        return walk.slice(dim % rank, start, start + length, 1)
     if name == "torch.aten.select.int":
         dim, index = constant_int(view.operands[1]), constant_int(view.operands[2])
         if dim is None or index is None:

@@ -63,7 +63,59 @@ def intermediate_through_view(x):
     return t
 
 
+def split_element(x):
+    x.split(2)[1].zero_()
+    return x.sum()
+
+
+def chunk_element(x):
+    x.chunk(3, dim=1)[2].add_(1)
+
+
+def unbind_element(x):
+    x.unbind(0)[1].mul_(3)
+
+
+def narrow_negative_start(x):
+    x.narrow(1, -2, 2).fill_(3)
+
+
+def strided_slice(b, v):
+    b[1:9:2] = v
+
+
+def negative_int_scalar(b):
+    b[-1] = 0
+
+
+def ellipsis_scalar(b):
+    b[..., 0] = 7
+
+
+def index_copy(cache, k):
+    cache.index_copy_(1, torch.tensor([1, 5]), k)
+    return cache.sum()
+
+
+def index_fill(cache):
+    cache.index_fill_(-1, torch.tensor([0, 2]), -1.0)
+
+
+def index_fill_int(cache):
+    cache.index_fill_(0, torch.tensor([0, 2]), 3)
+
+
 CASES = [
+    (split_element, (torch.randn(6),)),
+    (chunk_element, (torch.randn(2, 6),)),
+    (unbind_element, (torch.randn(3, 2),)),
+    (narrow_negative_start, (torch.randn(4, 5),)),
+    (strided_slice, (torch.randn(10), torch.randn(4))),
+    (negative_int_scalar, (torch.randn(8, 4),)),
+    (ellipsis_scalar, (torch.randn(3, 4),)),
+    (index_copy, (torch.randn(2, 8, 3), torch.randn(2, 2, 3))),
+    (index_fill, (torch.randn(2, 8, 3),)),
+    (index_fill_int, (torch.arange(12).reshape(4, 3),)),
     (set_int, (torch.randn(8, 4), torch.randn(4))),
     (set_tuple_of_slices, (torch.randn(8, 4), torch.randn(2, 2))),
     (set_none_and_slice, (torch.randn(6, 2), torch.randn(2, 2))),
@@ -90,3 +142,20 @@ def test_write_into_expanded_view_is_refused():
     with pytest.raises(outofplace.UnsupportedMutationError,
                        match=r"test_views.py:\d+: unsupported mutation by torch.aten.expand"):
         outofplace.compile(f, (torch.randn(4),))
+
+
+def test_write_through_as_strided_is_refused():
+    def f(x):
+        x.as_strided((2, 2), (1, 2)).fill_(0)
+
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=r"unsupported mutation by torch.aten.as_strided"):
+        outofplace.compile(f, (torch.randn(6),))
+
+
+def test_static_index_out_of_bounds_is_index_error():
+    def f(b):
+        b.select(0, 8).zero_()
+
+    with pytest.raises(IndexError, match="index 8 out of range"):
+        outofplace.compile(f, (torch.randn(8, 2),))

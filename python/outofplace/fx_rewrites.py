@@ -1,0 +1,229 @@
+"""Rewrites of the exported FX graph before import, while fake tensors know storage.
+
+torch IR carries no storage identity, offsets or strides; some aliasing facts are only
+known here:
+- an op the schema calls a view (`contiguous`, `reshape`, `to`) may have copied;
+- the elements of a list view (`split`, `chunk`, `unbind`) are views at offsets the
+  fake tensors know, expressed here as `slice` / `select` of the base;
+- torch-mlir's importer turns `as_strided` into a gather (a copy), so a root that is
+  written must not be read through `as_strided`.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from . import op_registry
+from .errors import UnsupportedMutationError
+
+
+def rewrite(graph: torch.fx.Graph) -> None:
+    """All rewrites, in the order they depend on each other."""
+    _decompose(graph)
+    _copy_where_views_copy(graph)
+    _explicit_list_views(graph)
+    _refuse_as_strided_of_written(graph)
+
+
+Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node]
+_DECOMPOSITIONS: dict[torch._ops.OpOverload, Decomposition] = {}
+
+
+def _decomposes(*overloads: torch._ops.OpOverload) -> Callable[[Decomposition], Decomposition]:
+    def register(fn: Decomposition) -> Decomposition:
+        for overload in overloads:
+            _DECOMPOSITIONS[overload] = fn
+        return fn
+    return register
+
+
+def _decompose(graph: torch.fx.Graph) -> None:
+    """In-place ops whose out-of-place twin torch-mlir lacks, as in-place ops it has."""
+    for node in list(graph.nodes):
+        fn = _DECOMPOSITIONS.get(node.target)
+        if fn is None:
+            continue
+        with graph.inserting_before(node):
+            replacement = fn(graph, node)
+        replacement.meta = dict(node.meta)
+        node.replace_all_uses_with(replacement)
+        graph.erase_node(node)
+
+
+def _indices_at(node: torch.fx.Node, dim: int, index: Any) -> list[Any]:
+    """`[None] * dim + [index]`: indexing dimension `dim` of self by `index`."""
+    rank = node.args[0].meta["val"].dim()
+    return [None] * (dim % max(rank, 1)) + [index]
+
+
+@_decomposes(torch.ops.aten.index_copy_.default)
+def _index_copy(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """self.index_copy_(d, i, src)  =>  self.index_put_([None] * d + [i], src)"""
+    self, dim, index, source = node.args
+    return graph.call_function(torch.ops.aten.index_put_.default,
+                               (self, _indices_at(node, dim, index), source))
+
+
+@_decomposes(torch.ops.aten.index_fill_.int_Scalar, torch.ops.aten.index_fill_.int_Tensor)
+def _index_fill(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """self.index_fill_(d, i, v)  =>  self.index_put_([None] * d + [i], tensor(v))"""
+    self, dim, index, value = node.args
+    if not isinstance(value, torch.fx.Node):
+        self_val = self.meta["val"]
+        scalar = graph.call_function(torch.ops.aten.scalar_tensor.default, (value,),
+                                     {"dtype": self_val.dtype})
+        with self_val.fake_mode:
+            scalar.meta["val"] = torch.scalar_tensor(value, dtype=self_val.dtype)
+        value = scalar
+    return graph.call_function(torch.ops.aten.index_put_.default,
+                               (self, _indices_at(node, dim, index), value))
+
+
+def _effects(node: torch.fx.Node) -> op_registry.OpEffects | None:
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return None
+    return op_registry.effects(op_registry.mlir_name(node.target))
+
+
+def _storage(value: Any) -> StorageWeakRef | None:
+    if isinstance(value, torch.Tensor):
+        return StorageWeakRef(value.untyped_storage())
+    return None
+
+
+def _copy_where_views_copy(graph: torch.fx.Graph) -> None:
+    """Makes explicit where an op the schema calls a view (`contiguous`, `reshape`,
+    `to.dtype`) returned a copy in this trace: a clone after it.
+
+    Whether such ops alias depends on strides and dtypes, which the trace's fake tensors
+    know and the IR does not. A mutation of the base must not reach a copy.
+    """
+    for node in list(graph.nodes):
+        effects = _effects(node)
+        if effects is None or not effects.is_view:
+            continue
+        base = node.args[effects.result_views] if effects.result_views < len(node.args) \
+            else None
+        if not isinstance(base, torch.fx.Node):
+            continue
+        out, into = _storage(node.meta.get("val")), _storage(base.meta.get("val"))
+        if out is None or into is None or out == into:
+            continue
+        with graph.inserting_after(node):
+            clone = graph.call_function(torch.ops.aten.clone.default, (node,))
+        clone.meta = dict(node.meta)
+        node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
+
+
+def _is_list_view(node: torch.fx.Node) -> bool:
+    """`split`, `chunk`, `unbind`, ...: a list of views of self (`Tensor(a -> *)`)."""
+    effects = _effects(node)
+    if effects is None:
+        return False
+    arguments = node.target._schema.arguments
+    return bool(arguments) and arguments[0].alias_info is not None and \
+        "*" in arguments[0].alias_info.after_set
+
+
+_FRAME = re.compile(r'File "([^"]+)", line ([0-9]+)')
+
+
+def _source_line(node: torch.fx.Node) -> str:
+    """`file:line` of the innermost frame of the node's FX stack trace (as torch-mlir's
+    importer reads it)."""
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else ""
+
+
+def _element_view(graph: torch.fx.Graph, item: torch.fx.Node, base: torch.fx.Node,
+                  index: int) -> torch.fx.Node | None:
+    """The element as a slice or select of the base, read off the fake tensors."""
+    base_val, item_val = base.meta.get("val"), item.meta.get("val")
+    if not isinstance(base_val, torch.Tensor) or not isinstance(item_val, torch.Tensor):
+        return None
+    offset = item_val.storage_offset() - base_val.storage_offset()
+    if item_val.dim() == base_val.dim():
+        changed = [d for d in range(base_val.dim())
+                   if item_val.shape[d] != base_val.shape[d]]
+        dim = changed[0] if len(changed) == 1 else 0
+        if len(changed) > 1 or offset % base_val.stride(dim):
+            return None
+        start = offset // base_val.stride(dim)
+        return graph.call_function(torch.ops.aten.slice.Tensor, (
+            base, dim, start, start + item_val.shape[dim], 1))
+    if item_val.dim() == base_val.dim() - 1:
+        for dim in range(base_val.dim()):
+            rest = list(base_val.shape[:dim]) + list(base_val.shape[dim + 1:])
+            if rest == list(item_val.shape) and offset == index * base_val.stride(dim):
+                return graph.call_function(torch.ops.aten.select.int, (base, dim, index))
+    return None
+
+
+def _explicit_list_views(graph: torch.fx.Graph) -> None:
+    """`x.split(2)[1]` becomes `x[2:4]`: a plain view the pass can write through."""
+    for node in list(graph.nodes):
+        if not _is_list_view(node):
+            continue
+        for item in list(node.users):
+            if item.target is not operator.getitem:
+                continue
+            with graph.inserting_after(item):
+                view = _element_view(graph, item, node.args[0], item.args[1])
+            if view is None:
+                continue
+            view.meta = dict(item.meta)
+            item.replace_all_uses_with(view)
+            graph.erase_node(item)
+        if not node.users:
+            graph.erase_node(node)
+
+
+def _roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node],
+                                           set[torch.fx.Node]]:
+    """Each node's root through views and list views, and the roots written in place."""
+    roots: dict[torch.fx.Node, torch.fx.Node] = {}
+    written: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) \
+                and _is_list_view(node.args[0]):
+            roots[node] = roots.get(node.args[0], node.args[0])
+            continue
+        effects = _effects(node)
+        if effects is None:
+            continue
+        if effects.result_views is not None and effects.result_views < len(node.args):
+            base = node.args[effects.result_views]
+            if isinstance(base, torch.fx.Node):
+                roots[node] = roots.get(base, base)
+        if _is_list_view(node) and isinstance(node.args[0], torch.fx.Node):
+            roots[node] = roots.get(node.args[0], node.args[0])
+        for position in effects.written:
+            if position < len(node.args) and isinstance(node.args[position], torch.fx.Node):
+                target = node.args[position]
+                written.add(roots.get(target, target))
+    return roots, written
+
+
+def _refuse_as_strided_of_written(graph: torch.fx.Graph) -> None:
+    """Refuses what the importer would get wrong: `as_strided` of a written root, and
+    list views left whole (not indexed by a constant) of one."""
+    roots, written = _roots(graph)
+    for node in graph.nodes:
+        if roots.get(node) not in written:
+            continue
+        if node.target is torch.ops.aten.as_strided.default:
+            raise UnsupportedMutationError(
+                "torch.aten.as_strided", "as_strided of a tensor that is written in "
+                "place (torch-mlir imports as_strided as a copy)",
+                location=_source_line(node))
+        if _is_list_view(node):
+            raise UnsupportedMutationError(
+                op_registry.mlir_name(node.target), "a list of views of a tensor that is "
+                "written in place, used other than by constant indexing",
+                location=_source_line(node))
