@@ -31,7 +31,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     _refuse_as_strided_of_written(graph)
 
 
-Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node]
+Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
 _DECOMPOSITIONS: dict[torch._ops.OpOverload, Decomposition] = {}
 
 
@@ -44,13 +44,17 @@ def _decomposes(*overloads: torch._ops.OpOverload) -> Callable[[Decomposition], 
 
 
 def _decompose(graph: torch.fx.Graph) -> None:
-    """In-place ops whose out-of-place twin torch-mlir lacks, as in-place ops it has."""
+    """In-place ops torch-mlir cannot express or lower, as in-place ops it can.
+
+    A decomposition may decline a node by returning None."""
     for node in list(graph.nodes):
         fn = _DECOMPOSITIONS.get(node.target)
         if fn is None:
             continue
         with graph.inserting_before(node):
             replacement = fn(graph, node)
+        if replacement is None:
+            continue
         replacement.meta = dict(node.meta)
         node.replace_all_uses_with(replacement)
         graph.erase_node(node)
@@ -83,6 +87,59 @@ def _index_fill(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
         value = scalar
     return graph.call_function(torch.ops.aten.index_put_.default,
                                (self, _indices_at(node, dim, index), value))
+
+
+def _call(graph: torch.fx.Graph, target: torch._ops.OpOverload, *args: Any,
+          **kwargs: Any) -> torch.fx.Node:
+    """A new node with its fake value, which the importer reads its type from."""
+    node = graph.call_function(target, args, kwargs)
+    fake_args = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
+    fake_mode = next(v.meta["val"].fake_mode for v in node.all_input_nodes)
+    with fake_mode:
+        node.meta["val"] = target(*fake_args[0], **fake_args[1])
+    return node
+
+
+@_decomposes(torch.ops.aten.index_put_.default)
+def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
+                         ) -> torch.fx.Node | None:
+    """b[mask] = v, a select over the whole buffer (never nonzero, shapes stay static):
+
+        b.copy_(where(mask, v, b))                       v broadcast over the masked rows
+        b.copy_(where(mask, v[cumsum(mask) - 1], b))     v holds one row per true element
+    """
+    self, indices, values = node.args[:3]
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    masks = [(k, i) for k, i in enumerate(indices) if i is not None]
+    if len(masks) != 1 or not isinstance(values, torch.fx.Node):
+        return None
+    k, mask = masks[0]
+    mask_val, self_val = mask.meta["val"], self.meta["val"]
+    if mask_val.dtype != torch.bool or any(i is not None for i in indices[k + 1:]):
+        return None
+    before, after = list(self_val.shape[:k]), list(self_val.shape[k + mask_val.dim():])
+    values = _call(graph, torch.ops.aten.to.dtype, values, self_val.dtype)
+    rows_dim = len(before)  # where the masked elements are counted in b[mask]
+    wide = [1] * (len(before) + 1 + len(after) - values.meta["val"].dim()) + \
+        list(values.meta["val"].shape)
+    values = _call(graph, torch.ops.aten.view.default, values, wide)
+    if wide[rows_dim] == 1:
+        picked = _call(graph, torch.ops.aten.view.default, values,
+                       wide[:rows_dim] + [1] * mask_val.dim() + wide[rows_dim + 1:])
+    else:
+        flat = _call(graph, torch.ops.aten.view.default, mask, [-1])
+        count = _call(graph, torch.ops.aten.cumsum.default, flat, 0, dtype=torch.int64)
+        position = _call(graph, torch.ops.aten.clamp_min.default,
+                         _call(graph, torch.ops.aten.sub.Scalar, count, 1), 0)
+        rows = _call(graph, torch.ops.aten.index_select.default, values, rows_dim, position)
+        picked = _call(graph, torch.ops.aten.view.default, rows,
+                       wide[:rows_dim] + list(mask_val.shape) + wide[rows_dim + 1:])
+    if accumulate:
+        picked = _call(graph, torch.ops.aten.add.Tensor, self, picked)
+    cond = _call(graph, torch.ops.aten.view.default, mask,
+                 list(mask_val.shape) + [1] * len(after))
+    new = _call(graph, torch.ops.aten.where.self, cond, picked, self)
+    return _call(graph, torch.ops.aten.copy_.default, self, new)
 
 
 def _effects(node: torch.fx.Node) -> op_registry.OpEffects | None:

@@ -105,7 +105,38 @@ def index_fill_int(cache):
     cache.index_fill_(0, torch.tensor([0, 2]), 3)
 
 
+MASK = torch.tensor([True, False, True, False])
+
+
+def mask_scalar(b, m):
+    b[m] = 2.0
+
+
+def mask_compacted_values(b, m, v):
+    b[m] = v
+
+
+def mask_broadcast_row(b, m, v):
+    b[m] = v
+
+
+def mask_columns(b, m):
+    b[:, m] = 5.0
+
+
+def mask_accumulate(b, m, v):
+    b.index_put_((m,), v, accumulate=True)
+
+
 CASES = [
+    (mask_scalar, (torch.randn(4, 3), MASK)),
+    (mask_scalar, (torch.randn(4, 3), torch.rand(4, 3) > 0.5)),
+    (mask_compacted_values, (torch.randn(4, 3), MASK, torch.randn(2, 3))),
+    (mask_compacted_values, (torch.randn(6), MASK.repeat(2)[:6], torch.randn(3))),
+    (mask_broadcast_row, (torch.randn(4, 3), MASK, torch.randn(3))),
+    (mask_columns, (torch.randn(2, 4), MASK)),
+    (mask_accumulate, (torch.randn(4, 3), MASK, torch.randn(2, 3))),
+    (mask_scalar, (torch.arange(12).reshape(4, 3), MASK)),
     (split_element, (torch.randn(6),)),
     (chunk_element, (torch.randn(2, 6),)),
     (unbind_element, (torch.randn(3, 2),)),
@@ -130,7 +161,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("f, args", CASES, ids=[f.__name__ for f, _ in CASES])
+@pytest.mark.parametrize("f, args", CASES, ids=[f"{f.__name__}-{i}" for i, (f, _) in
+                                                 enumerate(CASES)])
 def test_write_through_view_matches_eager(f, args):
     assert_matches_eager(f, *args)
 
@@ -159,3 +191,11 @@ def test_static_index_out_of_bounds_is_index_error():
 
     with pytest.raises(IndexError, match="index 8 out of range"):
         outofplace.compile(f, (torch.randn(8, 2),))
+
+
+def test_bool_mask_is_one_select_without_nonzero():
+    compiled = outofplace.compile(mask_compacted_values, (torch.randn(4, 3), MASK,
+                                                          torch.randn(2, 3)))
+    text = compiled.stablehlo
+    assert text.count("stablehlo.select") == 1
+    assert "stablehlo.scatter" not in text and "nonzero" not in text
