@@ -179,7 +179,7 @@ def emit_insert(root: ir.Value, update: ir.Value, plan: InsertPlan, loc: ir.Loca
     """
     if plan.is_empty:
         return root
-    named, loc = loc, _unnamed(loc)  # only the new root carries <root>_modified
+    named, loc = loc, _unnamed(loc)  # only the insert carries <root>_modified
     update_type = torch_types.TensorType.of(update.type)
     if update_type.sizes != plan.sizes:
         sizes = [torch_constant("int", n, loc, ip) for n in plan.sizes]
@@ -192,9 +192,9 @@ def emit_insert(root: ir.Value, update: ir.Value, plan: InsertPlan, loc: ir.Loca
     dest = _builtin(root, loc, ip)
     inserted = tensor.insert_slice(_builtin(update, loc, ip), dest, [], [], [],
                                    list(plan.offsets), list(plan.sizes),
-                                   list(plan.strides), loc=loc, ip=ip)
+                                   list(plan.strides), loc=named, ip=ip)
     return ir.Operation.create("torch_c.from_builtin_tensor", results=[root.type],
-                               operands=[inserted], loc=named, ip=ip).result
+                               operands=[inserted], loc=loc, ip=ip).result
 
 
 def _unnamed(loc: ir.Location) -> ir.Location:

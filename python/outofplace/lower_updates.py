@@ -14,7 +14,10 @@ everything else (torch-mlir leaves StableHLO between torch_c casts alone):
 
 from __future__ import annotations
 
+import torch
 from torch_mlir import ir, rewrite
+
+from . import torch_types
 
 
 
@@ -22,8 +25,8 @@ def _i64() -> ir.Type:
     return ir.IntegerType.get_signless(64)
 
 
-def _scalar_constant(element: ir.Type, value: int | float | bool, loc: ir.Location
-                     ) -> ir.Value:
+def _scalar_constant(element: ir.Type, value: int | float | bool,
+                     loc: ir.Location | None) -> ir.Value:
     scalar = ir.RankedTensorType.get([], element, loc=loc)
     if isinstance(element, ir.FloatType):
         attr = ir.FloatAttr.get(element, float(value))
@@ -39,7 +42,7 @@ def _static(op: ir.Operation, name: str) -> list[int]:
 
 def _dynamic_update_slice(dest: ir.Value, source: ir.Value, offsets: list[int],
                           loc: ir.Location) -> ir.Operation:
-    starts = [_scalar_constant(_i64(), o, loc) for o in offsets]
+    starts = [_scalar_constant(_i64(), o, _unnamed(loc)) for o in offsets]
     return ir.Operation.create("stablehlo.dynamic_update_slice", results=[dest.type],
                                operands=[dest, source, *starts], loc=loc)
 
@@ -62,6 +65,7 @@ def _strided_select(dest: ir.Value, source: ir.Value, offsets: list[int],
             zip(dest_type.shape, offsets, sizes, strides)]
     interior = [s - 1 for s in strides]
     element = dest_type.element_type
+    named, loc = loc, _unnamed(loc)
     padded = _pad(source, _scalar_constant(element, 0, loc), offsets, high, interior,
                   dest.type, loc)
     i1 = ir.IntegerType.get_signless(1)
@@ -72,7 +76,7 @@ def _strided_select(dest: ir.Value, source: ir.Value, offsets: list[int],
     mask = _pad(ones, _scalar_constant(i1, 0, loc), offsets, high, interior,
                 ir.RankedTensorType.get(dest_type.shape, i1, loc=loc), loc)
     return ir.Operation.create("stablehlo.select", results=[dest.type],
-                               operands=[mask, padded, dest], loc=loc)
+                               operands=[mask, padded, dest], loc=named)
 
 
 def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
@@ -92,8 +96,112 @@ def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     return False
 
 
+def _builtin(value: ir.Value) -> ir.Value:
+    t = torch_types.TensorType.of(value.type)
+    builtin = ir.RankedTensorType.get(list(t.sizes),
+                                      torch_types.element_type(t.dtype, signless=True))
+    return ir.Operation.create("torch_c.to_builtin_tensor", results=[builtin],
+                               operands=[value]).result
+
+
+def _stablehlo(name: str, result: ir.Type, *operands: ir.Value,
+               loc: ir.Location | None = None, **attributes: ir.Attribute) -> ir.Value:
+    return ir.Operation.create(f"stablehlo.{name}", results=[result], operands=operands,
+                               attributes=attributes, loc=loc).result
+
+
+def _unnamed(loc: ir.Location) -> ir.Location:
+    """The location without its NameLoc: helper ops do not take the new version's name."""
+    return ir.NameLoc(loc).child_loc if loc.typeid == ir.NameLoc.static_typeid else loc
+
+
+def _static_tensor(value: ir.Value) -> torch_types.TensorType | None:
+    if not torch_types.is_tensor(value.type):
+        return None
+    t = torch_types.TensorType.of(value.type)
+    if t.sizes is None or t.dtype is None or any(d < 0 for d in t.sizes):
+        return None
+    return t
+
+
+def _positions(indices: ir.Value) -> list[ir.Value | None] | None:
+    """The entries of an index list: None or a 0-d integer tensor; None if other."""
+    owner = indices.owner
+    if not isinstance(indices, ir.OpResult) or owner.name != "torch.prim.ListConstruct":
+        return None
+    entries: list[ir.Value | None] = []
+    for item in owner.operands:
+        if isinstance(item, ir.OpResult) and item.owner.name == "torch.constant.none":
+            entries.append(None)
+            continue
+        t = _static_tensor(item)
+        if t is None or t.sizes != () or t.dtype.is_floating_point or t.dtype == torch.bool:
+            return None
+        entries.append(item)
+    return entries if any(e is not None for e in entries) else None
+
+
+def _start(position: ir.Value, size: int) -> ir.Value:
+    """A runtime position as a dynamic_update_slice start; negative counts from the end."""
+    i64 = ir.RankedTensorType.get([], _i64())
+    start = _builtin(position)
+    if start.type != i64:
+        start = _stablehlo("convert", i64, start)
+    i1 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(1))
+    negative = _stablehlo("compare", i1, start, _scalar_constant(_i64(), 0, None),
+                          comparison_direction=ir.Attribute.parse(
+                              "#stablehlo<comparison_direction LT>"))
+    wrapped = _stablehlo("add", i64, start, _scalar_constant(_i64(), size, None))
+    return _stablehlo("select", i64, negative, wrapped, start)
+
+
+def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`c[:, pos] = k` (index_put with 0-d integer indices) as dynamic_update_slice:
+
+        %r = torch.aten.index_put %c, [%none, %pos], %k, %false
+        =>  stablehlo.dynamic_update_slice %c, reshape(broadcast(%k)), %c0, select(%pos<0, ...)
+    """
+    self, indices, values, accumulate = op.operands
+    self_t, values_t = _static_tensor(self), _static_tensor(values)
+    positions = _positions(indices)
+    if self_t is None or values_t is None or positions is None or \
+            len(positions) > len(self_t.sizes) or \
+            not (isinstance(accumulate, ir.OpResult) and
+                 accumulate.owner.name == "torch.constant.bool" and
+                 not ir.BoolAttr(accumulate.owner.attributes["value"]).value):
+        return True
+    positions = positions + [None] * (len(self_t.sizes) - len(positions))
+    element = torch_types.element_type(self_t.dtype, signless=True)
+    kept = [n for n, p in zip(self_t.sizes, positions) if p is None]
+    if len(values_t.sizes) > len(kept) or any(
+            v not in (1, k) for v, k in zip(reversed(values_t.sizes), reversed(kept))):
+        return True
+    with rewriter.ip, _unnamed(op.location):
+        update = _builtin(values)
+        if values_t.dtype != self_t.dtype:
+            update = _stablehlo("convert", ir.RankedTensorType.get(
+                list(values_t.sizes), element), update)
+        offset = len(kept) - len(values_t.sizes)
+        if list(values_t.sizes) != kept:
+            update = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(kept, element),
+                                update, broadcast_dimensions=ir.DenseI64ArrayAttr.get(
+                                    list(range(offset, len(kept)))))
+        box = [1 if p is not None else n for n, p in zip(self_t.sizes, positions)]
+        update = _stablehlo("reshape", ir.RankedTensorType.get(box, element), update)
+        starts = [_scalar_constant(_i64(), 0, None) if p is None else _start(p, n)
+                  for n, p in zip(self_t.sizes, positions)]
+        dest = _builtin(self)
+        new = _stablehlo("dynamic_update_slice", dest.type, dest, update, *starts,
+                         loc=op.location)
+        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
+                                     operands=[new])
+    rewriter.replace_op(op, result)
+    return False
+
+
 def lower_updates(module: ir.Operation) -> None:
     """Rewrites every update op of `module` into StableHLO."""
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("tensor.insert_slice", _insert_slice)
+    patterns.add("torch.aten.index_put", _index_put_at_positions)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())

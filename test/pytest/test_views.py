@@ -128,7 +128,26 @@ def mask_accumulate(b, m, v):
     b.index_put_((m,), v, accumulate=True)
 
 
+def runtime_column(cache, pos, k):
+    cache[:, pos] = k
+    return cache.sum()
+
+
+def runtime_kv_step(cache, pos, k):
+    cache[:, :, pos] = k
+
+
+def runtime_two_positions(b, i, j):
+    b[i, j] = 1.5
+
+
 CASES = [
+    (runtime_column, (torch.randn(2, 8), torch.tensor(3), torch.randn(2))),
+    (runtime_column, (torch.randn(2, 8), torch.tensor(-2), torch.randn(2))),
+    (runtime_column, (torch.randn(2, 8), torch.tensor(3, dtype=torch.int32), torch.randn(2))),
+    (runtime_kv_step, (torch.randn(2, 3, 8, 4), torch.tensor(5), torch.randn(2, 3, 4))),
+    (runtime_kv_step, (torch.randn(2, 3, 8, 4), torch.tensor(0), torch.randn(4))),
+    (runtime_two_positions, (torch.randn(4, 5), torch.tensor(1), torch.tensor(-1))),
     (mask_scalar, (torch.randn(4, 3), MASK)),
     (mask_scalar, (torch.randn(4, 3), torch.rand(4, 3) > 0.5)),
     (mask_compacted_values, (torch.randn(4, 3), MASK, torch.randn(2, 3))),
@@ -199,3 +218,19 @@ def test_bool_mask_is_one_select_without_nonzero():
     text = compiled.stablehlo
     assert text.count("stablehlo.select") == 1
     assert "stablehlo.scatter" not in text and "nonzero" not in text
+
+
+def test_runtime_position_is_one_dynamic_update_slice():
+    args = (torch.randn(2, 3, 8, 4), torch.tensor(5), torch.randn(2, 3, 4))
+    compiled = outofplace.compile(runtime_kv_step, args)
+    text = compiled.stablehlo
+    assert text.count("stablehlo.dynamic_update_slice") == 1
+    assert "stablehlo.scatter" not in text
+    assert compiled.io_map == {0: 0}
+    for pos in (0, 7, -1, -8):  # one compiled program, positions only known at run time
+        cache = torch.randn(2, 3, 8, 4)
+        eager_cache = cache.clone()
+        k = torch.randn(2, 3, 4)
+        compiled(cache, torch.tensor(pos), k)
+        runtime_kv_step(eager_cache, torch.tensor(pos), k)
+        torch.testing.assert_close(cache, eager_cache)
