@@ -142,6 +142,46 @@ def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
     return _call(graph, torch.ops.aten.copy_.default, self, new)
 
 
+@_decomposes(torch.ops.aten.batch_norm.default)
+def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """Training-mode batch_norm updates its running statistics, though its schema does
+    not say so; made explicit as `running_mean.copy_(...)`, `running_var.copy_(...)`:
+
+        mean, var = x.mean(dims), x.var(dims, correction=0)
+        out = (x - mean) * rsqrt(var + eps) * weight + bias
+        running_mean.copy_(running_mean * (1 - m) + mean * m)
+        running_var.copy_(running_var * (1 - m) + var * n / (n - 1) * m)
+    """
+    x, weight, bias, running_mean, running_var, training, momentum, eps = node.args[:8]
+    if not training or running_mean is None or running_var is None:
+        return None
+    x_val = x.meta["val"]
+    channels = x_val.shape[1]
+    dims = [0, *range(2, x_val.dim())]
+    per_channel = [1, channels] + [1] * (x_val.dim() - 2)
+    count = x_val.numel() // channels
+    mean = _call(graph, torch.ops.aten.mean.dim, x, dims, True)
+    var = _call(graph, torch.ops.aten.var.correction, x, dims, correction=0, keepdim=True)
+    invstd = _call(graph, torch.ops.aten.rsqrt.default,
+                   _call(graph, torch.ops.aten.add.Scalar, var, eps))
+    out = _call(graph, torch.ops.aten.mul.Tensor,
+                _call(graph, torch.ops.aten.sub.Tensor, x, mean), invstd)
+    if weight is not None:
+        out = _call(graph, torch.ops.aten.mul.Tensor, out,
+                    _call(graph, torch.ops.aten.view.default, weight, per_channel))
+    if bias is not None:
+        out = _call(graph, torch.ops.aten.add.Tensor, out,
+                    _call(graph, torch.ops.aten.view.default, bias, per_channel))
+    for running, batch, scale in ((running_mean, mean, 1.0),
+                                  (running_var, var, count / max(count - 1, 1))):
+        batch = _call(graph, torch.ops.aten.view.default, batch, [channels])
+        update = _call(graph, torch.ops.aten.add.Tensor,
+                       _call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
+                       _call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
+        _call(graph, torch.ops.aten.copy_.default, running, update)
+    return out
+
+
 def _effects(node: torch.fx.Node) -> op_registry.OpEffects | None:
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return None
