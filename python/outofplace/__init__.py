@@ -15,6 +15,7 @@ from .frontend import mark_mutable_tensors
 from .inplace_to_outofplace import inplace_to_outofplace
 from .lowering import lower_to_stablehlo
 from .pipelines import run_pipeline
+from . import xla
 
 __all__ = [
     "Compiled",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -10,7 +10,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch_mlir import ir
 
-from . import frontend, torch_types
+from . import frontend, torch_types, xla
 from .context import make_context
 from .inplace_to_outofplace import inplace_to_outofplace
 from .ir_utils import main_function
@@ -45,6 +45,8 @@ class Compiled:
     signature: frontend.ProgramSignature
     source: Any  # the nn.Module or ExportedProgram whose state is read, or None
     result_dtypes: list[torch.dtype]
+    engine: str = "auto"  # "interpreter", "xla", or "auto": xla when jax is installed
+    _xla: Any = field(default=None, repr=False)  # the XLA executable, compiled on first use
 
     @property
     def stablehlo(self) -> str:
@@ -66,8 +68,22 @@ class Compiled:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Runs the program; mutated inputs and buffers are updated as eager would."""
-        inputs = self._arguments(args, kwargs)
-        results = interpret(self.module, inputs, self.result_dtypes)
+        return self.run(args, kwargs, self.engine)
+
+    def run(self, args: tuple, kwargs: dict | None = None, engine: str = "auto") -> Any:
+        """`__call__` on a chosen engine: "interpreter" (the StableHLO reference
+        interpreter), "xla" (XLA:CPU through jaxlib, aliased buffers donated) or "auto"."""
+        inputs = self._arguments(args, kwargs or {})
+        if engine == "auto":
+            engine = "xla" if xla.available() else "interpreter"
+        if engine == "xla":
+            if self._xla is None:
+                self._xla = xla.CpuExecutable(self.stablehlo)
+            results = self._xla(inputs, self.result_dtypes)
+        elif engine == "interpreter":
+            results = interpret(self.module, inputs, self.result_dtypes)
+        else:
+            raise ValueError(f"unknown engine '{engine}': use interpreter, xla or auto")
         with torch.no_grad():
             for arg, result in self.io_map.items():
                 inputs[arg].copy_(results[result])
@@ -89,11 +105,14 @@ def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:
     return module
 
 
-def compile(f: Any, args: tuple, kwargs: dict | None = None) -> Compiled:
+def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "auto"
+            ) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
 
     `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
-    `torch.fx.GraphModule` a `torch.compile` backend receives.
+    `torch.fx.GraphModule` a `torch.compile` backend receives. `engine` is what calling
+    the result runs on: "xla" (XLA:CPU, needs the xla extra), "interpreter" (the StableHLO
+    reference interpreter) or "auto" (xla when jax is installed).
     """
     context = make_context()
     module, signature = frontend.compile_to_torch_ir(f, tuple(args), kwargs, context)
@@ -103,4 +122,4 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None) -> Compiled:
         lower_to_stablehlo(module)
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
     return Compiled(module, io_map, signature.input_names, signature, source,
-                    result_dtypes)
+                    result_dtypes, engine)

@@ -59,16 +59,21 @@ def assert_module_state_matches(compiled_module: torch.nn.Module,
         assert_same(compiled_state[name].detach(), expected.detach(), f"{what} '{name}'")
 
 
-def assert_matches_eager(f: Any, *args: Any, **kwargs: Any) -> outofplace.Compiled:
-    """Compiles `f(*args, **kwargs)` and checks a compiled call against an eager call.
+ENGINES = ["interpreter", "xla"] if outofplace.xla.available() else ["interpreter"]
 
-    Outputs are compared leaf by leaf, then every input tensor after the call (so mutated
-    inputs must end with eager's values). When `f` is an nn.Module, the module itself is
-    compiled and called, and its buffers and parameters afterwards are compared against a
-    deepcopy of it that ran eagerly. Returns the Compiled program.
+
+def assert_matches_eager(f: Any, *args: Any, **kwargs: Any) -> outofplace.Compiled:
+    """Compiles `f(*args, **kwargs)` and checks compiled calls against eager calls.
+
+    The compiled program runs on every engine (the reference interpreter, and XLA:CPU when
+    jax is installed), each time from the same starting state. Outputs are compared leaf
+    by leaf, then every input tensor after the call (so mutated inputs must end with
+    eager's values). When `f` is an nn.Module, the module itself is compiled and called,
+    and its buffers and parameters afterwards are compared against a deepcopy of it that
+    ran eagerly. Returns the Compiled program.
     """
     is_module = isinstance(f, torch.nn.Module)
-    eager_f = copy.deepcopy(f) if is_module else f
+    pristine = copy.deepcopy(f) if is_module else None
     before = {n: t.detach().clone() for n, t in _state(f).items()} if is_module else {}
 
     compile_args, compile_kwargs = _clone((args, kwargs))
@@ -77,14 +82,20 @@ def assert_matches_eager(f: Any, *args: Any, **kwargs: Any) -> outofplace.Compil
         for name, value in _state(f).items():
             assert_same(value.detach(), before[name], f"'{name}' after compile")
 
-    eager_args, eager_kwargs = _clone((args, kwargs))
-    compiled_args, compiled_kwargs = _clone((args, kwargs))
-    expected = eager_f(*eager_args, **eager_kwargs)
-    actual = compiled(*compiled_args, **compiled_kwargs)
+    for engine in ENGINES:
+        if is_module:  # every engine starts from the module's state before any call
+            with torch.no_grad():
+                for name, value in _state(f).items():
+                    value.copy_(before[name])
+        eager_f = copy.deepcopy(pristine) if is_module else f
+        eager_args, eager_kwargs = _clone((args, kwargs))
+        compiled_args, compiled_kwargs = _clone((args, kwargs))
+        expected = eager_f(*eager_args, **eager_kwargs)
+        actual = compiled.run(compiled_args, compiled_kwargs, engine=engine)
 
-    assert_same_tree(actual, expected, "output")
-    assert_same_tree((compiled_args, compiled_kwargs), (eager_args, eager_kwargs),
-                     "input after the call")
-    if is_module:
-        assert_module_state_matches(f, eager_f)
+        assert_same_tree(actual, expected, f"[{engine}] output")
+        assert_same_tree((compiled_args, compiled_kwargs), (eager_args, eager_kwargs),
+                         f"[{engine}] input after the call")
+        if is_module:
+            assert_module_state_matches(f, eager_f, f"[{engine}] state")
     return compiled
