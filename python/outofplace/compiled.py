@@ -10,7 +10,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch_mlir import ir
 
-from . import frontend, torch_types, xla
+from . import export, frontend, torch_types, xla
 from .context import make_context
 from .inplace_to_outofplace import inplace_to_outofplace
 from .ir_utils import main_function
@@ -52,6 +52,19 @@ class Compiled:
     def stablehlo(self) -> str:
         """The StableHLO text, values named after the program (`%kv_cache_modified`)."""
         return self.module.operation.get_asm(use_name_loc_as_prefix=True)
+
+    def portable_artifact(self, target: str = export.DEFAULT_TARGET) -> bytes:
+        """Versioned StableHLO bytecode; the default target is what jaxlib 0.10.2 reads."""
+        return export.portable_artifact(self.stablehlo, target)
+
+    def hlo_module_proto(self) -> bytes:
+        """The serialized `xla.HloModuleProto` (what the Neuron compiler ingests), with
+        `input_output_alias` for every mutated argument. Needs the xla extra."""
+        return xla.hlo_module_proto(self.stablehlo)
+
+    def save(self, directory: str, target: str = export.DEFAULT_TARGET) -> list:
+        """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax) and io_map.json."""
+        return export.save(self, directory, target)
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         state = [_state_tensor(self.source, t) for t in self.signature.state_targets]
