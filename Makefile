@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.outofplace-installed
 
-.PHONY: demo test lit pytest bench clean
+.PHONY: demo test lit pytest bench fuzz clean
+N ?= 10000
 
 $(STAMP): pyproject.toml
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -24,6 +25,12 @@ lit: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 test/pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py --output docs/performance.md
+
+fuzz: $(STAMP)
+	OUTOFPLACE_FUZZ_EXAMPLES=$(N) $(BIN)/python -m pytest -q -n 2 test/pytest/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info test/Output
