@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,9 +13,9 @@ from torch_mlir import ir
 
 from . import export, frontend, torch_types, xla
 from .context import make_context
-from .inplace_to_outofplace import inplace_to_outofplace
+from .diagnostics import run_stage
+from .inplace_to_outofplace import io_map_of
 from .ir_utils import main_function
-from .lowering import lower_to_stablehlo
 from .runtime import interpret
 
 
@@ -118,21 +119,30 @@ def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:
     return module
 
 
-def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "auto"
-            ) -> Compiled:
+def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "auto",
+            dump_ir: str | None = None) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
 
     `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
     `torch.fx.GraphModule` a `torch.compile` backend receives. `engine` is what calling
     the result runs on: "xla" (XLA:CPU, needs the xla extra), "interpreter" (the StableHLO
-    reference interpreter) or "auto" (xla when jax is installed).
+    reference interpreter) or "auto" (xla when jax is installed). `dump_ir` names a
+    directory to write the IR of every stage to.
+
+    A stage that fails writes the IR before it and names the `outofplace-opt` command
+    that reproduces the failure.
     """
     context = make_context()
     module, signature = frontend.compile_to_torch_ir(f, tuple(args), kwargs, context)
     with context:
-        io_map = inplace_to_outofplace(module)
+        if dump_ir:
+            Path(dump_ir).mkdir(parents=True, exist_ok=True)
+            (Path(dump_ir) / "0-torch-mutable.mlir").write_text(
+                module.operation.get_asm(enable_debug_info=True))
+        run_stage(module, 1, "inplace-to-outofplace", dump_ir)
+        io_map = io_map_of(main_function(module))
         result_dtypes = _result_dtypes(module)
-        lower_to_stablehlo(module)
+        run_stage(module, 2, "outofplace-lower-to-stablehlo", dump_ir)
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
     return Compiled(module, io_map, signature.input_names, signature, source,
                     result_dtypes, engine)

@@ -82,9 +82,9 @@ def _select(view, base, src, loc, ip):
 
 @_register("torch.aten.diagonal")
 def _diagonal(view, base, src, loc, ip):
-    """x.diagonal(o, d1, d2) = src  =>  diagonal_scatter(x, src, o, d1, d2)"""
-    return _create("torch.aten.diagonal_scatter", [base, src, *view.operands[1:]], base,
-                   loc, ip)
+    raise UnsupportedMutationError.at(
+        view, "writing through diagonal: torch-mlir lowers neither diagonal nor "
+        "diagonal_scatter to StableHLO")
 
 
 @_register("torch.aten.as_strided")

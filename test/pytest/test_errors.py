@@ -182,3 +182,17 @@ def test_random_op_refuses_to_run_in_the_interpreter() -> None:
         x = torch.full((3,), -1.0)
         compiled.run((x,), engine="xla")
         assert bool(((x >= 0) & (x < 1)).all())
+
+
+def test_failing_stage_writes_a_reproducer(tmp_path):
+    """A pipeline failure names the outofplace-opt command that reproduces it."""
+    def f(x):
+        return x.diagonal() * 2  # torch-mlir has no StableHLO lowering for diagonal
+
+    with pytest.raises(Exception) as caught:
+        outofplace.compile(f, [torch.randn(3, 3)], dump_ir=str(tmp_path))
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    before = tmp_path / "2-before-outofplace-lower-to-stablehlo.mlir"
+    assert f"outofplace-opt {before} --pass-pipeline='builtin.module(" \
+           "outofplace-lower-to-stablehlo)'" in notes
+    assert before.exists() and (tmp_path / "0-torch-mutable.mlir").exists()
