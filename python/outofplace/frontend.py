@@ -104,12 +104,33 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     if isinstance(f, ExportedProgram):
         return f
     module = f if isinstance(f, torch.nn.Module) else _function_module(f)
-    with torch.no_grad(), _RuntimePositionSetitem():
-        return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
+    # Tracing may run small ops on real buffers it does not see as module state (a 0-d
+    # counter held by a plain Python object): compiling must leave the model as it was.
+    saved = [(t, t.detach().clone()) for t in module.buffers()]
+    try:
+        with torch.no_grad(), _RuntimePositionSetitem():
+            return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
+    finally:
+        with torch.no_grad():
+            for tensor, value in saved:
+                tensor.copy_(value)
 
 
 def _constant_output(node: Any) -> bool:
     return not isinstance(node, torch.fx.Node)
+
+
+def _state_value(ep: ExportedProgram, target: str) -> torch.Tensor | None:
+    return ep.state_dict[target] if target in ep.state_dict else ep.constants.get(target)
+
+
+def _propagate_fake_values(gm: torch.fx.GraphModule) -> None:
+    """Recomputes every node's fake value from the placeholders'."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = next(v.fake_mode for v in inputs if isinstance(v, torch._subclasses.FakeTensor))
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
 
 
 def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSignature]:
@@ -118,9 +139,18 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     Tensor constants become module attributes (imported as literals), constant user
     inputs are substituted, and constant outputs are kept aside for the caller.
     """
-    gm = torch.fx.GraphModule(torch.nn.Module(), ep.graph_module.graph)
-    graph = gm.graph
-    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    graph = torch.fx.Graph()  # a copy: an ExportedProgram the user passed stays intact
+    copies: dict[torch.fx.Node, torch.fx.Node] = {}
+    graph.output(graph.graph_copy(ep.graph, copies))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    placeholders = {old.name: copies[old] for old in ep.graph.nodes
+                    if old.op == "placeholder"}
+    # A tensor reached through a plain Python object (HF's StaticCache holds its buffers
+    # in a list) is exported as a constant; it is the buffer, so it becomes the buffer.
+    state = {id(_state_value(ep, spec.target)): placeholders[spec.arg.name]
+             for spec in ep.graph_signature.input_specs
+             if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)}
+    redirected = False
     state_targets: list[str] = []
     input_names: list[str] = []
     user_position = 0
@@ -130,6 +160,11 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             state_targets.append(spec.target)
             input_names.append(spec.target)
+        elif spec.kind == InputKind.CONSTANT_TENSOR and \
+                id(ep.constants[spec.target]) in state:
+            node.replace_all_uses_with(state[id(ep.constants[spec.target])])
+            graph.erase_node(node)
+            redirected = True
         elif spec.kind == InputKind.CONSTANT_TENSOR:
             attr = f"_outofplace_constant_{len(gm._buffers)}"
             gm.register_buffer(attr, ep.constants[spec.target])
@@ -141,13 +176,15 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
             graph.erase_node(node)
             user_position += 1
         elif spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, TensorArgument):
-            input_names.append(node.name)
+            input_names.append(spec.arg.name)
             user_input_leaves.append(user_position)
             user_position += 1
         else:
             raise UnsupportedMutationError(
                 str(spec.kind), f"input {spec.arg} of this kind is not supported")
 
+    if redirected:  # storages of the fake values must agree with the new aliasing
+        _propagate_fake_values(gm)
     fx_rewrites.rewrite(graph)
     output = next(n for n in graph.nodes if n.op == "output")
     leaves: list[tuple[str, Any]] = []

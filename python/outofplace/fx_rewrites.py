@@ -26,6 +26,7 @@ from .errors import UnsupportedMutationError
 def rewrite(graph: torch.fx.Graph) -> None:
     """All rewrites, in the order they depend on each other."""
     _decompose(graph)
+    _wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)
     _refuse_as_strided_of_written(graph)
@@ -94,7 +95,11 @@ def _call(graph: torch.fx.Graph, target: torch._ops.OpOverload, *args: Any,
     """A new node with its fake value, which the importer reads its type from."""
     node = graph.call_function(target, args, kwargs)
     fake_args = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
-    fake_mode = next(v.meta["val"].fake_mode for v in node.all_input_nodes)
+    fake_mode = next((v.meta["val"].fake_mode for v in node.all_input_nodes), None) or \
+        torch._guards.detect_fake_mode()
+    if fake_mode is None:  # no tensor inputs (ones, scalar_tensor): any node's mode
+        fake_mode = next(n.meta["val"].fake_mode for n in graph.nodes
+                         if isinstance(n.meta.get("val"), torch._subclasses.FakeTensor))
     with fake_mode:
         node.meta["val"] = target(*fake_args[0], **fake_args[1])
     return node
@@ -180,6 +185,73 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
                        _call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
         _call(graph, torch.ops.aten.copy_.default, running, update)
     return out
+
+
+@_decomposes(torch.ops.aten.scaled_dot_product_attention.default)
+def _attention(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """torch-mlir has no StableHLO lowering for scaled_dot_product_attention:
+
+        softmax(q @ k.transpose(-2, -1) * scale + mask) @ v     (no dropout)
+    """
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+             "enable_gqa")
+    defaults = (None, None, None, None, 0.0, False, None, False)
+    given = dict(zip(names, node.args))
+    q, k, v, mask, dropout, causal, scale, gqa = (
+        given.get(n, node.kwargs.get(n, d)) for n, d in zip(names, defaults))
+    if dropout:
+        return None
+    q_val, k_val = q.meta["val"], k.meta["val"]
+    if gqa and q_val.dim() >= 3 and q_val.shape[-3] != k_val.shape[-3]:
+        repeats = q_val.shape[-3] // k_val.shape[-3]
+        k = _call(graph, torch.ops.aten.repeat_interleave.self_int, k, repeats, -3)
+        v = _call(graph, torch.ops.aten.repeat_interleave.self_int, v, repeats, -3)
+    scale = scale if scale is not None else 1.0 / float(q_val.shape[-1]) ** 0.5
+    scores = _call(graph, torch.ops.aten.mul.Scalar, _call(
+        graph, torch.ops.aten.matmul.default, q,
+        _call(graph, torch.ops.aten.transpose.int, k, -2, -1)), scale)
+    if causal:
+        length, source = q_val.shape[-2], k_val.shape[-2]
+        ones = _call(graph, torch.ops.aten.ones.default, [length, source], dtype=torch.bool)
+        mask = _call(graph, torch.ops.aten.tril.default, ones)
+    if mask is not None and mask.meta["val"].dtype == torch.bool:
+        scores = _call(graph, torch.ops.aten.masked_fill.Scalar, scores,
+                       _call(graph, torch.ops.aten.logical_not.default, mask), float("-inf"))
+    elif mask is not None:
+        scores = _call(graph, torch.ops.aten.add.Tensor, scores, mask)
+    weights = _call(graph, torch.ops.aten._softmax.default, scores, -1, False)
+    return _call(graph, torch.ops.aten.matmul.default, weights, v)
+
+
+_INDEXING = (torch.ops.aten.index.Tensor, torch.ops.aten.index_put_.default,
+             torch.ops.aten.index_put.default)
+
+
+def _wrap_negative_indices(graph: torch.fx.Graph) -> None:
+    """`b[idx]` with negative entries in an integer index tensor counts from the end, as
+    in eager; torch-mlir's lowering of index / index_put drops them instead. Each such
+    index becomes `where(idx < 0, idx + size, idx)`."""
+    for node in list(graph.nodes):
+        if node.target not in _INDEXING:
+            continue
+        self, indices = node.args[0], list(node.args[1])
+        sizes = self.meta["val"].shape
+        dim = 0
+        for position, index in enumerate(indices):
+            if index is None:
+                dim += 1
+                continue
+            index_val = index.meta["val"]
+            if index_val.dtype == torch.bool:
+                dim += index_val.dim()
+                continue
+            with graph.inserting_before(node):
+                negative = _call(graph, torch.ops.aten.lt.Scalar, index, 0)
+                shifted = _call(graph, torch.ops.aten.add.Scalar, index, int(sizes[dim]))
+                indices[position] = _call(graph, torch.ops.aten.where.self, negative,
+                                          shifted, index)
+            dim += 1
+        node.args = (self, indices, *node.args[2:])
 
 
 def _effects(node: torch.fx.Node) -> op_registry.OpEffects | None:

@@ -167,6 +167,18 @@ class _FunctionRewriter:
             result.set_type(torch_types.value_type(result.type))
             self.new_root(result, result)
 
+    def _same_tensor(self, a: ir.Value, b: ir.Value) -> bool:
+        """Whether two tracked tensors are the same view of the same root: the same view
+        ops with the same arguments."""
+        if a not in self.aliases or b not in self.aliases:
+            return False
+        first, second = self.aliases[a], self.aliases[b]
+        return first.root is second.root and len(first.chain) == len(second.chain) and all(
+            x.name == y.name and len(x.operands) == len(y.operands) and
+            all(_same_argument(p, q) for p, q in zip(list(x.operands)[1:],
+                                                      list(y.operands)[1:]))
+            for x, y in zip(first.chain, second.chain))
+
     def visit_inplace(self, op: ir.Operation, effects: op_registry.OpEffects) -> None:
         self_value = op.operands[0]
         if effects.is_autograd_only:
@@ -181,6 +193,12 @@ class _FunctionRewriter:
         twin = effects.twin
         if twin is None or not op_registry.twin_is_available(twin, op.context):
             raise UnsupportedMutationError.at(op, "it has no out-of-place twin")
+        if twin._schema.name == "aten::copy" and self._same_tensor(self_value,
+                                                                    op.operands[1]):
+            # b[2:5] += v traces to an add_ on b[2:5], then a copy_ of it into b[2:5].
+            self.aliases[op.result] = self.aliases[self_value]
+            self.dead.append(op)
+            return
         operands = self.read_operands(op)
         self_type = torch_types.TensorType.of(operands[0].type)
         result_type = _twin_result_type(op, twin, operands, self_type)
@@ -251,6 +269,18 @@ _HANDLERS: dict[str, Callable[[_FunctionRewriter, ir.Operation], None]] = {
     "torch.overwrite.tensor.contents": _FunctionRewriter.visit_overwrite,
     "func.return": _FunctionRewriter.visit_return,
 }
+
+
+def _same_argument(a: ir.Value, b: ir.Value) -> bool:
+    """The same value, or two constants of one value (the importer makes one per use)."""
+    if a == b:
+        return True
+    if not (isinstance(a, ir.OpResult) and isinstance(b, ir.OpResult)):
+        return False
+    x, y = a.owner, b.owner
+    if x.name != y.name or not x.name.startswith("torch.constant."):
+        return False
+    return x.name == "torch.constant.none" or x.attributes["value"] == y.attributes["value"]
 
 
 def _name_of(value: ir.Value) -> str:

@@ -18,6 +18,7 @@ from torch_mlir.dialects import tensor
 from . import torch_types
 from .errors import source_line
 from .ir_utils import constant_int, torch_constant
+from .views import IDENTITY_VIEWS
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,8 @@ def _step(walk: _Walk, view: ir.Operation) -> bool:
     if before is None or after is None:
         return False
     rank = len(before)
-    if name in ("torch.aten.alias", "torch.aten.detach", "torch.aten.lift_fresh"):
-        return True
+    if name in IDENTITY_VIEWS:
+        return before == after
     if name == "torch.aten.slice.Tensor":
         dim, start, end, step = (constant_int(view.operands[1]),
                                  _optional_int(view.operands[2], 0),

@@ -61,9 +61,23 @@ def _int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.
 
 @_register("torch.aten.slice.Tensor")
 def _slice(view, base, src, loc, ip):
-    """x[a:b:c] = src  =>  slice_scatter(x, src, dim, a, b, c)"""
-    return _create("torch.aten.slice_scatter", [base, src, *view.operands[1:]], base,
-                   loc, ip)
+    """x[a:b:c] = src  =>  slice_scatter(x, src, dim, a, b, c), with constant bounds
+    clamped to the dimension (an open end is INT64_MAX, which slice_scatter would try to
+    allocate)"""
+    dim_value, start_value, end_value, step_value = view.operands[1:5]
+    dim, sizes = constant_int(dim_value), torch_types.TensorType.of(base.type).sizes
+    if dim is not None and sizes is not None and sizes[dim % len(sizes)] >= 0:
+        size = sizes[dim % len(sizes)]
+        bounds = []
+        for value in (start_value, end_value):
+            bound = constant_int(value)
+            if bound is not None:
+                bound = min(max(bound + size if bound < 0 else bound, 0), size)
+                value = torch_constant("int", bound, loc, ip)
+            bounds.append(value)
+        start_value, end_value = bounds
+    return _create("torch.aten.slice_scatter",
+                   [base, src, dim_value, start_value, end_value, step_value], base, loc, ip)
 
 
 @_register("torch.aten.select.int")
@@ -132,7 +146,14 @@ def _reshape(view, base, src, loc, ip):
     return _create("torch.aten.view", [src, _int_list(list(sizes), loc, ip)], base, loc, ip)
 
 
-@_register("torch.aten.alias", "torch.aten.detach", "torch.aten.lift_fresh")
+# Views that are the tensor itself (when `to`, `contiguous` or `type_as` copied instead,
+# the frontend put a clone after them: fx_rewrites._copy_where_views_copy).
+IDENTITY_VIEWS = ("torch.aten.alias", "torch.aten.detach", "torch.aten.lift_fresh",
+                  "torch.aten.to.dtype", "torch.aten.to.dtype_layout", "torch.aten.to.device",
+                  "torch.aten.to.other", "torch.aten.contiguous", "torch.aten.type_as")
+
+
+@_register(*IDENTITY_VIEWS)
 def _identity(view, base, src, loc, ip):
     """x.alias() = src  =>  x = src"""
     return src

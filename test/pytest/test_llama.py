@@ -1,0 +1,92 @@
+"""A Hugging Face Llama decoding through a `StaticCache`, run for several steps against eager.
+
+`TorchExportableModuleWithStaticCache` (transformers' torch.export recipe) registers every
+layer's key/value cache and its `cumulative_length` counter as buffers of the wrapper; its
+forward resets the counters to `cache_position[0]`, then each layer writes its new keys
+and values with `index_copy_` at the positions the counter gives and advances the counter.
+The compiled program must return eager's logits and leave every buffer as eager does.
+"""
+
+import copy
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+executorch = pytest.importorskip("transformers.integrations.executorch")
+
+import outofplace  # noqa: E402
+from differential import assert_module_state_matches, assert_same, assert_same_tree  # noqa: E402
+
+LAYERS = 2
+MAX_CACHE_LEN = 8
+VOCAB = 64
+ATTENTION = pytest.mark.parametrize("attention", ["eager", "sdpa"])
+
+
+def _llama(attention: str) -> torch.nn.Module:
+    """A tiny random Llama in transformers' static-cache export wrapper, batch size 1."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
+        max_position_embeddings=32, attn_implementation=attention)
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.generation_config = transformers.GenerationConfig(
+        use_cache=True, cache_implementation="static")
+    return executorch.TorchExportableModuleWithStaticCache(
+        model, batch_size=1, max_cache_len=MAX_CACHE_LEN)
+
+
+def _cache_buffers() -> set[str]:
+    return {f"{name}_{layer}" for layer in range(LAYERS)
+            for name in ("key_cache", "value_cache", "cumulative_length")}
+
+
+def _compile(model: torch.nn.Module, tokens: int, start: int) -> outofplace.Compiled:
+    """The forward on `tokens` tokens at positions start, start + 1, ...: it writes every
+    cache buffer and nothing else, and compiling leaves the module's state alone."""
+    before = {n: t.detach().clone() for n, t in model.named_buffers()}
+    input_ids = torch.randint(VOCAB, (1, tokens))
+    cache_position = torch.arange(start, start + tokens)
+    compiled = outofplace.compile(model, (input_ids,), {"cache_position": cache_position})
+    mutated = {compiled.input_names[i] for i in compiled.io_map}
+    assert mutated == _cache_buffers()
+    for name, value in model.named_buffers():
+        assert_same(value.detach(), before[name], f"'{name}' after compile")
+    return compiled
+
+
+def _step(compiled: outofplace.Compiled, model: torch.nn.Module, eager: torch.nn.Module,
+          tokens: list[int], start: int, what: str) -> None:
+    """One forward of both on the same tokens; logits and every buffer must agree."""
+    input_ids = torch.tensor([tokens])
+    cache_position = torch.arange(start, start + len(tokens))
+    with torch.no_grad():
+        expected = eager(input_ids.clone(), cache_position=cache_position.clone())
+    actual = compiled(input_ids, cache_position=cache_position)
+    assert_same_tree(actual, expected, f"{what} logits")
+    assert_module_state_matches(model, eager, what)
+    for layer in range(LAYERS):  # the counter ends past the tokens written
+        counter = dict(model.named_buffers())[f"cumulative_length_{layer}"]
+        assert counter.item() == start + len(tokens), f"{what} cumulative_length_{layer}"
+
+
+@ATTENTION
+def test_llama_static_cache_decode_several_steps(attention):
+    model = _llama(attention)
+    eager = copy.deepcopy(model)
+    decode = _compile(model, tokens=1, start=0)
+    for position, token in enumerate([5, 17, 3, 42]):
+        _step(decode, model, eager, [token], position, f"decode step {position}")
+
+
+@ATTENTION
+def test_llama_static_cache_prefill_then_decode(attention):
+    model = _llama(attention)
+    eager = copy.deepcopy(model)
+    prefill = _compile(model, tokens=4, start=0)
+    decode = _compile(model, tokens=1, start=4)
+    _step(prefill, model, eager, [7, 1, 60, 23], 0, "prefill")
+    for position, token in enumerate([9, 33, 2], start=4):
+        _step(decode, model, eager, [token], position, f"decode at {position}")
