@@ -236,6 +236,10 @@ def _wrap_negative_indices(graph: torch.fx.Graph) -> None:
             continue
         self, indices = node.args[0], list(node.args[1])
         sizes = self.meta["val"].shape
+        accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate")
+        # A write at 0-d positions becomes a dynamic_update_slice, whose lowering wraps
+        # them (lower_updates._start).
+        positions_lowered = node.target is not torch.ops.aten.index.Tensor and not accumulate
         dim = 0
         for position, index in enumerate(indices):
             if index is None:
@@ -244,6 +248,9 @@ def _wrap_negative_indices(graph: torch.fx.Graph) -> None:
             index_val = index.meta["val"]
             if index_val.dtype == torch.bool:
                 dim += index_val.dim()
+                continue
+            if positions_lowered and index_val.dim() == 0:
+                dim += 1
                 continue
             with graph.inserting_before(node):
                 negative = _call(graph, torch.ops.aten.lt.Scalar, index, 0)

@@ -141,7 +141,31 @@ def runtime_two_positions(b, i, j):
     b[i, j] = 1.5
 
 
+def negative_int_tensor(b, idx):
+    b[idx] = 1.0
+    return b[idx] * 2
+
+
+def negative_accumulate(b, idx, v):
+    b.index_put_((idx,), v, accumulate=True)
+
+
+def open_end_through_transpose(x):
+    x.t()[1:] = 1
+    x.t()[::2] = 2
+
+
+def read_through_to(x):
+    y = x.to(torch.float32)  # the same tensor: writes through it reach x
+    y.add_(1)
+    return x * 2
+
+
 CASES = [
+    (negative_int_tensor, (torch.zeros(4), torch.tensor([1, -1]))),
+    (negative_accumulate, (torch.zeros(4), torch.tensor([-1, -1, 0]), torch.ones(3))),
+    (open_end_through_transpose, (torch.randn(4, 6),)),
+    (read_through_to, (torch.randn(3),)),
     (runtime_column, (torch.randn(2, 8), torch.tensor(3), torch.randn(2))),
     (runtime_column, (torch.randn(2, 8), torch.tensor(-2), torch.randn(2))),
     (runtime_column, (torch.randn(2, 8), torch.tensor(3, dtype=torch.int32), torch.randn(2))),
@@ -234,3 +258,11 @@ def test_runtime_position_is_one_dynamic_update_slice():
         compiled(cache, torch.tensor(pos), k)
         runtime_kv_step(eager_cache, torch.tensor(pos), k)
         torch.testing.assert_close(cache, eager_cache)
+
+
+def test_slice_plus_equals_is_one_dynamic_update_slice():
+    def f(b, v):
+        b[2:5] += v
+
+    compiled = assert_matches_eager(f, torch.randn(8), torch.randn(3))
+    assert compiled.stablehlo.count("stablehlo.dynamic_update_slice") == 1

@@ -223,10 +223,13 @@ def bool_mask_values():
     compile_and_show(f, arange(10), arange(10) > 5, torch.ones(4))
 
 
-# b[idx] = v: index_put_ with an integer tensor, a scatter of whole rows.
+# b[idx] = v: index_put_ with an integer tensor, a scatter of whole rows; negative
+# indices first count from the end (compare + select), as in eager.
 # CHECK-LABEL: TEST: int_tensor_rows
 # CHECK:       func.func @main(%b: tensor<4x6xf32> {tf.aliasing_output = 0 : i32}, %idx: tensor<2xi64>, %v: tensor<2x6xf32>) -> tensor<4x6xf32>
-# CHECK:         %[[IDX:.*]] = stablehlo.reshape %idx : (tensor<2xi64>) -> tensor<2x1xi64>
+# CHECK:         stablehlo.compare LT, %idx, %{{.*}}, SIGNED
+# CHECK:         %[[IDXW:.*]] = stablehlo.select %{{.*}}, %{{.*}}, %{{.*}} : tensor<2xi1>, tensor<2xi64>
+# CHECK:         %[[IDX:.*]] = stablehlo.reshape %[[IDXW]] : (tensor<2xi64>) -> tensor<2x1xi64>
 # CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%b, %[[IDX]], %v)
 # CHECK-SAME:      update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0]
 # CHECK-NEXT:    ^bb0(%{{[^:]+}}: tensor<f32>, %[[UPD:[^:]+]]: tensor<f32>):
@@ -243,7 +246,8 @@ def int_tensor_rows():
 # b[:, idx] = v: the indices are (row, idx[k]) pairs, one scatter of elements.
 # CHECK-LABEL: TEST: int_tensor_columns
 # CHECK:       func.func @main(%b: tensor<4x6xf32> {tf.aliasing_output = 0 : i32}, %idx: tensor<2xi64>, %v: tensor<4x2xf32>) -> tensor<4x6xf32>
-# CHECK:         stablehlo.broadcast_in_dim %idx, dims = [1] : (tensor<2xi64>) -> tensor<4x2xi64>
+# CHECK:         stablehlo.compare LT, %idx, %{{.*}}, SIGNED
+# CHECK:         stablehlo.broadcast_in_dim %{{.*}}, dims = [1] : (tensor<2xi64>) -> tensor<4x2xi64>
 # CHECK:         %[[IDX:.*]] = stablehlo.concatenate {{.*}} -> tensor<4x2x2xi64>
 # CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%b, %[[IDX]], %v)
 # CHECK-NEXT:    ^bb0(%{{[^:]+}}: tensor<f32>, %[[UPD:[^:]+]]: tensor<f32>):
@@ -261,8 +265,10 @@ def int_tensor_columns():
 # b[i, j] = 9.0: the indices are (i[k], j[k]) pairs.
 # CHECK-LABEL: TEST: int_tensor_pairs
 # CHECK:       func.func @main(%b: tensor<4x6xf32> {tf.aliasing_output = 0 : i32}, %i: tensor<2xi64>, %j: tensor<2xi64>) -> tensor<4x6xf32>
-# CHECK:         %[[I:.*]] = stablehlo.reshape %i : (tensor<2xi64>) -> tensor<2x1xi64>
-# CHECK:         %[[J:.*]] = stablehlo.reshape %j : (tensor<2xi64>) -> tensor<2x1xi64>
+# CHECK:         stablehlo.compare LT, %i, %{{.*}}, SIGNED
+# CHECK:         stablehlo.compare LT, %j, %{{.*}}, SIGNED
+# CHECK:         %[[I:.*]] = stablehlo.reshape %{{.*}} : (tensor<2xi64>) -> tensor<2x1xi64>
+# CHECK:         %[[J:.*]] = stablehlo.reshape %{{.*}} : (tensor<2xi64>) -> tensor<2x1xi64>
 # CHECK:         %[[IDX:.*]] = stablehlo.concatenate %[[I]], %[[J]], dim = 1 : (tensor<2x1xi64>, tensor<2x1xi64>) -> tensor<2x2xi64>
 # CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%b, %[[IDX]], %{{.*}})
 # CHECK-NOT:     stablehlo.dynamic_update_slice
@@ -277,7 +283,9 @@ def int_tensor_pairs():
 # index_put_(accumulate=True): the scatter's body adds, so duplicates sum.
 # CHECK-LABEL: TEST: index_put_accumulate
 # CHECK:       func.func @main(%b: tensor<10xf32> {tf.aliasing_output = 0 : i32}, %idx: tensor<3xi64>, %v: tensor<3xf32>) -> tensor<10xf32>
-# CHECK:         %[[IDX:.*]] = stablehlo.reshape %idx : (tensor<3xi64>) -> tensor<3x1xi64>
+# CHECK:         stablehlo.compare LT, %idx, %{{.*}}, SIGNED
+# CHECK:         %[[IDXW:.*]] = stablehlo.select %{{.*}}, %{{.*}}, %{{.*}} : tensor<3xi1>, tensor<3xi64>
+# CHECK:         %[[IDX:.*]] = stablehlo.reshape %[[IDXW]] : (tensor<3xi64>) -> tensor<3x1xi64>
 # CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%b, %[[IDX]], %v)
 # CHECK-NEXT:    ^bb0(%[[OLD:[^:]+]]: tensor<f32>, %[[UPD:[^:]+]]: tensor<f32>):
 # CHECK-NEXT:      %[[SUM:.*]] = stablehlo.add %[[OLD]], %[[UPD]] : tensor<f32>
