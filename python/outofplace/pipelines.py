@@ -117,7 +117,8 @@ def _python_pass(fn: PassFn, argument: str, failures: list[BaseException]
                  ) -> Callable[[ir.Operation, object], None]:
     def run(op: ir.Operation, pass_: object) -> None:
         try:
-            fn(op.operation)
+            with op.context:  # a pass may run outside the caller's `with context`
+                fn(op.operation)
         except Exception as error:  # reported after PassManager.run returns
             failures.append(error)
             pass_.signal_pass_failure()  # type: ignore[attr-defined]
