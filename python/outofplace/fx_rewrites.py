@@ -223,6 +223,38 @@ def _attention(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     return _call(graph, torch.ops.aten.matmul.default, weights, v)
 
 
+@_decomposes(torch.ops.aten.remainder.Tensor, torch.ops.aten.remainder.Scalar,
+             torch.ops.aten.remainder_.Tensor, torch.ops.aten.remainder_.Scalar)
+def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """Python's modulo: the sign of the divisor. torch-mlir lowers remainder to
+    stablehlo.remainder, which keeps the dividend's sign (C's fmod):
+
+        r = fmod(a, b);  where(r != 0 and (r < 0) != (b < 0), r + b, r)
+    """
+    a, b = node.args[:2]
+    if isinstance(b, torch.fx.Node):
+        r = _call(graph, torch.ops.aten.fmod.Tensor, a, b)
+        r_negative = _call(graph, torch.ops.aten.lt.Scalar, r, 0)
+        # logical_xor, not ne: torch-mlir compares booleans as signed, which XLA rejects
+        differ = _call(graph, torch.ops.aten.logical_xor.default, r_negative,
+                       _call(graph, torch.ops.aten.lt.Scalar, b, 0))
+        shifted = _call(graph, torch.ops.aten.add.Tensor, r, b)
+    else:  # b's sign is known; torch-mlir lowers fmod only between tensors
+        divisor = _call(graph, torch.ops.aten.scalar_tensor.default, b,
+                        dtype=a.meta["val"].dtype)
+        r = _call(graph, torch.ops.aten.fmod.Tensor, a, divisor)
+        r_negative = _call(graph, torch.ops.aten.lt.Scalar, r, 0)
+        differ = r_negative if b >= 0 else _call(
+            graph, torch.ops.aten.logical_not.default, r_negative)
+        shifted = _call(graph, torch.ops.aten.add.Scalar, r, b)
+    fix = _call(graph, torch.ops.aten.logical_and.default,
+                _call(graph, torch.ops.aten.ne.Scalar, r, 0), differ)
+    result = _call(graph, torch.ops.aten.where.self, fix, shifted, r)
+    if node.target in (torch.ops.aten.remainder_.Tensor, torch.ops.aten.remainder_.Scalar):
+        return _call(graph, torch.ops.aten.copy_.default, a, result)
+    return result
+
+
 _INDEXING = (torch.ops.aten.index.Tensor, torch.ops.aten.index_put_.default,
              torch.ops.aten.index_put.default)
 

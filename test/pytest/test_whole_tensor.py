@@ -800,3 +800,29 @@ def test_setitem_ellipsis_scalar() -> None:
         return x + 1
 
     assert_matches_eager(f, randn(3, 4))
+
+
+@pytest.mark.parametrize("divisor", [1.5, -1.5])
+def test_remainder_scalar_negative_dividend(divisor) -> None:
+    def f(x):
+        x.remainder_(divisor)
+        return x
+
+    assert_matches_eager(f, torch.tensor([-2.5, -0.7, 0.3, 1.7, 3.2, -3.2, 0.0, -1.5]))
+
+
+def test_remainder_tensor_negative_dividend() -> None:
+    def f(x, y):
+        x.remainder_(y)
+        return torch.remainder(y, 0.7) + x
+
+    assert_matches_eager(f, torch.tensor([-2.5, -0.7, 0.3, 1.7, 3.2, -3.2]),
+                         torch.tensor([0.6, 0.9, -1.1, 1.4, -0.7, 0.8]))
+
+
+def test_remainder_int() -> None:
+    def f(x, y):
+        x.remainder_(y)
+        return x % 3
+
+    assert_matches_eager(f, torch.tensor([-7, 7, -6, 5]), torch.tensor([3, -3, 3, 5]))
