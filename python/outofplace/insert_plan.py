@@ -17,7 +17,7 @@ from torch_mlir.dialects import tensor
 
 from . import torch_types
 from .errors import source_line
-from .ir_utils import constant_int, torch_constant
+from .ir_utils import constant_int, int_list, to_builtin, unnamed
 from .views import IDENTITY_VIEWS
 
 
@@ -163,14 +163,6 @@ def plan_insert(root: ir.Value, chain: tuple[ir.Operation, ...]) -> InsertPlan |
     return walk.plan()
 
 
-def _builtin(value: ir.Value, loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
-    t = torch_types.TensorType.of(value.type)
-    builtin = ir.RankedTensorType.get(
-        list(t.sizes), torch_types.element_type(t.dtype, signless=True), loc=loc)
-    return ir.Operation.create("torch_c.to_builtin_tensor", results=[builtin],
-                               operands=[value], loc=loc, ip=ip).result
-
-
 def emit_insert(root: ir.Value, update: ir.Value, plan: InsertPlan, loc: ir.Location,
                 ip: ir.InsertionPoint) -> ir.Value:
     """The root with the box `plan` replaced by `update` (the view's new value).
@@ -180,27 +172,16 @@ def emit_insert(root: ir.Value, update: ir.Value, plan: InsertPlan, loc: ir.Loca
     """
     if plan.is_empty:
         return root
-    named, loc = loc, _unnamed(loc)  # only the insert carries <root>_modified
+    named, loc = loc, unnamed(loc)  # only the insert carries <root>_modified
     update_type = torch_types.TensorType.of(update.type)
     if update_type.sizes != plan.sizes:
-        sizes = [torch_constant("int", n, loc, ip) for n in plan.sizes]
-        shape = ir.Operation.create("torch.prim.ListConstruct",
-                                    results=[ir.Type.parse("!torch.list<int>")],
-                                    operands=sizes, loc=loc, ip=ip).result
-        boxed = _value_type(update_type, plan.sizes)
+        shape = int_list(list(plan.sizes), loc, ip)
+        boxed = torch_types.TensorType(plan.sizes, update_type.dtype, True).to_ir()
         update = ir.Operation.create("torch.aten.view", results=[boxed],
                                      operands=[update, shape], loc=loc, ip=ip).result
-    dest = _builtin(root, loc, ip)
-    inserted = tensor.insert_slice(_builtin(update, loc, ip), dest, [], [], [],
+    dest = to_builtin(root, loc, ip)
+    inserted = tensor.insert_slice(to_builtin(update, loc, ip), dest, [], [], [],
                                    list(plan.offsets), list(plan.sizes),
                                    list(plan.strides), loc=named, ip=ip)
     return ir.Operation.create("torch_c.from_builtin_tensor", results=[root.type],
                                operands=[inserted], loc=loc, ip=ip).result
-
-
-def _unnamed(loc: ir.Location) -> ir.Location:
-    return ir.NameLoc(loc).child_loc if loc.typeid == ir.NameLoc.static_typeid else loc
-
-
-def _value_type(t: torch_types.TensorType, sizes: tuple[int, ...]) -> ir.Type:
-    return torch_types.TensorType(sizes, t.dtype, True).to_ir()

@@ -7,6 +7,8 @@ from typing import Any
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 
+from . import torch_types
+
 
 def operations(block: ir.Block) -> list[ir.Operation]:
     """A snapshot of the block's ops as plain `ir.Operation`s (OpViews shadow `.name`)."""
@@ -54,3 +56,26 @@ def constant_int(value: ir.Value) -> int | None:
     if isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.int":
         return ir.IntegerAttr(value.owner.attributes["value"]).value
     return None
+
+
+def unnamed(loc: ir.Location) -> ir.Location:
+    """The location without its NameLoc: helper ops do not take a new version's name."""
+    return ir.NameLoc(loc).child_loc if loc.typeid == ir.NameLoc.static_typeid else loc
+
+
+def to_builtin(value: ir.Value, loc: ir.Location | None = None,
+               ip: ir.InsertionPoint | None = None) -> ir.Value:
+    """`torch_c.to_builtin_tensor`: a static-shaped `!torch.vtensor` as a builtin tensor."""
+    t = torch_types.TensorType.of(value.type)
+    builtin = ir.RankedTensorType.get(
+        list(t.sizes), torch_types.element_type(t.dtype, signless=True), loc=loc)
+    return ir.Operation.create("torch_c.to_builtin_tensor", results=[builtin],
+                               operands=[value], loc=loc, ip=ip).result
+
+
+def int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
+    """`torch.prim.ListConstruct` of int constants."""
+    items = [torch_constant("int", v, loc, ip) for v in values]
+    return ir.Operation.create("torch.prim.ListConstruct",
+                               results=[ir.Type.parse("!torch.list<int>")],
+                               operands=items, loc=loc, ip=ip).result

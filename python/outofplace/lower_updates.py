@@ -18,6 +18,7 @@ import torch
 from torch_mlir import ir, rewrite
 
 from . import torch_types
+from .ir_utils import to_builtin, unnamed
 
 
 
@@ -42,7 +43,7 @@ def _static(op: ir.Operation, name: str) -> list[int]:
 
 def _dynamic_update_slice(dest: ir.Value, source: ir.Value, offsets: list[int],
                           loc: ir.Location) -> ir.Operation:
-    starts = [_scalar_constant(_i64(), o, _unnamed(loc)) for o in offsets]
+    starts = [_scalar_constant(_i64(), o, unnamed(loc)) for o in offsets]
     return ir.Operation.create("stablehlo.dynamic_update_slice", results=[dest.type],
                                operands=[dest, source, *starts], loc=loc)
 
@@ -65,7 +66,7 @@ def _strided_select(dest: ir.Value, source: ir.Value, offsets: list[int],
             zip(dest_type.shape, offsets, sizes, strides)]
     interior = [s - 1 for s in strides]
     element = dest_type.element_type
-    named, loc = loc, _unnamed(loc)
+    named, loc = loc, unnamed(loc)
     padded = _pad(source, _scalar_constant(element, 0, loc), offsets, high, interior,
                   dest.type, loc)
     i1 = ir.IntegerType.get_signless(1)
@@ -96,23 +97,10 @@ def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     return False
 
 
-def _builtin(value: ir.Value) -> ir.Value:
-    t = torch_types.TensorType.of(value.type)
-    builtin = ir.RankedTensorType.get(list(t.sizes),
-                                      torch_types.element_type(t.dtype, signless=True))
-    return ir.Operation.create("torch_c.to_builtin_tensor", results=[builtin],
-                               operands=[value]).result
-
-
 def _stablehlo(name: str, result: ir.Type, *operands: ir.Value,
                loc: ir.Location | None = None, **attributes: ir.Attribute) -> ir.Value:
     return ir.Operation.create(f"stablehlo.{name}", results=[result], operands=operands,
                                attributes=attributes, loc=loc).result
-
-
-def _unnamed(loc: ir.Location) -> ir.Location:
-    """The location without its NameLoc: helper ops do not take the new version's name."""
-    return ir.NameLoc(loc).child_loc if loc.typeid == ir.NameLoc.static_typeid else loc
 
 
 def _static_tensor(value: ir.Value) -> torch_types.TensorType | None:
@@ -144,7 +132,7 @@ def _positions(indices: ir.Value) -> list[ir.Value | None] | None:
 def _start(position: ir.Value, size: int) -> ir.Value:
     """A runtime position as a dynamic_update_slice start; negative counts from the end."""
     i64 = ir.RankedTensorType.get([], _i64())
-    start = _builtin(position)
+    start = to_builtin(position)
     if start.type != i64:
         start = _stablehlo("convert", i64, start)
     i1 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(1))
@@ -176,8 +164,8 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     if len(values_t.sizes) > len(kept) or any(
             v not in (1, k) for v, k in zip(reversed(values_t.sizes), reversed(kept))):
         return True
-    with rewriter.ip, _unnamed(op.location):
-        update = _builtin(values)
+    with rewriter.ip, unnamed(op.location):
+        update = to_builtin(values)
         if values_t.dtype != self_t.dtype:
             update = _stablehlo("convert", ir.RankedTensorType.get(
                 list(values_t.sizes), element), update)
@@ -190,7 +178,7 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
         update = _stablehlo("reshape", ir.RankedTensorType.get(box, element), update)
         starts = [_scalar_constant(_i64(), 0, None) if p is None else _start(p, n)
                   for n, p in zip(self_t.sizes, positions)]
-        dest = _builtin(self)
+        dest = to_builtin(self)
         new = _stablehlo("dynamic_update_slice", dest.type, dest, update, *starts,
                          loc=op.location)
         result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],

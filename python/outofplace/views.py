@@ -20,7 +20,7 @@ from torch_mlir import ir
 
 from . import torch_types
 from .errors import UnsupportedMutationError
-from .ir_utils import constant_int, torch_constant
+from .ir_utils import constant_int, int_list, torch_constant
 
 WriteBack = Callable[[ir.Operation, ir.Value, ir.Value, ir.Location, ir.InsertionPoint],
                      ir.Value]
@@ -50,13 +50,6 @@ def _create(name: str, operands: list[ir.Value], like: ir.Value, loc: ir.Locatio
     result = torch_types.value_type(like.type)
     return ir.Operation.create(name, results=[result], operands=operands, loc=loc,
                                ip=ip).result
-
-
-def _int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
-    items = [torch_constant("int", v, loc, ip) for v in values]
-    return ir.Operation.create("torch.prim.ListConstruct",
-                               results=[ir.Type.parse("!torch.list<int>")],
-                               operands=items, loc=loc, ip=ip).result
 
 
 @_register("torch.aten.slice.Tensor")
@@ -131,7 +124,7 @@ def _permute(view, base, src, loc, ip):
     inverse = [0] * rank
     for position, dim in enumerate(dims):
         inverse[dim % rank] = position
-    return _create("torch.aten.permute", [src, _int_list(inverse, loc, ip)], base, loc, ip)
+    return _create("torch.aten.permute", [src, int_list(inverse, loc, ip)], base, loc, ip)
 
 
 @_register("torch.aten.view", "torch.aten._unsafe_view", "torch.aten.reshape",
@@ -143,7 +136,7 @@ def _reshape(view, base, src, loc, ip):
     sizes = torch_types.TensorType.of(base.type).sizes
     if sizes is None or any(d < 0 for d in sizes):
         raise UnsupportedMutationError.at(view, "writing through a view of a dynamic shape")
-    return _create("torch.aten.view", [src, _int_list(list(sizes), loc, ip)], base, loc, ip)
+    return _create("torch.aten.view", [src, int_list(list(sizes), loc, ip)], base, loc, ip)
 
 
 # Views that are the tensor itself (when `to`, `contiguous` or `type_as` copied instead,
