@@ -10,7 +10,7 @@ The lower-level steps work on torch-mlir modules, ours (`import_torch`) or the u
 
 from .compiled import Compiled, compile, import_torch
 from .context import make_context
-from .errors import UnsupportedMutationError
+from .errors import OutOfBoundsPolicyWarning, UnsupportedMutationError
 from .frontend import mark_mutable_tensors
 from .inplace_to_outofplace import inplace_to_outofplace
 from .lowering import lower_to_stablehlo
@@ -19,6 +19,7 @@ from . import xla
 
 __all__ = [
     "Compiled",
+    "OutOfBoundsPolicyWarning",
     "UnsupportedMutationError",
     "compile",
     "import_torch",

@@ -51,3 +51,18 @@ class UnsupportedMutationError(Exception):
         """The error for `operation`, with the source line taken from its location."""
         return cls(aten_name(operation), reason, index=index,
                    location=source_line(operation.location))
+
+
+class OutOfBoundsPolicyWarning(UserWarning):
+    """A runtime index whose out-of-bounds behaviour differs from eager's: eager raises,
+    the compiled program clamps (dynamic_update_slice) or drops (scatter)."""
+
+
+def warn_out_of_bounds_policy(operation: ir.Operation, policy: str) -> None:
+    """Warns, at the user's source line, that a runtime index out of bounds is `policy`."""
+    import warnings
+
+    where = source_line(operation.location)
+    warnings.warn(f"{where + ': ' if where else ''}a runtime position out of bounds is "
+                  f"{policy} by the compiled program; eager raises IndexError",
+                  OutOfBoundsPolicyWarning, stacklevel=2)

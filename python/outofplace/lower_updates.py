@@ -18,6 +18,7 @@ import torch
 from torch_mlir import ir, rewrite
 
 from . import torch_types
+from .errors import warn_out_of_bounds_policy
 from .ir_utils import to_builtin, unnamed
 
 
@@ -159,6 +160,7 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
                  not ir.BoolAttr(accumulate.owner.attributes["value"]).value):
         return True
     positions = positions + [None] * (len(self_t.sizes) - len(positions))
+    warn_out_of_bounds_policy(op, "clamped into range")
     element = torch_types.element_type(self_t.dtype, signless=True)
     kept = [n for n, p in zip(self_t.sizes, positions) if p is None]
     if len(values_t.sizes) > len(kept) or any(

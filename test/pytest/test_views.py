@@ -266,3 +266,11 @@ def test_slice_plus_equals_is_one_dynamic_update_slice():
 
     compiled = assert_matches_eager(f, torch.randn(8), torch.randn(3))
     assert compiled.stablehlo.count("stablehlo.dynamic_update_slice") == 1
+
+
+def test_runtime_position_warns_about_its_out_of_bounds_policy():
+    with pytest.warns(outofplace.OutOfBoundsPolicyWarning,
+                      match=r"test_views.py:\d+: a runtime position out of bounds is "
+                            r"clamped into range"):
+        outofplace.compile(runtime_column, (torch.randn(2, 8), torch.tensor(3),
+                                            torch.randn(2)))
