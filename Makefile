@@ -30,7 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py --output docs/performance.md
 
 fuzz: $(STAMP)
-	OUTOFPLACE_FUZZ_EXAMPLES=$(N) $(BIN)/python -m pytest -q -n 2 test/pytest/test_fuzz.py
+	OUTOFPLACE_FUZZ_EXAMPLES=$(N) $(BIN)/python -m pytest -q -n 2 test/fuzz
 
 clean:
 	rm -rf $(VENV) build *.egg-info test/Output

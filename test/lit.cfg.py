@@ -9,7 +9,7 @@ import lit.formats
 config.name = "outofplace"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".py"]
-config.excludes = ["lit.cfg.py", "pytest", "Inputs"]
+config.excludes = ["lit.cfg.py", "pytest", "fuzz", "Inputs"]
 config.test_source_root = os.path.dirname(__file__)
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 config.environment["PATH"] = os.pathsep.join(

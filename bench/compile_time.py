@@ -1,0 +1,252 @@
+"""Compile time as programs grow: N mutations through varied views into a few buffers.
+
+outofplace is timed per stage (torch.export, import, the inplace-to-outofplace pass,
+lowering to StableHLO); torch-mlir's default path (`export_and_import(...,
+output_type="stablehlo")`, which functionalizes) is timed in total on the same program.
+
+torch-mlir runs in a worker process per N (`python bench/compile_time.py torch-mlir N`) so
+a program that takes too long can be stopped; both sides are single threaded Python, so
+the workers run on the second core while outofplace is measured.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+SKIP_AFTER = 300.0  # seconds: torch-mlir programs projected to take longer are skipped
+
+
+PROGRAM_SOURCE = """\
+# a: [16, 64], b: [8, 16, 16], c: [64], x: [16, 64]; N writes, j = i % 8
+a[j] = x[j]                              # i % 5 == 0: select, copy_
+b[j, 2:6].add_(1.0)                      # i % 5 == 1: slice of select, add_
+c[4*j:4*j+4].mul_(0.5)                   # i % 5 == 2: slice, mul_
+a.view(-1)[8*j:8*j+8] = x[0, :8]         # i % 5 == 3: slice of view, copy_
+b[:, j].select(0, 1).sub_(x[1, :16])     # i % 5 == 4: select of select, sub_
+return a.sum() + b.sum() + c.sum()"""
+
+
+def program(n: int) -> Callable:
+    """A step with `n` in-place writes, cycling through five kinds of view
+    (PROGRAM_SOURCE)."""
+
+    def step(a, b, c, x):
+        for i in range(n):
+            j = i % 8
+            kind = i % 5
+            if kind == 0:
+                a[j] = x[j]
+            elif kind == 1:
+                b[j, 2:6].add_(1.0)
+            elif kind == 2:
+                c[j * 4:(j + 1) * 4].mul_(0.5)
+            elif kind == 3:
+                a.view(-1)[j * 8:(j + 1) * 8] = x[0, :8]
+            else:
+                b[:, j].select(0, 1).sub_(x[1, :16])
+        return a.sum() + b.sum() + c.sum()
+
+    step.__name__ = f"step_{n}"
+    return step
+
+
+def inputs() -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    return (torch.zeros(16, 64), torch.zeros(8, 16, 16), torch.zeros(64),
+            torch.randn(16, 64, generator=g))
+
+
+def check_program(n: int) -> bool:
+    """outofplace's result (reference interpreter) equals eager's on the program."""
+    import outofplace
+
+    eager = [t.clone() for t in inputs()]
+    out = program(n)(*eager)
+    ours = [t.clone() for t in inputs()]
+    got = outofplace.compile(program(n), tuple(t.clone() for t in inputs()),
+                             engine="interpreter")(*ours)
+    return bool(torch.allclose(out, got[0] if isinstance(got, list) else got, rtol=1e-4)
+                and all(torch.allclose(e, o) for e, o in zip(eager, ours)))
+
+
+@dataclass
+class Stages:
+    n: int
+    seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
+    cpu: dict[str, float] = field(default_factory=dict)  # stage -> CPU seconds (process)
+    ops: int = 0  # ops in the StableHLO
+    error: str | None = None
+
+
+def time_outofplace(n: int) -> Stages:
+    import outofplace
+    from outofplace import frontend
+
+    f = program(n)
+    args = inputs()
+    result = Stages(n)
+    marks = [(time.perf_counter(), time.process_time())]
+    ep = frontend.export(f, args)
+    marks.append((time.perf_counter(), time.process_time()))
+    context = outofplace.make_context()
+    module, _ = frontend.import_program(ep, context)
+    marks.append((time.perf_counter(), time.process_time()))
+    with context:
+        outofplace.inplace_to_outofplace(module)
+        marks.append((time.perf_counter(), time.process_time()))
+        outofplace.lower_to_stablehlo(module)
+        marks.append((time.perf_counter(), time.process_time()))
+        result.ops = sum(1 for _ in module.body.operations[0].regions[0].blocks[0]
+                         .operations)
+    for clock, into in ((0, result.seconds), (1, result.cpu)):
+        for stage, a, b in zip(("export", "import", "pass", "lower"), marks, marks[1:]):
+            into[stage] = b[clock] - a[clock]
+        into["total"] = marks[-1][clock] - marks[0][clock]
+    del module, ep, context
+    gc.collect()
+    return result
+
+
+def warm_up_outofplace() -> None:
+    """First compile of a process pays for lazy imports and registrations; not timed."""
+    time_outofplace(5)
+
+
+# -------------------------------------------------------------- torch-mlir worker side
+def _torch_mlir_once(n: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of torch-mlir's default path on the N-write program."""
+    import torch_mlir.fx
+
+    f = program(n)
+    module = type(f.__name__, (torch.nn.Module,),
+                  {"forward": lambda self, *a: f(*a)})()
+    t0, c0 = time.perf_counter(), time.process_time()
+    torch_mlir.fx.export_and_import(module, *inputs(), output_type="stablehlo")
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def worker(n: int) -> None:
+    """Prints {"n", "seconds", "cpu"} for torch-mlir's default path."""
+    _torch_mlir_once(5)  # warm-up, not timed
+    wall, cpu = _torch_mlir_once(n)
+    print(json.dumps({"n": n, "seconds": wall, "cpu": cpu}), flush=True)
+
+
+STARTUP = 40.0  # seconds a worker may take to import and warm up, beyond SKIP_AFTER
+
+
+class TorchMlirWorker:
+    """Runs torch-mlir's default path on each N in turn, one process per N, in a thread.
+
+    A process that runs past 5 minutes (plus its start-up) is killed and the N marked
+    skipped; an N projected (linearly, from the nearest N done) past the run's deadline
+    is not started.
+    """
+
+    def __init__(self, ns: list[int], deadline: float) -> None:
+        self.ns = ns
+        self.deadline = deadline
+        self.found: dict[int, dict[str, Any]] = {}
+        self.current: subprocess.Popen | None = None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        env = dict(os.environ, PYTHONWARNINGS="ignore")
+        for n in self.ns:
+            done = [(m, e["seconds"]) for m, e in self.found.items() if "seconds" in e]
+            projected = 0.0
+            if done:
+                near = min(done, key=lambda d: abs(d[0] - n))
+                projected = near[1] * n / near[0]
+            left = self.deadline - time.time()
+            if self.stopped.is_set() or projected + STARTUP > left:
+                self.found[n] = {"n": n, "skipped": f"projected {projected:.0f} s, "
+                                 f"{max(left, 0):.0f} s of the time budget left"}
+                continue
+            timeout = min(SKIP_AFTER + STARTUP, left)
+            self.current = subprocess.Popen(
+                [sys.executable, __file__, "torch-mlir", str(n)], stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, text=True, env=env)
+            try:
+                out, _ = self.current.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.current.kill()  # our own child, by its handle
+                self.current.communicate()
+                why = "ran past 5 minutes, stopped" if timeout < left else \
+                    "stopped at the time budget's end"
+                self.found[n] = {"n": n, "skipped": why}
+                continue
+            for line in out.splitlines():
+                try:
+                    self.found[n] = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+            self.found.setdefault(n, {"n": n, "skipped": "the worker failed"})
+
+    def results(self) -> dict[int, dict[str, Any]]:
+        """Waits for the thread (it stops itself at the deadline)."""
+        self.thread.join(timeout=max(1.0, self.deadline - time.time() + 5))
+        self.kill()
+        return dict(self.found)
+
+    def kill(self) -> None:
+        self.stopped.set()
+        if self.current is not None and self.current.poll() is None:
+            self.current.kill()  # our own child, by its handle
+
+
+def run(ns: list[int], torch_mlir_ns: list[int], deadline: float,
+        log: Callable[[str], None]) -> tuple[list[Stages], dict[int, dict[str, Any]], bool]:
+    worker_proc = TorchMlirWorker(torch_mlir_ns, deadline) if torch_mlir_ns else None
+    try:
+        return _run(ns, worker_proc, deadline, log)
+    finally:
+        if worker_proc:
+            worker_proc.kill()
+
+
+def _run(ns: list[int], worker_proc: "TorchMlirWorker | None", deadline: float,
+         log: Callable[[str], None]
+         ) -> tuple[list[Stages], dict[int, dict[str, Any]], bool]:
+    correct = check_program(40)
+    warm_up_outofplace()
+    rows: list[Stages] = []
+    for n in ns:
+        timed = [r for r in rows if r.seconds]
+        if timed:
+            last = timed[-1]
+            projected = last.seconds["total"] * (n / last.n) * 1.3
+            if time.time() + projected > deadline:
+                rows.append(Stages(n, error=f"skipped: projected {projected:.0f} s, "
+                                   f"{max(deadline - time.time(), 0):.0f} s of the time "
+                                   "budget left"))
+                log(f"compile N={n}: {rows[-1].error}")
+                continue
+        stages = time_outofplace(n)
+        rows.append(stages)
+        log(f"compile N={n}: " + " ".join(f"{k}={v:.2f}s" for k, v in
+                                          stages.seconds.items()) +
+            f" (CPU total {stages.cpu['total']:.2f}s)")
+    theirs = worker_proc.results() if worker_proc else {}
+    for n, entry in sorted(theirs.items()):
+        log(f"torch-mlir N={n}: {entry}")
+    return rows, theirs, correct
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "torch-mlir":
+        worker(int(sys.argv[2]))
+    else:
+        sys.exit("usage: compile_time.py torch-mlir N")

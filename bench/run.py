@@ -1,0 +1,83 @@
+"""`make bench`: emitted-code and compile-time benchmarks, written to docs/performance.md.
+
+    .venv/bin/python bench/run.py --output docs/performance.md
+    .venv/bin/python bench/run.py --sizes 64 --compile-ns 250,500 --output /tmp/p.md
+
+Everything is measured in one run, side by side; the report states the machine, the
+versions, the load on the machine while it ran, and checks each target against the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+warnings.filterwarnings("ignore")
+
+import compile_time  # noqa: E402
+import emitted  # noqa: E402
+import report  # noqa: E402
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", default="docs/performance.md")
+    parser.add_argument("--sizes", type=_ints, default=[64, 256, 1024],
+                        help="cache sizes in MiB (default 64,256,1024)")
+    parser.add_argument("--patterns", type=lambda s: s.split(","), default=None,
+                        help="only these update patterns")
+    parser.add_argument("--compile-ns", type=_ints,
+                        default=[250, 500, 1000, 1200, 2000, 4000, 8000, 16000])
+    parser.add_argument("--torch-mlir-ns", type=_ints,
+                        default=[250, 500, 1200, 1000, 2000, 4000],
+                        help="N for torch-mlir's default path, in the order tried")
+    parser.add_argument("--budget-minutes", type=float, default=13.5,
+                        help="wall-clock budget; compile-time programs projected past it "
+                        "are skipped and say so")
+    parser.add_argument("--skip", choices=["emitted", "compile"], action="append",
+                        default=[])
+    args = parser.parse_args()
+
+    start = time.time()
+    deadline = start + args.budget_minutes * 60 - 20  # leave time to write the report
+    machine = report.machine_info()
+
+    def log(message: str) -> None:
+        print(f"[{time.time() - start:6.1f}s] {message}", flush=True)
+
+    log(f"load average at start: {os.getloadavg()}")
+    rows, floor = [], {}
+    if "emitted" not in args.skip:
+        rows, floor = emitted.run([s << 20 for s in args.sizes], emitted.Settings(), log,
+                                  args.patterns)
+    load_after_emitted = os.getloadavg()
+    compile_rows, torch_mlir, program_ok = [], {}, None
+    if "compile" not in args.skip:
+        compile_rows, torch_mlir, program_ok = compile_time.run(
+            args.compile_ns, args.torch_mlir_ns, deadline, log)
+    elapsed = time.time() - start
+    load_end = os.getloadavg()
+    text = report.render(machine=machine, rows=rows, floor=floor,
+                         compile_rows=compile_rows, torch_mlir=torch_mlir,
+                         program_ok=program_ok, elapsed=elapsed,
+                         loads={"start": machine["load"], "after emitted code":
+                                load_after_emitted, "end": load_end},
+                         command=" ".join(["bench/run.py", *sys.argv[1:]]))
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    log(f"wrote {out} ({elapsed:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

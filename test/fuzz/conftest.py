@@ -1,0 +1,6 @@
+"""The fuzzer reuses the differential helpers of test/pytest."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pytest"))

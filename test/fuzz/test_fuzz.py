@@ -1,0 +1,211 @@
+"""Differential fuzzing: random programs with in-place mutation against eager PyTorch.
+
+Each program (fuzz_programs.py) is compiled and run on every engine of
+differential.ENGINES; outputs and mutated inputs must equal eager's. A program that raises
+UnsupportedMutationError is a refusal: counted by reason, never a failure. A mismatch, any
+other exception or a crash fails; hypothesis shrinks it and prints the shortest program it
+finds as a runnable reproducer.
+
+Budget: a fixed-seed run of FIXED_PROGRAMS programs by default (part of `make test`);
+`OUTOFPLACE_FUZZ_EXAMPLES=N` (`make fuzz N=...`) runs N programs from fresh seeds. The work
+is split into shards (separate tests) so pytest-xdist spreads it over its workers.
+
+At the end, each process writes its counts to test/Output/fuzz/ and a merged
+summary.txt there (programs, refusals by reason, seconds per program); the summary is also
+printed (without xdist) or given as a warning (with xdist, one per worker).
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import json
+import math
+import os
+import random
+import re
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, seed, settings
+from hypothesis.internal.conjecture import engine as hypothesis_engine
+
+import outofplace
+from differential import assert_matches_eager
+from fuzz_programs import Program, programs
+
+FIXED_PROGRAMS = 60  # the budget of `make test`: about a second each
+PROGRAMS_PER_SHARD = 15
+LONG_PROGRAMS_PER_SHARD = 100
+BUDGET = int(os.environ.get("OUTOFPLACE_FUZZ_EXAMPLES", "0") or 0)
+FIXED = BUDGET <= 0
+TOTAL = FIXED_PROGRAMS if FIXED else BUDGET
+PER_SHARD = PROGRAMS_PER_SHARD if FIXED else LONG_PROGRAMS_PER_SHARD
+SHARDS = max(1, math.ceil(TOTAL / PER_SHARD))
+# Fixed seeds by default; a long run draws fresh ones (printed, so a run can be repeated
+# with OUTOFPLACE_FUZZ_SEED).
+BASE_SEED = int(os.environ.get("OUTOFPLACE_FUZZ_SEED", "0") or 0) if FIXED or \
+    os.environ.get("OUTOFPLACE_FUZZ_SEED") else random.randrange(2**31)
+REPORT_DIR = Path(__file__).resolve().parents[1] / "Output" / "fuzz"
+# Each shrink step compiles a program (about a second): bound the time hypothesis spends
+# minimising one failure (its own limit, an internal constant, is five minutes).
+SHRINK_SECONDS = 60 if FIXED else 120
+hypothesis_engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS
+
+
+class _Stats:
+    """What this process ran: programs passed, refusals by reason, time per program."""
+
+    def __init__(self) -> None:
+        self.passed = 0
+        self.refused: collections.Counter[str] = collections.Counter()
+        self.refusal_example: dict[str, str] = {}
+        self.eager_rejects = 0
+        self.failed = 0
+        self.shrink_runs = 0  # runs while hypothesis minimises a failure, not counted above
+        self.seconds = 0.0
+        self.shrinking = False  # this shard has failed: further runs are shrink attempts
+
+    @property
+    def programs(self) -> int:
+        return self.passed + sum(self.refused.values()) + self.failed
+
+    def as_json(self) -> dict:
+        return {"passed": self.passed, "refused": dict(self.refused),
+                "refusal_example": self.refusal_example, "failed": self.failed,
+                "eager_rejects": self.eager_rejects, "shrink_runs": self.shrink_runs,
+                "seconds": self.seconds}
+
+
+STATS = _Stats()
+
+
+def refusal_reason(error: outofplace.UnsupportedMutationError) -> str:
+    """The op and reason of a refusal, without the source line and index."""
+    reason = re.sub(r"<fuzzed-\d+>:\d+", "<line>", error.reason)
+    return f"{error.op}: {reason}"
+
+
+def check_program(program: Program) -> None:
+    """Compiled against eager on every engine; refusals counted, anything else fails."""
+    f, args, kwargs = program.build()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            f(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - not a valid eager program: not a test case
+        if not STATS.shrinking:
+            STATS.eager_rejects += 1
+        assume(False)
+    f, args, kwargs = program.build()
+    shrinking = STATS.shrinking
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            assert_matches_eager(f, *args, **kwargs)
+    except outofplace.UnsupportedMutationError as error:
+        if shrinking:
+            return
+        reason = refusal_reason(error)
+        STATS.refused[reason] += 1
+        source = program.function_source()
+        if reason not in STATS.refusal_example or \
+                len(source) < len(STATS.refusal_example[reason]):
+            STATS.refusal_example[reason] = source
+        return
+    except BaseException:
+        if not shrinking:
+            STATS.failed += 1
+            STATS.shrinking = True
+        raise
+    finally:
+        if shrinking:
+            STATS.shrink_runs += 1
+        else:
+            STATS.seconds += time.perf_counter() - start
+    if not shrinking:
+        STATS.passed += 1
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_fuzzed_program_matches_eager(shard: int) -> None:
+    count = min(PER_SHARD, TOTAL - shard * PER_SHARD)
+    STATS.shrinking = False
+
+    @seed(BASE_SEED + shard)
+    @settings(max_examples=count, deadline=None, database=None, derandomize=False,
+              suppress_health_check=list(HealthCheck), print_blob=False)
+    @given(program=programs())
+    def fuzz(program: Program) -> None:
+        check_program(program)
+
+    fuzz()
+
+
+# ----------------------------------------------------------------------------- summary
+def _merge(reports: list[dict]) -> dict:
+    total = {"passed": 0, "refused": collections.Counter(), "refusal_example": {},
+             "failed": 0, "eager_rejects": 0, "shrink_runs": 0, "seconds": 0.0}
+    for report in reports:
+        for key in ("passed", "failed", "eager_rejects", "shrink_runs", "seconds"):
+            total[key] += report[key]
+        total["refused"].update(report["refused"])
+        for reason, source in report["refusal_example"].items():
+            known = total["refusal_example"].get(reason)
+            if known is None or len(source) < len(known):
+                total["refusal_example"][reason] = source
+    return total
+
+
+def summary_text(report: dict, title: str) -> str:
+    refused = sum(report["refused"].values())
+    programs_run = report["passed"] + refused + report["failed"]
+    per_program = report["seconds"] / programs_run if programs_run else 0.0
+    lines = [f"{title}: {programs_run} programs, {report['passed']} match eager, "
+             f"{refused} refused, {report['failed']} failed "
+             f"({report['eager_rejects']} rejected by eager first, "
+             f"{report['shrink_runs']} runs shrinking failures); "
+             f"{per_program:.2f} s per program (seed {BASE_SEED})"]
+    for reason, count in collections.Counter(report["refused"]).most_common():
+        lines.append(f"  {count:5d} refused  {reason}")
+    return "\n".join(lines)
+
+
+def _write_reports() -> str:
+    """This process's counts to REPORT_DIR, then the merged summary of the run."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    REPORT_DIR.mkdir(parents=True, exist_ok=True)
+    with open(REPORT_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for stale in REPORT_DIR.glob("run-*.json"):
+            if not stale.name.startswith(f"run-{run}-"):
+                stale.unlink()
+        (REPORT_DIR / f"run-{run}-{worker}.json").write_text(json.dumps(STATS.as_json()))
+        merged = _merge([json.loads(p.read_text())
+                         for p in sorted(REPORT_DIR.glob(f"run-{run}-*.json"))])
+        text = summary_text(merged, "fuzz (all workers so far)")
+        refusals = [f"--- {reason}\n{source}"
+                    for reason, source in merged["refusal_example"].items()]
+        (REPORT_DIR / "summary.txt").write_text(text + "\n\nShortest program per refusal:\n"
+                                                + "\n".join(refusals))
+    return text
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fuzz_summary(request: pytest.FixtureRequest):
+    yield
+    if not STATS.programs and not STATS.eager_rejects:
+        return
+    mine = summary_text(STATS.as_json(), "fuzz (this process)")
+    merged = _write_reports()
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None and reporter is not None:
+        reporter.write_line("")
+        reporter.write_line(merged)
+    else:
+        warnings.warn(f"{mine}\n{merged}\n(summary: {REPORT_DIR / 'summary.txt'})",
+                      stacklevel=1)
