@@ -127,11 +127,25 @@ def render(*, machine: dict, rows: list[emitted.Row], floor: dict[str, float],
     w("The machine is shared: a 1-minute load average above the core count means other "
       "processes ran alongside and every time below is inflated by them (compile times "
       "most, as they are long). Medians are used to damp this.\n")
+    head = len(out)
     if rows:
         _emitted_section(w, rows, floor)
     if compile_rows:
         _compile_section(w, compile_rows, torch_mlir, program_ok)
+    out[head:head] = _summary(out[head:])
     return "\n".join(out) + "\n"
+
+
+def _summary(lines: list[str]) -> list[str]:
+    """One bullet per target: its bold statement and the verdict sentence after it."""
+    bullets = []
+    for line in lines:
+        if not line.startswith("**") or line.startswith("**The other"):
+            continue
+        claim, _, rest = line[2:].partition("**")
+        verdict = rest.strip().split(". ")[0].rstrip(".")
+        bullets.append(f"- {claim.rstrip('.')}: {verdict}.")
+    return ["## Summary\n", *bullets, ""] if bullets else []
 
 
 def _emitted_section(w: Any, rows: list[emitted.Row], floor: dict[str, float]) -> None:
@@ -260,6 +274,16 @@ def _emitted_targets(w: Any, rows: list[emitted.Row], execute_floor: float) -> N
             w(" Slower by more than 10%: " + "; ".join(
                 f"{r.pattern} at {fmt_bytes(r.cache_bytes)} ({fmt_time(o)} vs "
                 f"{fmt_time(j)}, {o / j:.2f}x)" for r, o, j in slower) + ".")
+            why = {}
+            for r, _, _ in slower:
+                if r.ours_cost and r.jax_cost and r.pattern not in why:
+                    why[r.pattern] = (
+                        f"{r.pattern}: ours `{', '.join(r.ours_cost.ops)}` "
+                        f"({fmt_bytes(r.ours_cost.bytes)} at {fmt_bytes(r.cache_bytes)}), "
+                        f"JAX's `{', '.join(r.jax_cost.ops)}` "
+                        f"({fmt_bytes(r.jax_cost.bytes)})")
+            if why:
+                w(" What each side emits: " + "; ".join(why.values()) + ".")
         faster = [(r, o, j) for r, o, j in compared if j / o >= 2]
         if faster:
             w(" At least 2x faster than JAX: " + ", ".join(
