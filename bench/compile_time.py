@@ -4,9 +4,10 @@ outofplace is timed per stage (torch.export, import, the inplace-to-outofplace p
 lowering to StableHLO); torch-mlir's default path (`export_and_import(...,
 output_type="stablehlo")`, which functionalizes) is timed in total on the same program.
 
-torch-mlir runs in a worker process per N (`python bench/compile_time.py torch-mlir N`) so
-a program that takes too long can be stopped; both sides are single threaded Python, so
-the workers run on the second core while outofplace is measured.
+outofplace runs in a worker process (`python bench/compile_time.py outofplace N1,N2,...
+DEADLINE`) that is stopped at the run's deadline; torch-mlir in one worker process per N
+(`python bench/compile_time.py torch-mlir N`), stopped past 5 minutes. Both are single
+threaded Python and run at the same time, one per core.
 """
 
 from __future__ import annotations
@@ -207,46 +208,84 @@ class TorchMlirWorker:
             self.current.kill()  # our own child, by its handle
 
 
+def outofplace_worker(ns: list[int], deadline: float) -> None:
+    """Prints one JSON line for the program check, then one per N (see `Stages`); an N
+    projected past the deadline is skipped."""
+    print(json.dumps({"check": check_program(40)}), flush=True)
+    warm_up_outofplace()
+    last: Stages | None = None
+    for n in ns:
+        if last is not None:
+            projected = last.seconds["total"] * (n / last.n) * 1.3
+            left = deadline - time.time()
+            if projected > left:
+                print(json.dumps({"n": n, "error": f"skipped: projected {projected:.0f} s, "
+                                  f"{max(left, 0):.0f} s of the time budget left"}),
+                      flush=True)
+                continue
+        last = time_outofplace(n)
+        print(json.dumps({"n": n, "seconds": last.seconds, "cpu": last.cpu,
+                          "ops": last.ops}), flush=True)
+
+
 def run(ns: list[int], torch_mlir_ns: list[int], deadline: float,
         log: Callable[[str], None]) -> tuple[list[Stages], dict[int, dict[str, Any]], bool]:
-    worker_proc = TorchMlirWorker(torch_mlir_ns, deadline) if torch_mlir_ns else None
-    try:
-        return _run(ns, worker_proc, deadline, log)
-    finally:
-        if worker_proc:
-            worker_proc.kill()
+    """outofplace in one worker process (stopped at the deadline, whatever it is doing),
+    torch-mlir in another, one per N, both at once."""
+    theirs = TorchMlirWorker(torch_mlir_ns, deadline) if torch_mlir_ns else None
+    rows: dict[int, Stages] = {}
+    check: list[bool] = []
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    ours = subprocess.Popen(
+        [sys.executable, __file__, "outofplace", ",".join(map(str, ns)), str(deadline)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
 
-
-def _run(ns: list[int], worker_proc: "TorchMlirWorker | None", deadline: float,
-         log: Callable[[str], None]
-         ) -> tuple[list[Stages], dict[int, dict[str, Any]], bool]:
-    correct = check_program(40)
-    warm_up_outofplace()
-    rows: list[Stages] = []
-    for n in ns:
-        timed = [r for r in rows if r.seconds]
-        if timed:
-            last = timed[-1]
-            projected = last.seconds["total"] * (n / last.n) * 1.3
-            if time.time() + projected > deadline:
-                rows.append(Stages(n, error=f"skipped: projected {projected:.0f} s, "
-                                   f"{max(deadline - time.time(), 0):.0f} s of the time "
-                                   "budget left"))
-                log(f"compile N={n}: {rows[-1].error}")
+    def read() -> None:
+        for line in ours.stdout:  # type: ignore[union-attr]
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
                 continue
-        stages = time_outofplace(n)
-        rows.append(stages)
-        log(f"compile N={n}: " + " ".join(f"{k}={v:.2f}s" for k, v in
-                                          stages.seconds.items()) +
-            f" (CPU total {stages.cpu['total']:.2f}s)")
-    theirs = worker_proc.results() if worker_proc else {}
-    for n, entry in sorted(theirs.items()):
+            if "check" in entry:
+                check.append(entry["check"])
+                continue
+            stages = Stages(entry["n"], entry.get("seconds", {}), entry.get("cpu", {}),
+                            entry.get("ops", 0), entry.get("error"))
+            rows[stages.n] = stages
+            log(f"compile N={stages.n}: " + (stages.error or " ".join(
+                f"{k}={v:.2f}s" for k, v in stages.seconds.items()) +
+                f" (CPU total {stages.cpu['total']:.2f}s)"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    stopped = False
+    try:
+        ours.wait(timeout=max(1.0, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        ours.kill()  # our own child, by its handle
+        ours.wait()
+        stopped = True
+    reader.join(timeout=5)
+    found = theirs.results() if theirs else {}
+    if theirs:
+        theirs.kill()
+    missing = [n for n in ns if n not in rows]
+    for i, n in enumerate(missing):
+        if not stopped:
+            why = f"the worker failed (exit code {ours.returncode})"
+        else:
+            why = "stopped at the time budget's end" if i == 0 else \
+                "not started: the time budget ran out"
+        rows[n] = Stages(n, error=why)
+    for n, entry in sorted(found.items()):
         log(f"torch-mlir N={n}: {entry}")
-    return rows, theirs, correct
+    return [rows[n] for n in ns], found, (check[0] if check else None)
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "torch-mlir":
         worker(int(sys.argv[2]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "outofplace":
+        outofplace_worker([int(n) for n in sys.argv[2].split(",")], float(sys.argv[3]))
     else:
-        sys.exit("usage: compile_time.py torch-mlir N")
+        sys.exit("usage: compile_time.py torch-mlir N | outofplace N1,N2,... DEADLINE")

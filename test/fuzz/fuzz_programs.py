@@ -21,7 +21,9 @@ from __future__ import annotations
 import itertools
 import linecache
 import os
-from dataclasses import dataclass, field
+import re
+import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -206,19 +208,25 @@ class _Gen:
 
     def replay(self) -> None:
         self.ns = self._fresh_namespace()
-        for statement in self.body:
-            exec(statement, self.ns)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for statement in self.body:
+                exec(statement, self.ns)
 
     def eval(self, expr: str) -> Any:
         try:
-            return eval(expr, self.ns)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return eval(expr, self.ns)
         except Exception as error:  # noqa: BLE001 - eager rejects it: drop the statement
             raise _Rejected(str(error)) from None
 
     def emit(self, statement: str) -> None:
         """Runs the statement on the shadow tensors and keeps it, or drops it."""
         try:
-            exec(statement, self.ns)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                exec(statement, self.ns)
         except Exception as error:  # noqa: BLE001
             self.replay()
             raise _Rejected(str(error)) from None
@@ -829,7 +837,9 @@ class _Gen:
                 outputs.append(root)  # mutated intermediates
         if self.flag(0.1):
             outputs.append(self.pick(self.roots))
-        return Program(self.args, self.body, outputs)
+        text = "\n".join(self.body + outputs)  # inputs the program never names are left out
+        args = [a for a in self.args if re.search(rf"\b{a.name}\b", text)]
+        return Program(args, self.body, outputs)
 
 
 def _numel(shape: Any) -> int:

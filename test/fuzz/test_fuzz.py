@@ -6,7 +6,7 @@ UnsupportedMutationError is a refusal: counted by reason, never a failure. A mis
 other exception or a crash fails; hypothesis shrinks it and prints the shortest program it
 finds as a runnable reproducer.
 
-Budget: a fixed-seed run of FIXED_PROGRAMS programs by default (part of `make test`);
+Budget: a fixed-seed run of FIXED_PROGRAMS programs when OUTOFPLACE_FUZZ_EXAMPLES is unset;
 `OUTOFPLACE_FUZZ_EXAMPLES=N` (`make fuzz N=...`) runs N programs from fresh seeds. The work
 is split into shards (separate tests) so pytest-xdist spreads it over its workers.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -36,7 +37,7 @@ import outofplace
 from differential import assert_matches_eager
 from fuzz_programs import Program, programs
 
-FIXED_PROGRAMS = 60  # the budget of `make test`: about a second each
+FIXED_PROGRAMS = 60  # the fixed-seed budget: under a second each
 PROGRAMS_PER_SHARD = 15
 LONG_PROGRAMS_PER_SHARD = 100
 BUDGET = int(os.environ.get("OUTOFPLACE_FUZZ_EXAMPLES", "0") or 0)
@@ -44,10 +45,15 @@ FIXED = BUDGET <= 0
 TOTAL = FIXED_PROGRAMS if FIXED else BUDGET
 PER_SHARD = PROGRAMS_PER_SHARD if FIXED else LONG_PROGRAMS_PER_SHARD
 SHARDS = max(1, math.ceil(TOTAL / PER_SHARD))
-# Fixed seeds by default; a long run draws fresh ones (printed, so a run can be repeated
-# with OUTOFPLACE_FUZZ_SEED).
-BASE_SEED = int(os.environ.get("OUTOFPLACE_FUZZ_SEED", "0") or 0) if FIXED or \
-    os.environ.get("OUTOFPLACE_FUZZ_SEED") else random.randrange(2**31)
+# Fixed seeds by default; a long run draws a fresh one, the same in every xdist worker
+# (from the run's id), printed in the summary so OUTOFPLACE_FUZZ_SEED repeats the run.
+if FIXED or os.environ.get("OUTOFPLACE_FUZZ_SEED"):
+    BASE_SEED = int(os.environ.get("OUTOFPLACE_FUZZ_SEED", "0") or 0)
+elif os.environ.get("PYTEST_XDIST_TESTRUNUID"):
+    BASE_SEED = int(hashlib.sha256(
+        os.environ["PYTEST_XDIST_TESTRUNUID"].encode()).hexdigest()[:8], 16)
+else:
+    BASE_SEED = random.randrange(2**31)
 REPORT_DIR = Path(__file__).resolve().parents[1] / "Output" / "fuzz"
 # Each shrink step compiles a program (about a second): bound the time hypothesis spends
 # minimising one failure (its own limit, an internal constant, is five minutes).
@@ -203,9 +209,12 @@ def _fuzz_summary(request: pytest.FixtureRequest):
     mine = summary_text(STATS.as_json(), "fuzz (this process)")
     merged = _write_reports()
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if os.environ.get("PYTEST_XDIST_WORKER") is None and reporter is not None:
-        reporter.write_line("")
-        reporter.write_line(merged)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None and reporter is not None and \
+            capture is not None:
+        with capture.global_and_fixture_disabled():  # printed, not captured
+            reporter.write_line("")
+            reporter.write_line(merged)
     else:
         warnings.warn(f"{mine}\n{merged}\n(summary: {REPORT_DIR / 'summary.txt'})",
                       stacklevel=1)
