@@ -88,10 +88,11 @@ class _FunctionRewriter:
         return [self.read(v, op) if v in self.aliases else v for v in op.operands]
 
     # ---------------------------------------------------------------------------- writes
-    def version_location(self, root: _Root, op: ir.Operation) -> ir.Location:
+    @staticmethod
+    def version_location(root: _Root, op: ir.Operation) -> ir.Location:
         """NameLoc `<root>_modified[_N]` for the next version of `root`, over op's loc."""
-        root.versions += 1
-        suffix = "" if root.versions == 1 else f"_{root.versions}"
+        number = root.versions + 1
+        suffix = "" if number == 1 else f"_{number}"
         return ir.Location.name(f"{root.name}_modified{suffix}", childLoc=op.location)
 
     def write(self, target: ir.Value, op: ir.Operation,
@@ -101,24 +102,32 @@ class _FunctionRewriter:
         A write to a view that covers a box of the root is one insert into the root; any
         other view is written back into each base in turn, innermost first. Either way
         the root gets one new version and every other view of it is re-derived on read.
+        The version is bumped only once the new value exists: reads made while building
+        it (the bases of the write-back) see, and are cached as, the old version.
         """
         alias = self.aliases[target]
-        loc = self.version_location(alias.root, op)
+        root = alias.root
+        loc = self.version_location(root, op)
         if not alias.chain:
-            alias.root.value = build(loc)
-            return
-        value = build(op.location)
+            new_value = build(loc)
+        else:
+            new_value = self._write_through(alias, op, build(op.location), loc)
+        root.value = new_value
+        root.versions += 1
+
+    def _write_through(self, alias: _Alias, op: ir.Operation, value: ir.Value,
+                       loc: ir.Location) -> ir.Value:
+        """The root's new value after writing `value` into the view `alias`."""
         ip = ir.InsertionPoint(op)
         plan = insert_plan.plan_insert(alias.root.value, alias.chain)
         if plan is not None:
-            alias.root.value = insert_plan.emit_insert(alias.root.value, value, plan, loc, ip)
-            return
+            return insert_plan.emit_insert(alias.root.value, value, plan, loc, ip)
         for depth in range(len(alias.chain) - 1, -1, -1):
             view = alias.chain[depth]
             base = self.read(view.operands[0], op)
             value = views.write_back(view, base, value, loc if depth == 0 else op.location,
                                      ip)
-        alias.root.value = value
+        return value
 
     # ----------------------------------------------------------------------------- visit
     def new_root(self, value: ir.Value, vtensor: ir.Value, arg_number: int | None = None
