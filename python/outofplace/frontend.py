@@ -204,8 +204,10 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     return gm, signature
 
 
-_INLINED_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-                   torch.float32, torch.float64)
+_INLINED_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
+                   torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# Element types numpy has no dtype for: handed to the attribute bit for bit.
+_BITS = {torch.bfloat16: torch.int16}
 
 
 class _InlineConstants(FxImporterHooks):
@@ -216,10 +218,11 @@ class _InlineConstants(FxImporterHooks):
         if not isinstance(literal, torch.Tensor) or literal.dtype not in _INLINED_DTYPES:
             return None
         data = literal.detach().contiguous().cpu()
-        element = torch_types.element_type(data.dtype, signless=False)
+        data = data.view(_BITS.get(data.dtype, data.dtype))
+        element = torch_types.element_type(literal.dtype, signless=False)
         value = ir.DenseElementsAttr.get(np.ascontiguousarray(data.numpy()), type=element,
                                          shape=list(data.shape))
-        vtensor = torch_types.TensorType(tuple(data.shape), data.dtype, True).to_ir()
+        vtensor = torch_types.TensorType(tuple(data.shape), literal.dtype, True).to_ir()
         return ir.Operation.create("torch.vtensor.literal", results=[vtensor],
                                    attributes={"value": value}).result
 

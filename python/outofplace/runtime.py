@@ -42,11 +42,15 @@ def from_attribute(attr: ir.Attribute, dtype: torch.dtype) -> torch.Tensor:
     """A DenseElementsAttr result back as a tensor of `dtype`."""
     dense = ir.DenseElementsAttr(attr)
     shape = ir.ShapedType(dense.type).shape
+    if dtype in _BITCAST:  # arrives bitcast to integers by _bitcast_results
+        bits_dtype = _BITCAST[dtype]
+        if dense.is_splat:
+            bits = torch.full(shape, _scalar(dense.get_splat_value()), dtype=bits_dtype)
+        else:
+            bits = torch.from_numpy(np.array(dense).copy()).reshape(shape)
+        return bits.view(dtype)
     if dense.is_splat:
         return torch.full(shape, _scalar(dense.get_splat_value()), dtype=dtype)
-    if dtype in _BITCAST:  # arrives bitcast to integers by _bitcast_results
-        bits = torch.from_numpy(np.array(dense).copy()).reshape(shape)
-        return bits.view(dtype)
     return torch.from_numpy(np.array(dense).copy()).to(dtype).reshape(shape)
 
 

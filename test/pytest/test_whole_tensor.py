@@ -347,6 +347,22 @@ def test_bfloat16_add_float32() -> None:
     assert_matches_eager(f, randn(5, dtype=torch.bfloat16), randn(5))
 
 
+@pytest.mark.parametrize("constant", [
+    torch.tensor([1.5, -2.0, 3.0], dtype=torch.bfloat16),
+    torch.tensor([True, False, True]),
+    torch.tensor([1, 200, 3], dtype=torch.uint8),
+    torch.tensor([0.5, -1.0, 4.0], dtype=torch.float16),
+], ids=lambda t: str(t.dtype))
+def test_tensor_constant_of_every_dtype(constant: torch.Tensor) -> None:
+    """Constants become inline dense literals XLA accepts, with their exact values."""
+    def f(x):
+        x.add_(constant)
+        return x * 0 + 1  # a splat result of the same dtype
+
+    compiled = assert_matches_eager(f, torch.ones(3, dtype=constant.dtype))
+    assert "dense_resource" not in compiled.stablehlo
+
+
 @pytest.mark.parametrize("op", ["bitwise_and_", "bitwise_or_", "bitwise_xor_",
                                 "__iand__", "__ior__", "bitwise_left_shift_"])
 def test_int_bitwise_tensor(op: str) -> None:
