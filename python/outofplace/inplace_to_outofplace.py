@@ -105,6 +105,8 @@ class _FunctionRewriter:
         The version is bumped only once the new value exists: reads made while building
         it (the bases of the write-back) see, and are cached as, the old version.
         """
+        if torch_types.TensorType.of(target.type).is_empty:
+            return  # writes no element: every version stays as it is
         alias = self.aliases[target]
         root = alias.root
         loc = self.version_location(root, op)

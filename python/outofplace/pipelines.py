@@ -13,6 +13,7 @@ from torch_mlir import ir, passmanager
 
 from . import lowering
 from .context import load_torch_conversion
+from .empty_tensors import fold_empty_tensors
 from .inplace_to_outofplace import inplace_to_outofplace
 from .lower_updates import lower_updates
 
@@ -39,6 +40,12 @@ def _inplace_to_outofplace(module: ir.Operation) -> None:
     inplace_to_outofplace(module)
 
 
+@register_pass("outofplace-fold-empty-tensors",
+               "Replace tensors without elements by empty literals")
+def _fold_empty_tensors(module: ir.Operation) -> None:
+    fold_empty_tensors(module)
+
+
 @register_pass("outofplace-lower-updates",
                "Lower tensor.insert_slice updates to dynamic_update_slice or pad+select")
 def _lower_updates(module: ir.Operation) -> None:
@@ -58,7 +65,8 @@ def _verify_stablehlo(module: ir.Operation) -> None:
 
 register_pipeline(
     "outofplace-lower-to-stablehlo",
-    ["outofplace-lower-updates", *lowering.TORCH_TO_STABLEHLO,
+    ["outofplace-fold-empty-tensors", "outofplace-lower-updates",
+     *lowering.TORCH_TO_STABLEHLO,
      "outofplace-stablehlo-constants",
      "outofplace-verify-stablehlo"],
     "Lower value-semantic torch IR to pure StableHLO")

@@ -64,6 +64,11 @@ class TensorType:
             dtype = _ASM_TO_DTYPE.get(elem)
         return TensorType(sizes, dtype, kind == _VALUE)
 
+    @property
+    def is_empty(self) -> bool:
+        """Whether the tensor is known to have no elements."""
+        return self.sizes is not None and 0 in self.sizes
+
     def with_value_semantics(self, value: bool = True) -> "TensorType":
         return TensorType(self.sizes, self.dtype, value)
 

@@ -169,7 +169,22 @@ def reread_after_write_through_transpose(x):
     return v + 0, x.t()[1:3] * 2
 
 
+def zero_size_writes(x, w):
+    x.unsqueeze(0)[0, -1:-1].abs_()  # an empty slice: writes nothing
+    x.narrow(-1, 4, 0)[...] = w  # an empty narrow at the very end
+    x[2:2].zero_()
+    return x + 0
+
+
+def zero_size_reads(x, i):
+    x.mul_(2)
+    return x[2:2] + 1, x.narrow(0, 3, 0).sum(), x.movedim(0, 1)[1:1][i] * 2
+
+
 CASES = [
+    (zero_size_writes, (torch.randn(1, 4), torch.tensor(1.0))),
+    (zero_size_writes, (torch.randn(3, 4), torch.tensor(1.0))),
+    (zero_size_reads, (torch.randn(3, 4), torch.empty(0, dtype=torch.int64))),
     (reread_after_write_through_transpose, (torch.randn(4, 3),)),
     (negative_int_tensor, (torch.zeros(4), torch.tensor([1, -1]))),
     (negative_accumulate, (torch.zeros(4), torch.tensor([-1, -1, 0]), torch.ones(3))),
