@@ -24,6 +24,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from . import fx_rewrites, op_registry, torch_types
 from .errors import UnsupportedMutationError
+from .runtime_positions import RuntimePositions
 from .ir_utils import operations, terminator
 
 
@@ -52,53 +53,6 @@ def _function_module(fn: Callable) -> torch.nn.Module:
     return type(name, (torch.nn.Module,), {"forward": staticmethod(fn)})()
 
 
-def _position_indices(target: torch.Tensor, index: Any) -> list[Any] | None:
-    """The `index_put_` indices of `target[index]` when the index holds a runtime position
-    (a 0-d integer tensor) among full slices, ints and `...`; None otherwise."""
-    items = list(index) if isinstance(index, tuple) else [index]
-
-    def is_position(item: Any) -> bool:
-        return isinstance(item, torch.Tensor) and item.dim() == 0 and \
-            not item.is_floating_point() and item.dtype != torch.bool
-
-    if not any(is_position(item) for item in items) or items.count(Ellipsis) > 1:
-        return None
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
-        items[at:at + 1] = [slice(None)] * (target.dim() - len(items) + 1)
-    indices: list[Any] = []
-    for item in items:
-        if isinstance(item, slice) and item == slice(None):
-            indices.append(None)
-        elif is_position(item):
-            indices.append(item)
-        elif isinstance(item, int) and not isinstance(item, bool):
-            indices.append(torch.tensor(item))
-        else:
-            return None
-    return indices
-
-
-class _RuntimePositionSetitem(torch.overrides.TorchFunctionMode):
-    """`cache[:, pos] = k` with a 0-d tensor `pos` as `index_put_(cache, [None, pos], k)`.
-
-    `Tensor.__setitem__` calls `.item()` on such an index, which torch.export cannot trace
-    (a guard on a data-dependent value); `index_put_` means the same and traces.
-    """
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
-        if func is torch.Tensor.__setitem__:
-            target, index, value = args
-            indices = _position_indices(target, index)
-            if indices is not None:
-                if not isinstance(value, torch.Tensor):
-                    value = torch.tensor(value, dtype=target.dtype)
-                torch.ops.aten.index_put_(target, indices, value.to(target.dtype))
-                return None
-        return func(*args, **(kwargs or {}))
-
-
 def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     """Traces `f` to ATen with its mutations and views kept."""
     if isinstance(f, ExportedProgram):
@@ -107,10 +61,24 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     # Tracing may run small ops on real buffers it does not see as module state (a 0-d
     # counter held by a plain Python object): compiling must leave the model as it was.
     saved = [(t, t.detach().clone()) for t in module.buffers()]
+    # Entered by forward hooks, inside the trace, so it sees `x[pos]` before export's own
+    # handler of __getitem__ (which would call .item() on the position).
+    positions = RuntimePositions()
+
+    def enter(*_: Any) -> None:
+        positions.__enter__()
+
+    def leave(*_: Any) -> None:
+        positions.__exit__(None, None, None)
+
+    hooks = [module.register_forward_pre_hook(enter),
+             module.register_forward_hook(leave, always_call=True)]
     try:
-        with torch.no_grad(), _RuntimePositionSetitem():
+        with torch.no_grad():
             return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
     finally:
+        for hook in hooks:
+            hook.remove()
         with torch.no_grad():
             for tensor, value in saved:
                 tensor.copy_(value)

@@ -30,6 +30,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)
     _refuse_as_strided_of_written(graph)
+    _refuse_writes_into_position_reads(graph)
 
 
 Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
@@ -435,3 +436,40 @@ def _refuse_as_strided_of_written(graph: torch.fx.Graph) -> None:
                 op_registry.mlir_name(node.target), "a list of views of a tensor that is "
                 "written in place, used other than by constant indexing",
                 location=_source_line(node))
+
+
+def _is_position_read(node: torch.fx.Node) -> bool:
+    """`x[:, pos]` as runtime_positions traces it: `index` at 0-d integer tensors only."""
+    if node.target is not torch.ops.aten.index.Tensor:
+        return False
+    indices = [i for i in node.args[1] if i is not None]
+    return bool(indices) and all(
+        isinstance(i, torch.fx.Node) and isinstance(i.meta.get("val"), torch.Tensor) and
+        i.meta["val"].dim() == 0 for i in indices)
+
+
+def _refuse_writes_into_position_reads(graph: torch.fx.Graph) -> None:
+    """`x[pos]` with a runtime position is traced as a copy (runtime_positions); eager
+    returns a view, so a write into it (or into a view of it) would be lost."""
+    roots: dict[torch.fx.Node, torch.fx.Node] = {}
+    reads = set()
+    for node in graph.nodes:
+        if _is_position_read(node):
+            reads.add(node)
+        effects = _effects(node)
+        if effects is None:
+            continue
+        if effects.result_views is not None and effects.result_views < len(node.args) and \
+                isinstance(node.args[effects.result_views], torch.fx.Node):
+            base = node.args[effects.result_views]
+            roots[node] = roots.get(base, base)
+        for position in effects.written:
+            target = node.args[position] if position < len(node.args) else None
+            if isinstance(target, torch.fx.Node) and roots.get(target, target) in reads:
+                raise UnsupportedMutationError(
+                    op_registry.mlir_name(node.target),
+                    "it writes into a tensor read at a runtime position (x[pos] with a "
+                    "0-d tensor pos), which outofplace reads as a copy where eager "
+                    "returns a view; assign instead: `x[pos] = x[pos] + w`, not "
+                    "`x[pos] += w`",
+                    location=_source_line(node))

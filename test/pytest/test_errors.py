@@ -196,3 +196,42 @@ def test_failing_stage_writes_a_reproducer(tmp_path):
     assert f"outofplace-opt {before} --pass-pipeline='builtin.module(" \
            "outofplace-lower-to-stablehlo)'" in notes
     assert before.exists() and (tmp_path / "0-torch-mutable.mlir").exists()
+
+
+POSITION_READ = ("it writes into a tensor read at a runtime position (x[pos] with a 0-d "
+                 "tensor pos), which outofplace reads as a copy where eager returns a view; "
+                 "assign instead: `x[pos] = x[pos] + w`, not `x[pos] += w`")
+
+
+def position_augmented(x, pos, w):
+    x[:, pos] += w
+
+
+def position_read_written(x, pos, w):
+    x[pos].mul_(w)
+
+
+@pytest.mark.parametrize("f, op", [(position_augmented, "torch.aten.add_.Tensor"),
+                                   (position_read_written, "torch.aten.mul_.Tensor")])
+def test_write_into_runtime_position_read_is_refused(f, op: str) -> None:
+    """Eager's x[pos] is a view; traced, it is a copy: a write into it would be lost."""
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(f, (torch.randn(4, 4), torch.tensor(1), torch.randn(4)))
+    assert_error_at(info.value, op, POSITION_READ, f.__code__.co_firstlineno + 1)
+
+
+def position_with_index_tensor(x, pos, i):
+    x[i, pos] = 1
+
+
+def test_runtime_position_with_index_tensor_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(position_with_index_tensor,
+                           (torch.randn(4, 4), torch.tensor(1), torch.tensor([0, 2])))
+    error = info.value
+    line = position_with_index_tensor.__code__.co_firstlineno + 1
+    assert str(error) == (
+        f"{error.location}: unsupported mutation by torch.aten.index_put_ at index "
+        "[<tensor [2] int64>, <tensor [] int64>]: a runtime position (a 0-d integer "
+        "tensor) in one index together with an index tensor")
+    assert error.location.endswith(f"{THIS_FILE}:{line}")

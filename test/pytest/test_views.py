@@ -181,7 +181,28 @@ def zero_size_reads(x, i):
     return x[2:2] + 1, x.narrow(0, 3, 0).sum(), x.movedim(0, 1)[1:1][i] * 2
 
 
+def runtime_position_among_slices(x, pos, k):
+    x[1:, pos] = k
+    x[None, -1, ..., pos] = 5
+    return x[:, pos] * 2, x[..., pos, None] + 1
+
+
+def runtime_position_read_before_write(x, pos):
+    y = x[pos, 1:3]  # a copy taken before the write: keeps the old values
+    x[-1, pos] = 7
+    return y, x[None, pos]
+
+
+def runtime_position_strided(x, pos, w):
+    x[::2, :, pos] = w
+    return x[1::2, 0, pos]
+
+
 CASES = [
+    (runtime_position_among_slices, (torch.randn(3, 4), torch.tensor(2), torch.randn(2))),
+    (runtime_position_among_slices, (torch.randn(3, 4), torch.tensor(-4), torch.randn(1))),
+    (runtime_position_read_before_write, (torch.randn(4, 4), torch.tensor(-1))),
+    (runtime_position_strided, (torch.randn(5, 2, 4), torch.tensor(3), torch.randn(3, 2))),
     (zero_size_writes, (torch.randn(1, 4), torch.tensor(1.0))),
     (zero_size_writes, (torch.randn(3, 4), torch.tensor(1.0))),
     (zero_size_reads, (torch.randn(3, 4), torch.empty(0, dtype=torch.int64))),

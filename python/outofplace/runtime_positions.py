@@ -1,0 +1,145 @@
+"""Indexing at runtime positions: `cache[:, pos] = k` and `cache[:, pos]` with `pos` a
+0-d integer tensor.
+
+Eager PyTorch turns such a position into a Python int (`.item()`), which torch.export
+cannot trace: the bounds check guards on a data-dependent value. While tracing, the
+`RuntimePositions` mode splits the key into its basic part (slices, `None`, `...`) and its
+positions, and writes the same thing with ops that take the positions as tensors:
+
+    cache[1:, pos] = k   ->  index_put_(cache[1:, :], [None, pos], k)   (a dynamic_update_slice)
+    y = cache[1:, pos]   ->  index(cache[1:, :], [None, pos])           (a gather)
+
+Plain ints beside a position stay positions (0-d constants), so the whole write is one
+update at runtime starts. A read is a copy where eager returns a view: writing into it
+is refused (fx_rewrites), never silently lost. Keys that mix positions with index
+tensors or masks are refused here.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import UnsupportedMutationError
+
+_PACKAGE = Path(__file__).resolve().parent
+_TORCH = Path(torch.__file__).resolve().parent
+
+
+def is_position(item: Any) -> bool:
+    """A 0-d integer tensor used as an index."""
+    return isinstance(item, torch.Tensor) and item.dim() == 0 and \
+        not item.is_floating_point() and not item.is_complex() and item.dtype != torch.bool
+
+
+def _is_int(item: Any) -> bool:
+    return isinstance(item, int) and not isinstance(item, bool)
+
+
+def _user_line() -> str:
+    """`file:line` of the innermost frame outside torch and outofplace."""
+    for frame in reversed(traceback.extract_stack()):
+        path = Path(frame.filename).resolve()
+        if _PACKAGE not in path.parents and _TORCH not in path.parents:
+            return f"{frame.filename}:{frame.lineno}"
+    return ""
+
+
+def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
+    """`(basic, indices)` such that `t[index]` is `t[basic]` indexed by `indices`, or None
+    when the key holds no runtime position.
+
+    `basic` keeps the dimensions the positions index as full slices; `indices` has one
+    entry per dimension of `t[basic]`: a 0-d tensor or None.
+    """
+    items = list(index) if isinstance(index, tuple) else [index]
+    if not any(is_position(item) for item in items):
+        return None
+    for item in items:
+        if not (is_position(item) or _is_int(item) or isinstance(item, slice) or
+                item is None or item is Ellipsis):
+            raise UnsupportedMutationError(
+                op, "a runtime position (a 0-d integer tensor) in one index together "
+                f"with {_kind(item)}",
+                index=_describe(items), location=_user_line())
+    if items.count(Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for item in items if item is not None and item is not Ellipsis)
+    if consumed > rank:
+        raise IndexError(f"too many indices for tensor of dimension {rank}")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at:at + 1] = [slice(None)] * (rank - consumed)
+    basic: list[Any] = []
+    indices: list[Any] = []
+    for item in items:
+        if is_position(item) or _is_int(item):
+            basic.append(slice(None))
+            indices.append(item if is_position(item) else torch.tensor(item))
+        else:  # a slice or None: a dimension of the view, not indexed
+            basic.append(item)
+            indices.append(None)
+    return tuple(basic), indices
+
+
+def _kind(item: Any) -> str:
+    if isinstance(item, torch.Tensor):
+        return "a mask" if item.dtype == torch.bool else "an index tensor"
+    return f"an index of type {type(item).__name__}"
+
+
+def _describe(items: list[Any]) -> str:
+    def one(item: Any) -> str:
+        if item is Ellipsis:
+            return "..."
+        if isinstance(item, slice):
+            parts = ["" if v is None else str(v) for v in (item.start, item.stop, item.step)]
+            return ":".join(parts[:2] if item.step is None else parts)
+        if isinstance(item, torch.Tensor):
+            return f"<tensor {list(item.shape)} {str(item.dtype).removeprefix('torch.')}>"
+        return repr(item)
+    return "[" + ", ".join(one(item) for item in items) + "]"
+
+
+def _view(target: torch.Tensor, basic: tuple) -> torch.Tensor:
+    if all(isinstance(item, slice) and item == slice(None) for item in basic):
+        return target
+    return target[basic]
+
+
+def setitem(target: torch.Tensor, basic: tuple, indices: list, value: Any) -> None:
+    """`target[key] = value` for the split key."""
+    view = _view(target, basic)
+    if not isinstance(value, torch.Tensor):
+        value = torch.tensor(value, dtype=target.dtype)
+    rank = view.dim() - sum(1 for i in indices if i is not None)
+    while value.dim() > rank and value.shape[0] == 1:  # eager drops leading unit dims
+        value = value[0]
+    torch.ops.aten.index_put_(view, indices, value.to(target.dtype))
+
+
+def getitem(target: torch.Tensor, basic: tuple, indices: list) -> torch.Tensor:
+    """`target[key]` for the split key: a copy of the indexed elements."""
+    return torch.ops.aten.index.Tensor(_view(target, basic), indices)
+
+
+class RuntimePositions(torch.overrides.TorchFunctionMode):
+    """While tracing: setitem and getitem at runtime positions, as index_put_ and index."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        if func is torch.Tensor.__setitem__ and not kwargs:
+            target, index, value = args
+            split = split_key(target.dim(), index, "torch.aten.index_put_")
+            if split is not None:
+                setitem(target, *split, value)
+                return None
+        elif func is torch.Tensor.__getitem__ and not kwargs:
+            target, index = args
+            split = split_key(target.dim(), index, "torch.aten.index.Tensor")
+            if split is not None:
+                return getitem(target, *split)
+        return func(*args, **(kwargs or {}))
