@@ -25,6 +25,7 @@ from .errors import UnsupportedMutationError
 
 def rewrite(graph: torch.fx.Graph) -> None:
     """All rewrites, in the order they depend on each other."""
+    _scalars_as_tensors(graph)
     _decompose(graph)
     _wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
@@ -89,6 +90,94 @@ def _index_fill(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
         value = scalar
     return graph.call_function(torch.ops.aten.index_put_.default,
                                (self, _indices_at(node, dim, index), value))
+
+
+@_decomposes(torch.ops.aten.index_add_.default)
+def _index_add(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """self.index_add_(d, i, src, alpha=a)  =>  self.index_put_([None] * d + [i], src * a,
+    accumulate=True)"""
+    self, dim, index, source = node.args[:4]
+    alpha = node.args[4] if len(node.args) > 4 else node.kwargs.get("alpha", 1)
+    if alpha != 1:
+        source = _call(graph, torch.ops.aten.mul.Scalar, source, alpha)
+    return graph.call_function(torch.ops.aten.index_put_.default,
+                               (self, _indices_at(node, dim, index), source, True))
+
+
+_TRANSPOSE_LAST = (torch.ops.aten.mT.default, torch.ops.aten.mH.default,
+                   torch.ops.aten.adjoint.default)
+
+
+@_decomposes(*_TRANSPOSE_LAST, torch.ops.aten.swapaxes.default,
+             torch.ops.aten.swapdims.default)
+def _as_transpose(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """Views torch-mlir does not know, as the transpose they are: x.mT, x.swapaxes(a, b)
+    (mH and adjoint only for real tensors, where they do not conjugate)."""
+    self = node.args[0]
+    if self.meta["val"].is_complex():
+        return None
+    dims = (-2, -1) if node.target in _TRANSPOSE_LAST else node.args[1:3]
+    return graph.call_function(torch.ops.aten.transpose.int, (self, *dims))
+
+
+@_decomposes(torch.ops.aten.squeeze.dims)
+def _squeeze_dims(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """x.squeeze((a, b))  =>  x.squeeze(b).squeeze(a), last dimension first"""
+    self, dims = node.args
+    rank = max(self.meta["val"].dim(), 1)
+    result = self
+    for dim in sorted({d % rank for d in dims}, reverse=True):
+        result = _call(graph, torch.ops.aten.squeeze.dim, result, dim)
+    return result
+
+
+# `x &= y` and friends, as the bitwise ops torch-mlir knows in both operand kinds.
+_BITWISE = {"__iand__": "bitwise_and_", "__ior__": "bitwise_or_", "__ixor__": "bitwise_xor_",
+            "__ilshift__": "bitwise_left_shift_", "__irshift__": "bitwise_right_shift_",
+            "__and__": "bitwise_and", "__or__": "bitwise_or", "__xor__": "bitwise_xor",
+            "__lshift__": "bitwise_left_shift", "__rshift__": "bitwise_right_shift"}
+
+
+def _scalar_tensor(graph: torch.fx.Graph, value: Any) -> torch.fx.Node:
+    """A 0-d tensor for a Python scalar operand; it promotes like the scalar does."""
+    if isinstance(value, bool):  # the importer has no bool scalar_tensor: int != 0
+        number = _call(graph, torch.ops.aten.scalar_tensor.default, int(value),
+                       dtype=torch.int64)
+        return _call(graph, torch.ops.aten.ne.Scalar, number, 0)
+    dtype = torch.int64 if isinstance(value, int) else torch.get_default_dtype()
+    return _call(graph, torch.ops.aten.scalar_tensor.default, value, dtype=dtype)
+
+
+def _scalars_as_tensors(graph: torch.fx.Graph) -> None:
+    """Scalar operands the importer would get wrong, as 0-d tensors of the Tensor overload.
+
+    torch-mlir imports a Python bool operand as an int, which promotes a bool tensor to
+    int64 (`mask &= True` would fail); and it lacks the Scalar form of some bitwise ops.
+    """
+    for node in list(graph.nodes):
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload):
+            continue
+        name = target.overloadpacket.__name__
+        renamed = _BITWISE.get(name)
+        scalars = [i for i, (arg, value) in enumerate(zip(target._schema.arguments, node.args))
+                   if isinstance(arg.type, torch.NumberType) and
+                   not isinstance(value, torch.fx.Node)]
+        if target._overloadname not in ("Scalar", "Tensor") or renamed is None and (
+                target._overloadname != "Scalar" or
+                not any(isinstance(node.args[i], bool) for i in scalars)):
+            continue
+        packet = getattr(torch.ops.aten, renamed or name)
+        if "Tensor" not in packet.overloads():
+            continue
+        args = list(node.args)
+        with graph.inserting_before(node):
+            for i in scalars:
+                args[i] = _scalar_tensor(graph, args[i])
+            replacement = graph.call_function(packet.Tensor, tuple(args), dict(node.kwargs))
+        replacement.meta = dict(node.meta)
+        node.replace_all_uses_with(replacement)
+        graph.erase_node(node)
 
 
 def _call(graph: torch.fx.Graph, target: torch._ops.OpOverload, *args: Any,

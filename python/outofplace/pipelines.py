@@ -13,6 +13,7 @@ from torch_mlir import ir, passmanager
 
 from . import lowering
 from .context import load_torch_conversion
+from .diagonal import decompose_diagonal
 from .empty_tensors import fold_empty_tensors
 from .inplace_to_outofplace import inplace_to_outofplace
 from .lower_updates import lower_updates
@@ -46,6 +47,12 @@ def _fold_empty_tensors(module: ir.Operation) -> None:
     fold_empty_tensors(module)
 
 
+@register_pass("outofplace-decompose-diagonal",
+               "Rewrite diagonal as permute, view and a strided slice")
+def _decompose_diagonal(module: ir.Operation) -> None:
+    decompose_diagonal(module)
+
+
 @register_pass("outofplace-lower-updates",
                "Lower tensor.insert_slice updates to dynamic_update_slice or pad+select")
 def _lower_updates(module: ir.Operation) -> None:
@@ -65,7 +72,8 @@ def _verify_stablehlo(module: ir.Operation) -> None:
 
 register_pipeline(
     "outofplace-lower-to-stablehlo",
-    ["outofplace-fold-empty-tensors", "outofplace-lower-updates",
+    ["outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
+     "outofplace-lower-updates",
      *lowering.TORCH_TO_STABLEHLO,
      "outofplace-stablehlo-constants",
      "outofplace-verify-stablehlo"],

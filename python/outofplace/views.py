@@ -18,7 +18,7 @@ from typing import Callable
 
 from torch_mlir import ir
 
-from . import torch_types
+from . import diagonal, torch_types
 from .errors import UnsupportedMutationError
 from .ir_utils import constant_int, int_list, torch_constant
 
@@ -73,6 +73,22 @@ def _slice(view, base, src, loc, ip):
                    [base, src, dim_value, start_value, end_value, step_value], base, loc, ip)
 
 
+@_register("torch.aten.narrow")
+def _narrow(view, base, src, loc, ip):
+    """x.narrow(d, s, n) = src  =>  slice_scatter(x, src, d, s, s + n), s from the end
+    when negative"""
+    dim_value, start_value, length_value = view.operands[1:4]
+    dim, start, length = (constant_int(v) for v in (dim_value, start_value, length_value))
+    sizes = torch_types.TensorType.of(base.type).sizes
+    if None in (dim, start, length) or sizes is None or sizes[dim % len(sizes)] < 0:
+        raise UnsupportedMutationError.at(view, "narrow with runtime bounds")
+    if start < 0:
+        start += sizes[dim % len(sizes)]
+    bounds = [torch_constant("int", v, loc, ip) for v in (start, start + length, 1)]
+    return _create("torch.aten.slice_scatter", [base, src, dim_value, *bounds], base, loc,
+                   ip)
+
+
 @_register("torch.aten.select.int")
 def _select(view, base, src, loc, ip):
     """x[i] = src  =>  select_scatter(x, src, dim, i), a negative i counted from the end"""
@@ -89,9 +105,9 @@ def _select(view, base, src, loc, ip):
 
 @_register("torch.aten.diagonal")
 def _diagonal(view, base, src, loc, ip):
-    raise UnsupportedMutationError.at(
-        view, "writing through diagonal: torch-mlir lowers neither diagonal nor "
-        "diagonal_scatter to StableHLO")
+    """x.diagonal(o, a, b) = src  =>  a strided slice_scatter of x with a, b moved last
+    and flattened (diagonal.py)"""
+    return diagonal.write_back(view, base, src, loc, ip)
 
 
 @_register("torch.aten.as_strided")
@@ -105,6 +121,19 @@ def _as_strided(view, base, src, loc, ip):
 def _transpose(view, base, src, loc, ip):
     """x.transpose(a, b) = src  =>  x = src.transpose(a, b)"""
     return _create("torch.aten.transpose.int", [src, *view.operands[1:]], base, loc, ip)
+
+
+@_register("torch.aten.swapaxes", "torch.aten.swapdims")
+def _swap(view, base, src, loc, ip):
+    """x.swapaxes(a, b) = src  =>  x = src.transpose(a, b)"""
+    return _create("torch.aten.transpose.int", [src, *view.operands[1:]], base, loc, ip)
+
+
+@_register("torch.aten.movedim.int")
+def _movedim(view, base, src, loc, ip):
+    """x.movedim(a, b) = src  =>  x = src.movedim(b, a)"""
+    source, destination = view.operands[1:3]
+    return _create("torch.aten.movedim.int", [src, destination, source], base, loc, ip)
 
 
 @_register("torch.aten.t", "torch.aten.numpy_T")

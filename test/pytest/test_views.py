@@ -198,7 +198,46 @@ def runtime_position_strided(x, pos, w):
     return x[1::2, 0, pos]
 
 
+def through_narrow_of_flatten(x):
+    x.flatten().unsqueeze(0).narrow(-1, 5, 3).mul_(2)  # not a box of x: written back
+    x.t().narrow(0, -2, 1)[0, ::2] = 9
+
+
+def through_movedim(x):
+    x.movedim(-3, 2)[0, 1].zero_()
+    x.movedim(0, 2)[1] = 4
+    return x.movedim(1, 0) * 1
+
+
+def through_swapaxes(x):
+    x.swapaxes(0, 1).t()[0, 1:] = 3
+    x.swapdims(0, 1)[0].neg_()
+
+
+def through_mT(x):
+    x.mT[0, 1:].add_(1)
+    return x.mT * 2, x.mH + 1, x.adjoint() + 0
+
+
+def through_diagonal(x):
+    d = x.diagonal(1, 0, 2)  # taken before the writes, read after
+    x.diagonal().add_(1)
+    x.diagonal(-1, -1, 0)[1:] = 5
+    return d * 2, x.diagonal(0, 1, 2) + 0
+
+
+def through_diagonal_of_t(x):
+    x.t().diagonal(-1).zero_()
+    return x.diagonal(5) + 1  # empty
+
+
 CASES = [
+    (through_narrow_of_flatten, (torch.randn(2, 4),)),
+    (through_movedim, (torch.randn(2, 3, 4),)),
+    (through_swapaxes, (torch.randn(3, 4),)),
+    (through_mT, (torch.randn(2, 3, 4),)),
+    (through_diagonal, (torch.randn(3, 4, 5),)),
+    (through_diagonal_of_t, (torch.randn(4, 2),)),
     (runtime_position_among_slices, (torch.randn(3, 4), torch.tensor(2), torch.randn(2))),
     (runtime_position_among_slices, (torch.randn(3, 4), torch.tensor(-4), torch.randn(1))),
     (runtime_position_read_before_write, (torch.randn(4, 4), torch.tensor(-1))),

@@ -373,6 +373,28 @@ def test_int_bitwise_tensor(op: str) -> None:
     assert_matches_eager(f, torch.randint(0, 100, (6,)), torch.randint(0, 4, (6,)))
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64])
+def test_bitwise_with_python_scalars(dtype: torch.dtype) -> None:
+    """Python bools stay bools (the importer makes them ints, which would promote)."""
+    def f(x):
+        x &= True
+        x |= False
+        x ^= True
+        return x & True, x | 1 if dtype != torch.bool else x ^ False
+
+    assert_matches_eager(f, torch.arange(6).to(dtype) % 3 == 0 if dtype == torch.bool
+                         else torch.arange(6))
+
+
+def test_index_add() -> None:
+    def f(x, i, s):
+        x.index_add_(1, i, s, alpha=2)
+        x.index_add_(0, i[:2], x[1:3] * 3)  # the source read before the write
+        return x
+
+    assert_matches_eager(f, torch.randn(3, 4), torch.tensor([0, 2, 0]), torch.randn(3, 3))
+
+
 @pytest.mark.parametrize("op", ["logical_and_", "logical_or_", "logical_xor_"])
 def test_bool_logical(op: str) -> None:
     def f(x, y):
