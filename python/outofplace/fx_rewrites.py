@@ -439,27 +439,36 @@ def _source_line(node: torch.fx.Node) -> str:
     return f"{frames[-1][0]}:{frames[-1][1]}" if frames else ""
 
 
+def _list_dim(node: torch.fx.Node) -> int:
+    """The dimension a list view (`split`, `chunk`, `unbind`) cuts along."""
+    for position, argument in enumerate(node.target._schema.arguments):
+        if argument.name == "dim":
+            if position < len(node.args):
+                return node.args[position]
+            return node.kwargs.get("dim", argument.default_value)
+    return 0
+
+
 def _element_view(graph: torch.fx.Graph, item: torch.fx.Node, base: torch.fx.Node,
-                  index: int) -> torch.fx.Node | None:
-    """The element as a slice or select of the base, read off the fake tensors."""
+                  dim: int, index: int) -> torch.fx.Node | None:
+    """Element `index` of a list view along `dim`, as a slice or select of the base, at
+    the offset the fake tensors know."""
     base_val, item_val = base.meta.get("val"), item.meta.get("val")
     if not isinstance(base_val, torch.Tensor) or not isinstance(item_val, torch.Tensor):
         return None
+    dim %= max(base_val.dim(), 1)
     offset = item_val.storage_offset() - base_val.storage_offset()
+    stride = base_val.stride(dim)
     if item_val.dim() == base_val.dim():
-        changed = [d for d in range(base_val.dim())
-                   if item_val.shape[d] != base_val.shape[d]]
-        dim = changed[0] if len(changed) == 1 else 0
-        if len(changed) > 1 or offset % base_val.stride(dim):
+        if stride == 0 or offset % stride:
             return None
-        start = offset // base_val.stride(dim)
+        start = offset // stride
         return graph.call_function(torch.ops.aten.slice.Tensor, (
             base, dim, start, start + item_val.shape[dim], 1))
     if item_val.dim() == base_val.dim() - 1:
-        for dim in range(base_val.dim()):
-            rest = list(base_val.shape[:dim]) + list(base_val.shape[dim + 1:])
-            if rest == list(item_val.shape) and offset == index * base_val.stride(dim):
-                return graph.call_function(torch.ops.aten.select.int, (base, dim, index))
+        position = index % base_val.shape[dim] if stride == 0 or offset % stride \
+            else offset // stride
+        return graph.call_function(torch.ops.aten.select.int, (base, dim, position))
     return None
 
 
@@ -472,7 +481,8 @@ def _explicit_list_views(graph: torch.fx.Graph) -> None:
             if item.target is not operator.getitem:
                 continue
             with graph.inserting_after(item):
-                view = _element_view(graph, item, node.args[0], item.args[1])
+                view = _element_view(graph, item, node.args[0], _list_dim(node),
+                                     item.args[1])
             if view is None:
                 continue
             view.meta = dict(item.meta)

@@ -231,7 +231,18 @@ def through_diagonal_of_t(x):
     return x.diagonal(5) + 1  # empty
 
 
+def list_views_along_a_dim(x):
+    # The element's dimension is the list view's own `dim`, not guessed from shapes
+    # (for element 0 every dimension of the same size fits).
+    x.unbind(-1)[0].add_(10)
+    x.unbind(-1)[-2][0, 1].zero_()
+    x.unbind(1)[-1][1].neg_()
+    x.split(1, dim=2)[-1].mul_(-1)
+    x.chunk(2, dim=-2)[-1][..., 0] = 7
+
+
 CASES = [
+    (list_views_along_a_dim, (torch.arange(8.0).reshape(2, 2, 2),)),
     (through_narrow_of_flatten, (torch.randn(2, 4),)),
     (through_movedim, (torch.randn(2, 3, 4),)),
     (through_swapaxes, (torch.randn(3, 4),)),
