@@ -212,6 +212,8 @@ def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
     mask_val, self_val = mask.meta["val"], self.meta["val"]
     if mask_val.dtype != torch.bool or any(i is not None for i in indices[k + 1:]):
         return None
+    if values.meta["val"].numel() == 0:  # eager accepted it: the mask selects nothing
+        return graph.call_function(torch.ops.aten.alias.default, (self,))
     before, after = list(self_val.shape[:k]), list(self_val.shape[k + mask_val.dim():])
     values = _call(graph, torch.ops.aten.to.dtype, values, self_val.dtype)
     rows_dim = len(before)  # where the masked elements are counted in b[mask]

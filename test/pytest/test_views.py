@@ -176,6 +176,10 @@ def zero_size_writes(x, w):
     return x + 0
 
 
+def mask_selecting_nothing(x, m, w):
+    x.select(0, 1).view(2)[m] = w  # an all-false mask and no values
+
+
 def zero_size_reads(x, i):
     x.mul_(2)
     return x[2:2] + 1, x.narrow(0, 3, 0).sum(), x.movedim(0, 1)[1:1][i] * 2
@@ -255,6 +259,8 @@ CASES = [
     (runtime_position_strided, (torch.randn(5, 2, 4), torch.tensor(3), torch.randn(3, 2))),
     (zero_size_writes, (torch.randn(1, 4), torch.tensor(1.0))),
     (zero_size_writes, (torch.randn(3, 4), torch.tensor(1.0))),
+    (mask_selecting_nothing, (torch.randn(3, 2), torch.tensor([False, False]),
+                              torch.empty(0))),
     (zero_size_reads, (torch.randn(3, 4), torch.empty(0, dtype=torch.int64))),
     (reread_after_write_through_transpose, (torch.randn(4, 3),)),
     (negative_int_tensor, (torch.zeros(4), torch.tensor([1, -1]))),
