@@ -206,6 +206,7 @@ def import_program(ep: ExportedProgram, context: ir.Context
         block = func_op.regions[0].blocks[0]
         for arg, name in zip(block.arguments, signature.input_names):
             arg.set_location(ir.Location.name(name, childLoc=arg.location))
+        refuse_dynamic_shapes(func_op.operation.opview)
         mark_mutable_tensors(func_op.operation.opview)
         module.operation.verify()
     return module, signature
@@ -236,6 +237,20 @@ def _copy_operands(op: ir.Operation, to_value: bool) -> None:
                                        operands=[operand], loc=op.location,
                                        ip=ir.InsertionPoint(op))
             op.operands[position] = copy.result
+
+
+def refuse_dynamic_shapes(func: func_d.FuncOp) -> None:
+    """Refuses the first op whose result shape depends on the data (`x[mask]`,
+    `nonzero`): StableHLO needs static shapes, and torch-mlir would lower such an op to
+    a program that computes the wrong values."""
+    for op in operations(func.regions[0].blocks[0]):
+        for result in op.results:
+            if torch_types.is_tensor(result.type):
+                sizes = torch_types.TensorType.of(result.type).sizes
+                if sizes is None or any(d < 0 for d in sizes):
+                    raise UnsupportedMutationError.at(
+                        op, "its result's shape depends on the data (a dynamic shape); "
+                        "outofplace compiles static shapes only")
 
 
 def mark_mutable_tensors(func: func_d.FuncOp) -> None:

@@ -235,3 +235,31 @@ def test_runtime_position_with_index_tensor_is_refused() -> None:
         "[<tensor [2] int64>, <tensor [] int64>]: a runtime position (a 0-d integer "
         "tensor) in one index together with an index tensor")
     assert error.location.endswith(f"{THIS_FILE}:{line}")
+
+
+def mask_read(x, m):
+    return x[m].sum()  # as many elements as m has trues
+
+
+def nonzero_read(x):
+    return torch.nonzero(x > 0).float().sum()
+
+
+def test_read_with_a_bool_mask_is_refused() -> None:
+    """Its shape depends on the data; torch-mlir's lowering of it summed wrong values."""
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(mask_read, (torch.randn(4), torch.tensor([True, False, True,
+                                                                     True])))
+    error = info.value
+    assert error.op == "torch.aten.index.Tensor" and error.index == "[<tensor [4] bool>]"
+    assert error.reason.startswith("reading x[mask] with a bool mask: its shape depends on "
+                                   "the mask's values")
+    assert error.location.endswith(f"{THIS_FILE}:{mask_read.__code__.co_firstlineno + 1}")
+
+
+def test_data_dependent_shape_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(nonzero_read, (torch.randn(5),))
+    assert_error_at(info.value, "torch.aten.nonzero",
+                    "its result's shape depends on the data (a dynamic shape); outofplace "
+                    "compiles static shapes only", nonzero_read.__code__.co_firstlineno + 1)
