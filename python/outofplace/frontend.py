@@ -9,12 +9,16 @@ written tensor, becomes `!torch.tensor`.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                           DynamicOutputShapeException)
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ConstantArgument, InputKind, TensorArgument
 from torch_mlir import ir
@@ -24,7 +28,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from . import fx_rewrites, op_registry, torch_types
 from .errors import UnsupportedMutationError
-from .runtime_positions import RuntimePositions
+from .runtime_positions import RuntimePositions, user_line
 from .ir_utils import operations, terminator
 
 
@@ -53,6 +57,12 @@ def _function_module(fn: Callable) -> torch.nn.Module:
     return type(name, (torch.nn.Module,), {"forward": staticmethod(fn)})()
 
 
+# What torch.export raises when a value computed from tensor data is needed as a Python
+# value (`.item()` in a shape, `if x.sum() > 0:`, the bounds check of a runtime index).
+_DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
+                   DynamicOutputShapeException)
+
+
 def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     """Traces `f` to ATen with its mutations and views kept."""
     if isinstance(f, ExportedProgram):
@@ -76,6 +86,13 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     try:
         with torch.no_grad():
             return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
+    except _DATA_DEPENDENT as error:
+        frames = traceback.extract_tb(error.__traceback__)
+        raise UnsupportedMutationError(
+            "torch.export", "a value read from a tensor's data decides a shape, an index "
+            f"or a branch here ({type(error).__name__}); outofplace compiles programs "
+            "whose shapes and control flow do not depend on the data",
+            location=user_line(frames)) from error
     finally:
         for hook in hooks:
             hook.remove()

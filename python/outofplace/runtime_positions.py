@@ -39,9 +39,10 @@ def _is_int(item: Any) -> bool:
     return isinstance(item, int) and not isinstance(item, bool)
 
 
-def _user_line() -> str:
-    """`file:line` of the innermost frame outside torch and outofplace."""
-    for frame in reversed(traceback.extract_stack()):
+def user_line(frames: traceback.StackSummary | None = None) -> str:
+    """`file:line` of the innermost frame outside torch and outofplace (of the current
+    stack, or of `frames`)."""
+    for frame in reversed(frames if frames is not None else traceback.extract_stack()):
         path = Path(frame.filename).resolve()
         if _PACKAGE not in path.parents and _TORCH not in path.parents:
             return f"{frame.filename}:{frame.lineno}"
@@ -64,7 +65,7 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
             raise UnsupportedMutationError(
                 op, "a runtime position (a 0-d integer tensor) in one index together "
                 f"with {_kind(item)}",
-                index=_describe(items), location=_user_line())
+                index=_describe(items), location=user_line())
     if items.count(Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     consumed = sum(1 for item in items if item is not None and item is not Ellipsis)
@@ -135,7 +136,7 @@ def refuse_mask_read(index: Any) -> None:
             "torch.aten.index.Tensor", "reading x[mask] with a bool mask: its shape depends "
             "on the mask's values; use torch.where(mask, x, other) (for `x[mask] *= 2`: "
             "x.copy_(torch.where(mask, x * 2, x)))", index=_describe(list(items)),
-            location=_user_line())
+            location=user_line())
 
 
 class RuntimePositions(torch.overrides.TorchFunctionMode):

@@ -263,3 +263,19 @@ def test_data_dependent_shape_is_refused() -> None:
     assert_error_at(info.value, "torch.aten.nonzero",
                     "its result's shape depends on the data (a dynamic shape); outofplace "
                     "compiles static shapes only", nonzero_read.__code__.co_firstlineno + 1)
+
+
+def branch_on_data(x):
+    if x.sum() > 0:
+        x.add_(1)
+    return x
+
+
+def test_branch_on_data_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(branch_on_data, (torch.randn(4),))
+    assert_error_at(info.value, "torch.export",
+                    "a value read from a tensor's data decides a shape, an index or a branch "
+                    "here (GuardOnDataDependentSymNode); outofplace compiles programs whose "
+                    "shapes and control flow do not depend on the data",
+                    branch_on_data.__code__.co_firstlineno + 1)
