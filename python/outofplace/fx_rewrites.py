@@ -25,13 +25,13 @@ from .errors import UnsupportedMutationError
 
 def rewrite(graph: torch.fx.Graph) -> None:
     """All rewrites, in the order they depend on each other."""
+    _refuse_writes_into_position_reads(graph)
     _scalars_as_tensors(graph)
     _decompose(graph)
     _wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)
     _refuse_as_strided_of_written(graph)
-    _refuse_writes_into_position_reads(graph)
 
 
 Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
@@ -551,7 +551,8 @@ def _is_position_read(node: torch.fx.Node) -> bool:
 
 def _refuse_writes_into_position_reads(graph: torch.fx.Graph) -> None:
     """`x[pos]` with a runtime position is traced as a copy (runtime_positions); eager
-    returns a view, so a write into it (or into a view of it) would be lost."""
+    returns a view, so a write into it (or into a view of it) would be lost, unless it
+    is stored back at once: `x[pos] += w`."""
     roots: dict[torch.fx.Node, torch.fx.Node] = {}
     reads = set()
     for node in graph.nodes:
@@ -566,11 +567,76 @@ def _refuse_writes_into_position_reads(graph: torch.fx.Graph) -> None:
             roots[node] = roots.get(base, base)
         for position in effects.written:
             target = node.args[position] if position < len(node.args) else None
-            if isinstance(target, torch.fx.Node) and roots.get(target, target) in reads:
-                raise UnsupportedMutationError(
-                    op_registry.mlir_name(node.target),
-                    "it writes into a tensor read at a runtime position (x[pos] with a "
-                    "0-d tensor pos), which outofplace reads as a copy where eager "
-                    "returns a view; assign instead: `x[pos] = x[pos] + w`, not "
-                    "`x[pos] += w`",
-                    location=_source_line(node))
+            if not isinstance(target, torch.fx.Node) or \
+                    roots.get(target, target) not in reads:
+                continue
+            if target in reads and _is_augmented_assignment(target, node):
+                continue
+            raise UnsupportedMutationError(
+                op_registry.mlir_name(node.target),
+                "it writes into a tensor read at a runtime position (x[pos] with a "
+                "0-d tensor pos), which outofplace reads as a copy where eager "
+                "returns a view; store it back (`x[pos] += w`, `x[pos] = y`) or "
+                "write `x[pos] = x[pos] * w`", location=_source_line(node))
+
+
+def _is_augmented_assignment(read: torch.fx.Node, write: torch.fx.Node) -> bool:
+    """`x[k] += w`: a write into the read `x[k]`, then at once a store of it at `x[k]`,
+    with no other use of either. Copy or view, the result is then the same."""
+    between: set[torch.fx.Node] = set()
+    store = write.next
+    while _is_harmless(store):
+        between.add(store)
+        store = store.next
+    if store.target is not torch.ops.aten.index_put_.default or \
+            (store.args[3] if len(store.args) > 3 else store.kwargs.get("accumulate")):
+        return False
+    value = store.args[2]
+    while value in between and _is_pure_view(value):
+        value = value.args[0]
+    inside = between | {store}
+    if value not in (read, write) or set(read.users) - inside - {write} or \
+            set(write.users) - inside or any(set(n.users) - inside for n in between):
+        return False
+    indices, stored = read.args[1], store.args[1]
+    return len(indices) == len(stored) and _same_value(read.args[0], store.args[0]) and \
+        all(_same_value(a, b) for a, b in zip(indices, stored))
+
+
+# Nodes tracing puts between the two halves of `x[k] += w`: constants and checks.
+_HARMLESS = (torch.ops.aten.lift_fresh_copy.default,
+             torch.ops.aten._assert_tensor_metadata.default)
+
+
+def _is_harmless(node: torch.fx.Node) -> bool:
+    """A constant, a check, a view or an autograd-only op (`detach_`): nothing that reads
+    or writes tensor data."""
+    if node.op == "get_attr" or node.target in _HARMLESS:
+        return True
+    effects = _effects(node)
+    return effects is not None and (effects.is_autograd_only or
+                                    effects.is_view and not effects.written)
+
+
+def _is_pure_view(node: torch.fx.Node) -> bool:
+    effects = _effects(node)
+    return effects is not None and effects.is_view and not effects.written
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """The same node, or nodes that compute the same from the same inputs (views of one
+    tensor by the same arguments, equal constants)."""
+    if not isinstance(a, torch.fx.Node) or not isinstance(b, torch.fx.Node):
+        return not isinstance(a, torch.fx.Node) and not isinstance(b, torch.fx.Node) and \
+            a == b
+    if a is b:
+        return True
+    if a.op == b.op == "get_attr":
+        module = a.graph.owning_module
+        x, y = getattr(module, a.target, None), getattr(module, b.target, None)
+        return isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and \
+            x.dtype == y.dtype and x.shape == y.shape and bool(torch.equal(x, y))
+    if a.op != "call_function" or a.target != b.target or len(a.args) != len(b.args) or \
+            a.kwargs != b.kwargs or not _is_harmless(a):
+        return False
+    return all(_same_value(x, y) for x, y in zip(a.args, b.args))

@@ -200,18 +200,18 @@ def test_failing_stage_writes_a_reproducer(tmp_path):
 
 POSITION_READ = ("it writes into a tensor read at a runtime position (x[pos] with a 0-d "
                  "tensor pos), which outofplace reads as a copy where eager returns a view; "
-                 "assign instead: `x[pos] = x[pos] + w`, not `x[pos] += w`")
+                 "store it back (`x[pos] += w`, `x[pos] = y`) or write `x[pos] = x[pos] * w`")
 
 
-def position_augmented(x, pos, w):
-    x[:, pos] += w
+def position_stored_elsewhere(x, pos, w):
+    v = x[pos]; v.add_(w); x[pos - 1] = v  # noqa: E702 - eager also changed x[pos]
 
 
 def position_read_written(x, pos, w):
     x[pos].mul_(w)
 
 
-@pytest.mark.parametrize("f, op", [(position_augmented, "torch.aten.add_.Tensor"),
+@pytest.mark.parametrize("f, op", [(position_stored_elsewhere, "torch.aten.add_.Tensor"),
                                    (position_read_written, "torch.aten.mul_.Tensor")])
 def test_write_into_runtime_position_read_is_refused(f, op: str) -> None:
     """Eager's x[pos] is a view; traced, it is a copy: a write into it would be lost."""

@@ -245,7 +245,19 @@ def list_views_along_a_dim(x):
     x.chunk(2, dim=-2)[-1][..., 0] = 7
 
 
+def runtime_position_augmented(x, pos, w):
+    x[:, pos] += w  # read (a copy), add, stored back at once: as eager
+    x[1:, pos] -= 1
+    x[-1, pos] *= 2
+    x[None, 0, ..., pos] /= 4
+    v = x[pos]
+    v.mul_(3)
+    x[pos] = v
+    return x[:, pos] + 0
+
+
 CASES = [
+    (runtime_position_augmented, (torch.randn(3, 4), torch.tensor(-2), torch.randn(3))),
     (list_views_along_a_dim, (torch.arange(8.0).reshape(2, 2, 2),)),
     (through_narrow_of_flatten, (torch.randn(2, 4),)),
     (through_movedim, (torch.randn(2, 3, 4),)),
