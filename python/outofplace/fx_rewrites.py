@@ -104,6 +104,25 @@ def _index_add(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
                                (self, _indices_at(node, dim, index), source, True))
 
 
+@_decomposes(torch.ops.aten.addcmul_.default, torch.ops.aten.addcdiv_.default,
+             torch.ops.aten.addcmul.default, torch.ops.aten.addcdiv.default)
+def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """self.addcmul_(a, b, value=v)  =>  self.add_(a * v * b) (addcdiv: a * v / b), in
+    eager's order; torch-mlir's own lowering mistypes it when a and b broadcast up to
+    self."""
+    self, first, second = node.args[:3]
+    value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value", 1)
+    scaled = _call(graph, torch.ops.aten.mul.Scalar, first, value)
+    combine = torch.ops.aten.mul.Tensor if node.target in (
+        torch.ops.aten.addcmul_.default, torch.ops.aten.addcmul.default) \
+        else torch.ops.aten.div.Tensor
+    term = _call(graph, combine, scaled, second)
+    inplace = node.target in (torch.ops.aten.addcmul_.default,
+                              torch.ops.aten.addcdiv_.default)
+    add = torch.ops.aten.add_.Tensor if inplace else torch.ops.aten.add.Tensor
+    return graph.call_function(add, (self, term))
+
+
 _TRANSPOSE_LAST = (torch.ops.aten.mT.default, torch.ops.aten.mH.default,
                    torch.ops.aten.adjoint.default)
 

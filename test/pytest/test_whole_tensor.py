@@ -265,6 +265,16 @@ def test_addcmul_addcdiv(op: str, value: float) -> None:
     assert_matches_eager(f, randn(4, 8), randn(4, 8), positive(4, 8))
 
 
+@pytest.mark.parametrize("op", ["addcmul_", "addcdiv_"])
+def test_addcmul_addcdiv_broadcast_operands(op: str) -> None:
+    """0-d operands broadcast up to self (torch-mlir's own lowering mistyped this)."""
+    def f(x, a, b):
+        getattr(x, op)(a, b, value=2)
+        return torch.addcmul(x, a, b), torch.addcdiv(x, a, b, value=-1)
+
+    assert_matches_eager(f, randn(3), torch.tensor(1.5), torch.tensor(2.0))
+
+
 # ---------------------------------------------------------------------- dtypes
 def test_half_iadd_float32_keeps_half() -> None:
     def f(x, y):
