@@ -23,8 +23,9 @@ test: lit pytest
 lit: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" FILECHECK_OPTS=-enable-var-scope $(BIN)/lit -sv test
 
+# test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about a minute).
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 test/pytest
+	$(BIN)/python -m pytest -q -n 2 test/pytest test/fuzz
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --output docs/performance.md

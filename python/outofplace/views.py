@@ -183,6 +183,11 @@ def _identity(view, base, src, loc, ip):
 
 @_register("torch.aten.expand", "torch.aten.expand_as")
 def _expand(view, base, src, loc, ip):
+    """x.expand(x's own shape) = src  =>  x = src; any real expansion is refused"""
+    sizes = torch_types.TensorType.of(base.type).sizes
+    if sizes is not None and sizes == torch_types.TensorType.of(view.result.type).sizes \
+            and all(d >= 0 for d in sizes):
+        return src
     raise UnsupportedMutationError.at(
         view, "writing into an expanded tensor: its elements share memory (eager refuses "
         "most such writes)")

@@ -37,8 +37,8 @@ import outofplace
 from differential import assert_matches_eager
 from fuzz_programs import Program, programs
 
-FIXED_PROGRAMS = 60  # the fixed-seed budget: under a second each
-PROGRAMS_PER_SHARD = 15
+FIXED_PROGRAMS = 200  # the fixed-seed budget of `make test`: about half a second each
+PROGRAMS_PER_SHARD = 25
 LONG_PROGRAMS_PER_SHARD = 100
 BUDGET = int(os.environ.get("OUTOFPLACE_FUZZ_EXAMPLES", "0") or 0)
 FIXED = BUDGET <= 0

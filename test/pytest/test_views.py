@@ -256,7 +256,13 @@ def runtime_position_augmented(x, pos, w):
     return x[:, pos] + 0
 
 
+def through_expand_to_own_shape(x, y):
+    x.expand(1, 3).add_(y)  # expands nothing: no element is shared
+    x.expand_as(x)[0, 1:] = 5
+
+
 CASES = [
+    (through_expand_to_own_shape, (torch.randn(1, 3), torch.randn(3))),
     (runtime_position_augmented, (torch.randn(3, 4), torch.tensor(-2), torch.randn(3))),
     (list_views_along_a_dim, (torch.arange(8.0).reshape(2, 2, 2),)),
     (through_narrow_of_flatten, (torch.randn(2, 4),)),
