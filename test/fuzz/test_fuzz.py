@@ -10,7 +10,7 @@ Budget: a fixed-seed run of FIXED_PROGRAMS programs when OUTOFPLACE_FUZZ_EXAMPLE
 `OUTOFPLACE_FUZZ_EXAMPLES=N` (`make fuzz N=...`) runs N programs from fresh seeds. The work
 is split into shards (separate tests) so pytest-xdist spreads it over its workers.
 
-At the end, each process writes its counts to test/Output/fuzz/ and a merged
+After each shard, each process writes its counts to test/Output/fuzz/ and a merged
 summary.txt there (programs, refusals by reason, seconds per program); the summary is also
 printed (without xdist) or given as a warning (with xdist, one per worker).
 """
@@ -148,7 +148,10 @@ def test_fuzzed_program_matches_eager(shard: int) -> None:
     def fuzz(program: Program) -> None:
         check_program(program)
 
-    fuzz()
+    try:
+        fuzz()
+    finally:  # after every shard: a long run that is cut short still has its counts
+        _write_reports()
 
 
 # ----------------------------------------------------------------------------- summary
