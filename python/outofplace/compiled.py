@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from .context import make_context
 from .diagnostics import run_stage
 from .inplace_to_outofplace import io_map_of
 from .ir_utils import main_function
+from .pipelines import pipeline_elements
 from .runtime import interpret
 
 
@@ -120,7 +122,7 @@ def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:
 
 
 def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "auto",
-            dump_ir: str | None = None) -> Compiled:
+            dump_ir: str | None = None, verify_each: bool | None = None) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
 
     `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
@@ -130,8 +132,12 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     directory to write the IR of every stage to.
 
     A stage that fails writes the IR before it and names the `outofplace-opt` command
-    that reproduces the failure.
+    that reproduces the failure. `verify_each` (default: the environment variable
+    OUTOFPLACE_VERIFY_EACH=1) is a debug mode: every pass of the lowering is its own
+    stage, so the MLIR verifier, which runs after each, names the pass that broke the IR.
     """
+    if verify_each is None:
+        verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
     context = make_context()
     module, signature = frontend.compile_to_torch_ir(f, tuple(args), kwargs, context)
     with context:
@@ -142,7 +148,11 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
         run_stage(module, 1, "inplace-to-outofplace", dump_ir)
         io_map = io_map_of(main_function(module))
         result_dtypes = _result_dtypes(module)
-        run_stage(module, 2, "outofplace-lower-to-stablehlo", dump_ir)
+        lowering = "outofplace-lower-to-stablehlo"
+        stages = pipeline_elements(f"builtin.module({lowering})") if verify_each \
+            else [lowering]
+        for number, stage in enumerate(stages, 2):
+            run_stage(module, number, stage, dump_ir)
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
     return Compiled(module, io_map, signature.input_names, signature, source,
                     result_dtypes, engine)

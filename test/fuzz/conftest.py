@@ -4,3 +4,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pytest"))
+
+# Every pass of the lowering its own stage: a pass that breaks the IR is named.
+import os  # noqa: E402
+
+os.environ.setdefault("OUTOFPLACE_VERIFY_EACH", "1")

@@ -279,3 +279,44 @@ def test_branch_on_data_is_refused() -> None:
                     "here (GuardOnDataDependentSymNode); outofplace compiles programs whose "
                     "shapes and control flow do not depend on the data",
                     branch_on_data.__code__.co_firstlineno + 1)
+
+
+def test_verify_each_runs_every_lowering_pass_as_a_stage(tmp_path):
+    """The debug mode: one stage (and IR dump) per pass, each checked by the verifier."""
+    def f(x):
+        x[1:3].mul_(2)
+        return x.diagonal(0, 0, 1) + 0
+
+    compiled = outofplace.compile(f, (torch.randn(4, 4),), dump_ir=str(tmp_path),
+                                  verify_each=True)
+    dumps = sorted(p.name for p in tmp_path.iterdir())
+    assert "2-after-outofplace-fold-empty-tensors.mlir" in dumps
+    assert "3-after-outofplace-decompose-diagonal.mlir" in dumps
+    assert dumps[-1].endswith("-after-outofplace-verify-stablehlo.mlir")
+    assert "stablehlo.dynamic_update_slice" in compiled.stablehlo
+
+
+def test_a_pass_that_breaks_the_ir_is_named(tmp_path):
+    """The verifier after each pass catches invalid IR; the error names the stage and the
+    command that reproduces it."""
+    from outofplace import diagnostics, pipelines
+
+    @pipelines.register_pass("test-break-return", "Returns a value of the wrong type")
+    def _break(module):
+        for op in outofplace.ir_utils.all_operations(module):
+            if op.name == "func.return":
+                op.operands[0] = op.operands[1]  # a [3] tensor where main returns a [] one
+
+    try:
+        def f(x, y):
+            x.add_(1)
+            return x.sum(), y
+
+        module = outofplace.import_torch(f, (torch.randn(4), torch.randn(3)))
+        with pytest.raises(pipelines.PipelineError) as info, module.context:
+            diagnostics.run_stage(module, 1, "test-break-return", str(tmp_path))
+    finally:
+        del pipelines.PASSES["test-break-return"]
+    notes = "\n".join(info.value.__notes__)
+    assert "stage 'test-break-return' failed; reproduce with:" in notes
+    assert str(tmp_path / "1-before-test-break-return.mlir") in notes
