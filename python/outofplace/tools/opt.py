@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from torch_mlir import ir
 
+from .. import op_registry, torch_types
 from ..context import make_context
 from ..errors import UnsupportedMutationError
+from ..ir_utils import all_operations, constant_int
 from ..lowering import NotStableHLOError
 from ..pipelines import (PASSES, PIPELINES, PipelineError, build_pass_manager,
                          run_pipeline)
@@ -68,6 +70,8 @@ def _run_chunk(text: str, options: argparse.Namespace, first_line: int) -> str:
             where = _input_position(details[0].location, options.input, first_line)
             raise _ChunkError(f"cannot parse input: {where}: {details[0].message}"
                               ) from None
+        _check_dimensions(module, lambda loc: _input_position(loc, options.input,
+                                                              first_line))
         try:
             run_pipeline(module, options.pass_pipeline, options.mlir_print_ir_after_all)
         except (PipelineError, UnsupportedMutationError, NotStableHLOError,
@@ -79,6 +83,32 @@ def _run_chunk(text: str, options: argparse.Namespace, first_line: int) -> str:
         return module.operation.get_asm(
             use_name_loc_as_prefix=options.use_name_loc_as_prefix,
             enable_debug_info=options.mlir_print_debuginfo)
+
+
+_DIM_ARGUMENTS = ("dim", "dim0", "dim1", "dim2")
+
+
+def _check_dimensions(module: ir.Module, where: Callable[[ir.Location], str]) -> None:
+    """Refuses ATen ops whose constant dimension is out of range for their tensor: the
+    verifier lets them through and torch-mlir's decompositions crash on them."""
+    for op in all_operations(module.operation):
+        effects = op_registry.effects(op_registry.aten_name(op)) \
+            if op.name.startswith("torch.") else None
+        tensors = [v for v in op.operands if torch_types.is_tensor(v.type)]
+        if effects is None or not tensors:
+            continue
+        sizes = torch_types.TensorType.of(tensors[0].type).sizes
+        if sizes is None:
+            continue
+        schema = effects.overload._schema
+        limit = max(len(sizes), 1) + (schema.name == "aten::unsqueeze")
+        for position, argument in enumerate(schema.arguments[:len(op.operands)]):
+            dim = constant_int(op.operands[position]) \
+                if argument.name in _DIM_ARGUMENTS else None
+            if dim is not None and not -limit <= dim < limit:
+                raise _ChunkError(f"{where(op.location)}: {op_registry.aten_name(op)}: "
+                                  f"dimension {dim} "
+                                  f"is out of range for a tensor of rank {len(sizes)}")
 
 
 def _input_position(loc: ir.Location, path: str, first_line: int) -> str:
