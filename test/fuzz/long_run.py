@@ -1,0 +1,178 @@
+"""A long differential fuzzing run that survives crashes and keeps every finding.
+
+    python test/fuzz/long_run.py --programs 10000 --workers 2 --seed 1 --out test/Output/long
+
+Program `i` is drawn by hypothesis from seed `seed + i`, so any finding is reproduced by
+its number alone (`--only i`). Each worker process checks programs one after another
+exactly as test_fuzz.py does (compiled against eager on every engine) and appends one JSON
+line per program to its log: passed, refused (with the reason) or failed (with the error
+and the runnable reproducer). A program that kills its worker (an abort in native code) is
+logged as a crash by the runner, which starts a new worker after it. Nothing is shrunk:
+the reproducers are minimised by hand into regression tests. The counts go to
+summary.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "pytest")]
+
+
+def _draw(number: int, seed: int):
+    """Program `number` of the run: one example of the strategy from its own seed."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    from fuzz_programs import programs
+
+    drawn = []
+
+    @hypothesis_seed(seed + number)
+    @settings(max_examples=1, phases=[Phase.generate], database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(program=programs())
+    def draw(program):
+        drawn.append(program)
+
+    draw()
+    return drawn[0]
+
+
+def check(program) -> dict:
+    """One program against eager: what happened, as a JSON-able record."""
+    import outofplace
+    from differential import assert_matches_eager
+
+    f, args, kwargs = program.build()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            f(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - not a valid eager program
+        return {"outcome": "eager-rejects"}
+    f, args, kwargs = program.build()
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert_matches_eager(f, *args, **kwargs)
+        outcome = {"outcome": "passed"}
+    except outofplace.UnsupportedMutationError as error:
+        reason = re.sub(r"<fuzzed-\d+>:\d+", "<line>", error.reason)
+        outcome = {"outcome": "refused", "reason": f"{error.op}: {reason}",
+                   "source": program.function_source()}
+    except Exception as error:  # noqa: BLE001 - every other exception is a finding
+        outcome = {"outcome": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
+                   "where": traceback.format_exc().splitlines()[-3:],
+                   "reproducer": program.reproducer()}
+    outcome["seconds"] = time.perf_counter() - start
+    return outcome
+
+
+def worker(numbers: list[int], seed: int, log: Path) -> None:
+    with open(log, "a") as out:
+        for number in numbers:
+            program = _draw(number, seed)
+            out.write(json.dumps({"number": number, "outcome": "started",
+                                  "reproducer": program.reproducer()}) + "\n")
+            out.flush()
+            record = check(program)
+            record["number"] = number
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+
+
+def _records(directory: Path) -> dict[int, dict]:
+    """The last record of every program logged so far."""
+    last: dict[int, dict] = {}
+    for log in sorted(directory.glob("worker-*.jsonl")):
+        for line in log.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                last[record["number"]] = record
+    return last
+
+
+def run(total: int, workers: int, seed: int, directory: Path) -> dict[int, dict]:
+    """Runs programs 0..total-1 over `workers` processes, restarting after crashes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OUTOFPLACE_VERIFY_EACH="1")
+    while True:
+        records = _records(directory)
+        # A program whose last record is "started" killed its worker.
+        for number, record in records.items():
+            if record["outcome"] == "started":
+                with open(directory / "worker-crashes.jsonl", "a") as out:
+                    out.write(json.dumps({"number": number, "outcome": "crashed",
+                                          "reproducer": record["reproducer"]}) + "\n")
+        todo = [n for n in range(total) if n not in records]
+        if not todo:
+            return _records(directory)
+        shares = [todo[k::workers] for k in range(workers)]
+        processes = [subprocess.Popen(
+            [sys.executable, __file__, "--worker", ",".join(map(str, share)),
+             "--seed", str(seed), "--out", str(directory / f"worker-{k}.jsonl")], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for k, share in enumerate(shares) if share]
+        for process in processes:
+            process.wait()
+
+
+def summary(records: dict[int, dict], seed: int) -> str:
+    counts = collections.Counter(r["outcome"] for r in records.values())
+    reasons = collections.Counter(r["reason"] for r in records.values()
+                                  if r["outcome"] == "refused")
+    seconds = [r["seconds"] for r in records.values() if "seconds" in r]
+    lines = [f"{len(records)} programs (seeds {seed}..{seed + len(records) - 1}): "
+             f"{counts['passed']} match eager, {counts['refused']} refused, "
+             f"{counts['failed']} failed, {counts['crashed']} crashed a worker, "
+             f"{counts['eager-rejects']} rejected by eager (not counted); "
+             f"{sum(seconds) / max(len(seconds), 1):.2f} s per program"]
+    lines += [f"  {n:6d} refused  {reason}" for reason, n in reasons.most_common()]
+    for record in records.values():
+        if record["outcome"] in ("failed", "crashed"):
+            lines += ["", f"--- program {record['number']}: {record['outcome']} "
+                          f"{record.get('error', '')}", record["reproducer"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--programs", type=int, default=10000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default=str(HERE.parent / "Output" / "long"))
+    parser.add_argument("--only", type=int, help="check program ONLY and print it")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.worker is not None:
+        worker([int(n) for n in options.worker.split(",")], options.seed, Path(options.out))
+        return 0
+    if options.only is not None:
+        program = _draw(options.only, options.seed)
+        print(program.reproducer())
+        print(json.dumps(check(program), indent=1))
+        return 0
+    directory = Path(options.out)
+    records = run(options.programs, options.workers, options.seed, directory)
+    text = summary(records, options.seed)
+    (directory / "summary.txt").write_text(text + "\n")
+    print(text)
+    bad = sum(r["outcome"] in ("failed", "crashed") for r in records.values())
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
