@@ -320,3 +320,14 @@ def test_a_pass_that_breaks_the_ir_is_named(tmp_path):
     notes = "\n".join(info.value.__notes__)
     assert "stage 'test-break-return' failed; reproduce with:" in notes
     assert str(tmp_path / "1-before-test-break-return.mlir") in notes
+
+
+def write_into_unfold(x):
+    x.unfold(0, 2, 1).zero_()
+
+
+def test_write_into_unfold_windows_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(write_into_unfold, (torch.randn(5),))
+    assert_error_at(info.value, "torch.aten.unfold", "writing into unfold windows, which "
+                    "overlap", write_into_unfold.__code__.co_firstlineno + 1)
