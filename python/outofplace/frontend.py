@@ -28,6 +28,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from . import fx_rewrites, op_registry, torch_types
 from .errors import UnsupportedMutationError
+from .masked_values import MaskedValues
 from .runtime_positions import RuntimePositions, user_line
 from .ir_utils import operations, terminator
 
@@ -71,15 +72,18 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     # Tracing may run small ops on real buffers it does not see as module state (a 0-d
     # counter held by a plain Python object): compiling must leave the model as it was.
     saved = [(t, t.detach().clone()) for t in module.buffers()]
-    # Entered by forward hooks, inside the trace, so it sees `x[pos]` before export's own
-    # handler of __getitem__ (which would call .item() on the position).
-    positions = RuntimePositions()
+    # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
+    # before export's own handler of __getitem__ (which calls .item() on a position).
+    positions, masked = RuntimePositions(), MaskedValues()
 
     def enter(*_: Any) -> None:
         positions.__enter__()
+        masked.__enter__()
 
-    def leave(*_: Any) -> None:
+    def leave(module: Any, inputs: Any, output: Any) -> None:
+        masked.__exit__(None, None, None)
         positions.__exit__(None, None, None)
+        masked.refuse_escaping(output)
 
     hooks = [module.register_forward_pre_hook(enter),
              module.register_forward_hook(leave, always_call=True)]

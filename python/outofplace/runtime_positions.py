@@ -65,7 +65,7 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
             raise UnsupportedMutationError(
                 op, "a runtime position (a 0-d integer tensor) in one index together "
                 f"with {_kind(item)}",
-                index=_describe(items), location=user_line())
+                index=describe_index(items), location=user_line())
     if items.count(Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     consumed = sum(1 for item in items if item is not None and item is not Ellipsis)
@@ -92,7 +92,7 @@ def _kind(item: Any) -> str:
     return f"an index of type {type(item).__name__}"
 
 
-def _describe(items: list[Any]) -> str:
+def describe_index(items: list[Any]) -> str:
     def one(item: Any) -> str:
         if item is Ellipsis:
             return "..."
@@ -127,18 +127,6 @@ def getitem(target: torch.Tensor, basic: tuple, indices: list) -> torch.Tensor:
     return torch.ops.aten.index.Tensor(_view(target, basic), indices)
 
 
-def refuse_mask_read(index: Any) -> None:
-    """`x[mask]` has as many elements as the mask has trues: a shape that depends on the
-    data, which StableHLO cannot express (a write, `x[mask] = v`, is fine)."""
-    items = index if isinstance(index, tuple) else (index,)
-    if any(isinstance(item, torch.Tensor) and item.dtype == torch.bool for item in items):
-        raise UnsupportedMutationError(
-            "torch.aten.index.Tensor", "reading x[mask] with a bool mask: its shape depends "
-            "on the mask's values; use torch.where(mask, x, other) (for `x[mask] *= 2`: "
-            "x.copy_(torch.where(mask, x * 2, x)))", index=_describe(list(items)),
-            location=user_line())
-
-
 class RuntimePositions(torch.overrides.TorchFunctionMode):
     """While tracing: setitem and getitem at runtime positions, as index_put_ and index."""
 
@@ -152,7 +140,6 @@ class RuntimePositions(torch.overrides.TorchFunctionMode):
                 return None
         elif func is torch.Tensor.__getitem__ and not kwargs:
             target, index = args
-            refuse_mask_read(index)
             split = split_key(target.dim(), index, "torch.aten.index.Tensor")
             if split is not None:
                 return getitem(target, *split)

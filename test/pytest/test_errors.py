@@ -198,6 +198,7 @@ def test_failing_stage_writes_a_reproducer(tmp_path):
     assert before.exists() and (tmp_path / "0-torch-mutable.mlir").exists()
 
 
+MASK = torch.tensor([True, False, True, True])
 POSITION_READ = ("it writes into a tensor read at a runtime position (x[pos] with a 0-d "
                  "tensor pos), which outofplace reads as a copy where eager returns a view; "
                  "store it back (`x[pos] += w`, `x[pos] = y`) or write `x[pos] = x[pos] * w`")
@@ -331,3 +332,27 @@ def test_write_into_unfold_windows_is_refused() -> None:
         outofplace.compile(write_into_unfold, (torch.randn(5),))
     assert_error_at(info.value, "torch.aten.unfold", "writing into unfold windows, which "
                     "overlap", write_into_unfold.__code__.co_firstlineno + 1)
+
+
+def mask_values_returned(x, m):
+    y = x[m]
+    y += 1
+    x[m] = y
+    return y
+
+
+def mask_values_paired_with_masked_length(x, m, w):
+    x[m] += w  # w has one value per true element
+
+
+@pytest.mark.parametrize("f, args, reason", [
+    (mask_values_returned, (torch.randn(4), MASK), "the masked values are returned"),
+    (mask_values_paired_with_masked_length, (torch.randn(4), MASK, torch.randn(3)),
+     "add_ pairs it with a tensor of shape [3], not broadcast over the dimensions after "
+     "the mask"),
+])
+def test_masked_values_used_beyond_elementwise_are_refused(f, args, reason) -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(f, args)
+    assert reason in info.value.reason
+    assert info.value.location.endswith(f"{THIS_FILE}:{f.__code__.co_firstlineno + 1}")

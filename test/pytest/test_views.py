@@ -261,7 +261,23 @@ def through_expand_to_own_shape(x, y):
     x.expand_as(x)[0, 1:] = 5
 
 
+def mask_read_modify_store(x, m, w):
+    x[m] *= 2  # read as the whole view, computed on, stored back with a select
+    x[m] += w
+    x[m] = 1.5
+    x[m].mul_(2)  # a copy in eager too: x does not change
+    return x + 0
+
+
+def mask_expressions_stored_back(x, y, m):
+    x[0, m] = y[0, m] + 1
+    x[:, m] -= x[:, m] * 0.5
+    x[..., m] = torch.where(x[..., m] > 0, x[..., m], 0.0)
+
+
 CASES = [
+    (mask_read_modify_store, (torch.randn(4, 3), MASK, torch.randn(3))),
+    (mask_expressions_stored_back, (torch.randn(2, 4), torch.randn(2, 4), MASK)),
     (through_expand_to_own_shape, (torch.randn(1, 3), torch.randn(3))),
     (runtime_position_augmented, (torch.randn(3, 4), torch.tensor(-2), torch.randn(3))),
     (list_views_along_a_dim, (torch.arange(8.0).reshape(2, 2, 2),)),

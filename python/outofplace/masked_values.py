@@ -1,0 +1,184 @@
+"""Reads through a bool mask that are only computed on and stored back: `x[m] *= 2`,
+`x[m] = x[m] + y[m]`.
+
+`x[mask]` has as many elements as the mask has trues, a shape that depends on the data,
+which StableHLO cannot express. But when the selected values only flow through
+elementwise ops into a store at the same mask, the masked positions never need to be
+gathered: while tracing, the `MaskedValues` mode reads `x[mask]` as the whole view it
+selects from (a full-shape copy), lets elementwise ops compute on every position, and
+turns the store into a select:
+
+    x[m] *= 2         ->  v = x.clone();  v.mul_(2);  x.copy_(where(m, v, x))
+    x[0, m] = y[0, m] + 1   ->  x[0].copy_(where(m, y[0] + 1, x[0]))
+
+Elementwise means each result element depends only on the same element of each masked
+operand; unmasked operands may only broadcast over the dimensions after the mask. Any
+other use of a masked value (a reduction, its shape, returning it) is refused: there the
+full-shape stand-in would differ from eager's compacted tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from .errors import UnsupportedMutationError
+from .runtime_positions import describe_index, user_line
+
+# Ops whose result element i depends only on element i of each operand.
+_ELEMENTWISE = frozenset(
+    [f"__{op}__" for op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv",
+                            "rtruediv", "floordiv", "rfloordiv", "mod", "rmod", "pow",
+                            "rpow", "and", "rand", "or", "ror", "xor", "rxor", "neg",
+                            "abs", "invert", "lt", "le", "gt", "ge", "eq", "ne",
+                            "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",
+                            "ipow", "iand", "ior", "ixor", "ilshift", "irshift",
+                            "lshift", "rshift")] +
+    [name + suffix for name in (
+        "add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod",
+        "pow", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh",
+        "sigmoid", "relu", "clamp", "clamp_min", "clamp_max", "clip", "maximum",
+        "minimum", "floor", "ceil", "round", "trunc", "sign", "reciprocal", "square",
+        "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_and",
+        "logical_or", "logical_not", "logical_xor", "lerp", "addcmul", "addcdiv",
+        "fill", "zero", "copy", "where", "masked_fill", "float", "half", "bfloat16",
+        "double", "long", "int", "bool", "to", "type_as", "clone", "detach",
+        "contiguous", "nan_to_num", "exp2", "expm1", "log1p", "log2", "erf", "atan",
+        "atan2", "frac", "copysign", "lt", "le", "gt", "ge", "eq", "ne")
+     for suffix in ("", "_")])
+
+
+@dataclass
+class _Selection:
+    """What a masked value selects: the view `target[basic]` at `mask`, placed from
+    dimension `first` of the view."""
+
+    key: tuple  # the index items, compared by identity for tensors
+    mask: torch.Tensor
+    first: int
+    shape: torch.Size  # of the view
+    line: str = ""  # where the user read it
+
+    @property
+    def trailing(self) -> int:
+        """Dimensions after the mask: where unmasked operands may broadcast."""
+        return len(self.shape) - self.first - self.mask.dim()
+
+    def same_as(self, other: "_Selection") -> bool:
+        return self.shape == other.shape and self.first == other.first and \
+            len(self.key) == len(other.key) and all(
+                a is b if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)
+                else a == b for a, b in zip(self.key, other.key))
+
+
+def _split(target: torch.Tensor, index: Any) -> tuple[tuple, torch.Tensor, int] | None:
+    """`(basic, mask, first)` for a key holding one bool mask among basic items."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    masks = [i for i, item in enumerate(items)
+             if isinstance(item, torch.Tensor) and item.dtype == torch.bool]
+    if not masks:
+        return None
+    basic_only = all(isinstance(item, (slice, int, type(None), type(Ellipsis))) and
+                     not isinstance(item, bool)
+                     for i, item in enumerate(items) if i != masks[0])
+    ellipses = sum(item is Ellipsis for item in items)
+    if len(masks) > 1 or not basic_only or ellipses > 1:
+        raise _refusal(items, "a bool mask together with other index tensors")
+    mask = items[masks[0]]
+    if ellipses:
+        consumed = sum(mask.dim() if item is mask else 1 for item in items
+                       if item is not None and item is not Ellipsis)
+        e = next(i for i, item in enumerate(items) if item is Ellipsis)
+        items[e:e + 1] = [slice(None)] * (target.dim() - consumed)
+    at = next(i for i, item in enumerate(items) if item is mask)
+    first = sum(1 for item in items[:at] if item is None or isinstance(item, slice))
+    basic = tuple(items[:at]) + (slice(None),) * mask.dim() + tuple(items[at + 1:])
+    return basic, mask, first
+
+
+def _refusal(items: list, reason: str, line: str | None = None
+             ) -> UnsupportedMutationError:
+    return UnsupportedMutationError(
+        "torch.aten.index.Tensor", f"reading x[mask] with a bool mask: its shape depends "
+        f"on the mask's values; {reason}; only elementwise ops on it, stored back at the "
+        "same mask, are compiled (x[m] *= 2, x[m] = y[m] + 1)",
+        index=describe_index(items), location=user_line() if line is None else line)
+
+
+class MaskedValues(torch.overrides.TorchFunctionMode):
+    """While tracing: masked reads as full-shape stand-ins, stored back with a select."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.selections: dict[int, tuple[torch.Tensor, _Selection]] = {}
+
+    def _selection(self, value: Any) -> _Selection | None:
+        entry = self.selections.get(id(value))
+        return entry[1] if entry is not None and entry[0] is value else None
+
+    def _track(self, value: torch.Tensor, selection: _Selection) -> None:
+        self.selections[id(value)] = (value, selection)
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.__getitem__ and self._selection(args[0]) is None:
+            target, index = args
+            split = _split(target, index)
+            if split is not None:
+                basic, mask, first = split
+                view = target[basic]
+                stand_in = view.clone()
+                key = index if isinstance(index, tuple) else (index,)
+                self._track(stand_in, _Selection(key, mask, first, view.shape,
+                                                 user_line()))
+                return stand_in
+        tracked = [(v, s) for v in pytree.tree_leaves((args, kwargs))
+                   if (s := self._selection(v)) is not None]
+        if not tracked:
+            return func(*args, **kwargs)
+        if func is torch.Tensor.__setitem__ and self._selection(args[0]) is None:
+            return self._store(*args)
+        return self._elementwise(func, args, kwargs, tracked)
+
+    def _store(self, target: torch.Tensor, index: Any, value: torch.Tensor) -> None:
+        """`target[mask key] = value`, value a masked value of the same selection."""
+        selection = self._selection(value)
+        split = _split(target, index)
+        key = index if isinstance(index, tuple) else (index,)
+        if split is None or not selection.same_as(
+                _Selection(key, split[1], split[2], target[split[0]].shape)):
+            raise _refusal(list(key), "here the masked values are stored at another index")
+        basic, mask, first = split
+        view = target[basic]
+        condition = mask.reshape((1,) * first + tuple(mask.shape) + (1,) * selection.trailing)
+        view.copy_(torch.where(condition, value.to(view.dtype), view))
+
+    def _elementwise(self, func: Any, args: tuple, kwargs: dict,
+                     tracked: list[tuple[torch.Tensor, _Selection]]) -> Any:
+        name = getattr(func, "__name__", str(func))
+        selection = tracked[0][1]
+        if name not in _ELEMENTWISE or not all(s.same_as(selection) for _, s in tracked):
+            raise _refusal(list(selection.key), f"here it is used by {name}")
+        for value in pytree.tree_leaves((args, kwargs)):
+            if isinstance(value, torch.Tensor) and self._selection(value) is None and \
+                    value.dim() > selection.trailing:
+                raise _refusal(list(selection.key), f"{name} pairs it with a tensor of "
+                               f"shape {list(value.shape)}, not broadcast over the "
+                               "dimensions after the mask")
+        result = func(*args, **kwargs)
+        for value in pytree.tree_leaves(result):
+            if isinstance(value, torch.Tensor):
+                self._track(value, selection)
+        return result
+
+    def refuse_escaping(self, output: Any) -> None:
+        """A masked value in the program's output would have the wrong shape."""
+        for value in pytree.tree_leaves(output):
+            selection = self._selection(value)
+            if selection is not None:
+                raise _refusal(list(selection.key), "the masked values are returned",
+                               selection.line)
