@@ -2,7 +2,7 @@
 
     python test/fuzz/long_run.py --programs 10000 --workers 2 --seed 1 --out test/Output/long
 
-Program `i` is drawn by hypothesis from seed `seed + i`, so any finding is reproduced by
+Program `i` is drawn from the hypothesis strategy with seed `seed + i`, so any finding is reproduced by
 its number alone (`--only i`). Each worker process checks programs one after another
 exactly as test_fuzz.py does (compiled against eager on every engine) and appends one JSON
 line per program to its log: passed, refused (with the reason) or failed (with the error
@@ -31,23 +31,19 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "pytest")]
 
 
 def _draw(number: int, seed: int):
-    """Program `number` of the run: one example of the strategy from its own seed."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hypothesis_seed
+    """Program `number` of the run, drawn from the strategy with its own random seed.
+
+    Drawn outside hypothesis's engine (ConjectureData with a seeded Random): the engine
+    starts every run from the simplest example, so one example per seed would always be
+    the same small program.
+    """
+    import random
+
+    from hypothesis.internal.conjecture.data import ConjectureData
 
     from fuzz_programs import programs
 
-    drawn = []
-
-    @hypothesis_seed(seed + number)
-    @settings(max_examples=1, phases=[Phase.generate], database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(program=programs())
-    def draw(program):
-        drawn.append(program)
-
-    draw()
-    return drawn[0]
+    return ConjectureData(random=random.Random(seed + number)).draw(programs())
 
 
 def check(program) -> dict:
