@@ -225,6 +225,10 @@ def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
     self, indices, values = node.args[:3]
     accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
     masks = [(k, i) for k, i in enumerate(indices) if i is not None]
+    if len(masks) > 1 and any(i.meta["val"].dtype == torch.bool for _, i in masks):
+        raise UnsupportedMutationError(
+            "torch.aten.index_put_", "a bool mask together with other index tensors in "
+            "one index (torch-mlir does not lower it)", location=_source_line(node))
     if len(masks) != 1 or not isinstance(values, torch.fx.Node):
         return None
     k, mask = masks[0]

@@ -356,3 +356,16 @@ def test_masked_values_used_beyond_elementwise_are_refused(f, args, reason) -> N
         outofplace.compile(f, args)
     assert reason in info.value.reason
     assert info.value.location.endswith(f"{THIS_FILE}:{f.__code__.co_firstlineno + 1}")
+
+
+def mask_with_index_tensor(x, m):
+    x[m, [0]] = 1
+
+
+def test_mask_with_index_tensor_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(mask_with_index_tensor, (torch.randn(2, 3),
+                                                    torch.tensor([True, False])))
+    assert_error_at(info.value, "torch.aten.index_put_", "a bool mask together with other "
+                    "index tensors in one index (torch-mlir does not lower it)",
+                    mask_with_index_tensor.__code__.co_firstlineno + 1)
