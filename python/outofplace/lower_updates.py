@@ -10,6 +10,12 @@ everything else (torch-mlir leaves StableHLO between torch_c casts alone):
 
     tensor.insert_slice %u into %r[1] [4] [2]
     =>  stablehlo.select(pad(true, interior 1), pad(%u, interior 1), %r)  (strided)
+
+    torch.aten.index_put %c, [%none, %pos], %k          (0-d runtime positions)
+    =>  stablehlo.dynamic_update_slice %c, %k', %c0, %pos'
+
+    torch.aten.index_put %b, [%none, %idx], %v          (one 1-d index tensor)
+    =>  stablehlo.scatter of whole slices of the other dimensions
 """
 
 from __future__ import annotations
@@ -189,9 +195,101 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     return False
 
 
+def _index_along_one_dim(indices: ir.Value) -> tuple[int, ir.Value] | None:
+    """`(d, idx)` when an index list is `[None] * d + [idx]` (trailing Nones allowed), idx
+    a 1-d integer tensor."""
+    owner = indices.owner
+    if not isinstance(indices, ir.OpResult) or owner.name != "torch.prim.ListConstruct":
+        return None
+    found = None
+    for position, item in enumerate(owner.operands):
+        if isinstance(item, ir.OpResult) and item.owner.name == "torch.constant.none":
+            continue
+        t = _static_tensor(item)
+        if found is not None or t is None or len(t.sizes) != 1 or \
+                t.dtype.is_floating_point or t.dtype == torch.bool:
+            return None
+        found = (position, item)
+    return found
+
+
+def _constant_bool(value: ir.Value) -> bool | None:
+    if isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.bool":
+        return ir.BoolAttr(value.owner.attributes["value"]).value
+    return None
+
+
+def _index_put_along_one_dim(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`b[:, idx] = v`, `index_copy_`, `index_add_`: an index tensor on one dimension, as
+    one scatter whose windows are whole slices of the other dimensions (what JAX emits
+    for `b.at[:, idx].set(v)`), not one index per element:
+
+        %r = torch.aten.index_put %b, [%none, %idx], %v, %accumulate
+        =>  stablehlo.scatter(%b, reshape(%idx) : tensor<nx1xi64>, %v)
+              update_window_dims = [0, 2, ...], inserted_window_dims = [1]
+              ({ return %new }, or { add %old, %new } when accumulating)
+
+    Out-of-range indices are dropped (negative ones were wrapped before import).
+    """
+    self, indices, values, accumulate = op.operands
+    self_t, values_t = _static_tensor(self), _static_tensor(values)
+    along = _index_along_one_dim(indices)
+    accumulating = _constant_bool(accumulate)
+    if self_t is None or values_t is None or along is None or accumulating is None or \
+            self_t.dtype == torch.bool and accumulating:
+        return True
+    dim, index = along
+    count = torch_types.TensorType.of(index.type).sizes[0]
+    shape = list(self_t.sizes)
+    update_shape = shape[:dim] + [count] + shape[dim + 1:]
+    offset = len(update_shape) - len(values_t.sizes)
+    if offset < 0 or any(v not in (1, u) for v, u in zip(values_t.sizes,
+                                                          update_shape[offset:])):
+        return True
+    element = torch_types.element_type(self_t.dtype, signless=True)
+    rank = len(shape)
+    with rewriter.ip, unnamed(op.location):
+        update = to_builtin(values)
+        if values_t.dtype != self_t.dtype:
+            update = _stablehlo("convert", ir.RankedTensorType.get(
+                list(values_t.sizes), element), update)
+        if list(values_t.sizes) != update_shape:
+            update = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(
+                update_shape, element), update, broadcast_dimensions=ir.DenseI64ArrayAttr.get(
+                    list(range(offset, rank))))
+        positions = to_builtin(index)
+        index_type = ir.RankedTensorType.get([count], _i64())
+        if positions.type != index_type:
+            positions = _stablehlo("convert", index_type, positions)
+        positions = _stablehlo("reshape", ir.RankedTensorType.get([count, 1], _i64()),
+                               positions)
+        dest = to_builtin(self)
+        windows = [d for d in range(rank) if d != dim]
+        numbers = ir.Attribute.parse(
+            f"#stablehlo.scatter<update_window_dims = {windows}, inserted_window_dims = "
+            f"[{dim}], scatter_dims_to_operand_dims = [{dim}], index_vector_dim = 1>")
+        scatter = ir.Operation.create(
+            "stablehlo.scatter", results=[dest.type], operands=[dest, positions, update],
+            attributes={"scatter_dimension_numbers": numbers,
+                        "indices_are_sorted": ir.BoolAttr.get(False),
+                        "unique_indices": ir.BoolAttr.get(False)},
+            regions=1, loc=op.location)
+        scalar = ir.RankedTensorType.get([], element)
+        block = scatter.regions[0].blocks.append(scalar, scalar)
+        with ir.InsertionPoint(block):
+            old, new = block.arguments
+            combined = _stablehlo("add", scalar, old, new) if accumulating else new
+            ir.Operation.create("stablehlo.return", operands=[combined])
+        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
+                                     operands=[scatter.result])
+    rewriter.replace_op(op, result)
+    return False
+
+
 def lower_updates(module: ir.Operation) -> None:
     """Rewrites every update op of `module` into StableHLO."""
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("tensor.insert_slice", _insert_slice)
     patterns.add("torch.aten.index_put", _index_put_at_positions)
+    patterns.add("torch.aten.index_put", _index_put_along_one_dim)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())

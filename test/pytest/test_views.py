@@ -409,3 +409,19 @@ def test_runtime_position_warns_about_its_out_of_bounds_policy():
                             r"clamped into range"):
         outofplace.compile(runtime_column, (torch.randn(2, 8), torch.tensor(3),
                                             torch.randn(2)))
+
+
+def test_index_copy_is_one_scatter_of_whole_slices():
+    """One index per copied slice, not per element: the scatter's windows are whole
+    slices of the other dimensions (JAX's form of c.at[:, :, idx].set(k))."""
+    args = (torch.randn(2, 3, 8, 4), torch.randn(2, 3, 2, 4))
+    compiled = assert_matches_eager(index_copy_at_positions, *args)
+    text = compiled.stablehlo
+    assert text.count('"stablehlo.scatter"') == 1
+    assert "update_window_dims = [0, 1, 3], inserted_window_dims = [2], " \
+           "scatter_dims_to_operand_dims = [2], index_vector_dim = 1" in text
+    assert "tensor<2x1xi64>" in text and "concatenate" not in text
+
+
+def index_copy_at_positions(cache, k):
+    cache.index_copy_(2, torch.tensor([1, 5]), k)

@@ -243,16 +243,18 @@ def int_tensor_rows():
     compile_and_show(f, arange(4, 6), torch.tensor([0, 2]), torch.ones(2, 6))
 
 
-# b[:, idx] = v: the indices are (row, idx[k]) pairs, one scatter of elements.
+# b[:, idx] = v: one scatter whose windows are whole columns (an index per column, not
+# per element), as JAX emits for b.at[:, idx].set(v); lowered by outofplace-lower-updates.
 # CHECK-LABEL: TEST: int_tensor_columns
 # CHECK:       func.func @main(%b: tensor<4x6xf32> {tf.aliasing_output = 0 : i32}, %idx: tensor<2xi64>, %v: tensor<4x2xf32>) -> tensor<4x6xf32>
 # CHECK:         stablehlo.compare LT, %idx, %{{.*}}, SIGNED
-# CHECK:         stablehlo.broadcast_in_dim %{{.*}}, dims = [1] : (tensor<2xi64>) -> tensor<4x2xi64>
-# CHECK:         %[[IDX:.*]] = stablehlo.concatenate {{.*}} -> tensor<4x2x2xi64>
+# CHECK:         %[[IDXW:.*]] = stablehlo.select %{{.*}}, %{{.*}}, %{{.*}} : tensor<2xi1>, tensor<2xi64>
+# CHECK:         %[[IDX:.*]] = stablehlo.reshape %[[IDXW]] : (tensor<2xi64>) -> tensor<2x1xi64>
 # CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%b, %[[IDX]], %v)
+# CHECK-SAME:      update_window_dims = [0], inserted_window_dims = [1], scatter_dims_to_operand_dims = [1], index_vector_dim = 1
 # CHECK-NEXT:    ^bb0(%{{[^:]+}}: tensor<f32>, %[[UPD:[^:]+]]: tensor<f32>):
 # CHECK-NEXT:      stablehlo.return %[[UPD]] : tensor<f32>
-# CHECK-NEXT:    }) : (tensor<4x6xf32>, tensor<4x2x2xi64>, tensor<4x2xf32>) -> tensor<4x6xf32>
+# CHECK-NEXT:    }) : (tensor<4x6xf32>, tensor<2x1xi64>, tensor<4x2xf32>) -> tensor<4x6xf32>
 # CHECK-NOT:     stablehlo.dynamic_update_slice
 # CHECK:         return %[[NEW]] : tensor<4x6xf32>
 @run
