@@ -87,6 +87,89 @@ def _strided_select(dest: ir.Value, source: ir.Value, offsets: list[int],
                                operands=[mask, padded, dest], loc=named)
 
 
+def _strided_scatter(dest: ir.Value, source: ir.Value, offsets: list[int],
+                     strides: list[int], loc: ir.Location) -> ir.Operation:
+    """A strided box as one scatter: the strided dimensions are scattered element by
+    element at iota-computed positions, the others are windows at their offsets."""
+    sizes = ir.RankedTensorType(source.type).shape
+    rank = len(sizes)
+    strided = [d for d in range(rank) if strides[d] != 1]
+    batch = [sizes[d] for d in strided]
+    with unnamed(loc):
+        indices = _iota_positions(batch, strided, offsets, strides)
+    windows = [d for d in range(rank) if d not in strided]
+    numbers = ir.Attribute.parse(
+        f"#stablehlo.scatter<update_window_dims = {windows}, inserted_window_dims = "
+        f"{strided}, scatter_dims_to_operand_dims = {list(range(rank))}, "
+        f"index_vector_dim = {len(batch)}>")
+    return _scatter(dest, indices, source, numbers, accumulate=False, unique=True, loc=loc)
+
+
+def _iota_positions(batch: list[int], strided: list[int], offsets: list[int],
+                    strides: list[int]) -> ir.Value:
+    """Indices `[..., rank]`: offset + iota * stride along the strided dimensions, the
+    offset along the others."""
+    rank = len(offsets)
+    loc = None
+    column = ir.RankedTensorType.get(batch + [1], _i64())
+    parts = []
+    for d in range(rank):
+        start = _stablehlo("broadcast_in_dim", column, _scalar_constant(_i64(), offsets[d], loc),
+                           broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
+        if d in strided:
+            iota = _stablehlo("iota", column, iota_dimension=ir.IntegerAttr.get(
+                _i64(), strided.index(d)))
+            step = _stablehlo("broadcast_in_dim", column,
+                              _scalar_constant(_i64(), strides[d], loc),
+                              broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
+            start = _stablehlo("add", column, start, _stablehlo("multiply", column, iota,
+                                                                 step))
+        parts.append(start)
+    if len(parts) == 1:
+        return parts[0]
+    return _stablehlo("concatenate", ir.RankedTensorType.get(batch + [rank], _i64()),
+                      *parts, dimension=ir.IntegerAttr.get(_i64(), len(batch)))
+
+
+def _scatter(dest: ir.Value, indices: ir.Value, updates: ir.Value, numbers: ir.Attribute,
+             *, accumulate: bool, unique: bool, loc: ir.Location) -> ir.Operation:
+    """`stablehlo.scatter` whose body replaces (or adds to) the old element."""
+    scatter = ir.Operation.create(
+        "stablehlo.scatter", results=[dest.type], operands=[dest, indices, updates],
+        attributes={"scatter_dimension_numbers": numbers,
+                    "indices_are_sorted": ir.BoolAttr.get(unique),
+                    "unique_indices": ir.BoolAttr.get(unique)},
+        regions=1, loc=loc)
+    scalar = ir.RankedTensorType.get([], ir.RankedTensorType(dest.type).element_type)
+    block = scatter.regions[0].blocks.append(scalar, scalar,
+                                             arg_locs=[unnamed(loc), unnamed(loc)])
+    with ir.InsertionPoint(block):
+        old, new = block.arguments
+        combined = _stablehlo("add", scalar, old, new) if accumulate else new
+        ir.Operation.create("stablehlo.return", operands=[combined])
+    return scatter
+
+
+def _scatter_is_cheaper(dest: ir.Value, source: ir.Value, strides: list[int]) -> bool:
+    """Bytes a strided update touches: a scatter reads its update and its indices and
+    writes the update; pad+select reads and writes the whole destination."""
+    dest_t, source_t = ir.RankedTensorType(dest.type), ir.RankedTensorType(source.type)
+    element = max(1, dest_t.element_type.width // 8) if hasattr(
+        dest_t.element_type, "width") else 4
+    batch = 1
+    for size, stride in zip(source_t.shape, strides):
+        batch *= size if stride != 1 else 1
+    update = element * _count(source_t.shape)
+    return 2 * update + 8 * batch * dest_t.rank < 2 * element * _count(dest_t.shape)
+
+
+def _count(shape: list[int]) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total
+
+
 def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     """tensor.insert_slice with static offsets, sizes and strides -> StableHLO."""
     if len(op.operands) != 2:
@@ -98,6 +181,8 @@ def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     with rewriter.ip, op.location:
         if all(s == 1 for s in strides):
             new = _dynamic_update_slice(dest, source, offsets, op.location)
+        elif _scatter_is_cheaper(dest, source, strides):
+            new = _strided_scatter(dest, source, offsets, strides, op.location)
         else:
             new = _strided_select(dest, source, offsets, strides, op.location)
     rewriter.replace_op(op, new)
@@ -268,18 +353,8 @@ def _index_put_along_one_dim(op: ir.Operation, rewriter: rewrite.PatternRewriter
         numbers = ir.Attribute.parse(
             f"#stablehlo.scatter<update_window_dims = {windows}, inserted_window_dims = "
             f"[{dim}], scatter_dims_to_operand_dims = [{dim}], index_vector_dim = 1>")
-        scatter = ir.Operation.create(
-            "stablehlo.scatter", results=[dest.type], operands=[dest, positions, update],
-            attributes={"scatter_dimension_numbers": numbers,
-                        "indices_are_sorted": ir.BoolAttr.get(False),
-                        "unique_indices": ir.BoolAttr.get(False)},
-            regions=1, loc=op.location)
-        scalar = ir.RankedTensorType.get([], element)
-        block = scatter.regions[0].blocks.append(scalar, scalar)
-        with ir.InsertionPoint(block):
-            old, new = block.arguments
-            combined = _stablehlo("add", scalar, old, new) if accumulating else new
-            ir.Operation.create("stablehlo.return", operands=[combined])
+        scatter = _scatter(dest, positions, update, numbers, accumulate=accumulating,
+                           unique=False, loc=op.location)
         result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
                                      operands=[scatter.result])
     rewriter.replace_op(op, result)

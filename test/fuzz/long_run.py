@@ -39,11 +39,14 @@ def _draw(number: int, seed: int):
     """
     import random
 
+    from hypothesis.control import BuildContext
     from hypothesis.internal.conjecture.data import ConjectureData
 
     from fuzz_programs import programs
 
-    return ConjectureData(random=random.Random(seed + number)).draw(programs())
+    data = ConjectureData(random=random.Random(seed + number))
+    with BuildContext(data, wrapped_test=_draw):
+        return data.draw(programs())
 
 
 def check(program) -> dict:
@@ -80,7 +83,12 @@ def check(program) -> dict:
 def worker(numbers: list[int], seed: int, log: Path) -> None:
     with open(log, "a") as out:
         for number in numbers:
-            program = _draw(number, seed)
+            try:
+                program = _draw(number, seed)
+            except Exception as error:  # noqa: BLE001 - the strategy gave up on this seed
+                out.write(json.dumps({"number": number, "outcome": "no-program",
+                                      "error": f"{type(error).__name__}: {error}"}) + "\n")
+                continue
             out.write(json.dumps({"number": number, "outcome": "started",
                                   "reproducer": program.reproducer()}) + "\n")
             out.flush()
@@ -131,10 +139,12 @@ def summary(records: dict[int, dict], seed: int) -> str:
     reasons = collections.Counter(r["reason"] for r in records.values()
                                   if r["outcome"] == "refused")
     seconds = [r["seconds"] for r in records.values() if "seconds" in r]
-    lines = [f"{len(records)} programs (seeds {seed}..{seed + len(records) - 1}): "
+    programs = sum(counts[k] for k in ("passed", "refused", "failed", "crashed"))
+    lines = [f"{programs} programs (seeds {seed}..{seed + len(records) - 1}): "
              f"{counts['passed']} match eager, {counts['refused']} refused, "
              f"{counts['failed']} failed, {counts['crashed']} crashed a worker, "
-             f"{counts['eager-rejects']} rejected by eager (not counted); "
+             f"{counts['eager-rejects']} rejected by eager and {counts['no-program']} "
+             "seeds without a program (not counted); "
              f"{sum(seconds) / max(len(seconds), 1):.2f} s per program"]
     lines += [f"  {n:6d} refused  {reason}" for reason, n in reasons.most_common()]
     for record in records.values():

@@ -425,3 +425,20 @@ def test_index_copy_is_one_scatter_of_whole_slices():
 
 def index_copy_at_positions(cache, k):
     cache.index_copy_(2, torch.tensor([1, 5]), k)
+
+
+def test_strided_write_is_the_cheaper_of_scatter_and_select():
+    """A few strided rows of a big buffer: a scatter at iota positions (the update's bytes);
+    half of a small buffer: pad+select (no index tensor)."""
+    def rows(c, k):
+        c[:, 0:64:8] = k
+
+    few = assert_matches_eager(rows, torch.randn(2, 64, 4), torch.randn(2, 8, 4))
+    assert few.stablehlo.count('"stablehlo.scatter"') == 1
+    assert "stablehlo.iota" in few.stablehlo and "stablehlo.pad" not in few.stablehlo
+
+    def every_other(b, v):
+        b[::2] = v
+
+    select = assert_matches_eager(every_other, torch.randn(10), torch.randn(5))
+    assert "stablehlo.pad" in select.stablehlo and "scatter" not in select.stablehlo

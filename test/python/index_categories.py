@@ -2,8 +2,8 @@
 """One program per index category of design.md section 3, compiled to StableHLO.
 
 A write to a box of the root (an int, a unit-step slice, a tuple of them, Ellipsis,
-None, a chain of such views) is one stablehlo.dynamic_update_slice; a strided box is
-pad+select; an integer-tensor index or an index op is a stablehlo.scatter; a view that
+None, a chain of such views) is one stablehlo.dynamic_update_slice; a strided box is a
+scatter at iota positions or pad+select, whichever touches fewer bytes; an integer-tensor index or an index op is a stablehlo.scatter; a view that
 reorders elements (transpose) is written back through each view op.
 """
 
@@ -96,25 +96,46 @@ def negative_start_open_end():
     compile_and_show(f, arange(10), torch.ones(4))
 
 
-# b[1:9:2] = v: v and a mask of trues are padded (1 before, 1 between, 2 after) to
-# the root's shape; select takes the padded v where the mask is true, else b.
+# b[1:9:2] = v: 4 of 10 elements. One scatter at iota positions 1 + 2 * i touches fewer
+# bytes (the update and 4 indices) than pad+select (the whole buffer, twice).
 # CHECK-LABEL: TEST: strided_slice
 # CHECK:       func.func @main(%b: tensor<10xf32> {tf.aliasing_output = 0 : i32}, %v: tensor<4xf32>) -> tensor<10xf32>
-# CHECK-DAG:     %[[TRUE:.*]] = stablehlo.constant dense<true> : tensor<4xi1>
-# CHECK-DAG:     %[[FALSE:.*]] = stablehlo.constant dense<false> : tensor<i1>
+# CHECK-DAG:     %[[STEP:.*]] = stablehlo.constant dense<2> : tensor<4x1xi64>
+# CHECK-DAG:     %[[START:.*]] = stablehlo.constant dense<1> : tensor<4x1xi64>
+# CHECK:         %[[IOTA:.*]] = stablehlo.iota dim = 0 : tensor<4x1xi64>
+# CHECK:         %[[SCALED:.*]] = stablehlo.multiply %[[IOTA]], %[[STEP]] : tensor<4x1xi64>
+# CHECK:         %[[IDX:.*]] = stablehlo.add %[[START]], %[[SCALED]] : tensor<4x1xi64>
+# CHECK:         %b_modified = "stablehlo.scatter"(%b, %[[IDX]], %v) <{indices_are_sorted = true, scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, unique_indices = true}>
+# CHECK-NEXT:    ^bb0(%{{[^:]+}}: tensor<f32>, %[[UPD:[^:]+]]: tensor<f32>):
+# CHECK-NEXT:      stablehlo.return %[[UPD]] : tensor<f32>
+# CHECK-NOT:     stablehlo.select
 # CHECK-NOT:     stablehlo.dynamic_update_slice
-# CHECK-NOT:     stablehlo.scatter
-# CHECK:         %[[VALUES:.*]] = stablehlo.pad %v, %{{.*}}, low = [1], high = [2], interior = [1] : (tensor<4xf32>, tensor<f32>) -> tensor<10xf32>
-# CHECK:         %[[MASK:.*]] = stablehlo.pad %[[TRUE]], %[[FALSE]], low = [1], high = [2], interior = [1] : (tensor<4xi1>, tensor<i1>) -> tensor<10xi1>
-# CHECK:         %b_modified = stablehlo.select %[[MASK]], %[[VALUES]], %b : tensor<10xi1>, tensor<10xf32>
-# CHECK-NOT:     stablehlo.dynamic_update_slice
-# CHECK-NOT:     stablehlo.scatter
 # CHECK:         return %b_modified : tensor<10xf32>
 @run
 def strided_slice():
     def f(b, v):
         b[1:9:2] = v
     compile_and_show(f, arange(10), torch.ones(4))
+
+
+# b[::2] = v: half the buffer. The scatter would read 5 indices besides the update;
+# pad+select touches fewer bytes: v and a mask of trues padded (0 before, 1 between,
+# 1 after) to the root's shape, select takes the padded v where the mask is true.
+# CHECK-LABEL: TEST: strided_half
+# CHECK:       func.func @main(%b: tensor<10xf32> {tf.aliasing_output = 0 : i32}, %v: tensor<5xf32>) -> tensor<10xf32>
+# CHECK-DAG:     %[[TRUE:.*]] = stablehlo.constant dense<true> : tensor<5xi1>
+# CHECK-DAG:     %[[FALSE:.*]] = stablehlo.constant dense<false> : tensor<i1>
+# CHECK-NOT:     stablehlo.scatter
+# CHECK:         %[[VALUES:.*]] = stablehlo.pad %v, %{{.*}}, low = [0], high = [1], interior = [1] : (tensor<5xf32>, tensor<f32>) -> tensor<10xf32>
+# CHECK:         %[[MASK:.*]] = stablehlo.pad %[[TRUE]], %[[FALSE]], low = [0], high = [1], interior = [1] : (tensor<5xi1>, tensor<i1>) -> tensor<10xi1>
+# CHECK:         %b_modified = stablehlo.select %[[MASK]], %[[VALUES]], %b : tensor<10xi1>, tensor<10xf32>
+# CHECK-NOT:     stablehlo.scatter
+# CHECK:         return %b_modified : tensor<10xf32>
+@run
+def strided_half():
+    def f(b, v):
+        b[::2] = v
+    compile_and_show(f, arange(10), torch.ones(5))
 
 
 # b[2:4, 1:3] = 0: a chain of two slices, one dynamic_update_slice at (2, 1).
