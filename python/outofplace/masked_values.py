@@ -163,6 +163,9 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
         selection = tracked[0][1]
         if name not in _ELEMENTWISE or not all(s.same_as(selection) for _, s in tracked):
             raise _refusal(list(selection.key), f"here it is used by {name}")
+        inplace = name.startswith("__i") or name.endswith("_") and not name.endswith("__")
+        if "out" in kwargs or inplace and self._selection(args[0]) is None:
+            raise _refusal(list(selection.key), f"{name} writes it into another tensor")
         for value in pytree.tree_leaves((args, kwargs)):
             if isinstance(value, torch.Tensor) and self._selection(value) is None and \
                     value.dim() > selection.trailing:

@@ -345,7 +345,14 @@ def mask_values_paired_with_masked_length(x, m, w):
     x[m] += w  # w has one value per true element
 
 
+def mask_values_copied_elsewhere(x, y, m):
+    y.copy_(x[m])  # with an all-true example mask the shapes agree; other masks would not
+
+
 @pytest.mark.parametrize("f, args, reason", [
+    (mask_values_copied_elsewhere, (torch.randn(4), torch.randn(4),
+                                    torch.ones(4, dtype=torch.bool)),
+     "copy_ writes it into another tensor"),
     (mask_values_returned, (torch.randn(4), MASK), "the masked values are returned"),
     (mask_values_paired_with_masked_length, (torch.randn(4), MASK, torch.randn(3)),
      "add_ pairs it with a tensor of shape [3], not broadcast over the dimensions after "
