@@ -169,15 +169,16 @@ func.func @slice$copy_(%b: !torch.tensor<[8,4],f32>, %v: !torch.vtensor<[2,4],f3
 
 // -----
 
-// A chain of views (select of transpose) writes back innermost first.
+// A transpose only reorders dimensions: x.t()[3] is the box x[:, 3], one insert.
 // CHECK-LABEL: func.func @t$select_fill_(
 // CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4,5],f32> {tf.aliasing_output = 0 : i32})
 // CHECK:         %[[T:.*]] = torch.aten.t %[[X]]
 // CHECK:         %[[COL:.*]] = torch.aten.select.int %[[T]]
 // CHECK:         %[[FILLED:.*]] = torch.aten.fill.Scalar %[[COL]]
-// CHECK:         %[[T2:.*]] = torch.aten.t %[[X]]
-// CHECK:         %[[NEWT:.*]] = torch.aten.select_scatter %[[T2]], %[[FILLED]]
-// CHECK:         %[[ROOT:.*]] = torch.aten.t %[[NEWT]]
+// CHECK:         %[[BOXED:.*]] = torch.aten.view %[[FILLED]], %{{.*}} : !torch.vtensor<[4],f32>, !torch.list<int> -> !torch.vtensor<[4,1],f32>
+// CHECK:         %[[NEW:.*]] = tensor.insert_slice %{{.*}} into %{{.*}}[0, 3] [4, 1] [1, 1] : tensor<4x1xf32> into tensor<4x5xf32>
+// CHECK-NOT:     select_scatter
+// CHECK:         %[[ROOT:.*]] = torch_c.from_builtin_tensor %[[NEW]]
 // CHECK:         return %[[ROOT]]
 func.func @t$select_fill_(%x: !torch.tensor<[4,5],f32>) {
   %int0 = torch.constant.int 0
@@ -186,5 +187,32 @@ func.func @t$select_fill_(%x: !torch.tensor<[4,5],f32>) {
   %0 = torch.aten.t %x : !torch.tensor<[4,5],f32> -> !torch.tensor<[5,4],f32>
   %1 = torch.aten.select.int %0, %int0, %int3 : !torch.tensor<[5,4],f32>, !torch.int, !torch.int -> !torch.tensor<[4],f32>
   %2 = torch.aten.fill_.Scalar %1, %float1 : !torch.tensor<[4],f32>, !torch.float -> !torch.tensor<[4],f32>
+  return
+}
+
+// -----
+
+// A view that merges dimensions has no box: the chain writes back innermost first,
+// the slice into the flat view, the flat view into x.
+// CHECK-LABEL: func.func @flat$slice_fill_(
+// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4,5],f32> {tf.aliasing_output = 0 : i32})
+// CHECK:         %[[FLAT:.*]] = torch.aten.view %[[X]]
+// CHECK:         %[[PART:.*]] = torch.aten.slice.Tensor %[[FLAT]]
+// CHECK:         %[[FILLED:.*]] = torch.aten.fill.Scalar %[[PART]]
+// CHECK:         %[[FLAT2:.*]] = torch.aten.view %[[X]]
+// CHECK:         %[[NEWFLAT:.*]] = torch.aten.slice_scatter %[[FLAT2]], %[[FILLED]]
+// CHECK:         %[[ROOT:.*]] = torch.aten.view %[[NEWFLAT]], %{{.*}} : !torch.vtensor<[20],f32>, !torch.list<int> -> !torch.vtensor<[4,5],f32>
+// CHECK:         return %[[ROOT]]
+func.func @flat$slice_fill_(%x: !torch.tensor<[4,5],f32>) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int3 = torch.constant.int 3
+  %int8 = torch.constant.int 8
+  %int20 = torch.constant.int 20
+  %float1 = torch.constant.float 1.0
+  %shape = torch.prim.ListConstruct %int20 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.view %x, %shape : !torch.tensor<[4,5],f32>, !torch.list<int> -> !torch.tensor<[20],f32>
+  %1 = torch.aten.slice.Tensor %0, %int0, %int3, %int8, %int1 : !torch.tensor<[20],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.tensor<[5],f32>
+  %2 = torch.aten.fill_.Scalar %1, %float1 : !torch.tensor<[5],f32>, !torch.float -> !torch.tensor<[5],f32>
   return
 }

@@ -1,11 +1,13 @@
 """A write through a chain of views, seen as one strided box of the root.
 
-`b[2:4, 1:3]`, `b[3]`, `b[..., 0]`, `b[None, 2:4]`, `b[1:9:2]` and any chain of `slice`,
-`select`, `unsqueeze`, `squeeze` and unit-dim `view`s select a box of the root: per root
-dimension a first element, a count and a step. Such a write becomes one insert of the
-root (`tensor.insert_slice`), however long the chain, instead of one scatter per view.
-Chains that reorder elements (transpose, permute, diagonal, reshapes that merge
-dimensions) have no box and fall back to a write-back per view op (views.py).
+`b[2:4, 1:3]`, `b[3]`, `b[..., 0]`, `b[None, 2:4]`, `b[1:9:2]`, `x.t()[3]` and any chain
+of `slice`, `select`, `narrow`, `unsqueeze`, `squeeze`, unit-dim `view`s and the views
+that only reorder dimensions (`t`, `transpose`, `permute`, `movedim`) select a box of the
+root: per root dimension a first element, a count and a step. Such a write becomes one
+insert of the root (`tensor.insert_slice`), however long the chain, instead of one
+scatter per view; the update is permuted back to the root's dimension order. Chains that
+mix elements of several dimensions (diagonal, reshapes that merge dimensions) have no
+box and fall back to a write-back per view op (views.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class InsertPlan:
     offsets: tuple[int, ...]  # per root dim: index of the first element the view covers
     sizes: tuple[int, ...]  # per root dim: number of elements the view covers
     strides: tuple[int, ...]  # per root dim: step between covered elements
+    dims: tuple[int | None, ...] = ()  # per view dim: its root dim (None: added by unsqueeze)
 
     @property
     def is_empty(self) -> bool:
@@ -84,9 +87,14 @@ class _Walk:
             self.offsets[root_dim] += index * self.strides[root_dim]
             self.sizes[root_dim] = 1
 
+    def reorder(self, order: list[int]) -> None:
+        """The view's dims are the current ones in `order` (a permutation)."""
+        self.dims = [self.dims[d] for d in order]
+
     def plan(self) -> InsertPlan:
         strides = [s if n > 1 else 1 for s, n in zip(self.strides, self.sizes)]
-        return InsertPlan(tuple(self.offsets), tuple(self.sizes), tuple(strides))
+        return InsertPlan(tuple(self.offsets), tuple(self.sizes), tuple(strides),
+                          tuple(self.dims))
 
 
 def _normalise(index: int, size: int, op: ir.Operation) -> int:
@@ -130,12 +138,46 @@ def _step(walk: _Walk, view: ir.Operation) -> bool:
             return False
         walk.select(dim % rank, _normalise(index, before[dim % rank], view))
         return True
+    order = _reordering(view, rank)
+    if order is not None:
+        walk.reorder(order)
+        return True
     # Ops that only add or drop unit dims: match the sizes of the two sides.
     if name in ("torch.aten.unsqueeze", "torch.aten.squeeze", "torch.aten.squeeze.dim",
                 "torch.aten.squeeze.dims", "torch.aten.view", "torch.aten._unsafe_view",
                 "torch.aten.reshape"):
         return _regroup_unit_dims(walk, before, after)
     return False
+
+
+def _reordering(view: ir.Operation, rank: int) -> list[int] | None:
+    """For a view that only reorders dims: result dim i is operand dim order[i]."""
+    name = view.name
+    if name in ("torch.aten.t", "torch.aten.numpy_T"):
+        return list(reversed(range(rank)))
+    if name == "torch.aten.transpose.int":
+        a, b = constant_int(view.operands[1]), constant_int(view.operands[2])
+        if a is None or b is None:
+            return None
+        order = list(range(rank))
+        order[a % rank], order[b % rank] = order[b % rank], order[a % rank]
+        return order
+    if name == "torch.aten.movedim.int":
+        source, destination = constant_int(view.operands[1]), constant_int(view.operands[2])
+        if source is None or destination is None:
+            return None
+        order = list(range(rank))
+        order.insert(destination % rank, order.pop(source % rank))
+        return order
+    if name == "torch.aten.permute":
+        items = view.operands[1].owner
+        if items.name != "torch.prim.ListConstruct":
+            return None
+        order = [constant_int(v) for v in items.operands]
+        if None in order or len(order) != rank:
+            return None
+        return [d % rank for d in order]
+    return None
 
 
 def _regroup_unit_dims(walk: _Walk, before: tuple[int, ...], after: tuple[int, ...]
@@ -163,6 +205,28 @@ def plan_insert(root: ir.Value, chain: tuple[ir.Operation, ...]) -> InsertPlan |
     return walk.plan()
 
 
+def _in_root_order(update: ir.Value, plan: InsertPlan, loc: ir.Location,
+                   ip: ir.InsertionPoint) -> ir.Value:
+    """The update with its dims permuted to the root's order (unit dims added by
+    unsqueeze dropped first); unchanged when the view kept the order."""
+    order = [d for d in plan.dims if d is not None]
+    if order == sorted(order):
+        return update
+    t = torch_types.TensorType.of(update.type)
+
+    def create(name: str, operand: ir.Value, sizes: list[int], dims: list[int]) -> ir.Value:
+        result = torch_types.TensorType(tuple(sizes), t.dtype, True).to_ir()
+        return ir.Operation.create(name, results=[result], operands=[
+            operand, int_list(dims, loc, ip)], loc=loc, ip=ip).result
+
+    kept = [plan.sizes[d] for d in order]
+    if list(t.sizes) != kept:
+        update = create("torch.aten.view", update, kept, kept)
+    permutation = sorted(range(len(order)), key=lambda i: order[i])
+    return create("torch.aten.permute", update, [kept[i] for i in permutation],
+                  permutation)
+
+
 def emit_insert(root: ir.Value, update: ir.Value, plan: InsertPlan, loc: ir.Location,
                 ip: ir.InsertionPoint) -> ir.Value:
     """The root with the box `plan` replaced by `update` (the view's new value).
@@ -173,6 +237,7 @@ def emit_insert(root: ir.Value, update: ir.Value, plan: InsertPlan, loc: ir.Loca
     if plan.is_empty:
         return root
     named, loc = loc, unnamed(loc)  # only the insert carries <root>_modified
+    update = _in_root_order(update, plan, loc, ip)
     update_type = torch_types.TensorType.of(update.type)
     if update_type.sizes != plan.sizes:
         shape = int_list(list(plan.sizes), loc, ip)

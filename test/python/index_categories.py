@@ -2,9 +2,10 @@
 """One program per index category of design.md section 3, compiled to StableHLO.
 
 A write to a box of the root (an int, a unit-step slice, a tuple of them, Ellipsis,
-None, a chain of such views) is one stablehlo.dynamic_update_slice; a strided box is a
-scatter at iota positions or pad+select, whichever touches fewer bytes; an integer-tensor index or an index op is a stablehlo.scatter; a view that
-reorders elements (transpose) is written back through each view op.
+None, a chain of such views, also through t/transpose/permute/movedim) is one
+stablehlo.dynamic_update_slice; a strided box is a scatter at iota positions or
+pad+select, whichever touches fewer bytes; an integer-tensor index or an index op is a
+stablehlo.scatter; a view that merges dimensions is written back through each view op.
 """
 
 import torch
@@ -446,17 +447,17 @@ def view_before_write():
     compile_and_show(f, torch.zeros(4, 6), torch.ones(2))
 
 
-# x.t()[3].fill_(1): a transposed view has no box in x; the row is written into the
-# transposed value (select_scatter, a scatter) and transposed back.
-# CHECK-LABEL: TEST: transpose_fallback
+# x.t()[3].fill_(1): a transpose only reorders dimensions, so the column x[:, 3] is a
+# box of x: one dynamic_update_slice at (0, 3), no transpose of the whole buffer.
+# CHECK-LABEL: TEST: transpose_column
 # CHECK:       func.func @main(%x: tensor<4x6xf32> {tf.aliasing_output = 0 : i32}) -> tensor<4x6xf32>
-# CHECK:         %[[T:.*]] = stablehlo.transpose %x, dims = [1, 0] : (tensor<4x6xf32>) -> tensor<6x4xf32>
-# CHECK:         %[[ROW:.*]] = "stablehlo.scatter"(%[[T]], %{{.*}}, %{{.*}})
-# CHECK:         %x_modified = stablehlo.transpose %[[ROW]], dims = [1, 0] : (tensor<6x4xf32>) -> tensor<4x6xf32>
-# CHECK-NOT:     stablehlo.dynamic_update_slice
+# CHECK-NOT:     stablehlo.transpose
+# CHECK:         %[[COL:.*]] = stablehlo.reshape %{{.*}} : (tensor<4xf32>) -> tensor<4x1xf32>
+# CHECK:         %x_modified = stablehlo.dynamic_update_slice %x, %[[COL]], %{{.*}}, %{{.*}} : (tensor<4x6xf32>, tensor<4x1xf32>, tensor<i64>, tensor<i64>) -> tensor<4x6xf32>
+# CHECK-NOT:     stablehlo.scatter
 # CHECK:         return %x_modified : tensor<4x6xf32>
 @run
-def transpose_fallback():
+def transpose_column():
     def f(x):
         x.t()[3].fill_(1)
     compile_and_show(f, arange(4, 6))
