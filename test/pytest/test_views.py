@@ -442,3 +442,15 @@ def test_strided_write_is_the_cheaper_of_scatter_and_select():
 
     select = assert_matches_eager(every_other, torch.randn(10), torch.randn(5))
     assert "stablehlo.pad" in select.stablehlo and "scatter" not in select.stablehlo
+
+
+def test_write_through_permute_is_one_dynamic_update_slice():
+    """Reordering views keep the box: the update is permuted back; no scatter."""
+    def f(x, v):
+        x.permute(2, 0, 1)[1:3, :, 0] = v
+        x.movedim(0, -1)[..., 1].neg_()
+
+    compiled = assert_matches_eager(f, torch.randn(2, 3, 4), torch.randn(2, 2))
+    text = compiled.stablehlo
+    assert text.count("stablehlo.dynamic_update_slice") == 2
+    assert '"stablehlo.scatter"' not in text
