@@ -23,14 +23,13 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ConstantArgument, InputKind, TensorArgument
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
-import numpy as np
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from . import fx_rewrites, op_registry, torch_types
 from .errors import UnsupportedMutationError
 from .masked_values import MaskedValues
 from .runtime_positions import RuntimePositions, user_line
-from .ir_utils import operations, terminator
+from .ir_utils import operations, tensor_literal, terminator
 
 
 @dataclass
@@ -195,8 +194,6 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
 
 _INLINED_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
                    torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64)
-# Element types numpy has no dtype for: handed to the attribute bit for bit.
-_BITS = {torch.bfloat16: torch.int16}
 
 
 class _InlineConstants(FxImporterHooks):
@@ -206,14 +203,7 @@ class _InlineConstants(FxImporterHooks):
     def resolve_literal(self, gni: Any, literal: Any, info: Any) -> ir.Value | None:
         if not isinstance(literal, torch.Tensor) or literal.dtype not in _INLINED_DTYPES:
             return None
-        data = literal.detach().contiguous().cpu()
-        data = data.view(_BITS.get(data.dtype, data.dtype))
-        element = torch_types.element_type(literal.dtype, signless=False)
-        value = ir.DenseElementsAttr.get(np.ascontiguousarray(data.numpy()), type=element,
-                                         shape=list(data.shape))
-        vtensor = torch_types.TensorType(tuple(data.shape), literal.dtype, True).to_ir()
-        return ir.Operation.create("torch.vtensor.literal", results=[vtensor],
-                                   attributes={"value": value}).result
+        return tensor_literal(literal)
 
 
 def import_program(ep: ExportedProgram, context: ir.Context

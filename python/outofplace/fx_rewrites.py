@@ -203,12 +203,17 @@ def _call(graph: torch.fx.Graph, target: torch._ops.OpOverload, *args: Any,
           **kwargs: Any) -> torch.fx.Node:
     """A new node with its fake value, which the importer reads its type from."""
     node = graph.call_function(target, args, kwargs)
-    fake_args = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
-    fake_mode = next((v.meta["val"].fake_mode for v in node.all_input_nodes), None) or \
-        torch._guards.detect_fake_mode()
+    fake_mode = next((v.meta["val"].fake_mode for v in node.all_input_nodes
+                      if isinstance(v.meta.get("val"), torch._subclasses.FakeTensor)),
+                     None) or torch._guards.detect_fake_mode()
     if fake_mode is None:  # no tensor inputs (ones, scalar_tensor): any node's mode
         fake_mode = next(n.meta["val"].fake_mode for n in graph.nodes
                          if isinstance(n.meta.get("val"), torch._subclasses.FakeTensor))
+    for value in node.all_input_nodes:  # a constant (get_attr) has no fake value yet
+        if "val" not in value.meta and value.op == "get_attr":
+            value.meta["val"] = fake_mode.from_tensor(
+                getattr(graph.owning_module, value.target))
+    fake_args = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
     with fake_mode:
         node.meta["val"] = target(*fake_args[0], **fake_args[1])
     return node

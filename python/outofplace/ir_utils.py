@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import torch
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 
@@ -79,3 +81,20 @@ def int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.V
     return ir.Operation.create("torch.prim.ListConstruct",
                                results=[ir.Type.parse("!torch.list<int>")],
                                operands=items, loc=loc, ip=ip).result
+
+
+# Element types numpy has no dtype for: handed to the attribute bit for bit.
+_BITS = {torch.bfloat16: torch.int16}
+
+
+def tensor_literal(tensor: torch.Tensor, loc: ir.Location | None = None,
+                   ip: ir.InsertionPoint | None = None) -> ir.Value:
+    """`torch.vtensor.literal` holding `tensor` as an inline dense attribute."""
+    data = tensor.detach().contiguous().cpu()
+    data = data.view(_BITS.get(data.dtype, data.dtype))
+    element = torch_types.element_type(tensor.dtype, signless=False)
+    value = ir.DenseElementsAttr.get(np.ascontiguousarray(data.numpy()), type=element,
+                                     shape=list(data.shape))
+    vtensor = torch_types.TensorType(tuple(data.shape), tensor.dtype, True).to_ir()
+    return ir.Operation.create("torch.vtensor.literal", results=[vtensor],
+                               attributes={"value": value}, loc=loc, ip=ip).result

@@ -15,6 +15,7 @@ from . import lowering
 from .context import load_torch_conversion
 from .diagonal import decompose_diagonal
 from .empty_tensors import fold_empty_tensors
+from .constant_folding import fold_constants
 from .inplace_to_outofplace import inplace_to_outofplace
 from .lower_updates import lower_updates
 
@@ -53,6 +54,12 @@ def _decompose_diagonal(module: ir.Operation) -> None:
     decompose_diagonal(module)
 
 
+@register_pass("outofplace-fold-constants",
+               "Fold constant tensor computations with PyTorch (torch-mlir folds some wrongly)")
+def _fold_constants(module: ir.Operation) -> None:
+    fold_constants(module)
+
+
 @register_pass("outofplace-lower-updates",
                "Lower tensor.insert_slice updates to dynamic_update_slice or pad+select")
 def _lower_updates(module: ir.Operation) -> None:
@@ -73,7 +80,7 @@ def _verify_stablehlo(module: ir.Operation) -> None:
 register_pipeline(
     "outofplace-lower-to-stablehlo",
     ["outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
-     "outofplace-lower-updates",
+     "outofplace-lower-updates", "outofplace-fold-constants",
      *lowering.TORCH_TO_STABLEHLO,
      "outofplace-stablehlo-constants",
      "outofplace-verify-stablehlo"],

@@ -373,6 +373,18 @@ def test_tensor_constant_of_every_dtype(constant: torch.Tensor) -> None:
     assert "dense_resource" not in compiled.stablehlo
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_constant_expressions_fold_to_the_right_values(dtype: torch.dtype) -> None:
+    """torch-mlir's folders made 2**64 - 1 of a negative int scalar and +inf of a half
+    constant times -1; outofplace-fold-constants folds these with PyTorch first."""
+    def f(x):
+        x.add_(torch.tensor([[-1.0, 0.5]], dtype=dtype) * -1)
+        x.addcmul_(torch.tensor(1.0, dtype=dtype), x * 2, value=-1)
+        return x - torch.tensor(3.0, dtype=dtype) * -2
+
+    assert_matches_eager(f, torch.ones(2, 2, dtype=dtype))
+
+
 @pytest.mark.parametrize("op", ["bitwise_and_", "bitwise_or_", "bitwise_xor_",
                                 "__iand__", "__ior__", "bitwise_left_shift_"])
 def test_int_bitwise_tensor(op: str) -> None:

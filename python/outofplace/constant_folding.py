@@ -1,0 +1,148 @@
+"""The `outofplace-fold-constants` pass: constant tensor computations folded by PyTorch.
+
+torch-mlir's folders compute some constants wrongly: a negative integer scalar becomes
+2**64 - 1 (`torch.tensor([-1.0, 0.0]) * -1` folds to [1.8e19, 0]) and float16/bfloat16
+elements are read as doubles without conversion (`torch.tensor(1.0,
+dtype=torch.float16) * -1` folds to +inf). Before its pipelines run, this pass folds every
+ATen op whose tensor operands are all constants by running the op itself in PyTorch, and
+puts the result in as a literal, so torch-mlir finds nothing left to fold.
+
+    %0 = torch.vtensor.literal(dense<[-1.0, 0.0]> : tensor<2xf32>)
+    %1 = torch.aten.mul.Scalar %0, %int-1
+    =>
+    %1 = torch.vtensor.literal(dense<[1.0, -0.0]> : tensor<2xf32>)
+
+Random ops and ops without a tensor operand (factories such as `empty`) are left alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch_mlir import ir
+from torch_mlir._mlir_libs import _stablehlo
+from torch_mlir.dialects import func as func_d
+from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
+
+from . import op_registry, torch_types
+from .ir_utils import all_operations, tensor_literal
+
+_MAX_ELEMENTS = 1 << 16  # larger results stay computed at run time, unless splats
+_DTYPES = {number: dtype for dtype, number in TORCH_DTYPE_TO_INT.items()}
+
+
+class _Unknown(Exception):
+    """An operand whose value is not a constant this pass can read."""
+
+
+def _literal_value(op: ir.Operation) -> torch.Tensor:
+    t = torch_types.TensorType.of(op.result.type)
+    dense = ir.DenseElementsAttr(op.attributes["value"])
+    if dense.is_splat:
+        splat = dense.get_splat_value()
+        value = ir.FloatAttr(splat).value if t.dtype.is_floating_point else \
+            ir.BoolAttr(splat).value if t.dtype == torch.bool else ir.IntegerAttr(splat).value
+        return torch.full(t.sizes, value, dtype=t.dtype)
+    if t.dtype == torch.bfloat16:
+        return _bfloat16_values(dense, t.sizes)
+    return torch.from_numpy(np.array(dense).copy()).reshape(t.sizes).to(t.dtype)
+
+
+def _bfloat16_values(dense: ir.DenseElementsAttr, sizes: tuple[int, ...]) -> torch.Tensor:
+    """The elements of a bfloat16 attribute, which numpy cannot hold: bitcast to int16 by
+    the StableHLO interpreter, then viewed as bfloat16."""
+    with ir.Location.unknown():
+        bits_type = ir.RankedTensorType.get(list(sizes), ir.IntegerType.get_signless(16))
+        module = ir.Module.create()
+    with ir.Location.unknown(), ir.InsertionPoint(module.body):
+        main = func_d.FuncOp("main", ir.FunctionType.get([], [bits_type]))
+        with ir.InsertionPoint(main.add_entry_block()):
+            constant = ir.Operation.create("stablehlo.constant", results=[dense.type],
+                                           attributes={"value": dense})
+            bits = ir.Operation.create("stablehlo.bitcast_convert", results=[bits_type],
+                                       operands=[constant.result])
+            func_d.ReturnOp([bits.result])
+    (result,) = _stablehlo.eval_module(module, [])
+    return torch.from_numpy(np.array(result).copy()).reshape(sizes).view(torch.bfloat16)
+
+
+def _constant(value: ir.Value, known: dict[ir.Value, Any]) -> Any:
+    if value in known:
+        return known[value]
+    if not isinstance(value, ir.OpResult):
+        raise _Unknown()
+    op = value.owner
+    if op.name == "torch.vtensor.literal":
+        result = _literal_value(op)
+    elif op.name in ("torch.constant.int", "torch.constant.float", "torch.constant.bool"):
+        result = op.attributes["value"].value
+    elif op.name == "torch.constant.none":
+        result = None
+    elif op.name == "torch.constant.device":
+        result = ir.StringAttr(op.attributes["value"]).value
+    elif op.name == "torch.prim.ListConstruct":
+        result = [_constant(v, known) for v in op.operands]
+    else:
+        raise _Unknown()
+    known[value] = result
+    return result
+
+
+def _argument(schema_type: str, value: Any) -> Any:
+    if "ScalarType" in schema_type and isinstance(value, int):
+        return _DTYPES[value]
+    if ("MemoryFormat" in schema_type or "Layout" in schema_type) and value is not None:
+        raise _Unknown()
+    return value
+
+
+def _fold(op: ir.Operation, known: dict[ir.Value, Any]) -> torch.Tensor | None:
+    """The op's result computed by PyTorch, when all its tensor operands are constants."""
+    if len(op.results) != 1 or not torch_types.is_value_tensor(op.result.type):
+        return None
+    effects = op_registry.effects(op.name)
+    if effects is None or effects.written or \
+            torch.Tag.nondeterministic_seeded in effects.overload.tags:
+        return None
+    try:
+        values = [_constant(v, known) for v in op.operands]
+    except _Unknown:
+        return None
+    result_type = torch_types.TensorType.of(op.result.type)
+    if not any(isinstance(v, torch.Tensor) for v in values):
+        return None
+    schema = effects.overload._schema
+    positional, keywords = [], {}
+    try:
+        for argument, value in zip(schema.arguments, values):
+            value = _argument(str(argument.type), value)
+            if argument.kwarg_only:
+                keywords[argument.name] = value
+            else:
+                positional.append(value)
+        result = effects.overload(*positional, **keywords)
+    except (_Unknown, RuntimeError, TypeError, ValueError):
+        return None
+    if not isinstance(result, torch.Tensor) or tuple(result.shape) != result_type.sizes \
+            or result.dtype != result_type.dtype:
+        return None
+    if result.numel() > _MAX_ELEMENTS and not bool((result == result.flatten()[0]).all()):
+        return None
+    return result
+
+
+def fold_constants(module: ir.Operation) -> None:
+    """Replaces each constant tensor computation by its value, in program order."""
+    known: dict[ir.Value, Any] = {}
+    for op in all_operations(module):
+        if not op.name.startswith("torch.aten.") and not op.name.startswith("torch.prims."):
+            continue
+        value = _fold(op, known)
+        if value is None:
+            continue
+        literal = tensor_literal(value, op.location, ir.InsertionPoint(op))
+        op.result.replace_all_uses_with(literal)
+        known[literal] = value
+        op.erase()
