@@ -25,7 +25,7 @@ from torch_mlir import ir, rewrite
 
 from . import torch_types
 from .errors import warn_out_of_bounds_policy
-from .ir_utils import to_builtin, unnamed
+from .ir_utils import constant_int, to_builtin, unnamed
 
 
 
@@ -102,7 +102,7 @@ def _strided_scatter(dest: ir.Value, source: ir.Value, offsets: list[int],
         f"#stablehlo.scatter<update_window_dims = {windows}, inserted_window_dims = "
         f"{strided}, scatter_dims_to_operand_dims = {list(range(rank))}, "
         f"index_vector_dim = {len(batch)}>")
-    return _scatter(dest, indices, source, numbers, accumulate=False, unique=True, loc=loc)
+    return _scatter(dest, indices, source, numbers, combine=None, unique=True, loc=loc)
 
 
 def _iota_positions(batch: list[int], strided: list[int], offsets: list[int],
@@ -132,8 +132,9 @@ def _iota_positions(batch: list[int], strided: list[int], offsets: list[int],
 
 
 def _scatter(dest: ir.Value, indices: ir.Value, updates: ir.Value, numbers: ir.Attribute,
-             *, accumulate: bool, unique: bool, loc: ir.Location) -> ir.Operation:
-    """`stablehlo.scatter` whose body replaces (or adds to) the old element."""
+             *, combine: str | None, unique: bool, loc: ir.Location) -> ir.Operation:
+    """`stablehlo.scatter` whose body replaces the old element, or combines it with the
+    update by the StableHLO op `combine` (add, multiply, maximum, minimum)."""
     scatter = ir.Operation.create(
         "stablehlo.scatter", results=[dest.type], operands=[dest, indices, updates],
         attributes={"scatter_dimension_numbers": numbers,
@@ -145,7 +146,7 @@ def _scatter(dest: ir.Value, indices: ir.Value, updates: ir.Value, numbers: ir.A
                                              arg_locs=[unnamed(loc), unnamed(loc)])
     with ir.InsertionPoint(block):
         old, new = block.arguments
-        combined = _stablehlo("add", scalar, old, new) if accumulate else new
+        combined = _stablehlo(combine, scalar, old, new) if combine else new
         ir.Operation.create("stablehlo.return", operands=[combined])
     return scatter
 
@@ -353,7 +354,88 @@ def _index_put_along_one_dim(op: ir.Operation, rewriter: rewrite.PatternRewriter
         numbers = ir.Attribute.parse(
             f"#stablehlo.scatter<update_window_dims = {windows}, inserted_window_dims = "
             f"[{dim}], scatter_dims_to_operand_dims = [{dim}], index_vector_dim = 1>")
-        scatter = _scatter(dest, positions, update, numbers, accumulate=accumulating,
+        scatter = _scatter(dest, positions, update, numbers,
+                           combine="add" if accumulating else None,
+                           unique=False, loc=op.location)
+        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
+                                     operands=[scatter.result])
+    rewriter.replace_op(op, result)
+    return False
+
+
+_REDUCTIONS = {"sum": "add", "prod": "multiply", "amax": "maximum", "amin": "minimum"}
+
+
+def _neutral(reduce: str, dtype: torch.dtype) -> int | float | bool:
+    """The value that leaves any element unchanged under `reduce`."""
+    if reduce in ("sum", "prod"):
+        return 0 if reduce == "sum" else 1
+    if dtype.is_floating_point:
+        return float("-inf") if reduce == "amax" else float("inf")
+    info = torch.iinfo(dtype) if dtype != torch.bool else None
+    if info is None:
+        return reduce == "amin"
+    return info.min if reduce == "amax" else info.max
+
+
+def _constant_str(value: ir.Value) -> str | None:
+    if isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.str":
+        return ir.StringAttr(value.owner.attributes["value"]).value
+    return None
+
+
+def _scatter_reduce(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`x.scatter_reduce_(d, idx, src, reduce)` (sum, prod, amax, amin), which torch-mlir
+    does not lower to StableHLO, as a scatter of single elements whose body reduces:
+
+        %r = torch.aten.scatter_reduce.two %x, %d, %idx, %src, "amax", %include_self
+        =>  stablehlo.scatter(%x, [iota..., idx, iota...], %src) ({ maximum })
+
+    Without include_self the targets are first set to the reduction's neutral element.
+    """
+    self, dim_value, index, src, reduce_value, include_value = op.operands
+    self_t, index_t, src_t = (_static_tensor(v) for v in (self, index, src))
+    dim, reduce = constant_int(dim_value), _constant_str(reduce_value)
+    include_self = _constant_bool(include_value)
+    if None in (self_t, index_t, src_t, dim, include_self) or reduce not in _REDUCTIONS:
+        return True
+    rank = len(self_t.sizes)
+    dim %= max(rank, 1)
+    shape = list(index_t.sizes)
+    element = torch_types.element_type(self_t.dtype, signless=True)
+    with rewriter.ip, unnamed(op.location):
+        updates = to_builtin(src)
+        if list(src_t.sizes) != shape:
+            updates = _stablehlo("slice", ir.RankedTensorType.get(
+                shape, torch_types.element_type(src_t.dtype, signless=True)), updates,
+                start_indices=ir.DenseI64ArrayAttr.get([0] * rank),
+                limit_indices=ir.DenseI64ArrayAttr.get(shape),
+                strides=ir.DenseI64ArrayAttr.get([1] * rank))
+        if src_t.dtype != self_t.dtype:
+            updates = _stablehlo("convert", ir.RankedTensorType.get(shape, element), updates)
+        column = ir.RankedTensorType.get(shape + [1], _i64())
+        positions = to_builtin(index)
+        if ir.RankedTensorType(positions.type).element_type != _i64():
+            positions = _stablehlo("convert", ir.RankedTensorType.get(shape, _i64()),
+                                   positions)
+        parts = [_stablehlo("reshape", column, positions) if d == dim else
+                 _stablehlo("iota", column, iota_dimension=ir.IntegerAttr.get(_i64(), d))
+                 for d in range(rank)]
+        indices = parts[0] if rank == 1 else _stablehlo(
+            "concatenate", ir.RankedTensorType.get(shape + [rank], _i64()), *parts,
+            dimension=ir.IntegerAttr.get(_i64(), rank))
+        numbers = ir.Attribute.parse(
+            f"#stablehlo.scatter<inserted_window_dims = {list(range(rank))}, "
+            f"scatter_dims_to_operand_dims = {list(range(rank))}, index_vector_dim = {rank}>")
+        dest = to_builtin(self)
+        if not include_self:
+            neutral = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(shape, element),
+                                 _scalar_constant(element, _neutral(reduce, self_t.dtype),
+                                                  None),
+                                 broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
+            dest = _scatter(dest, indices, neutral, numbers, combine=None, unique=False,
+                            loc=unnamed(op.location)).result
+        scatter = _scatter(dest, indices, updates, numbers, combine=_REDUCTIONS[reduce],
                            unique=False, loc=op.location)
         result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
                                      operands=[scatter.result])
@@ -367,4 +449,5 @@ def lower_updates(module: ir.Operation) -> None:
     patterns.add("tensor.insert_slice", _insert_slice)
     patterns.add("torch.aten.index_put", _index_put_at_positions)
     patterns.add("torch.aten.index_put", _index_put_along_one_dim)
+    patterns.add("torch.aten.scatter_reduce.two", _scatter_reduce)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())

@@ -275,7 +275,19 @@ def mask_expressions_stored_back(x, y, m):
     x[..., m] = torch.where(x[..., m] > 0, x[..., m], 0.0)
 
 
+def scatter_reduce_every_kind(x, i, s):
+    x.scatter_reduce_(1, i, s, reduce="prod")
+    x.scatter_reduce_(0, i, s, reduce="amin", include_self=False)
+    x.scatter_reduce_(1, i[:, :1], s, reduce="sum", include_self=False)
+    x.scatter_reduce_(0, i, s * 3, reduce="amax")
+
+
 CASES = [
+    (scatter_reduce_every_kind, (torch.randn(3, 4), torch.tensor([[0, 1, 0], [2, 2, 1]]),
+                                 torch.randn(2, 3))),
+    (scatter_reduce_every_kind, (torch.randint(-9, 9, (3, 4)),
+                                 torch.tensor([[0, 1, 0], [2, 2, 1]]),
+                                 torch.randint(-9, 9, (2, 3)))),
     (mask_read_modify_store, (torch.randn(4, 3), MASK, torch.randn(3))),
     (mask_expressions_stored_back, (torch.randn(2, 4), torch.randn(2, 4), MASK)),
     (through_expand_to_own_shape, (torch.randn(1, 3), torch.randn(3))),

@@ -368,6 +368,26 @@ def scatter_add():
     compile_and_show(f, arange(10), torch.tensor([1, 1, 7]), torch.ones(3))
 
 
+# scatter_reduce_(amax, include_self=False), which torch-mlir does not lower: the targets
+# are set to -inf first (a replacing scatter), then a scatter whose body takes the max.
+# CHECK-LABEL: TEST: scatter_reduce_amax
+# CHECK:       func.func @main(%b: tensor<10xf32> {tf.aliasing_output = 0 : i32}, %idx: tensor<3xi64>, %src: tensor<3xf32>) -> tensor<10xf32>
+# CHECK:         %[[NEG_INF:.*]] = stablehlo.constant dense<0xFF800000> : tensor<f32>
+# CHECK:         %[[IDX:.*]] = stablehlo.reshape %idx : (tensor<3xi64>) -> tensor<3x1xi64>
+# CHECK:         %[[FILL:.*]] = stablehlo.broadcast_in_dim %[[NEG_INF]], dims = [] : (tensor<f32>) -> tensor<3xf32>
+# CHECK:         %[[CLEARED:.*]] = "stablehlo.scatter"(%b, %[[IDX]], %[[FILL]])
+# CHECK:         %b_modified = "stablehlo.scatter"(%[[CLEARED]], %[[IDX]], %src)
+# CHECK-NEXT:    ^bb0(%[[OLD:[^:]+]]: tensor<f32>, %[[UPD:[^:]+]]: tensor<f32>):
+# CHECK-NEXT:      %[[MAX:.*]] = stablehlo.maximum %[[OLD]], %[[UPD]] : tensor<f32>
+# CHECK-NEXT:      stablehlo.return %[[MAX]] : tensor<f32>
+# CHECK:         return %b_modified : tensor<10xf32>
+@run
+def scatter_reduce_amax():
+    def f(b, idx, src):
+        b.scatter_reduce_(0, idx, src, reduce="amax", include_self=False)
+    compile_and_show(f, arange(10), torch.tensor([1, 1, 3]), torch.ones(3))
+
+
 # index_copy_ along dim 1: rewritten to index_put_ with [None, idx], a scatter.
 # CHECK-LABEL: TEST: index_copy
 # CHECK:       func.func @main(%b: tensor<4x6xf32> {tf.aliasing_output = 0 : i32}, %idx: tensor<2xi64>, %src: tensor<4x2xf32>) -> tensor<4x6xf32>
