@@ -123,6 +123,17 @@ def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     return graph.call_function(add, (self, term))
 
 
+@_decomposes(torch.ops.aten.scatter_reduce_.two, torch.ops.aten.scatter_reduce.two)
+def _scatter_reduce_mean(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """scatter_reduce with reduce="mean" is refused (lower_updates lowers the others)."""
+    reduce = node.args[4] if len(node.args) > 4 else node.kwargs.get("reduce")
+    if reduce not in ("sum", "prod", "amax", "amin"):
+        raise UnsupportedMutationError(
+            op_registry.mlir_name(node.target), f"scatter_reduce with reduce={reduce!r} "
+            "(sum, prod, amax and amin are supported)", location=_source_line(node))
+    return None
+
+
 _TRANSPOSE_LAST = (torch.ops.aten.mT.default, torch.ops.aten.mH.default,
                    torch.ops.aten.adjoint.default)
 

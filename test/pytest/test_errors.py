@@ -376,3 +376,16 @@ def test_mask_with_index_tensor_is_refused() -> None:
     assert_error_at(info.value, "torch.aten.index_put_", "a bool mask together with other "
                     "index tensors in one index (torch-mlir does not lower it)",
                     mask_with_index_tensor.__code__.co_firstlineno + 1)
+
+
+def scatter_reduce_mean(x, i, s):
+    x.scatter_reduce_(0, i, s, reduce="mean")
+
+
+def test_scatter_reduce_mean_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(scatter_reduce_mean, (torch.randn(4), torch.tensor([0, 0, 1]),
+                                                 torch.randn(3)))
+    assert_error_at(info.value, "torch.aten.scatter_reduce_.two", "scatter_reduce with "
+                    "reduce='mean' (sum, prod, amax and amin are supported)",
+                    scatter_reduce_mean.__code__.co_firstlineno + 1)
