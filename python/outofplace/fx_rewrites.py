@@ -26,6 +26,7 @@ from .errors import UnsupportedMutationError
 def rewrite(graph: torch.fx.Graph) -> None:
     """All rewrites, in the order they depend on each other."""
     _refuse_writes_into_position_reads(graph)
+    _refuse_stale_position_reads(graph)
     _scalars_as_tensors(graph)
     _decompose(graph)
     _wrap_negative_indices(graph)
@@ -679,3 +680,40 @@ def _same_value(a: Any, b: Any) -> bool:
             a.kwargs != b.kwargs or not _is_harmless(a):
         return False
     return all(_same_value(x, y) for x, y in zip(a.args, b.args))
+
+
+def _refuse_stale_position_reads(graph: torch.fx.Graph) -> None:
+    """`y = x[pos]` with a runtime position is a copy where eager returns a view: when x
+    is written after the read and y is used after that write, eager's y would show the
+    write and the copy would not."""
+    roots, _ = _roots(graph)
+    order = {node: number for number, node in enumerate(graph.nodes)}
+    reads = [node for node in graph.nodes if _is_position_read(node)]
+    for read in reads:
+        base = read.args[0]
+        root = roots.get(base, base)
+        write = next((node for node in graph.nodes if order[node] > order[read] and
+                      _writes_root(node, root, roots)), None)
+        if write is None:
+            continue
+        aliases = {read} | {node for node, r in roots.items() if r is read}
+        last_use = max((order[user] for alias in aliases for user in alias.users),
+                       default=-1)
+        if last_use > order[write]:
+            raise UnsupportedMutationError(
+                "torch.aten.index.Tensor", "x[pos] with a runtime position is read as a "
+                "copy where eager returns a view, and x is written while the read is "
+                f"still used (at {_source_line(write) or 'a later line'}); clone the read "
+                "(`x[pos].clone()`) or read it after the write", location=_source_line(read))
+
+
+def _writes_root(node: torch.fx.Node, root: torch.fx.Node,
+                 roots: dict[torch.fx.Node, torch.fx.Node]) -> bool:
+    effects = _effects(node)
+    if effects is None or effects.is_autograd_only:
+        return False
+    for position in effects.written:
+        target = node.args[position] if position < len(node.args) else None
+        if isinstance(target, torch.fx.Node) and roots.get(target, target) is root:
+            return True
+    return False

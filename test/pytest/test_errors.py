@@ -389,3 +389,22 @@ def test_scatter_reduce_mean_is_refused() -> None:
     assert_error_at(info.value, "torch.aten.scatter_reduce_.two", "scatter_reduce with "
                     "reduce='mean' (sum, prod, amax and amin are supported)",
                     scatter_reduce_mean.__code__.co_firstlineno + 1)
+
+
+def stale_position_read(x, pos):
+    r = x[:, pos]
+    x.neg_()  # eager's r, a view, shows this; a copy would not
+    return r
+
+
+def test_position_read_used_after_its_base_is_written_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(stale_position_read, (torch.randn(3, 4), torch.tensor(1)))
+    error = info.value
+    line = stale_position_read.__code__.co_firstlineno
+    assert error.op == "torch.aten.index.Tensor"
+    assert error.reason.startswith("x[pos] with a runtime position is read as a copy where "
+                                   "eager returns a view, and x is written while the read "
+                                   f"is still used (at {error.location.rsplit(':', 1)[0]}:"
+                                   f"{line + 2})")
+    assert error.location.endswith(f"{THIS_FILE}:{line + 1}")
