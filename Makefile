@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.outofplace-installed
 
-.PHONY: demo test lit pytest bench fuzz clean
+.PHONY: demo test lit pytest bench profile fuzz clean
 N ?= 10000
 
 $(STAMP): pyproject.toml
@@ -29,6 +29,9 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --output docs/performance.md
+
+profile: $(STAMP)
+	$(BIN)/python bench/compile_profile.py --output docs/profile.md
 
 fuzz: $(STAMP)
 	OUTOFPLACE_FUZZ_EXAMPLES=$(N) $(BIN)/python -m pytest -q -n 2 test/fuzz

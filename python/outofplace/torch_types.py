@@ -7,6 +7,7 @@ own parser (`ir.Type.parse`) doing the building.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,9 @@ _VALUE = "!torch.vtensor"
 _ASM_TO_DTYPE = {asm: dtype for dtype, asm in TORCH_DTYPE_TO_MLIR_TYPE_ASM.items()}
 
 
+# Types are uniqued by their context, so a cached type stays the one it was (and keeps its
+# context alive): reading a type's text once instead of on every check.
+@functools.lru_cache(maxsize=8192)
 def _kind(t: ir.Type) -> str | None:
     text = str(t)
     for kind in (_VALUE, _NONVALUE):
@@ -48,6 +52,7 @@ class TensorType:
     value_semantics: bool  # vtensor (True) or tensor (False)
 
     @staticmethod
+    @functools.lru_cache(maxsize=8192)
     def of(t: ir.Type) -> "TensorType":
         kind = _kind(t)
         if kind is None:
