@@ -192,7 +192,7 @@ def runtime_position_among_slices(x, pos, k):
 
 
 def runtime_position_read_before_write(x, pos):
-    y = x[pos, 1:3]  # a copy taken before the write: keeps the old values
+    y = x[pos, 1:3] * 1  # used before the write (a view used after it is refused)
     x[-1, pos] = 7
     return y, x[None, pos]
 
