@@ -154,6 +154,11 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
             raise _refusal(list(key), "here the masked values are stored at another index")
         basic, mask, first = split
         view = target[basic]
+        if any(stride == 0 and size > 1 for stride, size in zip(view.stride(), view.shape)):
+            raise UnsupportedMutationError(
+                "torch.aten.index_put_", "writing through a mask into an expanded tensor: "
+                "its elements share memory", index=describe_index(list(key)),
+                location=user_line())
         condition = mask.reshape((1,) * first + tuple(mask.shape) + (1,) * selection.trailing)
         view.copy_(torch.where(condition, value.to(view.dtype), view))
 

@@ -408,3 +408,18 @@ def test_position_read_used_after_its_base_is_written_is_refused() -> None:
                                    f"is still used (at {error.location.rsplit(':', 1)[0]}:"
                                    f"{line + 2})")
     assert error.location.endswith(f"{THIS_FILE}:{line + 1}")
+
+
+def mask_store_into_expanded(x, m):
+    x.expand(3)[m] -= 1
+
+
+def test_mask_store_into_expanded_tensor_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(mask_store_into_expanded,
+                           (torch.tensor(0.0), torch.tensor([False, False, False])))
+    error = info.value
+    assert error.reason == "writing through a mask into an expanded tensor: its elements " \
+                           "share memory"
+    line = mask_store_into_expanded.__code__.co_firstlineno + 1
+    assert error.location.endswith(f"{THIS_FILE}:{line}")
