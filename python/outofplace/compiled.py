@@ -65,9 +65,11 @@ class Compiled:
         `input_output_alias` for every mutated argument. Needs the xla extra."""
         return xla.hlo_module_proto(self.stablehlo)
 
-    def save(self, directory: str, target: str = export.DEFAULT_TARGET) -> list:
-        """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax) and io_map.json."""
-        return export.save(self, directory, target)
+    def save(self, directory: str, target: str = export.DEFAULT_TARGET, *,
+             hlo_proto: bool = True) -> list:
+        """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax, unless `hlo_proto` is
+        False) and io_map.json."""
+        return export.save(self, directory, target, hlo_proto=hlo_proto)
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         state = [_state_tensor(self.source, t) for t in self.signature.state_targets]

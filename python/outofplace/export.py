@@ -35,9 +35,10 @@ def io_map_json(compiled: "Compiled") -> dict:
     }
 
 
-def save(compiled: "Compiled", directory: str | Path, target: str = DEFAULT_TARGET
-         ) -> list[Path]:
-    """Writes main.mlir, main.mlirbc, main.hlo.pb (when jax is installed), io_map.json."""
+def save(compiled: "Compiled", directory: str | Path, target: str = DEFAULT_TARGET, *,
+         hlo_proto: bool = True) -> list[Path]:
+    """Writes main.mlir, main.mlirbc, main.hlo.pb (when jax is installed and `hlo_proto`),
+    io_map.json."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     text = compiled.stablehlo
@@ -45,7 +46,7 @@ def save(compiled: "Compiled", directory: str | Path, target: str = DEFAULT_TARG
     written[0].write_text(text)
     written[1].write_bytes(portable_artifact(text, target))
     written[2].write_text(json.dumps(io_map_json(compiled), indent=2) + "\n")
-    if xla.available():
+    if hlo_proto and xla.available():
         proto = out / "main.hlo.pb"
         proto.write_bytes(xla.hlo_module_proto(text))
         written.append(proto)

@@ -30,6 +30,15 @@ def test_export_writes_every_format(tmp_path):
     assert "aliases: kv_cache -> result 1, step -> result 2" in result.stderr
 
 
+def test_export_without_hlo_proto(tmp_path):
+    """--no-hlo: the StableHLO formats only, nothing that needs jaxlib."""
+    result = _run("export", "examples/export_model.py:kv_cache", "-o", str(tmp_path),
+                  "--no-hlo")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "io_map.json", "main.mlir", "main.mlirbc"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["export", "missing.py:f"], "outofplace: error: no such file: missing.py"),
     (["export", "examples/export_model.py:nope"], "has no function 'nope'"),

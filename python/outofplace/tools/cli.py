@@ -32,7 +32,8 @@ def _arguments() -> argparse.ArgumentParser:
         "export", help="compile a model and write StableHLO, bytecode, HLO proto, io_map",
         description="Compile the program a factory function returns and write main.mlir "
                     "(StableHLO text), main.mlirbc (portable artifact), main.hlo.pb "
-                    "(HloModuleProto, when jax is installed) and io_map.json.")
+                    "(HloModuleProto, when jax is installed) and io_map.json. Exporting "
+                    "never runs the program: no execution engine is needed.")
     export.add_argument("source", metavar="FILE.py:FACTORY",
                         help="a Python file and a function in it returning "
                              "(model_or_function, example_args[, example_kwargs])")
@@ -42,6 +43,9 @@ def _arguments() -> argparse.ArgumentParser:
                              "what jaxlib 0.10.2 reads)")
     export.add_argument("--dump-ir", metavar="DIR",
                         help="write the IR before and after every stage to DIR")
+    export.add_argument("--no-hlo", action="store_true",
+                        help="skip main.hlo.pb, the one output that needs jaxlib (XLA): "
+                             "an export with the StableHLO formats only")
     export.add_argument("--print-names", action="store_true",
                         help="print the StableHLO with SSA values named after the program "
                              "(%%kv_cache_modified)")
@@ -84,7 +88,8 @@ def _export(options: argparse.Namespace) -> None:
     program, args, *rest = made
     compiled = outofplace.compile(program, tuple(args), rest[0] if rest else None,
                                   dump_ir=options.dump_ir)
-    written = compiled.save(options.output, options.target)
+    written = compiled.save(options.output, options.target,
+                            hlo_proto=not options.no_hlo)
     if options.print_names:
         print(compiled.stablehlo)
     for path in written:
