@@ -32,6 +32,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     _wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)
+    _as_strided_read_at_each_use(graph)
     _refuse_as_strided_of_written(graph)
 
 
@@ -560,6 +561,59 @@ def _roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node],
     return roots, written
 
 
+def _view_base(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The tensor a pure view op views (its `Tensor(a)` operand)."""
+    effects = _effects(node)
+    if effects is None or not effects.is_view or effects.written or \
+            effects.result_views >= len(node.args):
+        return None
+    base = node.args[effects.result_views]
+    return base if isinstance(base, torch.fx.Node) else None
+
+
+_READ_AT_USE = "outofplace_read_at_use"  # an as_strided placed right before its one use
+
+
+def _as_strided_read_at_each_use(graph: torch.fx.Graph) -> None:
+    """`v = x.as_strided(...)` of a tensor written in place, read later: torch-mlir's
+    importer makes as_strided a gather, a copy taken where it stands, so a write to x
+    between the two would be lost. Each use of v (and of views of v) gets its own
+    as_strided, placed right before it: the gather then reads x as it is at the use.
+    An as_strided (or a view of it) that is itself written stays refused."""
+    roots, written = _roots(graph)
+    for node in list(graph.nodes):
+        if node.target is not torch.ops.aten.as_strided.default or \
+                roots.get(node) not in written:
+            continue
+        closure, stack = [node], [node]
+        while stack:  # node and the views taken of it, in graph order
+            for user in stack.pop().users:
+                if _view_base(user) in closure and user not in closure:
+                    closure.append(user)
+                    stack.append(user)
+        if any(_writes_root(user, member, {}) for member in closure
+               for user in member.users):
+            continue
+        for member in closure:
+            for user in list(member.users):
+                if user in closure:
+                    continue
+                copies: dict[torch.fx.Node, torch.fx.Node] = {}
+
+                def copy(original: torch.fx.Node) -> torch.fx.Node:
+                    if original not in copies:
+                        with graph.inserting_before(user):
+                            copies[original] = graph.node_copy(
+                                original, lambda n: copy(n) if n in closure else n)
+                            copies[original].meta[_READ_AT_USE] = True
+                    return copies[original]
+
+                user.replace_input_with(member, copy(member))
+        for member in reversed(sorted(closure, key=lambda n: list(graph.nodes).index(n))):
+            if not member.users:
+                graph.erase_node(member)
+
+
 def _refuse_as_strided_of_written(graph: torch.fx.Graph) -> None:
     """Refuses what the importer would get wrong: `as_strided` of a written root, and
     list views left whole (not indexed by a constant) of one."""
@@ -567,7 +621,8 @@ def _refuse_as_strided_of_written(graph: torch.fx.Graph) -> None:
     for node in graph.nodes:
         if roots.get(node) not in written:
             continue
-        if node.target is torch.ops.aten.as_strided.default:
+        if node.target is torch.ops.aten.as_strided.default and \
+                not node.meta.get(_READ_AT_USE):
             raise UnsupportedMutationError(
                 "torch.aten.as_strided", "as_strided of a tensor that is written in "
                 "place (torch-mlir imports as_strided as a copy)",
