@@ -5,8 +5,3 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pytest"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-# Every pass of the lowering its own stage: a pass that breaks the IR is named.
-import os  # noqa: E402
-
-os.environ.setdefault("OUTOFPLACE_VERIFY_EACH", "1")

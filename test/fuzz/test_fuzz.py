@@ -28,6 +28,7 @@ import re
 import time
 import warnings
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, assume, given, seed, settings
@@ -109,7 +110,9 @@ def check_program(program: Program) -> None:
     shrinking = STATS.shrinking
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings():
+        # Every pass of the lowering its own stage: a pass that breaks the IR is named.
+        with warnings.catch_warnings(), \
+                mock.patch.dict(os.environ, {"OUTOFPLACE_VERIFY_EACH": "1"}):
             warnings.simplefilter("ignore", UserWarning)
             assert_matches_eager(f, *args, **kwargs)
     except outofplace.UnsupportedMutationError as error:
