@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime
-import io
 import pstats
 import sys
 import time

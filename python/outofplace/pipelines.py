@@ -36,45 +36,25 @@ def register_pipeline(argument: str, elements: list[str], description: str) -> N
     PIPELINES[argument] = (elements, description)
 
 
-@register_pass("inplace-to-outofplace",
-               "Rewrite in-place ops and writes through views to value semantics")
-def _inplace_to_outofplace(module: ir.Operation) -> None:
-    inplace_to_outofplace(module)
-
-
-@register_pass("outofplace-fold-empty-tensors",
-               "Replace tensors without elements by empty literals")
-def _fold_empty_tensors(module: ir.Operation) -> None:
-    fold_empty_tensors(module)
-
-
-@register_pass("outofplace-decompose-diagonal",
-               "Rewrite diagonal as permute, view and a strided slice")
-def _decompose_diagonal(module: ir.Operation) -> None:
-    decompose_diagonal(module)
-
-
-@register_pass("outofplace-fold-constants",
-               "Fold constant tensor computations with PyTorch (torch-mlir folds some wrongly)")
-def _fold_constants(module: ir.Operation) -> None:
-    fold_constants(module)
-
-
-@register_pass("outofplace-lower-updates",
-               "Lower tensor.insert_slice updates to dynamic_update_slice or pad+select")
-def _lower_updates(module: ir.Operation) -> None:
-    lower_updates(module)
-
-
-@register_pass("outofplace-stablehlo-constants",
-               "Turn tensor arith.constant into stablehlo.constant")
-def _stablehlo_constants(module: ir.Operation) -> None:
-    lowering.stablehlo_constants(module)
-
-
-@register_pass("outofplace-verify-stablehlo", "Fail unless the module is pure StableHLO")
-def _verify_stablehlo(module: ir.Operation) -> None:
-    lowering.check_pure_stablehlo(module)
+# Our passes, in pipeline order; each takes the module operation. (inplace_to_outofplace
+# also returns the io_map, which a pass has no use for.)
+for _argument, _fn, _description in [
+        ("inplace-to-outofplace", inplace_to_outofplace,
+         "Rewrite in-place ops and writes through views to value semantics"),
+        ("outofplace-fold-empty-tensors", fold_empty_tensors,
+         "Replace tensors without elements by empty literals"),
+        ("outofplace-decompose-diagonal", decompose_diagonal,
+         "Rewrite diagonal as permute, view and a strided slice"),
+        ("outofplace-lower-updates", lower_updates,
+         "Lower update ops to dynamic_update_slice, scatter or pad+select"),
+        ("outofplace-fold-constants", fold_constants,
+         "Fold constant tensor computations with PyTorch (torch-mlir folds some wrongly)"),
+        ("outofplace-stablehlo-constants", lowering.stablehlo_constants,
+         "Turn tensor arith.constant into stablehlo.constant"),
+        ("outofplace-verify-stablehlo", lowering.check_pure_stablehlo,
+         "Fail unless the module is pure StableHLO")]:
+    register_pass(_argument, _description)(_fn)  # type: ignore[arg-type]
+del _argument, _fn, _description
 
 
 register_pipeline(
