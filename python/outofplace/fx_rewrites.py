@@ -11,6 +11,7 @@ known here:
 
 from __future__ import annotations
 
+import bisect
 import operator
 import re
 from typing import Any, Callable
@@ -740,18 +741,29 @@ def _same_value(a: Any, b: Any) -> bool:
 def _refuse_stale_position_reads(graph: torch.fx.Graph) -> None:
     """`y = x[pos]` with a runtime position is a copy where eager returns a view: when x
     is written after the read and y is used after that write, eager's y would show the
-    write and the copy would not."""
+    write and the copy would not. One pass over the graph, then a lookup per read."""
     roots, _ = _roots(graph)
     order = {node: number for number, node in enumerate(graph.nodes)}
-    reads = [node for node in graph.nodes if _is_position_read(node)]
-    for read in reads:
-        base = read.args[0]
-        root = roots.get(base, base)
-        write = next((node for node in graph.nodes if order[node] > order[read] and
-                      _writes_root(node, root, roots)), None)
-        if write is None:
+    writes: dict[torch.fx.Node, list[int]] = {}  # root -> positions of writes to it
+    views: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # root -> views of it
+    for node in graph.nodes:
+        effects = _effects(node)
+        if effects is not None and not effects.is_autograd_only:
+            for position in effects.written:
+                target = node.args[position] if position < len(node.args) else None
+                if isinstance(target, torch.fx.Node):
+                    writes.setdefault(roots.get(target, target), []).append(order[node])
+        if node in roots:
+            views.setdefault(roots[node], []).append(node)
+    nodes = list(graph.nodes)
+    for read in filter(_is_position_read, nodes):
+        root = roots.get(read.args[0], read.args[0])
+        later = writes.get(root, [])
+        first = bisect.bisect_right(later, order[read])
+        if first == len(later):
             continue
-        aliases = {read} | {node for node, r in roots.items() if r is read}
+        write = nodes[later[first]]
+        aliases = [read, *views.get(read, [])]
         last_use = max((order[user] for alias in aliases for user in alias.users),
                        default=-1)
         if last_use > order[write]:
