@@ -83,15 +83,11 @@ def int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.V
                                operands=items, loc=loc, ip=ip).result
 
 
-# Element types numpy has no dtype for: handed to the attribute bit for bit.
-_BITS = {torch.bfloat16: torch.int16}
-
-
 def tensor_literal(tensor: torch.Tensor, loc: ir.Location | None = None,
                    ip: ir.InsertionPoint | None = None) -> ir.Value:
     """`torch.vtensor.literal` holding `tensor` as an inline dense attribute."""
     data = tensor.detach().contiguous().cpu()
-    data = data.view(_BITS.get(data.dtype, data.dtype))
+    data = data.view(torch_types.BITCAST_DTYPES.get(data.dtype, data.dtype))
     element = torch_types.element_type(tensor.dtype, signless=False)
     value = ir.DenseElementsAttr.get(np.ascontiguousarray(data.numpy()), type=element,
                                      shape=list(data.shape))

@@ -125,10 +125,16 @@ def _iota_positions(batch: list[int], strided: list[int], offsets: list[int],
             start = _stablehlo("add", column, start, _stablehlo("multiply", column, iota,
                                                                  step))
         parts.append(start)
-    if len(parts) == 1:
-        return parts[0]
-    return _stablehlo("concatenate", ir.RankedTensorType.get(batch + [rank], _i64()),
-                      *parts, dimension=ir.IntegerAttr.get(_i64(), len(batch)))
+    return _index_vectors(parts, batch)
+
+
+def _index_vectors(columns: list[ir.Value], batch: list[int]) -> ir.Value:
+    """Scatter indices `[*batch, len(columns)]` from one `[*batch, 1]` column per
+    operand dimension."""
+    if len(columns) == 1:
+        return columns[0]
+    return _stablehlo("concatenate", ir.RankedTensorType.get(batch + [len(columns)], _i64()),
+                      *columns, dimension=ir.IntegerAttr.get(_i64(), len(batch)))
 
 
 def _scatter(dest: ir.Value, indices: ir.Value, updates: ir.Value, numbers: ir.Attribute,
@@ -246,10 +252,7 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     self_t, values_t = _static_tensor(self), _static_tensor(values)
     positions = _positions(indices)
     if self_t is None or values_t is None or positions is None or \
-            len(positions) > len(self_t.sizes) or \
-            not (isinstance(accumulate, ir.OpResult) and
-                 accumulate.owner.name == "torch.constant.bool" and
-                 not ir.BoolAttr(accumulate.owner.attributes["value"]).value):
+            len(positions) > len(self_t.sizes) or _constant_bool(accumulate) is not False:
         return True
     positions = positions + [None] * (len(self_t.sizes) - len(positions))
     warn_out_of_bounds_policy(op, "clamped into range")
@@ -421,9 +424,7 @@ def _scatter_reduce(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool
         parts = [_stablehlo("reshape", column, positions) if d == dim else
                  _stablehlo("iota", column, iota_dimension=ir.IntegerAttr.get(_i64(), d))
                  for d in range(rank)]
-        indices = parts[0] if rank == 1 else _stablehlo(
-            "concatenate", ir.RankedTensorType.get(shape + [rank], _i64()), *parts,
-            dimension=ir.IntegerAttr.get(_i64(), rank))
+        indices = _index_vectors(parts, shape)
         numbers = ir.Attribute.parse(
             f"#stablehlo.scatter<inserted_window_dims = {list(range(rank))}, "
             f"scatter_dims_to_operand_dims = {list(range(rank))}, index_vector_dim = {rank}>")

@@ -15,8 +15,7 @@ from torch_mlir._mlir_libs import _stablehlo
 from . import lowering, torch_types
 from .ir_utils import all_operations, main_function, terminator
 
-# Element types numpy has no dtype for: passed bit for bit through an integer view.
-_BITCAST = {torch.bfloat16: torch.int16}
+_BITCAST = torch_types.BITCAST_DTYPES  # passed bit for bit through an integer view
 
 
 def to_attribute(tensor: torch.Tensor) -> ir.DenseElementsAttr:

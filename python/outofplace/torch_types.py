@@ -101,6 +101,8 @@ def nonvalue_type(t: ir.Type) -> ir.Type:
 
 
 _INT_BITS = {torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64: 64}
+# Element types numpy has no dtype for: handed over bit for bit as this integer type.
+BITCAST_DTYPES = {torch.bfloat16: torch.int16}
 _FLOATS = {torch.float16: ir.F16Type, torch.bfloat16: ir.BF16Type, torch.float32: ir.F32Type,
            torch.float64: ir.F64Type}
 
