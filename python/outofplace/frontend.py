@@ -174,6 +174,7 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     if redirected:  # storages of the fake values must agree with the new aliasing
         _propagate_fake_values(gm)
     fx_rewrites.rewrite(graph)
+    _one_use_per_constant(graph)
     output = next(n for n in graph.nodes if n.op == "output")
     leaves: list[tuple[str, Any]] = []
     kept = []
@@ -190,6 +191,20 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     signature = ProgramSignature(input_names, state_targets, call_spec.in_spec,
                                  user_input_leaves, call_spec.out_spec, leaves)
     return gm, signature
+
+
+def _one_use_per_constant(graph: torch.fx.Graph) -> None:
+    """A `get_attr` node per use of a constant: torch-mlir's importer binds a constant at
+    its first use and, looking it up by the wrong key at the next, binds it again and
+    fails ("Node already has a value")."""
+    for node in list(graph.nodes):
+        if node.op != "get_attr":
+            continue
+        for user in list(node.users)[1:]:
+            with graph.inserting_before(user):
+                copy = graph.get_attr(node.target)
+            copy.meta = dict(node.meta)
+            user.replace_input_with(node, copy)
 
 
 _INLINED_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,

@@ -26,6 +26,8 @@ from .errors import UnsupportedMutationError
 
 def rewrite(graph: torch.fx.Graph) -> None:
     """All rewrites, in the order they depend on each other."""
+    _fake_constants(graph)
+    _refuse_overlapping_operands(graph)
     _refuse_writes_into_position_reads(graph)
     _refuse_stale_position_reads(graph)
     _scalars_as_tensors(graph)
@@ -35,6 +37,20 @@ def rewrite(graph: torch.fx.Graph) -> None:
     _explicit_list_views(graph)
     _as_strided_read_at_each_use(graph)
     _refuse_as_strided_of_written(graph)
+
+
+def _fake_mode(graph: torch.fx.Graph) -> torch._subclasses.FakeTensorMode:
+    return next(n.meta["val"].fake_mode for n in graph.nodes
+                if isinstance(n.meta.get("val"), torch._subclasses.FakeTensor))
+
+
+def _fake_constants(graph: torch.fx.Graph) -> None:
+    """Gives each constant (`get_attr`) the fake value every other node has."""
+    constants = [n for n in graph.nodes if n.op == "get_attr" and "val" not in n.meta]
+    if constants:
+        fake_mode = _fake_mode(graph)
+        for node in constants:
+            node.meta["val"] = fake_mode.from_tensor(getattr(graph.owning_module, node.target))
 
 
 Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
@@ -219,14 +235,7 @@ def _call(graph: torch.fx.Graph, target: torch._ops.OpOverload, *args: Any,
     node = graph.call_function(target, args, kwargs)
     fake_mode = next((v.meta["val"].fake_mode for v in node.all_input_nodes
                       if isinstance(v.meta.get("val"), torch._subclasses.FakeTensor)),
-                     None) or torch._guards.detect_fake_mode()
-    if fake_mode is None:  # no tensor inputs (ones, scalar_tensor): any node's mode
-        fake_mode = next(n.meta["val"].fake_mode for n in graph.nodes
-                         if isinstance(n.meta.get("val"), torch._subclasses.FakeTensor))
-    for value in node.all_input_nodes:  # a constant (get_attr) has no fake value yet
-        if "val" not in value.meta and value.op == "get_attr":
-            value.meta["val"] = fake_mode.from_tensor(
-                getattr(graph.owning_module, value.target))
+                     None) or torch._guards.detect_fake_mode() or _fake_mode(graph)
     fake_args = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
     with fake_mode:
         node.meta["val"] = target(*fake_args[0], **fake_args[1])
@@ -437,6 +446,85 @@ def _storage(value: Any) -> StorageWeakRef | None:
     if isinstance(value, torch.Tensor):
         return StorageWeakRef(value.untyped_storage())
     return None
+
+
+# Above this many elements the exact overlap test is not run and overlap is assumed.
+_OVERLAP_TEST_LIMIT = 1 << 24
+
+
+def _addresses(value: torch.Tensor) -> torch.Tensor:
+    """The storage offset of every element of a (fake) tensor, from its metadata."""
+    addresses = torch.tensor(value.storage_offset())
+    for dim, (size, stride) in enumerate(zip(value.shape, value.stride())):
+        shape = [1] * value.dim()
+        shape[dim] = int(size)
+        addresses = addresses + torch.arange(int(size)).view(shape) * int(stride)
+    return addresses.reshape(-1)
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two views of one storage share a byte; assumed when too large to test."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def byte_range(t: torch.Tensor) -> tuple[int, int]:
+        last = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+        return t.storage_offset() * t.itemsize, (last + 1) * t.itemsize
+
+    (a_start, a_end), (b_start, b_end) = byte_range(a), byte_range(b)
+    if a_end <= b_start or b_end <= a_start:
+        return False
+    if a.itemsize != b.itemsize or a.numel() + b.numel() > _OVERLAP_TEST_LIMIT:
+        return True
+    return bool(torch.isin(_addresses(a), _addresses(b)).any())
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.storage_offset() == b.storage_offset() and \
+        a.shape == b.shape and a.stride() == b.stride()
+
+
+def _refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
+    """Refuses an in-place op that reads memory it writes through another view:
+    `x[:, 1:] += x[:, :-1]`, `x.index_put_(i, x.t())`. Eager then runs element by element
+    over shared memory, so its result depends on the order it visits elements in (or it
+    raises, when it can tell); value semantics would read every operand before writing.
+    A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`)
+    is the one overlap with a single meaning."""
+    for node in graph.nodes:
+        effects = _effects(node)
+        if effects is None or effects.rebinds_view:
+            continue
+        elementwise = torch.Tag.pointwise in node.target.tags or \
+            node.target is torch.ops.aten.copy_.default
+        for position in effects.written:
+            target = node.args[position] if position < len(node.args) else None
+            written = target.meta.get("val") if isinstance(target, torch.fx.Node) else None
+            if not isinstance(written, torch.Tensor):
+                continue
+            for operand in node.all_input_nodes:
+                read = operand.meta.get("val")
+                if operand is target or not isinstance(read, torch.Tensor) or \
+                        _storage(read) != _storage(written) or not _overlaps(written, read):
+                    continue
+                if elementwise and _same_layout(written, read):
+                    continue
+                raise UnsupportedMutationError(
+                    op_registry.mlir_name(node.target),
+                    f"its operand `{_argument_name(node, operand)}` shares memory with the "
+                    "tensor it writes: eager's result then depends on the order it writes "
+                    "the elements in; clone the operand first", location=_source_line(node))
+
+
+def _argument_name(node: torch.fx.Node, operand: torch.fx.Node) -> str:
+    """The schema name of the argument `operand` is passed as (`values`, `src`)."""
+    arguments = node.target._schema.arguments
+    for position, argument in enumerate(arguments):
+        value = node.args[position] if position < len(node.args) else \
+            node.kwargs.get(argument.name)
+        if value is operand or isinstance(value, (list, tuple)) and operand in value:
+            return argument.name
+    return operand.name
 
 
 def _copy_where_views_copy(graph: torch.fx.Graph) -> None:

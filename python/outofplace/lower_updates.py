@@ -14,7 +14,7 @@ everything else (torch-mlir leaves StableHLO between torch_c casts alone):
     torch.aten.index_put %c, [%none, %pos], %k          (0-d runtime positions)
     =>  stablehlo.dynamic_update_slice %c, %k', %c0, %pos'
 
-    torch.aten.index_put %b, [%none, %idx], %v          (one 1-d index tensor)
+    torch.aten.index_put %b, [%none, %i, %j], %v        (integer index tensors)
     =>  stablehlo.scatter of whole slices of the other dimensions
 """
 
@@ -284,22 +284,25 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     return False
 
 
-def _index_along_one_dim(indices: ir.Value) -> tuple[int, ir.Value] | None:
-    """`(d, idx)` when an index list is `[None] * d + [idx]` (trailing Nones allowed), idx
-    a 1-d integer tensor."""
+def _index_tensors(indices: ir.Value, rank: int) -> list[ir.Value | None] | None:
+    """The entries of an index list, one per dimension of self: None or a static integer
+    tensor; None if the list is anything else or has no tensor."""
     owner = indices.owner
-    if not isinstance(indices, ir.OpResult) or owner.name != "torch.prim.ListConstruct":
+    if not isinstance(indices, ir.OpResult) or owner.name != "torch.prim.ListConstruct" or \
+            len(owner.operands) > rank:
         return None
-    found = None
-    for position, item in enumerate(owner.operands):
+    entries: list[ir.Value | None] = []
+    for item in owner.operands:
         if isinstance(item, ir.OpResult) and item.owner.name == "torch.constant.none":
+            entries.append(None)
             continue
         t = _static_tensor(item)
-        if found is not None or t is None or len(t.sizes) != 1 or \
-                t.dtype.is_floating_point or t.dtype == torch.bool:
+        if t is None or t.dtype.is_floating_point or t.dtype == torch.bool:
             return None
-        found = (position, item)
-    return found
+        entries.append(item)
+    if all(e is None for e in entries):
+        return None
+    return entries + [None] * (rank - len(entries))
 
 
 def _constant_bool(value: ir.Value) -> bool | None:
@@ -308,35 +311,49 @@ def _constant_bool(value: ir.Value) -> bool | None:
     return None
 
 
-def _index_put_along_one_dim(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """`b[:, idx] = v`, `index_copy_`, `index_add_`: an index tensor on one dimension, as
-    one scatter whose windows are whole slices of the other dimensions (what JAX emits
-    for `b.at[:, idx].set(v)`), not one index per element:
+def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`b[:, idx] = v`, `b[i, :, j] = v`, `index_copy_`, `index_add_`: index tensors on
+    some dimensions, as one scatter whose windows are whole slices of the other
+    dimensions (what JAX emits for `b.at[:, idx].set(v)`), not one index per element:
 
-        %r = torch.aten.index_put %b, [%none, %idx], %v, %accumulate
-        =>  stablehlo.scatter(%b, reshape(%idx) : tensor<nx1xi64>, %v)
-              update_window_dims = [0, 2, ...], inserted_window_dims = [1]
+        %r = torch.aten.index_put %b, [%none, %i, %j], %v, %accumulate
+        =>  stablehlo.scatter(%b, concatenate(broadcast(%i), broadcast(%j)), %v)
+              update_window_dims = [0, ...], inserted_window_dims = [1, 2]
               ({ return %new }, or { add %old, %new } when accumulating)
 
+    The index tensors broadcast together to the batch shape B. As in eager, B takes the
+    place of the indexed dimensions in the shape of `b[indices]` (the shape `v` is
+    broadcast to) when they are adjacent, and goes first when a slice separates them.
     Out-of-range indices are dropped (negative ones were wrapped before import).
     """
     self, indices, values, accumulate = op.operands
     self_t, values_t = _static_tensor(self), _static_tensor(values)
-    along = _index_along_one_dim(indices)
     accumulating = _constant_bool(accumulate)
-    if self_t is None or values_t is None or along is None or accumulating is None or \
+    if self_t is None or values_t is None or accumulating is None or \
             self_t.dtype == torch.bool and accumulating:
         return True
-    dim, index = along
-    count = torch_types.TensorType.of(index.type).sizes[0]
-    shape = list(self_t.sizes)
-    update_shape = shape[:dim] + [count] + shape[dim + 1:]
+    shape, rank = list(self_t.sizes), len(self_t.sizes)
+    entries = _index_tensors(indices, rank)
+    if entries is None:
+        return True
+    indexed = [d for d, e in enumerate(entries) if e is not None]
+    index_shapes = [list(torch_types.TensorType.of(entries[d].type).sizes) for d in indexed]
+    try:
+        batch = list(torch.broadcast_shapes(*index_shapes))
+    except RuntimeError:
+        return True
+    kept = [d for d in range(rank) if d not in indexed]
+    first = indexed[0] if indexed == list(range(indexed[0], indexed[-1] + 1)) else 0
+    before = [d for d in kept if d < first]
+    after = [d for d in kept if d >= first]
+    update_shape = [shape[d] for d in before] + batch + [shape[d] for d in after]
+    windows = list(range(len(before))) + \
+        list(range(len(before) + len(batch), len(update_shape)))
     offset = len(update_shape) - len(values_t.sizes)
     if offset < 0 or any(v not in (1, u) for v, u in zip(values_t.sizes,
                                                           update_shape[offset:])):
         return True
     element = torch_types.element_type(self_t.dtype, signless=True)
-    rank = len(shape)
     with rewriter.ip, unnamed(op.location):
         update = to_builtin(values)
         if values_t.dtype != self_t.dtype:
@@ -345,19 +362,26 @@ def _index_put_along_one_dim(op: ir.Operation, rewriter: rewrite.PatternRewriter
         if list(values_t.sizes) != update_shape:
             update = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(
                 update_shape, element), update, broadcast_dimensions=ir.DenseI64ArrayAttr.get(
-                    list(range(offset, rank))))
-        positions = to_builtin(index)
-        index_type = ir.RankedTensorType.get([count], _i64())
-        if positions.type != index_type:
-            positions = _stablehlo("convert", index_type, positions)
-        positions = _stablehlo("reshape", ir.RankedTensorType.get([count, 1], _i64()),
-                               positions)
+                    list(range(offset, len(update_shape)))))
+        columns = []
+        for d, sizes in zip(indexed, index_shapes):
+            column = to_builtin(entries[d])
+            if ir.RankedTensorType(column.type).element_type != _i64():
+                column = _stablehlo("convert", ir.RankedTensorType.get(sizes, _i64()), column)
+            column_type = ir.RankedTensorType.get(batch + [1], _i64())
+            if sizes == batch:
+                column = _stablehlo("reshape", column_type, column)
+            else:
+                column = _stablehlo("broadcast_in_dim", column_type, column,
+                                    broadcast_dimensions=ir.DenseI64ArrayAttr.get(
+                                        list(range(len(batch) - len(sizes), len(batch)))))
+            columns.append(column)
         dest = to_builtin(self)
-        windows = [d for d in range(rank) if d != dim]
         numbers = ir.Attribute.parse(
             f"#stablehlo.scatter<update_window_dims = {windows}, inserted_window_dims = "
-            f"[{dim}], scatter_dims_to_operand_dims = [{dim}], index_vector_dim = 1>")
-        scatter = _scatter(dest, positions, update, numbers,
+            f"{indexed}, scatter_dims_to_operand_dims = {indexed}, "
+            f"index_vector_dim = {len(batch)}>")
+        scatter = _scatter(dest, _index_vectors(columns, batch), update, numbers,
                            combine="add" if accumulating else None,
                            unique=False, loc=op.location)
         result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
@@ -449,6 +473,6 @@ def lower_updates(module: ir.Operation) -> None:
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("tensor.insert_slice", _insert_slice)
     patterns.add("torch.aten.index_put", _index_put_at_positions)
-    patterns.add("torch.aten.index_put", _index_put_along_one_dim)
+    patterns.add("torch.aten.index_put", _index_put_with_tensors)
     patterns.add("torch.aten.scatter_reduce.two", _scatter_reduce)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())

@@ -423,3 +423,40 @@ def test_mask_store_into_expanded_tensor_is_refused() -> None:
                            "share memory"
     line = mask_store_into_expanded.__code__.co_firstlineno + 1
     assert error.location.endswith(f"{THIS_FILE}:{line}")
+
+
+def shifted_add(x):
+    x[:, 1:] += x[:, :-1]  # eager adds running sums here, element after element
+
+
+def index_put_of_own_column(x, i):
+    x[:, 1].index_put_((i,), x[:, 1].t(), accumulate=True)
+
+
+def transpose_into_self(x):
+    x.add_(x.t())
+
+
+def disjoint_rows(x):
+    x[0] += x[1]
+    x[:, 0].mul_(x[:, 1])
+    x.mul_(x.detach())  # the same elements: one meaning
+
+
+@pytest.mark.parametrize("f, args, op, operand", [
+    (shifted_add, (torch.randn(2, 5),), "torch.aten.add_.Tensor", "other"),
+    (index_put_of_own_column, (torch.randn(3, 3), torch.tensor([2, 0, 1])),
+     "torch.aten.index_put_", "values"),
+    (transpose_into_self, (torch.randn(3, 3),), "torch.aten.add_.Tensor", "other"),
+], ids=["shifted_add", "index_put_of_own_column", "transpose_into_self"])
+def test_operand_overlapping_what_is_written_is_refused(f, args, op, operand) -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(f, args)
+    assert_error_at(info.value, op, f"its operand `{operand}` shares memory with the tensor "
+                    "it writes: eager's result then depends on the order it writes the "
+                    "elements in; clone the operand first", f.__code__.co_firstlineno + 1)
+
+
+def test_operands_disjoint_from_what_is_written_are_compiled() -> None:
+    from differential import assert_matches_eager
+    assert_matches_eager(disjoint_rows, torch.randn(3, 4))

@@ -282,6 +282,21 @@ def scatter_reduce_every_kind(x, i, s):
     x.scatter_reduce_(0, i, s * 3, reduce="amax")
 
 
+INDEX = torch.tensor([2, 0, 1])  # a captured constant, used by several ops after import
+
+
+def index_tensors_adjacent(x, v):
+    x[1:, INDEX, torch.tensor([[3], [-1]])] = v  # batch [2, 3] where dims 1, 2 were
+
+
+def index_tensors_separated(x, v):
+    x[INDEX, :, torch.tensor([-1])] = v  # a slice between them: the batch goes first
+
+
+def index_tensors_accumulate_duplicates(x, v):
+    x.index_put_((torch.tensor([1, 1, 0]), INDEX.expand(2, 3)), v, accumulate=True)
+
+
 def as_strided_read_after_writes(x):
     # torch-mlir imports as_strided as a gather where it stands; each use gets its own,
     # so reads see the writes made since the view was taken.
@@ -294,6 +309,13 @@ def as_strided_read_after_writes(x):
 
 
 CASES = [
+    (index_tensors_adjacent, (torch.randn(3, 3, 4, 2), torch.randn(2, 3, 2))),
+    (index_tensors_adjacent, (torch.randn(3, 3, 4, 2), torch.tensor(5.0))),
+    (index_tensors_separated, (torch.randn(3, 4, 5), torch.randn(3, 4))),
+    (index_tensors_separated, (torch.randn(3, 4, 5), torch.randn(4))),
+    (index_tensors_accumulate_duplicates, (torch.randn(2, 3, 4), torch.randn(2, 3, 4))),
+    (index_tensors_accumulate_duplicates, (torch.randint(-9, 9, (2, 3)),
+                                           torch.randint(-9, 9, (3,)))),
     (as_strided_read_after_writes, (torch.arange(6.0),)),
     (scatter_reduce_every_kind, (torch.randn(3, 4), torch.tensor([[0, 1, 0], [2, 2, 1]]),
                                  torch.randn(2, 3))),
@@ -445,6 +467,21 @@ def test_index_copy_is_one_scatter_of_whole_slices():
     assert "update_window_dims = [0, 1, 3], inserted_window_dims = [2], " \
            "scatter_dims_to_operand_dims = [2], index_vector_dim = 1" in text
     assert "tensor<2x1xi64>" in text and "concatenate" not in text
+
+
+def test_index_tensors_on_several_dims_are_one_scatter():
+    """`x[i, :, j] = v`: the broadcast index tensors, one column per indexed dimension,
+    scatter whole windows of the slice between them; a slice separates them, so the batch
+    dimension comes first in the update, as in eager's `x[i, :, j]`. torch-mlir's own
+    lowering fails on this case."""
+    compiled = assert_matches_eager(index_tensors_separated, torch.randn(3, 4, 5),
+                                    torch.randn(3, 4))
+    text = compiled.stablehlo
+    assert text.count('"stablehlo.scatter"') == 1
+    assert "update_window_dims = [1], inserted_window_dims = [0, 2], " \
+           "scatter_dims_to_operand_dims = [0, 2], index_vector_dim = 1" in text
+    # Constant indices fold into one index vector per row, -1 counted from the end.
+    assert "dense<[[2, 4], [0, 4], [1, 4]]> : tensor<3x2xi64>" in text
 
 
 def index_copy_at_positions(cache, k):
