@@ -201,12 +201,19 @@ def _scalars_as_tensors(graph: torch.fx.Graph) -> None:
     """Scalar operands the importer would get wrong, as 0-d tensors of the Tensor overload.
 
     torch-mlir imports a Python bool operand as an int, which promotes a bool tensor to
-    int64 (`mask &= True` would fail); and it lacks the Scalar form of some bitwise ops.
+    int64 (`mask &= True` would fail), and a bool passed as a tensor (`x.copy_(True)`) as
+    invalid IR; and it lacks the Scalar form of some bitwise ops.
     """
     for node in list(graph.nodes):
         target = node.target
         if not isinstance(target, torch._ops.OpOverload):
             continue
+        bools = [i for i, (arg, value) in enumerate(zip(target._schema.arguments, node.args))
+                 if isinstance(arg.type, torch.TensorType) and isinstance(value, bool)]
+        if bools:  # `x.copy_(True)`: the importer makes a bool a tensor of ... a bool
+            with graph.inserting_before(node):
+                node.args = tuple(_scalar_tensor(graph, v) if i in bools else v
+                                  for i, v in enumerate(node.args))
         name = target.overloadpacket.__name__
         renamed = _BITWISE.get(name)
         scalars = [i for i, (arg, value) in enumerate(zip(target._schema.arguments, node.args))

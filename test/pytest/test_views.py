@@ -282,6 +282,12 @@ def scatter_reduce_every_kind(x, i, s):
     x.scatter_reduce_(0, i, s * 3, reduce="amax")
 
 
+def copy_python_scalars(x, m):
+    m[0].copy_(True)  # a bool where copy_ takes a tensor
+    x[0].copy_(False)
+    x[1].copy_(3)
+
+
 INDEX = torch.tensor([2, 0, 1])  # a captured constant, used by several ops after import
 
 
@@ -309,6 +315,7 @@ def as_strided_read_after_writes(x):
 
 
 CASES = [
+    (copy_python_scalars, (torch.randn(2, 3), torch.tensor([[False, True], [True, False]]))),
     (index_tensors_adjacent, (torch.randn(3, 3, 4, 2), torch.randn(2, 3, 2))),
     (index_tensors_adjacent, (torch.randn(3, 3, 4, 2), torch.tensor(5.0))),
     (index_tensors_separated, (torch.randn(3, 4, 5), torch.randn(3, 4))),
