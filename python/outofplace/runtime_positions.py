@@ -11,8 +11,16 @@ positions, and writes the same thing with ops that take the positions as tensors
 
 Plain ints beside a position stay positions (0-d constants), so the whole write is one
 update at runtime starts. A read is a copy where eager returns a view: writing into it
-is refused (fx_rewrites), never silently lost. Keys that mix positions with index
-tensors or masks are refused here.
+is refused (fx_rewrites), never silently lost.
+
+Beside index tensors a position is one more (0-d) index tensor, but eager applies it as
+an int, before the index tensors; the two orders place the broadcast index dimensions
+differently when the position separates index tensors from slices, so the values
+(written) or the result (read) are permuted between the two layouts:
+
+    x[i, :, pos] = v   ->  index_put_(x, [i, None, pos], v.permute(1, 0))
+
+Keys that mix positions with masks are refused here.
 """
 
 from __future__ import annotations
@@ -60,8 +68,8 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
     if not any(is_position(item) for item in items):
         return None
     for item in items:
-        if not (is_position(item) or _is_int(item) or isinstance(item, slice) or
-                item is None or item is Ellipsis):
+        if not (is_position(item) or _is_int(item) or _is_index_tensor(item) or
+                isinstance(item, slice) or item is None or item is Ellipsis):
             raise UnsupportedMutationError(
                 op, "a runtime position (a 0-d integer tensor) in one index together "
                 f"with {_kind(item)}",
@@ -77,13 +85,58 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
     basic: list[Any] = []
     indices: list[Any] = []
     for item in items:
-        if is_position(item) or _is_int(item):
+        if is_position(item) or _is_index_tensor(item):
             basic.append(slice(None))
-            indices.append(item if is_position(item) else torch.tensor(item))
+            indices.append(item)
+        elif _is_int(item):
+            basic.append(slice(None))
+            indices.append(torch.tensor(item))
         else:  # a slice or None: a dimension of the view, not indexed
             basic.append(item)
             indices.append(None)
     return tuple(basic), indices
+
+
+def _is_index_tensor(item: Any) -> bool:
+    """An integer tensor of one or more dimensions used as an index."""
+    return isinstance(item, torch.Tensor) and item.dim() > 0 and \
+        not item.is_floating_point() and not item.is_complex() and item.dtype != torch.bool
+
+
+def _layout(indices: list, indexed: list[int], batch: int) -> list[Any]:
+    """The dimensions of `view[indices]` when the `indexed` dimensions hold its index
+    tensors: the view's other dimensions by number, then the `batch` broadcast index
+    dimensions as ("batch", k), in place of the indexed dimensions when no other
+    dimension separates them, first otherwise (PyTorch's and NumPy's rule)."""
+    kept = [d for d, index in enumerate(indices) if index is None]
+    if not indexed:
+        return kept
+    between = [d for d in kept if indexed[0] < d < indexed[-1]]
+    first = indexed[0] if not between else -1
+    return [d for d in kept if d < first] + [("batch", k) for k in range(batch)] + \
+        [d for d in kept if d > first]
+
+
+def _layouts(view: torch.Tensor, indices: list) -> tuple[list, list, list[int]]:
+    """The layout of `view[indices]` as eager produces it (positions applied as ints
+    first), the layout of indexing by all of `indices` at once, and eager's shape."""
+    tensors = [d for d, index in enumerate(indices) if index is not None and index.dim()]
+    batch = list(torch.broadcast_shapes(*(indices[d].shape for d in tensors)))
+    eager = _layout(indices, tensors, len(batch))
+    together = _layout(indices, [d for d, i in enumerate(indices) if i is not None],
+                       len(batch))
+    shape = [batch[slot[1]] if isinstance(slot, tuple) else view.shape[slot]
+             for slot in eager]
+    return eager, together, shape
+
+
+def _positions_as_tensors(indices: list) -> list:
+    """Beside index tensors, positions as one-element index tensors, which broadcast the
+    same (torch-mlir's gather lowering gets 0-d ones wrong when a slice follows them)."""
+    if all(index is None or index.dim() == 0 for index in indices):
+        return indices
+    return [index.reshape(1) if index is not None and index.dim() == 0 else index
+            for index in indices]
 
 
 def _kind(item: Any) -> str:
@@ -116,15 +169,23 @@ def setitem(target: torch.Tensor, basic: tuple, indices: list, value: Any) -> No
     view = _view(target, basic)
     if not isinstance(value, torch.Tensor):
         value = torch.tensor(value, dtype=target.dtype)
-    rank = view.dim() - sum(1 for i in indices if i is not None)
-    while value.dim() > rank and value.shape[0] == 1:  # eager drops leading unit dims
+    eager, together, shape = _layouts(view, indices)
+    indices = _positions_as_tensors(indices)
+    while value.dim() > len(shape) and value.shape[0] == 1:  # eager drops leading 1s
         value = value[0]
+    if eager != together:
+        value = value.expand(shape).permute([eager.index(slot) for slot in together])
     torch.ops.aten.index_put_(view, indices, value.to(target.dtype))
 
 
 def getitem(target: torch.Tensor, basic: tuple, indices: list) -> torch.Tensor:
     """`target[key]` for the split key: a copy of the indexed elements."""
-    return torch.ops.aten.index.Tensor(_view(target, basic), indices)
+    view = _view(target, basic)
+    eager, together, _ = _layouts(view, indices)
+    result = torch.ops.aten.index.Tensor(view, _positions_as_tensors(indices))
+    if eager != together:
+        result = result.permute([together.index(slot) for slot in eager])
+    return result
 
 
 class RuntimePositions(torch.overrides.TorchFunctionMode):

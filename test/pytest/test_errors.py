@@ -221,20 +221,20 @@ def test_write_into_runtime_position_read_is_refused(f, op: str) -> None:
     assert_error_at(info.value, op, POSITION_READ, f.__code__.co_firstlineno + 1)
 
 
-def position_with_index_tensor(x, pos, i):
-    x[i, pos] = 1
+def position_with_mask(x, pos, m):
+    x[m, pos] = 1
 
 
-def test_runtime_position_with_index_tensor_is_refused() -> None:
+def test_runtime_position_with_mask_is_refused() -> None:
     with pytest.raises(outofplace.UnsupportedMutationError) as info:
-        outofplace.compile(position_with_index_tensor,
-                           (torch.randn(4, 4), torch.tensor(1), torch.tensor([0, 2])))
+        outofplace.compile(position_with_mask,
+                           (torch.randn(4, 4), torch.tensor(1), torch.rand(4) > 0.5))
     error = info.value
-    line = position_with_index_tensor.__code__.co_firstlineno + 1
+    line = position_with_mask.__code__.co_firstlineno + 1
     assert str(error) == (
         f"{error.location}: unsupported mutation by torch.aten.index_put_ at index "
-        "[<tensor [2] int64>, <tensor [] int64>]: a runtime position (a 0-d integer "
-        "tensor) in one index together with an index tensor")
+        "[<tensor [4] bool>, <tensor [] int64>]: a runtime position (a 0-d integer "
+        "tensor) in one index together with a mask")
     assert error.location.endswith(f"{THIS_FILE}:{line}")
 
 

@@ -288,6 +288,15 @@ def copy_python_scalars(x, m):
     x[1].copy_(3)
 
 
+def position_beside_index_tensors(x, pos, i):
+    # eager applies pos as an int first: x[i, :, pos] has the batch first, x[pos, :, i]
+    # keeps it last; all at once as index tensors, both would put it first
+    x[i, :, pos] = x[i, :, pos] * 2
+    x[pos, :, i] += 1
+    x[:, pos, i.flip(0)] = x[pos, i, 0]
+    return x[i, pos], x[None, pos, ..., i]
+
+
 INDEX = torch.tensor([2, 0, 1])  # a captured constant, used by several ops after import
 
 
@@ -315,6 +324,10 @@ def as_strided_read_after_writes(x):
 
 
 CASES = [
+    (position_beside_index_tensors, (torch.randn(3, 4, 5), torch.tensor(2),
+                                     torch.tensor([0, -1, 1]))),
+    (position_beside_index_tensors, (torch.randn(3, 4, 5), torch.tensor(-3),
+                                     torch.tensor([[1], [2]]))),
     (copy_python_scalars, (torch.randn(2, 3), torch.tensor([[False, True], [True, False]]))),
     (index_tensors_adjacent, (torch.randn(3, 3, 4, 2), torch.randn(2, 3, 2))),
     (index_tensors_adjacent, (torch.randn(3, 3, 4, 2), torch.tensor(5.0))),
