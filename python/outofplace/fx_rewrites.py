@@ -5,8 +5,11 @@ known here:
 - an op the schema calls a view (`contiguous`, `reshape`, `to`) may have copied;
 - the elements of a list view (`split`, `chunk`, `unbind`) are views at offsets the
   fake tensors know, expressed here as `slice` / `select` of the base;
-- torch-mlir's importer turns `as_strided` into a gather (a copy), so a root that is
-  written must not be read through `as_strided`.
+- torch-mlir's importer turns `as_strided` into a gather (a copy), so the as_strided of
+  a written root is re-taken at each read, and a write through it lands in a copy
+  scattered back at the positions of its elements, which the fake tensors know
+  (`unfold` takes the same paths, as the as_strided it is);
+- whether an operand of an in-place op overlaps what the op writes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ def rewrite(graph: torch.fx.Graph) -> None:
     _wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)
+    _unfold_as_strided(graph)
+    _writes_through_strided_views(graph)
     _as_strided_read_at_each_use(graph)
     _refuse_as_strided_of_written(graph)
 
@@ -50,7 +55,8 @@ def _fake_constants(graph: torch.fx.Graph) -> None:
     if constants:
         fake_mode = _fake_mode(graph)
         for node in constants:
-            node.meta["val"] = fake_mode.from_tensor(getattr(graph.owning_module, node.target))
+            node.meta["val"] = fake_mode.from_tensor(getattr(graph.owning_module, node.target),
+                                                    static_shapes=True)
 
 
 Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
@@ -670,23 +676,135 @@ def _view_base(node: torch.fx.Node) -> torch.fx.Node | None:
 _READ_AT_USE = "outofplace_read_at_use"  # an as_strided placed right before its one use
 
 
-def _as_strided_read_at_each_use(graph: torch.fx.Graph) -> None:
-    """`v = x.as_strided(...)` of a tensor written in place, read later: torch-mlir's
-    importer makes as_strided a gather, a copy taken where it stands, so a write to x
-    between the two would be lost. Each use of v (and of views of v) gets its own
-    as_strided, placed right before it: the gather then reads x as it is at the use.
-    An as_strided (or a view of it) that is itself written stays refused."""
+def _view_closure(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """`node` and the views taken of it (and of those), in the order found."""
+    closure, stack = [node], [node]
+    while stack:
+        for user in stack.pop().users:
+            if _view_base(user) in closure and user not in closure:
+                closure.append(user)
+                stack.append(user)
+    return closure
+
+
+def _positions_in_root(view: torch.fx.Node, root: torch.fx.Node) -> torch.Tensor:
+    """The position of each element of `view` in its flattened root, or an error when
+    elements overlap (eager's result would depend on the order it writes them)."""
+    view_val, root_val = view.meta["val"], root.meta["val"]
+    positions = _addresses(view_val) - root_val.storage_offset()
+    name = op_registry.mlir_name(view.target)
+    if _storage(view_val) != _storage(root_val) or not root_val.is_contiguous() or (
+            positions.numel() and not 0 <= int(positions.min()) <= int(positions.max())
+            < root_val.numel()):
+        raise UnsupportedMutationError(name, "writing into it: its elements are not "
+                                       "elements of one contiguous tensor",
+                                       location=_source_line(view))
+    if positions.unique().numel() != positions.numel():
+        if view.meta.get(_VIEW_OP) == "unfold":
+            raise UnsupportedMutationError("torch.aten.unfold", "writing into unfold "
+                                           "windows, which overlap",
+                                           location=_source_line(view))
+        raise UnsupportedMutationError(name, "writing into an as_strided view whose "
+                                       "elements overlap", location=_source_line(view))
+    return positions.reshape(view_val.shape)
+
+
+def _constant(graph: torch.fx.Graph, value: torch.Tensor) -> torch.fx.Node:
+    module = graph.owning_module
+    name = f"_outofplace_positions_{len(module._buffers)}"
+    module.register_buffer(name, value)
+    node = graph.get_attr(name)
+    node.meta["val"] = _fake_mode(graph).from_tensor(value, static_shapes=True)
+    return node
+
+
+def _unfold_as_strided(graph: torch.fx.Graph) -> None:
+    """`x.unfold(d, size, step)` as the `as_strided` of its root it is (torch-mlir does not
+    lower unfold to StableHLO), so reads and writes take the as_strided paths."""
+    roots, _ = _roots(graph)
+    for node in list(graph.nodes):
+        if node.target is not torch.ops.aten.unfold.default:
+            continue
+        root = roots.get(node, node.args[0])
+        val, root_val = node.meta["val"], root.meta["val"]
+        if not root_val.is_contiguous() or _storage(val) != _storage(root_val):
+            raise UnsupportedMutationError(
+                "torch.aten.unfold", "unfold of a tensor that is not contiguous",
+                location=_source_line(node))
+        with graph.inserting_before(node):
+            strided = _call(graph, torch.ops.aten.as_strided.default, root, list(val.shape),
+                            list(val.stride()),
+                            val.storage_offset() - root_val.storage_offset())
+        strided.meta = {**node.meta, "val": strided.meta["val"], _VIEW_OP: "unfold"}
+        node.replace_all_uses_with(strided)
+        graph.erase_node(node)
+
+
+_VIEW_OP = "outofplace_view_op"  # the op a user wrote, where another now stands for it
+
+
+def _writes_through_strided_views(graph: torch.fx.Graph) -> None:
+    """A write through `as_strided` (or a view of it), as a write into a gathered copy,
+    scattered back at once at the elements' positions in the root:
+
+        v = x.as_strided((2, 2), (1, 2)); v[0].add_(1)
+        =>  c = x.view(-1)[P]; c[0].add_(1); x.view(-1).index_put_([P.flatten()], c.view(-1))
+
+    with P the constant position of each element of v in x: torch-mlir imports as_strided
+    as a gather, a copy. Reads are left to _as_strided_read_at_each_use."""
     roots, written = _roots(graph)
     for node in list(graph.nodes):
         if node.target is not torch.ops.aten.as_strided.default or \
                 roots.get(node) not in written:
             continue
-        closure, stack = [node], [node]
-        while stack:  # node and the views taken of it, in graph order
-            for user in stack.pop().users:
-                if _view_base(user) in closure and user not in closure:
-                    closure.append(user)
-                    stack.append(user)
+        root, positions = roots[node], None
+        while True:  # one write at a time: a write's result is one more view of node
+            closure = _view_closure(node)
+            order = {n: i for i, n in enumerate(graph.nodes)}
+            writes = sorted(((user, member) for member in closure for user in member.users
+                             if user not in closure and _writes_root(user, member, {})),
+                            key=lambda write: order[write[0]])
+            if not writes:
+                break
+            user, member = writes[0]
+            if positions is None:
+                positions = _positions_in_root(node, root)
+            with graph.inserting_before(user):
+                gathered = _call(graph, torch.ops.aten.index.Tensor,
+                                 _call(graph, torch.ops.aten.view.default, root, [-1]),
+                                 [_constant(graph, positions)])
+                copies = {node: gathered}
+
+                def copy(original: torch.fx.Node) -> torch.fx.Node:
+                    if original not in copies:
+                        args, kwargs = torch.fx.node.map_arg(
+                            (original.args, original.kwargs),
+                            lambda n: copy(n) if n in closure else n)
+                        copies[original] = _call(graph, original.target, *args, **kwargs)
+                    return copies[original]
+
+                user.replace_input_with(member, copy(member))
+            user.replace_all_uses_with(member)  # `v.add_(1)` returns v, not the copy
+            with graph.inserting_before(user.next):
+                flat = _call(graph, torch.ops.aten.view.default, gathered, [-1])
+                store = _call(graph, torch.ops.aten.index_put_.default,
+                              _call(graph, torch.ops.aten.view.default, root, [-1]),
+                              [_constant(graph, positions.reshape(-1))], flat)
+            store.meta["stack_trace"] = user.meta.get("stack_trace")
+
+
+def _as_strided_read_at_each_use(graph: torch.fx.Graph) -> None:
+    """`v = x.as_strided(...)` of a tensor written in place, read later: torch-mlir's
+    importer makes as_strided a gather, a copy taken where it stands, so a write to x
+    between the two would be lost. Each use of v (and of views of v) gets its own
+    as_strided, placed right before it: the gather then reads x as it is at the use.
+    (Writes were made writes into copies by _writes_through_strided_views.)"""
+    roots, written = _roots(graph)
+    for node in list(graph.nodes):
+        if node.target is not torch.ops.aten.as_strided.default or \
+                roots.get(node) not in written:
+            continue
+        closure = _view_closure(node)
         if any(_writes_root(user, member, {}) for member in closure
                for user in member.users):
             continue

@@ -297,6 +297,26 @@ def position_beside_index_tensors(x, pos, i):
     return x[i, pos], x[None, pos, ..., i]
 
 
+def through_as_strided(x):
+    v = x.as_strided((2, 2), (1, 2))
+    v.add_(1)  # returns v: later uses of its result see later writes too
+    r = v * 2
+    v[0].mul_(3)
+    x[1] += 5
+    return r, v.sum()
+
+
+def through_unfold(x):
+    u = x.unfold(1, 2, 3).transpose(0, 1)  # windows that do not overlap
+    u[0].mul_(2)
+    x[:, 1] -= 1
+    return u + 0, x.unfold(1, 3, 1).sum(-1)  # overlapping windows, only read
+
+
+def through_as_strided_of_a_view(x):
+    x[1:].as_strided((3,), (2,), 1).neg_()
+
+
 INDEX = torch.tensor([2, 0, 1])  # a captured constant, used by several ops after import
 
 
@@ -324,6 +344,9 @@ def as_strided_read_after_writes(x):
 
 
 CASES = [
+    (through_as_strided, (torch.arange(6.0),)),
+    (through_unfold, (torch.randn(3, 8),)),
+    (through_as_strided_of_a_view, (torch.arange(8.0),)),
     (position_beside_index_tensors, (torch.randn(3, 4, 5), torch.tensor(2),
                                      torch.tensor([0, -1, 1]))),
     (position_beside_index_tensors, (torch.randn(3, 4, 5), torch.tensor(-3),
@@ -420,13 +443,24 @@ def test_write_into_expanded_view_is_refused():
         outofplace.compile(f, (torch.randn(4),))
 
 
-def test_write_through_as_strided_is_refused():
+def test_write_through_overlapping_as_strided_is_refused():
     def f(x):
-        x.as_strided((2, 2), (1, 2)).fill_(0)
+        x.as_strided((2, 2), (1, 1)).add_(1)  # x[1] is in both rows: eager adds twice
 
     with pytest.raises(outofplace.UnsupportedMutationError,
-                       match=r"unsupported mutation by torch.aten.as_strided"):
+                       match=r"test_views.py:\d+: unsupported mutation by torch.aten.as_strided: "
+                             r"writing into an as_strided view whose elements overlap"):
         outofplace.compile(f, (torch.randn(6),))
+
+
+def test_write_through_as_strided_is_one_scatter_back():
+    """The write lands in a gathered copy, scattered back at the elements' positions."""
+    def f(x):
+        x.as_strided((2, 2), (1, 2), 1).mul_(2)
+
+    text = assert_matches_eager(f, torch.randn(6)).stablehlo
+    assert text.count('"stablehlo.scatter"') == 1 and text.count('"stablehlo.gather"') == 1
+    assert "dense<[[1], [3], [2], [4]]> : tensor<4x1xi64>" in text
 
 
 def test_static_index_out_of_bounds_is_index_error():
