@@ -185,6 +185,9 @@ def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     if ir.RankedTensorType(source.type).rank != ir.RankedTensorType(dest.type).rank:
         return True
     offsets, strides = _static(op, "static_offsets"), _static(op, "static_strides")
+    if source.type == dest.type:  # the whole of dest: offsets 0, sizes its shape
+        rewriter.replace_op(op, [source])
+        return False
     with rewriter.ip, op.location:
         if all(s == 1 for s in strides):
             new = _dynamic_update_slice(dest, source, offsets, op.location)

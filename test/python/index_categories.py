@@ -304,6 +304,41 @@ def int_tensor_pairs():
     compile_and_show(f, arange(4, 6), torch.tensor([0, 1]), torch.tensor([2, 3]))
 
 
+# b[i, :, j] = v: a slice separates the index tensors, so the batch dimension of the
+# indices comes first in the update ([3, 4]); one scatter whose window is dimension 1.
+# CHECK-LABEL: TEST: int_tensors_around_a_slice
+# CHECK:       func.func @main(%b: tensor<3x4x5xf32> {tf.aliasing_output = 0 : i32}, %i: tensor<3xi64>, %j: tensor<3xi64>, %v: tensor<3x4xf32>) -> tensor<3x4x5xf32>
+# CHECK:         %[[I:.*]] = stablehlo.reshape %{{.*}} : (tensor<3xi64>) -> tensor<3x1xi64>
+# CHECK:         %[[J:.*]] = stablehlo.reshape %{{.*}} : (tensor<3xi64>) -> tensor<3x1xi64>
+# CHECK:         %[[IDX:.*]] = stablehlo.concatenate %[[I]], %[[J]], dim = 1 : (tensor<3x1xi64>, tensor<3x1xi64>) -> tensor<3x2xi64>
+# CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%b, %[[IDX]], %v)
+# CHECK-SAME:      update_window_dims = [1], inserted_window_dims = [0, 2], scatter_dims_to_operand_dims = [0, 2], index_vector_dim = 1
+# CHECK:         return %[[NEW]] : tensor<3x4x5xf32>
+@run
+def int_tensors_around_a_slice():
+    def f(b, i, j, v):
+        b[i, :, j] = v
+    compile_and_show(f, arange(3, 4, 5), torch.tensor([2, 0, 1]), torch.tensor([4, 0, 1]),
+                     torch.ones(3, 4))
+
+
+# c[i, :, pos] = v with a runtime pos: eager applies pos as an int first, so the batch
+# of i stays first; pos is a one-element index tensor beside i, broadcast with it.
+# CHECK-LABEL: TEST: runtime_position_beside_int_tensor
+# CHECK:       func.func @main(%c: tensor<3x4x5xf32> {tf.aliasing_output = 0 : i32}, %i: tensor<2xi64>, %pos: tensor<i64>, %v: tensor<2x4xf32>) -> tensor<3x4x5xf32>
+# CHECK:         %[[P:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [0] : (tensor<1xi64>) -> tensor<2x1xi64>
+# CHECK:         %[[IDX:.*]] = stablehlo.concatenate %{{.*}}, %[[P]], dim = 1 : (tensor<2x1xi64>, tensor<2x1xi64>) -> tensor<2x2xi64>
+# CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%c, %[[IDX]], %v)
+# CHECK-SAME:      update_window_dims = [1], inserted_window_dims = [0, 2]
+# CHECK:         return %[[NEW]] : tensor<3x4x5xf32>
+@run
+def runtime_position_beside_int_tensor():
+    def f(c, i, pos, v):
+        c[i, :, pos] = v
+    compile_and_show(f, arange(3, 4, 5), torch.tensor([2, 0]), torch.tensor(3),
+                     torch.ones(2, 4))
+
+
 # index_put_(accumulate=True): the scatter's body adds, so duplicates sum.
 # CHECK-LABEL: TEST: index_put_accumulate
 # CHECK:       func.func @main(%b: tensor<10xf32> {tf.aliasing_output = 0 : i32}, %idx: tensor<3xi64>, %v: tensor<3xf32>) -> tensor<10xf32>
@@ -481,6 +516,24 @@ def transpose_column():
     def f(x):
         x.t()[3].fill_(1)
     compile_and_show(f, arange(4, 6))
+
+
+# A write through as_strided lands in a gathered copy (torch-mlir imports as_strided as
+# a gather), scattered back at once at the elements' positions in the flattened root.
+# CHECK-LABEL: TEST: through_as_strided
+# CHECK:       func.func @main(%x: tensor<6xf32> {tf.aliasing_output = 0 : i32}) -> tensor<6xf32>
+# CHECK-DAG:     %[[POS:.*]] = stablehlo.constant dense<{{\[\[}}1], [3], [2], [4]]> : tensor<4x1xi64>
+# CHECK:         %[[COPY:.*]] = "stablehlo.gather"(%x,
+# CHECK:         %[[DOUBLED:.*]] = stablehlo.multiply %[[COPY]]
+# CHECK:         %[[FLAT:.*]] = stablehlo.reshape %[[DOUBLED]] : (tensor<2x2xf32>) -> tensor<4xf32>
+# CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%x, %[[POS]], %[[FLAT]])
+# CHECK-NOT:     stablehlo.dynamic_update_slice
+# CHECK:         return %[[NEW]] : tensor<6xf32>
+@run
+def through_as_strided():
+    def f(x):
+        x.as_strided((2, 2), (1, 2), 1).mul_(2)
+    compile_and_show(f, arange(6))
 
 
 # Writing into an expanded tensor is refused at the line that does it.
