@@ -192,15 +192,19 @@ func.func @t$select_fill_(%x: !torch.tensor<[4,5],f32>) {
 
 // -----
 
-// A view that merges dimensions has no box: the chain writes back innermost first,
-// the slice into the flat view, the flat view into x.
+// A view that merges dimensions has no box in x: the chain writes back innermost first,
+// the slice into the flat view as a box of it (an insert), the flat view into x.
 // CHECK-LABEL: func.func @flat$slice_fill_(
 // CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4,5],f32> {tf.aliasing_output = 0 : i32})
 // CHECK:         %[[FLAT:.*]] = torch.aten.view %[[X]]
 // CHECK:         %[[PART:.*]] = torch.aten.slice.Tensor %[[FLAT]]
 // CHECK:         %[[FILLED:.*]] = torch.aten.fill.Scalar %[[PART]]
 // CHECK:         %[[FLAT2:.*]] = torch.aten.view %[[X]]
-// CHECK:         %[[NEWFLAT:.*]] = torch.aten.slice_scatter %[[FLAT2]], %[[FILLED]]
+// CHECK-DAG:     %[[DEST:.*]] = torch_c.to_builtin_tensor %[[FLAT2]]
+// CHECK-DAG:     %[[SRC:.*]] = torch_c.to_builtin_tensor %[[FILLED]]
+// CHECK:         %[[INS:.*]] = tensor.insert_slice %[[SRC]] into %[[DEST]][3] [5] [1] : tensor<5xf32> into tensor<20xf32>
+// CHECK:         %[[NEWFLAT:.*]] = torch_c.from_builtin_tensor %[[INS]]
+// CHECK-NOT:     slice_scatter
 // CHECK:         %[[ROOT:.*]] = torch.aten.view %[[NEWFLAT]], %{{.*}} : !torch.vtensor<[20],f32>, !torch.list<int> -> !torch.vtensor<[4,5],f32>
 // CHECK:         return %[[ROOT]]
 func.func @flat$slice_fill_(%x: !torch.tensor<[4,5],f32>) {

@@ -100,7 +100,9 @@ class _FunctionRewriter:
         """Makes `build(loc)` the new value of the tensor `target`.
 
         A write to a view that covers a box of the root is one insert into the root; any
-        other view is written back into each base in turn, innermost first. Either way
+        other view is written back into each base in turn, innermost first, a run of
+        views that covers a box of its base as one insert (`x.view(2, 6)[1, 2:4]`: an
+        insert into the view, which is reshaped back into x). Either way
         the root gets one new version and every other view of it is re-derived on read.
         The version is bumped only once the new value exists: reads made while building
         it (the bases of the write-back) see, and are cached as, the old version.
@@ -121,14 +123,22 @@ class _FunctionRewriter:
                        loc: ir.Location) -> ir.Value:
         """The root's new value after writing `value` into the view `alias`."""
         ip = ir.InsertionPoint(op)
-        plan = insert_plan.plan_insert(alias.root.value, alias.chain)
-        if plan is not None:
-            return insert_plan.emit_insert(alias.root.value, value, plan, loc, ip)
-        for depth in range(len(alias.chain) - 1, -1, -1):
-            view = alias.chain[depth]
-            base = self.read(view.operands[0], op)
-            value = views.write_back(view, base, value, loc if depth == 0 else op.location,
-                                     ip)
+        chain, end = alias.chain, len(alias.chain)
+        while end:  # chain[:end] is still to be written back, innermost first
+            for start in range(end):  # the longest run of views that is a box of its base
+                base = alias.root.value if start == 0 else \
+                    self.read(chain[start].operands[0], op)
+                plan = insert_plan.plan_insert(base, chain[start:end])
+                if plan is not None:
+                    value = insert_plan.emit_insert(base, value, plan,
+                                                    loc if start == 0 else op.location, ip)
+                    break
+            else:  # no box ends at this view (a reshape that merges dimensions)
+                start = end - 1
+                base = self.read(chain[start].operands[0], op)
+                value = views.write_back(chain[start], base, value,
+                                         loc if start == 0 else op.location, ip)
+            end = start
         return value
 
     # ----------------------------------------------------------------------------- visit

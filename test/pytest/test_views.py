@@ -538,6 +538,18 @@ def test_index_tensors_on_several_dims_are_one_scatter():
     assert "dense<[[2, 4], [0, 4], [1, 4]]> : tensor<3x2xi64>" in text
 
 
+def test_write_after_a_merging_view_is_an_update_of_that_view():
+    """x.view(2, 6)[1, 2:4]: no box of x, but a box of the view: one dynamic_update_slice
+    of the reshaped x, reshaped back; no scatter with an index per element."""
+    def f(x, v):
+        x.view(2, 6)[1, 2:4] = v
+        x[1:].view(4, 2)[1:3, 1] += v
+
+    text = assert_matches_eager(f, torch.randn(3, 4), torch.randn(2)).stablehlo
+    assert text.count("stablehlo.dynamic_update_slice") == 3
+    assert "scatter" not in text
+
+
 def index_copy_at_positions(cache, k):
     cache.index_copy_(2, torch.tensor([1, 5]), k)
 
