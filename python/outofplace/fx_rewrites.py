@@ -666,8 +666,7 @@ def _roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node],
 def _view_base(node: torch.fx.Node) -> torch.fx.Node | None:
     """The tensor a pure view op views (its `Tensor(a)` operand)."""
     effects = _effects(node)
-    if effects is None or not effects.is_view or effects.written or \
-            effects.result_views >= len(node.args):
+    if effects is None or not effects.is_view or effects.result_views >= len(node.args):
         return None
     base = node.args[effects.result_views]
     return base if isinstance(base, torch.fx.Node) else None
@@ -862,18 +861,12 @@ def _refuse_writes_into_position_reads(graph: torch.fx.Graph) -> None:
     """`x[pos]` with a runtime position is traced as a copy (runtime_positions); eager
     returns a view, so a write into it (or into a view of it) would be lost, unless it
     is stored back at once: `x[pos] += w`."""
-    roots: dict[torch.fx.Node, torch.fx.Node] = {}
-    reads = set()
+    roots, _ = _roots(graph)
+    reads = set(filter(_is_position_read, graph.nodes))
     for node in graph.nodes:
-        if _is_position_read(node):
-            reads.add(node)
         effects = _effects(node)
         if effects is None:
             continue
-        if effects.result_views is not None and effects.result_views < len(node.args) and \
-                isinstance(node.args[effects.result_views], torch.fx.Node):
-            base = node.args[effects.result_views]
-            roots[node] = roots.get(base, base)
         for position in effects.written:
             target = node.args[position] if position < len(node.args) else None
             if not isinstance(target, torch.fx.Node) or \
@@ -901,8 +894,8 @@ def _is_augmented_assignment(read: torch.fx.Node, write: torch.fx.Node) -> bool:
             (store.args[3] if len(store.args) > 3 else store.kwargs.get("accumulate")):
         return False
     value = store.args[2]
-    while value in between and _is_pure_view(value):
-        value = value.args[0]
+    while value in between and _view_base(value) is not None:
+        value = _view_base(value)
     inside = between | {store}
     if value not in (read, write) or set(read.users) - inside - {write} or \
             set(write.users) - inside or any(set(n.users) - inside for n in between):
@@ -923,13 +916,7 @@ def _is_harmless(node: torch.fx.Node) -> bool:
     if node.op == "get_attr" or node.target in _HARMLESS:
         return True
     effects = _effects(node)
-    return effects is not None and (effects.is_autograd_only or
-                                    effects.is_view and not effects.written)
-
-
-def _is_pure_view(node: torch.fx.Node) -> bool:
-    effects = _effects(node)
-    return effects is not None and effects.is_view and not effects.written
+    return effects is not None and (effects.is_autograd_only or effects.is_view)
 
 
 def _same_value(a: Any, b: Any) -> bool:

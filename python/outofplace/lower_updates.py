@@ -110,17 +110,16 @@ def _iota_positions(batch: list[int], strided: list[int], offsets: list[int],
     """Indices `[..., rank]`: offset + iota * stride along the strided dimensions, the
     offset along the others."""
     rank = len(offsets)
-    loc = None
     column = ir.RankedTensorType.get(batch + [1], _i64())
     parts = []
     for d in range(rank):
-        start = _stablehlo("broadcast_in_dim", column, _scalar_constant(_i64(), offsets[d], loc),
+        start = _stablehlo("broadcast_in_dim", column, _scalar_constant(_i64(), offsets[d], None),
                            broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
         if d in strided:
             iota = _stablehlo("iota", column, iota_dimension=ir.IntegerAttr.get(
                 _i64(), strided.index(d)))
             step = _stablehlo("broadcast_in_dim", column,
-                              _scalar_constant(_i64(), strides[d], loc),
+                              _scalar_constant(_i64(), strides[d], None),
                               broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
             start = _stablehlo("add", column, start, _stablehlo("multiply", column, iota,
                                                                  step))
