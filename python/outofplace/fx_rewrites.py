@@ -269,7 +269,8 @@ def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
     if len(masks) > 1 and any(i.meta["val"].dtype == torch.bool for _, i in masks):
         raise UnsupportedMutationError(
             "torch.aten.index_put_", "a bool mask together with other index tensors in "
-            "one index (torch-mlir does not lower it)", location=_source_line(node))
+            "one index (the positions of its trues, as many as the data says, would "
+            "broadcast with the other indices)", location=_source_line(node))
     if len(masks) != 1 or not isinstance(values, torch.fx.Node):
         return None
     k, mask = masks[0]
@@ -497,13 +498,20 @@ def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
         a.shape == b.shape and a.stride() == b.stride()
 
 
+# Operands eager reads in full before writing anything (`x.fill_(x[0, 0])` takes the
+# value with .item()): overlapping what the op writes is harmless.
+_READ_FIRST = {(torch.ops.aten.fill_.Tensor, "value"),
+               (torch.ops.aten.masked_fill_.Tensor, "value"),
+               (torch.ops.aten.index_fill_.int_Tensor, "value")}
+
+
 def _refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
     """Refuses an in-place op that reads memory it writes through another view:
     `x[:, 1:] += x[:, :-1]`, `x.index_put_(i, x.t())`. Eager then runs element by element
     over shared memory, so its result depends on the order it visits elements in (or it
     raises, when it can tell); value semantics would read every operand before writing.
     A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`)
-    is the one overlap with a single meaning."""
+    and a fill value read before the fill (`x.fill_(x[0, 0])`) have a single meaning."""
     for node in graph.nodes:
         effects = _effects(node)
         if effects is None or effects.rebinds_view:
@@ -520,7 +528,8 @@ def _refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
                 if operand is target or not isinstance(read, torch.Tensor) or \
                         _storage(read) != _storage(written) or not _overlaps(written, read):
                     continue
-                if elementwise and _same_layout(written, read):
+                if elementwise and _same_layout(written, read) or \
+                        (node.target, _argument_name(node, operand)) in _READ_FIRST:
                     continue
                 raise UnsupportedMutationError(
                     op_registry.mlir_name(node.target),

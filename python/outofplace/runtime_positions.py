@@ -67,6 +67,8 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
     items = list(index) if isinstance(index, tuple) else [index]
     if not any(is_position(item) for item in items):
         return None
+    # A list of ints (or bools) indexes as the tensor it spells, in eager too.
+    items = [torch.tensor(item) if isinstance(item, list) else item for item in items]
     for item in items:
         if not (is_position(item) or _is_int(item) or _is_index_tensor(item) or
                 isinstance(item, slice) or item is None or item is Ellipsis):

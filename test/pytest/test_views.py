@@ -317,6 +317,13 @@ def through_as_strided_of_a_view(x):
     x[1:].as_strided((3,), (2,), 1).neg_()
 
 
+def fill_from_own_element(x, p):
+    x.fill_(x[1, 1])  # eager reads the value (.item()) before it fills
+    x.masked_fill_(x > 0, x[0, 1])
+    x[p, [0, 2]] = x[[1, 0], p] + 1  # lists index as the tensors they spell
+    return x[[[0], [2]], p]
+
+
 INDEX = torch.tensor([2, 0, 1])  # a captured constant, used by several ops after import
 
 
@@ -344,6 +351,7 @@ def as_strided_read_after_writes(x):
 
 
 CASES = [
+    (fill_from_own_element, (torch.randn(3, 4), torch.tensor(1))),
     (through_as_strided, (torch.arange(6.0),)),
     (through_unfold, (torch.randn(3, 8),)),
     (through_as_strided_of_a_view, (torch.arange(8.0),)),
