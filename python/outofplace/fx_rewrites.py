@@ -38,7 +38,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     _wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)
-    _unfold_as_strided(graph)
+    _strided_views_of_roots(graph)
     _writes_through_strided_views(graph)
     _as_strided_read_at_each_use(graph)
     _refuse_as_strided_of_written(graph)
@@ -726,16 +726,21 @@ def _constant(graph: torch.fx.Graph, value: torch.Tensor) -> torch.fx.Node:
     return node
 
 
-def _unfold_as_strided(graph: torch.fx.Graph) -> None:
-    """`x.unfold(d, size, step)` as the `as_strided` of its root it is (torch-mlir does not
-    lower unfold to StableHLO), so reads and writes take the as_strided paths."""
+def _strided_views_of_roots(graph: torch.fx.Graph) -> None:
+    """Every `as_strided` as the as_strided of its root, at the same storage positions,
+    and `x.unfold(d, size, step)` as the as_strided of its root it is (torch-mlir does
+    not lower unfold to StableHLO): no as_strided then views another, and reads and
+    writes take the as_strided paths below."""
     roots, _ = _roots(graph)
     for node in list(graph.nodes):
-        if node.target is not torch.ops.aten.unfold.default:
+        if node.target not in (torch.ops.aten.unfold.default,
+                               torch.ops.aten.as_strided.default):
             continue
         root = roots.get(node, node.args[0])
         val, root_val = node.meta["val"], root.meta["val"]
         if not root_val.is_contiguous() or _storage(val) != _storage(root_val):
+            if node.target is torch.ops.aten.as_strided.default:
+                continue  # left as it is: it is a view of a copy of its base
             raise UnsupportedMutationError(
                 "torch.aten.unfold", "unfold of a tensor that is not contiguous",
                 location=_source_line(node))
@@ -743,7 +748,9 @@ def _unfold_as_strided(graph: torch.fx.Graph) -> None:
             strided = _call(graph, torch.ops.aten.as_strided.default, root, list(val.shape),
                             list(val.stride()),
                             val.storage_offset() - root_val.storage_offset())
-        strided.meta = {**node.meta, "val": strided.meta["val"], _VIEW_OP: "unfold"}
+        view_op = "unfold" if node.target is torch.ops.aten.unfold.default else \
+            node.meta.get(_VIEW_OP)
+        strided.meta = {**node.meta, "val": strided.meta["val"], _VIEW_OP: view_op}
         node.replace_all_uses_with(strided)
         graph.erase_node(node)
 
@@ -808,8 +815,9 @@ def _as_strided_read_at_each_use(graph: torch.fx.Graph) -> None:
     as_strided, placed right before it: the gather then reads x as it is at the use.
     (Writes were made writes into copies by _writes_through_strided_views.)"""
     roots, written = _roots(graph)
+    erased: set[torch.fx.Node] = set()
     for node in list(graph.nodes):
-        if node.target is not torch.ops.aten.as_strided.default or \
+        if node in erased or node.target is not torch.ops.aten.as_strided.default or \
                 roots.get(node) not in written:
             continue
         closure = _view_closure(node)
@@ -831,9 +839,11 @@ def _as_strided_read_at_each_use(graph: torch.fx.Graph) -> None:
                     return copies[original]
 
                 user.replace_input_with(member, copy(member))
-        for member in reversed(sorted(closure, key=lambda n: list(graph.nodes).index(n))):
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        for member in sorted(closure, key=order.__getitem__, reverse=True):
             if not member.users:
                 graph.erase_node(member)
+                erased.add(member)
 
 
 def _refuse_as_strided_of_written(graph: torch.fx.Graph) -> None:

@@ -313,6 +313,14 @@ def through_unfold(x):
     return u + 0, x.unfold(1, 3, 1).sum(-1)  # overlapping windows, only read
 
 
+def as_strided_of_as_strided(x):
+    v = x.as_strided((4,), (1,), 1).as_strided((2,), (2,), 2)  # storage positions 2, 4
+    r = v + 1
+    x.clamp_(0, 1)
+    v.mul_(3)
+    return r, x[1:].as_strided((2, 2), (2, 1)).as_strided((3,), (1,)) * 2
+
+
 def through_as_strided_of_a_view(x):
     x[1:].as_strided((3,), (2,), 1).neg_()
 
@@ -351,6 +359,7 @@ def as_strided_read_after_writes(x):
 
 
 CASES = [
+    (as_strided_of_as_strided, (torch.randn(6),)),
     (fill_from_own_element, (torch.randn(3, 4), torch.tensor(1))),
     (through_as_strided, (torch.arange(6.0),)),
     (through_unfold, (torch.randn(3, 8),)),
