@@ -12,6 +12,9 @@ puts the result in as a literal, so torch-mlir finds nothing left to fold.
     =>
     %1 = torch.vtensor.literal(dense<[1.0, -0.0]> : tensor<2xf32>)
 
+A `copy` of a constant is that constant, whatever it overwrites: torch-mlir's
+canonicaliser would find it so later, after this pass, and hand its folders the literal.
+
 Random ops and ops without a tensor operand (factories such as `empty`) are left alone.
 """
 
@@ -80,6 +83,9 @@ def _constant(value: ir.Value, known: dict[ir.Value, Any]) -> Any:
         result = ir.StringAttr(op.attributes["value"]).value
     elif op.name == "torch.prim.ListConstruct":
         result = [_constant(v, known) for v in op.operands]
+    elif op.name == "torch_c.from_builtin_tensor" and isinstance(op.operands[0], ir.OpResult) \
+            and op.operands[0].owner.name == "torch_c.to_builtin_tensor":
+        result = _constant(op.operands[0].owner.operands[0], known)  # a round trip
     else:
         raise _Unknown()
     known[value] = result
@@ -102,11 +108,22 @@ def _fold(op: ir.Operation, known: dict[ir.Value, Any]) -> torch.Tensor | None:
     if effects is None or effects.written or \
             torch.Tag.nondeterministic_seeded in effects.overload.tags:
         return None
+    result_type = torch_types.TensorType.of(op.result.type)
+    if op.name == "torch.aten.copy":  # its value is src's, whatever self holds
+        try:
+            src = _constant(op.operands[1], known)
+        except _Unknown:
+            return None
+        if not isinstance(src, torch.Tensor) or result_type.sizes is None:
+            return None
+        try:
+            return _small(torch.empty(result_type.sizes, dtype=result_type.dtype).copy_(src))
+        except RuntimeError:
+            return None
     try:
         values = [_constant(v, known) for v in op.operands]
     except _Unknown:
         return None
-    result_type = torch_types.TensorType.of(op.result.type)
     if not any(isinstance(v, torch.Tensor) for v in values):
         return None
     schema = effects.overload._schema
@@ -124,6 +141,11 @@ def _fold(op: ir.Operation, known: dict[ir.Value, Any]) -> torch.Tensor | None:
     if not isinstance(result, torch.Tensor) or tuple(result.shape) != result_type.sizes \
             or result.dtype != result_type.dtype:
         return None
+    return _small(result)
+
+
+def _small(result: torch.Tensor) -> torch.Tensor | None:
+    """The result, unless it is too large to be worth a literal (splats always are)."""
     if result.numel() > _MAX_ELEMENTS and not bool((result == result.flatten()[0]).all()):
         return None
     return result

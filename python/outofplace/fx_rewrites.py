@@ -730,7 +730,7 @@ def _strided_views_of_roots(graph: torch.fx.Graph) -> None:
     """Every `as_strided` as the as_strided of its root, at the same storage positions,
     and `x.unfold(d, size, step)` as the as_strided of its root it is (torch-mlir does
     not lower unfold to StableHLO): no as_strided then views another, and reads and
-    writes take the as_strided paths below."""
+    writes take the as_strided paths below. Of a one-element root, it is an expand."""
     roots, _ = _roots(graph)
     for node in list(graph.nodes):
         if node.target not in (torch.ops.aten.unfold.default,
@@ -745,9 +745,15 @@ def _strided_views_of_roots(graph: torch.fx.Graph) -> None:
                 "torch.aten.unfold", "unfold of a tensor that is not contiguous",
                 location=_source_line(node))
         with graph.inserting_before(node):
-            strided = _call(graph, torch.ops.aten.as_strided.default, root, list(val.shape),
-                            list(val.stride()),
-                            val.storage_offset() - root_val.storage_offset())
+            if root_val.numel() == 1:  # every element is the one element: torch-mlir's
+                # rewrite of as_strided fails on a 0-d base
+                strided = _call(graph, torch.ops.aten.expand.default, _call(
+                    graph, torch.ops.aten.view.default, root, [1] * val.dim()),
+                    list(val.shape))
+            else:
+                strided = _call(graph, torch.ops.aten.as_strided.default, root,
+                                list(val.shape), list(val.stride()),
+                                val.storage_offset() - root_val.storage_offset())
         view_op = "unfold" if node.target is torch.ops.aten.unfold.default else \
             node.meta.get(_VIEW_OP)
         strided.meta = {**node.meta, "val": strided.meta["val"], _VIEW_OP: view_op}

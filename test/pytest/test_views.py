@@ -332,6 +332,23 @@ def fill_from_own_element(x, p):
     return x[[[0], [2]], p]
 
 
+def constant_copied_in(x, y):
+    # torch-mlir's canonicaliser makes x a literal after these copies, and its folders
+    # crashed (a strided slice, a comparison of float16) or folded sign(0) to 1 on it
+    x[:] = torch.tensor([[0.0, 2.0, -3.0], [4.0, -2.0, 1.0]])
+    x.split(1)[1][:, -1::3] = -1.5
+    y.view(1, 4).copy_(torch.tensor([[-1.0, 0.0, -2.0, 1.0]], dtype=torch.float16))
+    y.mT.sign_()
+    y[:] = 0
+    y.select(0, 0).sign_()
+
+
+def as_strided_of_one_element(x):
+    r = x[None].as_strided((1,), (1,)).clone()
+    x.view(1)[0] = 5
+    return r, x.as_strided((2, 2), (0, 0)) + 1
+
+
 INDEX = torch.tensor([2, 0, 1])  # a captured constant, used by several ops after import
 
 
@@ -359,6 +376,8 @@ def as_strided_read_after_writes(x):
 
 
 CASES = [
+    (constant_copied_in, (torch.zeros(2, 3), torch.ones(1, 4, dtype=torch.float16))),
+    (as_strided_of_one_element, (torch.tensor(2.0),)),
     (as_strided_of_as_strided, (torch.randn(6),)),
     (fill_from_own_element, (torch.randn(3, 4), torch.tensor(1))),
     (through_as_strided, (torch.arange(6.0),)),
