@@ -740,7 +740,7 @@ def _strided_views_of_roots(graph: torch.fx.Graph) -> None:
         val, root_val = node.meta["val"], root.meta["val"]
         if not root_val.is_contiguous() or _storage(val) != _storage(root_val):
             if node.target is torch.ops.aten.as_strided.default:
-                continue  # left as it is: it is a view of a copy of its base
+                continue  # left to the importer's own rewrite of as_strided
             raise UnsupportedMutationError(
                 "torch.aten.unfold", "unfold of a tensor that is not contiguous",
                 location=_source_line(node))
