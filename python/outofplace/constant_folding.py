@@ -12,7 +12,8 @@ puts the result in as a literal, so torch-mlir finds nothing left to fold.
     =>
     %1 = torch.vtensor.literal(dense<[1.0, -0.0]> : tensor<2xf32>)
 
-A `copy` of a constant is that constant, whatever it overwrites: torch-mlir's
+A negative int scalar of an op on floats becomes a float constant, which the folders
+read right. A `copy` of a constant is that constant, whatever it overwrites: torch-mlir's
 canonicaliser would find it so later, after this pass, and hand its folders the literal.
 
 Random ops and ops without a tensor operand (factories such as `empty`) are left alone.
@@ -29,7 +30,7 @@ from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
 from . import op_registry, runtime, torch_types
-from .ir_utils import all_operations, tensor_literal
+from .ir_utils import all_operations, constant_int, tensor_literal, torch_constant
 
 _MAX_ELEMENTS = 1 << 16  # larger results stay computed at run time, unless splats
 _DTYPES = {number: dtype for dtype, number in TORCH_DTYPE_TO_INT.items()}
@@ -151,12 +152,33 @@ def _small(result: torch.Tensor) -> torch.Tensor | None:
     return result
 
 
+def _float_scalars(op: ir.Operation) -> None:
+    """A negative int scalar operand of an op on floats as the float it stands for:
+    torch-mlir's folders read it as unsigned (-2 becomes 2**64 - 2), also in constants
+    they only find after their own decompositions (`masked_fill(x, true, -2)`)."""
+    effects = op_registry.effects(op.name)
+    if effects is None or len(op.results) != 1 or \
+            not torch_types.is_value_tensor(op.result.type):
+        return
+    dtype = torch_types.TensorType.of(op.result.type).dtype
+    if dtype is None or not dtype.is_floating_point:
+        return
+    for position, argument in enumerate(effects.overload._schema.arguments):
+        if position >= len(op.operands) or not isinstance(argument.type, torch.NumberType):
+            continue
+        value = constant_int(op.operands[position])
+        if value is not None and value < 0:
+            op.operands[position] = torch_constant("float", float(value), op.location,
+                                                   ir.InsertionPoint(op))
+
+
 def fold_constants(module: ir.Operation) -> None:
     """Replaces each constant tensor computation by its value, in program order."""
     known: dict[ir.Value, Any] = {}
     for op in all_operations(module):
         if not op.name.startswith("torch.aten.") and not op.name.startswith("torch.prims."):
             continue
+        _float_scalars(op)
         value = _fold(op, known)
         if value is None:
             continue

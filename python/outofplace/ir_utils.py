@@ -43,10 +43,12 @@ def terminator(block: ir.Block) -> ir.Operation:
 
 def torch_constant(kind: str, value: Any, loc: ir.Location, ip: ir.InsertionPoint
                    ) -> ir.Value:
-    """`torch.constant.<kind>` for kind int, bool or none."""
+    """`torch.constant.<kind>` for kind int, float, bool or none."""
     attrs = {}
     if kind == "int":
         attrs["value"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+    elif kind == "float":
+        attrs["value"] = ir.FloatAttr.get(ir.F64Type.get(loc.context), value, loc=loc)
     elif kind == "bool":
         attrs["value"] = ir.BoolAttr.get(value)
     return ir.Operation.create(f"torch.constant.{kind}", results=[ir.Type.parse(

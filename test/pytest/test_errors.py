@@ -379,19 +379,6 @@ def test_mask_with_index_tensor_is_refused() -> None:
                     mask_with_index_tensor.__code__.co_firstlineno + 1)
 
 
-def scatter_reduce_mean(x, i, s):
-    x.scatter_reduce_(0, i, s, reduce="mean")
-
-
-def test_scatter_reduce_mean_is_refused() -> None:
-    with pytest.raises(outofplace.UnsupportedMutationError) as info:
-        outofplace.compile(scatter_reduce_mean, (torch.randn(4), torch.tensor([0, 0, 1]),
-                                                 torch.randn(3)))
-    assert_error_at(info.value, "torch.aten.scatter_reduce_.two", "scatter_reduce with "
-                    "reduce='mean' (sum, prod, amax and amin are supported)",
-                    scatter_reduce_mean.__code__.co_firstlineno + 1)
-
-
 def stale_position_read(x, pos):
     r = x[:, pos]
     x.neg_()  # eager's r, a view, shows this; a copy would not

@@ -343,6 +343,13 @@ def constant_copied_in(x, y):
     y.select(0, 0).sign_()
 
 
+def negative_int_fill_through_a_constant_mask(x):
+    # torch-mlir turns this into a constant after its own decompositions, reading -2 as
+    # 2**64 - 2: negative int scalars of float ops are made floats first
+    x.split(3)[0].masked_fill_(torch.tensor(True), -2)  # the whole of x
+    x.addcmul_(x, torch.tensor([-1.0, 2.0, 1.0]), value=-1)
+
+
 def as_strided_of_one_element(x):
     r = x[None].as_strided((1,), (1,)).clone()
     x.view(1)[0] = 5
@@ -364,6 +371,13 @@ def index_tensors_accumulate_duplicates(x, v):
     x.index_put_((torch.tensor([1, 1, 0]), INDEX.expand(2, 3)), v, accumulate=True)
 
 
+def scatter_reduce_mean(x, i, s):
+    x.scatter_reduce_(1, i, s, reduce="mean")  # integer x: floor division, as eager
+    y = x[:, :2].clone()
+    y.scatter_reduce_(0, i[:, :2], s[:, :2] * 3, reduce="mean", include_self=False)
+    return y, x.scatter_reduce(0, i, s, "mean", include_self=False)
+
+
 def as_strided_read_after_writes(x):
     # torch-mlir imports as_strided as a gather where it stands; each use gets its own,
     # so reads see the writes made since the view was taken.
@@ -376,6 +390,11 @@ def as_strided_read_after_writes(x):
 
 
 CASES = [
+    (negative_int_fill_through_a_constant_mask, (torch.randn(3),)),
+    (scatter_reduce_mean, (torch.randn(3, 4), torch.tensor([[0, 1, 0], [2, 2, 1]]),
+                           torch.randn(2, 3))),
+    (scatter_reduce_mean, (torch.randint(-9, 9, (3, 4)), torch.tensor([[0, 1, 0], [2, 2, 1]]),
+                           torch.randint(-9, 9, (2, 3)))),
     (constant_copied_in, (torch.zeros(2, 3), torch.ones(1, 4, dtype=torch.float16))),
     (as_strided_of_one_element, (torch.tensor(2.0),)),
     (as_strided_of_as_strided, (torch.randn(6),)),
