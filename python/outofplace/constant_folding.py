@@ -16,7 +16,8 @@ A negative int scalar of an op on floats becomes a float constant, which the fol
 read right. A `copy` of a constant is that constant, whatever it overwrites: torch-mlir's
 canonicaliser would find it so later, after this pass, and hand its folders the literal.
 
-Random ops and ops without a tensor operand (factories such as `empty`) are left alone.
+Factories of values (`zeros`, `full`, `arange`, ...) fold too; random ops and `empty`
+are left alone.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ from .ir_utils import all_operations, constant_int, tensor_literal, torch_consta
 
 _MAX_ELEMENTS = 1 << 16  # larger results stay computed at run time, unless splats
 _DTYPES = {number: dtype for dtype, number in TORCH_DTYPE_TO_INT.items()}
+
+
+# Ops without tensor operands that make a constant (torch-mlir's folders would meet it
+# after this pass: `torch.zeros(2).sign_()` folded to ones). `empty` holds no values.
+_FACTORIES = frozenset({"zeros", "ones", "full", "arange", "scalar_tensor", "zeros_like",
+                        "ones_like", "full_like", "new_zeros", "new_ones", "new_full", "eye",
+                        "linspace"})
 
 
 class _Unknown(Exception):
@@ -125,7 +133,8 @@ def _fold(op: ir.Operation, known: dict[ir.Value, Any]) -> torch.Tensor | None:
         values = [_constant(v, known) for v in op.operands]
     except _Unknown:
         return None
-    if not any(isinstance(v, torch.Tensor) for v in values):
+    if not any(isinstance(v, torch.Tensor) for v in values) and \
+            effects.overload._schema.name.split("::")[1] not in _FACTORIES:
         return None
     schema = effects.overload._schema
     positional, keywords = [], {}

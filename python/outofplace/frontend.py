@@ -63,6 +63,11 @@ _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
                    DynamicOutputShapeException)
 
 
+# What tracing raises for a write into an expanded view that eager let through (a copy
+# of a tensor onto itself returns early in eager).
+_INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a single memory"
+
+
 def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     """Traces `f` to ATen with its mutations and views kept."""
     if isinstance(f, ExportedProgram):
@@ -95,6 +100,14 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
             "torch.export", "a value read from a tensor's data decides a shape, an index "
             f"or a branch here ({type(error).__name__}); outofplace compiles programs "
             "whose shapes and control flow do not depend on the data",
+            location=user_line(frames)) from error
+    except RuntimeError as error:
+        if _INTERNAL_OVERLAP not in str(error):
+            raise
+        frames = traceback.extract_tb(error.__traceback__)
+        raise UnsupportedMutationError(
+            "torch.export", "writing into a tensor whose elements share memory (an "
+            "expanded view), which tracing refuses as eager refuses most such writes",
             location=user_line(frames)) from error
     finally:
         for hook in hooks:

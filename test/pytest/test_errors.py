@@ -448,3 +448,15 @@ def test_operand_overlapping_what_is_written_is_refused(f, args, op, operand) ->
 def test_operands_disjoint_from_what_is_written_are_compiled() -> None:
     from differential import assert_matches_eager
     assert_matches_eager(disjoint_rows, torch.randn(3, 4))
+
+
+def copy_onto_itself_through_expand(x):
+    x.expand(2, -1).copy_(x.expand(2, -1))  # eager returns early: src is dst
+
+
+def test_write_into_expanded_view_that_tracing_rejects_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(copy_onto_itself_through_expand, (torch.randn(3),))
+    assert_error_at(info.value, "torch.export", "writing into a tensor whose elements share "
+                    "memory (an expanded view), which tracing refuses as eager refuses most "
+                    "such writes", copy_onto_itself_through_expand.__code__.co_firstlineno + 1)

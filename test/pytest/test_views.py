@@ -350,6 +350,13 @@ def negative_int_fill_through_a_constant_mask(x):
     x.addcmul_(x, torch.tensor([-1.0, 2.0, 1.0]), value=-1)
 
 
+def sign_of_zeros(x):
+    t = torch.zeros(2)  # a factory torch-mlir would fold, then fold sign(0) to 1
+    t.contiguous().sign_()
+    x[1] = t[0]
+    return t
+
+
 def as_strided_of_one_element(x):
     r = x[None].as_strided((1,), (1,)).clone()
     x.view(1)[0] = 5
@@ -390,6 +397,7 @@ def as_strided_read_after_writes(x):
 
 
 CASES = [
+    (sign_of_zeros, (torch.randn(2),)),
     (negative_int_fill_through_a_constant_mask, (torch.randn(3),)),
     (scatter_reduce_mean, (torch.randn(3, 4), torch.tensor([[0, 1, 0], [2, 2, 1]]),
                            torch.randn(2, 3))),
