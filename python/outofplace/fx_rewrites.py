@@ -758,6 +758,14 @@ def _strided_views_of_roots(graph: torch.fx.Graph) -> None:
             continue
         root = roots.get(node, node.args[0])
         val, root_val = node.meta["val"], root.meta["val"]
+        base = node.args[0]
+        while isinstance(base, torch.fx.Node) and base is not root:
+            if base.meta["val"].numel() == 0:  # tracing may place it elsewhere than eager
+                raise UnsupportedMutationError(
+                    op_registry.mlir_name(node.target), "of a view without elements: "
+                    "where it starts in storage is not known while tracing",
+                    location=_source_line(node))
+            base = _view_base(base)
         if not root_val.is_contiguous() or _storage(val) != _storage(root_val):
             if node.target is torch.ops.aten.as_strided.default:
                 continue  # left to the importer's own rewrite of as_strided

@@ -460,3 +460,15 @@ def test_write_into_expanded_view_that_tracing_rejects_is_refused() -> None:
     assert_error_at(info.value, "torch.export", "writing into a tensor whose elements share "
                     "memory (an expanded view), which tracing refuses as eager refuses most "
                     "such writes", copy_onto_itself_through_expand.__code__.co_firstlineno + 1)
+
+
+def as_strided_of_an_empty_view(x):
+    x.diagonal(1)[:, :0].as_strided((1,), (1,)).fill_(2.5)  # tracing misplaced its start
+
+
+def test_as_strided_of_an_empty_view_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(as_strided_of_an_empty_view, (torch.zeros(3, 1, 4),))
+    assert_error_at(info.value, "torch.aten.as_strided", "of a view without elements: where "
+                    "it starts in storage is not known while tracing",
+                    as_strided_of_an_empty_view.__code__.co_firstlineno + 1)
