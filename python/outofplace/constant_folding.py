@@ -39,8 +39,7 @@ _DTYPES = {number: dtype for dtype, number in TORCH_DTYPE_TO_INT.items()}
 
 # Ops without tensor operands that make a constant (torch-mlir's folders would meet it
 # after this pass: `torch.zeros(2).sign_()` folded to ones). `empty` holds no values.
-_FACTORIES = frozenset({"zeros", "ones", "full", "arange", "scalar_tensor", "zeros_like",
-                        "ones_like", "full_like", "new_zeros", "new_ones", "new_full", "eye",
+_FACTORIES = frozenset({"zeros", "ones", "full", "arange", "scalar_tensor", "eye",
                         "linspace"})
 
 
