@@ -2,8 +2,9 @@
 
 Four columns per pattern and cache size:
 - outofplace: `outofplace.compile(f, args).stablehlo` compiled with jaxlib's CPU client
-  (as `outofplace.xla.CpuExecutable` does) and executed in a loop, each step's aliased
-  result buffer fed back as the next step's cache, never copied through numpy;
+  by `outofplace.xla.compile_for_cpu` (as `outofplace.xla.CpuExecutable` does) and
+  executed in a loop, each step's aliased result buffer fed back as the next step's
+  cache, never copied through numpy;
 - torch-mlir: `torch_mlir.fx.export_and_import(..., output_type="stablehlo")` compiled and
   run the same way (no aliases: every step makes a new cache);
 - JAX: `jax.jit(update, donate_argnums=0)` of JAX's own `c.at[...].set(...)`, and the
@@ -152,17 +153,15 @@ class XlaCpu:
     def __init__(self) -> None:
         jax = _jax()
         from jax._src import xla_bridge
-        from jax._src.lib import xla_client
 
         self.jax = jax
         self.backend = xla_bridge.get_backend("cpu")
         self.device = self.backend.local_devices()[0]
-        self._xla_client = xla_client
 
     def compile(self, stablehlo: str) -> Any:
-        return self.backend.compile_and_load(
-            stablehlo, self._xla_client.DeviceList((self.device,)),
-            self._xla_client.CompileOptions())
+        from outofplace.xla import compile_for_cpu
+
+        return compile_for_cpu(stablehlo)
 
     def put(self, array: np.ndarray) -> Any:
         return self.jax.device_put(array, self.device)

@@ -153,7 +153,7 @@ def _emitted_section(w: Any, rows: list[emitted.Row], floor: dict[str, float]) -
     w("Each step runs one update of a float32 cache on XLA:CPU (jaxlib's CPU client), the "
       "cache kept on the device and fed back step after step:\n")
     w("- **outofplace**: `outofplace.compile(f, args).stablehlo`, compiled with "
-      "`compile_and_load` like `outofplace.xla.CpuExecutable`, run with the executable's "
+      "`outofplace.xla.compile_for_cpu` (what `outofplace.xla.CpuExecutable` uses), run with the executable's "
       "`execute`; the aliased result buffer is the next step's cache (the donated input is "
       "checked to be deleted after every step; no copy through numpy).")
     w("- **torch-mlir**: `torch_mlir.fx.export_and_import(module, *args, "

@@ -3,6 +3,12 @@
 Compiling the StableHLO text with XLA turns `tf.aliasing_output` into the HLO module's
 `input_output_alias`, so the buffers of mutated arguments are donated: XLA updates a
 KV cache in place instead of copying it.
+
+XLA:CPU (jaxlib 0.10.2) can fuse a read of a buffer into the dynamic-update-slice that
+updates that buffer in place when the two reach it through different bitcasts, and then
+overwrites elements before it reads them (plain JAX programs hit it too; the example is in
+docs/reliability.md). `compile_for_cpu` looks for such a fusion in the optimized HLO and,
+when it finds one, compiles again without the fusion pass.
 """
 
 from __future__ import annotations
@@ -43,18 +49,69 @@ def hlo_module_proto(stablehlo: str) -> bytes:
     return computation.as_serialized_hlo_module_proto()
 
 
+def compile_for_cpu(stablehlo: str) -> Any:
+    """The loaded XLA:CPU executable of a StableHLO module, safe from the misfusion above."""
+    _jax()
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client
+
+    backend = xla_bridge.get_backend("cpu")
+    devices = xla_client.DeviceList((backend.local_devices()[0],))
+    executable = backend.compile_and_load(stablehlo, devices, xla_client.CompileOptions())
+    if not any(_reads_updated_buffer_through_another_alias(module)
+               for module in executable.hlo_modules()):
+        return executable
+    options = xla_client.CompileOptions()
+    options.env_option_overrides = [("xla_disable_hlo_passes", "fusion")]
+    return backend.compile_and_load(stablehlo, devices, options)
+
+
+def _reads_updated_buffer_through_another_alias(module: Any) -> bool:
+    """Whether a fused in-place update's buffer is also read through another bitcast of it.
+
+    In a fusion, a dynamic-update-slice or scatter whose operand is (a chain of bitcasts
+    of) a parameter writes that parameter's buffer in place. XLA's fusion pass checks the
+    other users of that operand itself; users of the parameter or of another bitcast of
+    it are reads of the same memory it does not check.
+    """
+    from jax._src.lib import xla_client
+
+    opcode = xla_client.hlo.HloOpcode
+    unfused = {computation.name for computation in module.make_nonfusion_computations()}
+    for computation in module.computations():
+        if computation.name in unfused:
+            continue
+        for update in computation.instructions():
+            if update.opcode not in (opcode.kDynamicUpdateSlice, opcode.kScatter):
+                continue
+            target = update.operands()[0]
+            path = [target]
+            while path[-1].opcode == opcode.kBitcast:
+                path.append(path[-1].operands()[0])
+            if path[-1].opcode != opcode.kParameter:
+                continue
+            on_path = {op.name for op in path}
+            aliases = list(path[1:])
+            while aliases:
+                alias = aliases.pop()
+                for user in alias.users():
+                    if user.name in on_path:
+                        continue
+                    if user.opcode != opcode.kBitcast:
+                        return True
+                    aliases.append(user)
+    return False
+
+
 class CpuExecutable:
     """A StableHLO module compiled once for XLA:CPU."""
 
     def __init__(self, stablehlo: str) -> None:
-        jax = _jax()
         from jax._src import xla_bridge
-        from jax._src.lib import xla_client
 
-        self._jax = jax
+        self._jax = _jax()
         self._device = xla_bridge.get_backend("cpu").local_devices()[0]
-        self._executable = xla_bridge.get_backend("cpu").compile_and_load(
-            stablehlo, xla_client.DeviceList((self._device,)), xla_client.CompileOptions())
+        self._executable = compile_for_cpu(stablehlo)
 
     def __call__(self, inputs: list[torch.Tensor], result_dtypes: list[torch.dtype]
                  ) -> list[torch.Tensor]:

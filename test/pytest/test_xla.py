@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import outofplace
+from outofplace import xla
 
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
@@ -111,10 +112,8 @@ def expected_aliases(compiled: outofplace.Compiled) -> list[dict]:
 def run_on_xla_cpu(compiled: outofplace.Compiled, inputs: list[torch.Tensor]):
     """Compiles the StableHLO text with XLA:CPU and runs it; returns the results and the
     device arrays of the inputs (to see which XLA donated)."""
-    client = xla_bridge.get_backend("cpu")
-    device = client.local_devices()[0]
-    executable = client.compile_and_load(
-        compiled.stablehlo, xla_client.DeviceList((device,)), xla_client.CompileOptions())
+    device = xla_bridge.get_backend("cpu").local_devices()[0]
+    executable = xla.compile_for_cpu(compiled.stablehlo)
     arrays = [jax.device_put(t.numpy(), device) for t in inputs]
     results = executable.execute(arrays)
     return [torch.from_numpy(np.asarray(r).copy()) for r in results], arrays, executable
@@ -248,3 +247,39 @@ def test_tensor_constant_runs_on_xla_cpu_like_eager() -> None:
     expected = add_constant_row(eager_cache, x.clone())
     assert_same_tree(results[0], expected, "output")
     assert_same_tree(results[compiled.io_map[0]], eager_cache, "cache after the call")
+
+
+def update_reading_through_a_reshape(x):
+    x[:, 2, :] = 0.5
+    x.view(-1, 4)[5:] += 1
+    x[:, :, 3] = x[0].t() * 2
+
+
+def plain_xla_cpu_executable(stablehlo: str):
+    client = xla_bridge.get_backend("cpu")
+    return client.compile_and_load(stablehlo, xla_client.DeviceList(tuple(client.local_devices()[:1])),
+                                   xla_client.CompileOptions())
+
+
+def test_update_reading_its_buffer_through_a_reshape_runs_like_eager() -> None:
+    """XLA:CPU's fusion pass fuses the read of x[0] into the in-place update of x[:, :, 3]
+    because the two reach x through different bitcasts, and the update overwrites x[0, :, 3]
+    before it reads it. compile_for_cpu sees the fusion and compiles without it."""
+    x = torch.arange(48.0).reshape(4, 3, 4)
+    compiled = outofplace.compile(update_reading_through_a_reshape, [x.clone()])
+    plain = plain_xla_cpu_executable(compiled.stablehlo)
+    assert any(xla._reads_updated_buffer_through_another_alias(m) for m in plain.hlo_modules())
+
+    results, _, _ = run_on_xla_cpu(compiled, [x.clone()])
+    expected = x.clone()
+    update_reading_through_a_reshape(expected)
+    assert_same_tree(results[compiled.io_map[0]], expected, "x after the call")
+
+
+def test_kv_cache_updates_keep_xla_fusion() -> None:
+    """The check does not fire on the usual in-place updates: they keep XLA's fusions."""
+    cache, x = torch.randn(4, 8), torch.randn(4, 8)
+    compiled = outofplace.compile(step, [cache.clone(), x.clone()])
+    plain = plain_xla_cpu_executable(compiled.stablehlo)
+    assert not any(xla._reads_updated_buffer_through_another_alias(m)
+                   for m in plain.hlo_modules())
