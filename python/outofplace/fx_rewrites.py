@@ -5,10 +5,7 @@ known here:
 - an op the schema calls a view (`contiguous`, `reshape`, `to`) may have copied;
 - the elements of a list view (`split`, `chunk`, `unbind`) are views at offsets the
   fake tensors know, expressed here as `slice` / `select` of the base;
-- torch-mlir's importer turns `as_strided` into a gather (a copy), so the as_strided of
-  a written root is re-taken at each read, and a write through it lands in a copy
-  scattered back at the positions of its elements, which the fake tensors know
-  (`unfold` takes the same paths, as the as_strided it is);
+- torch-mlir's importer turns `as_strided` into a gather (a copy): strided_views;
 - whether an operand of an in-place op overlaps what the op writes.
 """
 
@@ -16,15 +13,16 @@ from __future__ import annotations
 
 import bisect
 import operator
-import re
 from typing import Any, Callable
 
 import torch
 import torch.fx
-from torch.multiprocessing.reductions import StorageWeakRef
 
-from . import op_registry
+from . import op_registry, strided_views
 from .errors import UnsupportedMutationError
+from .fx_graph import (
+    call, element_offsets, fake_mode_of, is_list_view, op_effects, source_line,
+    storage_of, view_base, view_roots)
 
 
 def rewrite(graph: torch.fx.Graph) -> None:
@@ -38,25 +36,20 @@ def rewrite(graph: torch.fx.Graph) -> None:
     _wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)
-    _strided_views_of_roots(graph)
-    _writes_through_strided_views(graph)
-    _as_strided_read_at_each_use(graph)
-    _refuse_as_strided_of_written(graph)
-
-
-def _fake_mode(graph: torch.fx.Graph) -> torch._subclasses.FakeTensorMode:
-    return next(n.meta["val"].fake_mode for n in graph.nodes
-                if isinstance(n.meta.get("val"), torch._subclasses.FakeTensor))
+    strided_views.strided_views_of_roots(graph)
+    strided_views.writes_through_strided_views(graph)
+    strided_views.as_strided_read_at_each_use(graph)
+    strided_views.refuse_as_strided_of_written(graph)
 
 
 def _fake_constants(graph: torch.fx.Graph) -> None:
     """Gives each constant (`get_attr`) the fake value every other node has."""
     constants = [n for n in graph.nodes if n.op == "get_attr" and "val" not in n.meta]
     if constants:
-        fake_mode = _fake_mode(graph)
+        fake_mode = fake_mode_of(graph)
         for node in constants:
             node.meta["val"] = fake_mode.from_tensor(getattr(graph.owning_module, node.target),
-                                                    static_shapes=True)
+                                                     static_shapes=True)
 
 
 Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
@@ -124,7 +117,7 @@ def _index_add(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     self, dim, index, source = node.args[:4]
     alpha = node.args[4] if len(node.args) > 4 else node.kwargs.get("alpha", 1)
     if alpha != 1:
-        source = _call(graph, torch.ops.aten.mul.Scalar, source, alpha)
+        source = call(graph, torch.ops.aten.mul.Scalar, source, alpha)
     return graph.call_function(torch.ops.aten.index_put_.default,
                                (self, _indices_at(node, dim, index), source, True))
 
@@ -137,11 +130,11 @@ def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     self."""
     self, first, second = node.args[:3]
     value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value", 1)
-    scaled = _call(graph, torch.ops.aten.mul.Scalar, first, value)
+    scaled = call(graph, torch.ops.aten.mul.Scalar, first, value)
     combine = torch.ops.aten.mul.Tensor if node.target in (
         torch.ops.aten.addcmul_.default, torch.ops.aten.addcmul.default) \
         else torch.ops.aten.div.Tensor
-    term = _call(graph, combine, scaled, second)
+    term = call(graph, combine, scaled, second)
     inplace = node.target in (torch.ops.aten.addcmul_.default,
                               torch.ops.aten.addcdiv_.default)
     add = torch.ops.aten.add_.Tensor if inplace else torch.ops.aten.add.Tensor
@@ -162,20 +155,20 @@ def _scatter_reduce_mean(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
     include_self = node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)
     if reduce != "mean":
         return None
-    total = _call(graph, torch.ops.aten.scatter_reduce.two, self, dim, index, src, "sum",
-                  include_self=include_self)
+    total = call(graph, torch.ops.aten.scatter_reduce.two, self, dim, index, src, "sum",
+                 include_self=include_self)
     start = torch.ops.aten.ones_like.default if include_self else \
         torch.ops.aten.zeros_like.default
-    count = _call(graph, torch.ops.aten.scatter_add.default, _call(graph, start, self), dim,
-                  index, _call(graph, torch.ops.aten.ones_like.default, src,
-                               dtype=self.meta["val"].dtype))
-    count = _call(graph, torch.ops.aten.clamp_min.default, count, 1)
+    count = call(graph, torch.ops.aten.scatter_add.default, call(graph, start, self), dim,
+                 index, call(graph, torch.ops.aten.ones_like.default, src,
+                             dtype=self.meta["val"].dtype))
+    count = call(graph, torch.ops.aten.clamp_min.default, count, 1)
     if self.meta["val"].is_floating_point():
-        mean = _call(graph, torch.ops.aten.div.Tensor, total, count)
+        mean = call(graph, torch.ops.aten.div.Tensor, total, count)
     else:
-        mean = _call(graph, torch.ops.aten.div.Tensor_mode, total, count, rounding_mode="floor")
+        mean = call(graph, torch.ops.aten.div.Tensor_mode, total, count, rounding_mode="floor")
     if node.target is torch.ops.aten.scatter_reduce_.two:
-        return _call(graph, torch.ops.aten.copy_.default, self, mean)
+        return call(graph, torch.ops.aten.copy_.default, self, mean)
     return mean
 
 
@@ -202,7 +195,7 @@ def _squeeze_dims(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     rank = max(self.meta["val"].dim(), 1)
     result = self
     for dim in sorted({d % rank for d in dims}, reverse=True):
-        result = _call(graph, torch.ops.aten.squeeze.dim, result, dim)
+        result = call(graph, torch.ops.aten.squeeze.dim, result, dim)
     return result
 
 
@@ -216,11 +209,11 @@ _BITWISE = {"__iand__": "bitwise_and_", "__ior__": "bitwise_or_", "__ixor__": "b
 def _scalar_tensor(graph: torch.fx.Graph, value: Any) -> torch.fx.Node:
     """A 0-d tensor for a Python scalar operand; it promotes like the scalar does."""
     if isinstance(value, bool):  # the importer has no bool scalar_tensor: int != 0
-        number = _call(graph, torch.ops.aten.scalar_tensor.default, int(value),
-                       dtype=torch.int64)
-        return _call(graph, torch.ops.aten.ne.Scalar, number, 0)
+        number = call(graph, torch.ops.aten.scalar_tensor.default, int(value),
+                      dtype=torch.int64)
+        return call(graph, torch.ops.aten.ne.Scalar, number, 0)
     dtype = torch.int64 if isinstance(value, int) else torch.get_default_dtype()
-    return _call(graph, torch.ops.aten.scalar_tensor.default, value, dtype=dtype)
+    return call(graph, torch.ops.aten.scalar_tensor.default, value, dtype=dtype)
 
 
 def _scalars_as_tensors(graph: torch.fx.Graph) -> None:
@@ -262,19 +255,6 @@ def _scalars_as_tensors(graph: torch.fx.Graph) -> None:
         graph.erase_node(node)
 
 
-def _call(graph: torch.fx.Graph, target: torch._ops.OpOverload, *args: Any,
-          **kwargs: Any) -> torch.fx.Node:
-    """A new node with its fake value, which the importer reads its type from."""
-    node = graph.call_function(target, args, kwargs)
-    fake_mode = next((v.meta["val"].fake_mode for v in node.all_input_nodes
-                      if isinstance(v.meta.get("val"), torch._subclasses.FakeTensor)),
-                     None) or torch._guards.detect_fake_mode() or _fake_mode(graph)
-    fake_args = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
-    with fake_mode:
-        node.meta["val"] = target(*fake_args[0], **fake_args[1])
-    return node
-
-
 @_decomposes(torch.ops.aten.index_put_.default)
 def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
                          ) -> torch.fx.Node | None:
@@ -290,7 +270,7 @@ def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
         raise UnsupportedMutationError(
             "torch.aten.index_put_", "a bool mask together with other index tensors in "
             "one index (the positions of its trues, as many as the data says, would "
-            "broadcast with the other indices)", location=_source_line(node))
+            "broadcast with the other indices)", location=source_line(node))
     if len(masks) != 1 or not isinstance(values, torch.fx.Node):
         return None
     k, mask = masks[0]
@@ -300,28 +280,28 @@ def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
     if values.meta["val"].numel() == 0:  # eager accepted it: the mask selects nothing
         return graph.call_function(torch.ops.aten.alias.default, (self,))
     before, after = list(self_val.shape[:k]), list(self_val.shape[k + mask_val.dim():])
-    values = _call(graph, torch.ops.aten.to.dtype, values, self_val.dtype)
+    values = call(graph, torch.ops.aten.to.dtype, values, self_val.dtype)
     rows_dim = len(before)  # where the masked elements are counted in b[mask]
     wide = [1] * (len(before) + 1 + len(after) - values.meta["val"].dim()) + \
         list(values.meta["val"].shape)
-    values = _call(graph, torch.ops.aten.view.default, values, wide)
+    values = call(graph, torch.ops.aten.view.default, values, wide)
     if wide[rows_dim] == 1:
-        picked = _call(graph, torch.ops.aten.view.default, values,
-                       wide[:rows_dim] + [1] * mask_val.dim() + wide[rows_dim + 1:])
+        picked = call(graph, torch.ops.aten.view.default, values,
+                      wide[:rows_dim] + [1] * mask_val.dim() + wide[rows_dim + 1:])
     else:
-        flat = _call(graph, torch.ops.aten.view.default, mask, [-1])
-        count = _call(graph, torch.ops.aten.cumsum.default, flat, 0, dtype=torch.int64)
-        position = _call(graph, torch.ops.aten.clamp_min.default,
-                         _call(graph, torch.ops.aten.sub.Scalar, count, 1), 0)
-        rows = _call(graph, torch.ops.aten.index_select.default, values, rows_dim, position)
-        picked = _call(graph, torch.ops.aten.view.default, rows,
-                       wide[:rows_dim] + list(mask_val.shape) + wide[rows_dim + 1:])
+        flat = call(graph, torch.ops.aten.view.default, mask, [-1])
+        count = call(graph, torch.ops.aten.cumsum.default, flat, 0, dtype=torch.int64)
+        position = call(graph, torch.ops.aten.clamp_min.default,
+                        call(graph, torch.ops.aten.sub.Scalar, count, 1), 0)
+        rows = call(graph, torch.ops.aten.index_select.default, values, rows_dim, position)
+        picked = call(graph, torch.ops.aten.view.default, rows,
+                      wide[:rows_dim] + list(mask_val.shape) + wide[rows_dim + 1:])
     if accumulate:
-        picked = _call(graph, torch.ops.aten.add.Tensor, self, picked)
-    cond = _call(graph, torch.ops.aten.view.default, mask,
-                 list(mask_val.shape) + [1] * len(after))
-    new = _call(graph, torch.ops.aten.where.self, cond, picked, self)
-    return _call(graph, torch.ops.aten.copy_.default, self, new)
+        picked = call(graph, torch.ops.aten.add.Tensor, self, picked)
+    cond = call(graph, torch.ops.aten.view.default, mask,
+                list(mask_val.shape) + [1] * len(after))
+    new = call(graph, torch.ops.aten.where.self, cond, picked, self)
+    return call(graph, torch.ops.aten.copy_.default, self, new)
 
 
 @_decomposes(torch.ops.aten.batch_norm.default)
@@ -342,25 +322,25 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
     dims = [0, *range(2, x_val.dim())]
     per_channel = [1, channels] + [1] * (x_val.dim() - 2)
     count = x_val.numel() // channels
-    mean = _call(graph, torch.ops.aten.mean.dim, x, dims, True)
-    var = _call(graph, torch.ops.aten.var.correction, x, dims, correction=0, keepdim=True)
-    invstd = _call(graph, torch.ops.aten.rsqrt.default,
-                   _call(graph, torch.ops.aten.add.Scalar, var, eps))
-    out = _call(graph, torch.ops.aten.mul.Tensor,
-                _call(graph, torch.ops.aten.sub.Tensor, x, mean), invstd)
+    mean = call(graph, torch.ops.aten.mean.dim, x, dims, True)
+    var = call(graph, torch.ops.aten.var.correction, x, dims, correction=0, keepdim=True)
+    invstd = call(graph, torch.ops.aten.rsqrt.default,
+                  call(graph, torch.ops.aten.add.Scalar, var, eps))
+    out = call(graph, torch.ops.aten.mul.Tensor,
+               call(graph, torch.ops.aten.sub.Tensor, x, mean), invstd)
     if weight is not None:
-        out = _call(graph, torch.ops.aten.mul.Tensor, out,
-                    _call(graph, torch.ops.aten.view.default, weight, per_channel))
+        out = call(graph, torch.ops.aten.mul.Tensor, out,
+                   call(graph, torch.ops.aten.view.default, weight, per_channel))
     if bias is not None:
-        out = _call(graph, torch.ops.aten.add.Tensor, out,
-                    _call(graph, torch.ops.aten.view.default, bias, per_channel))
+        out = call(graph, torch.ops.aten.add.Tensor, out,
+                   call(graph, torch.ops.aten.view.default, bias, per_channel))
     for running, batch, scale in ((running_mean, mean, 1.0),
                                   (running_var, var, count / max(count - 1, 1))):
-        batch = _call(graph, torch.ops.aten.view.default, batch, [channels])
-        update = _call(graph, torch.ops.aten.add.Tensor,
-                       _call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
-                       _call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
-        _call(graph, torch.ops.aten.copy_.default, running, update)
+        batch = call(graph, torch.ops.aten.view.default, batch, [channels])
+        update = call(graph, torch.ops.aten.add.Tensor,
+                      call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
+                      call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
+        call(graph, torch.ops.aten.copy_.default, running, update)
     return out
 
 
@@ -381,23 +361,23 @@ def _attention(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     q_val, k_val = q.meta["val"], k.meta["val"]
     if gqa and q_val.dim() >= 3 and q_val.shape[-3] != k_val.shape[-3]:
         repeats = q_val.shape[-3] // k_val.shape[-3]
-        k = _call(graph, torch.ops.aten.repeat_interleave.self_int, k, repeats, -3)
-        v = _call(graph, torch.ops.aten.repeat_interleave.self_int, v, repeats, -3)
+        k = call(graph, torch.ops.aten.repeat_interleave.self_int, k, repeats, -3)
+        v = call(graph, torch.ops.aten.repeat_interleave.self_int, v, repeats, -3)
     scale = scale if scale is not None else 1.0 / float(q_val.shape[-1]) ** 0.5
-    scores = _call(graph, torch.ops.aten.mul.Scalar, _call(
+    scores = call(graph, torch.ops.aten.mul.Scalar, call(
         graph, torch.ops.aten.matmul.default, q,
-        _call(graph, torch.ops.aten.transpose.int, k, -2, -1)), scale)
+        call(graph, torch.ops.aten.transpose.int, k, -2, -1)), scale)
     if causal:
         length, source = q_val.shape[-2], k_val.shape[-2]
-        ones = _call(graph, torch.ops.aten.ones.default, [length, source], dtype=torch.bool)
-        mask = _call(graph, torch.ops.aten.tril.default, ones)
+        ones = call(graph, torch.ops.aten.ones.default, [length, source], dtype=torch.bool)
+        mask = call(graph, torch.ops.aten.tril.default, ones)
     if mask is not None and mask.meta["val"].dtype == torch.bool:
-        scores = _call(graph, torch.ops.aten.masked_fill.Scalar, scores,
-                       _call(graph, torch.ops.aten.logical_not.default, mask), float("-inf"))
+        scores = call(graph, torch.ops.aten.masked_fill.Scalar, scores,
+                      call(graph, torch.ops.aten.logical_not.default, mask), float("-inf"))
     elif mask is not None:
-        scores = _call(graph, torch.ops.aten.add.Tensor, scores, mask)
-    weights = _call(graph, torch.ops.aten._softmax.default, scores, -1, False)
-    return _call(graph, torch.ops.aten.matmul.default, weights, v)
+        scores = call(graph, torch.ops.aten.add.Tensor, scores, mask)
+    weights = call(graph, torch.ops.aten._softmax.default, scores, -1, False)
+    return call(graph, torch.ops.aten.matmul.default, weights, v)
 
 
 @_decomposes(torch.ops.aten.remainder.Tensor, torch.ops.aten.remainder.Scalar,
@@ -410,25 +390,25 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     """
     a, b = node.args[:2]
     if isinstance(b, torch.fx.Node):
-        r = _call(graph, torch.ops.aten.fmod.Tensor, a, b)
-        r_negative = _call(graph, torch.ops.aten.lt.Scalar, r, 0)
+        r = call(graph, torch.ops.aten.fmod.Tensor, a, b)
+        r_negative = call(graph, torch.ops.aten.lt.Scalar, r, 0)
         # logical_xor, not ne: torch-mlir compares booleans as signed, which XLA rejects
-        differ = _call(graph, torch.ops.aten.logical_xor.default, r_negative,
-                       _call(graph, torch.ops.aten.lt.Scalar, b, 0))
-        shifted = _call(graph, torch.ops.aten.add.Tensor, r, b)
+        differ = call(graph, torch.ops.aten.logical_xor.default, r_negative,
+                      call(graph, torch.ops.aten.lt.Scalar, b, 0))
+        shifted = call(graph, torch.ops.aten.add.Tensor, r, b)
     else:  # b's sign is known; torch-mlir lowers fmod only between tensors
-        divisor = _call(graph, torch.ops.aten.scalar_tensor.default, b,
-                        dtype=a.meta["val"].dtype)
-        r = _call(graph, torch.ops.aten.fmod.Tensor, a, divisor)
-        r_negative = _call(graph, torch.ops.aten.lt.Scalar, r, 0)
-        differ = r_negative if b >= 0 else _call(
+        divisor = call(graph, torch.ops.aten.scalar_tensor.default, b,
+                       dtype=a.meta["val"].dtype)
+        r = call(graph, torch.ops.aten.fmod.Tensor, a, divisor)
+        r_negative = call(graph, torch.ops.aten.lt.Scalar, r, 0)
+        differ = r_negative if b >= 0 else call(
             graph, torch.ops.aten.logical_not.default, r_negative)
-        shifted = _call(graph, torch.ops.aten.add.Scalar, r, b)
-    fix = _call(graph, torch.ops.aten.logical_and.default,
-                _call(graph, torch.ops.aten.ne.Scalar, r, 0), differ)
-    result = _call(graph, torch.ops.aten.where.self, fix, shifted, r)
+        shifted = call(graph, torch.ops.aten.add.Scalar, r, b)
+    fix = call(graph, torch.ops.aten.logical_and.default,
+               call(graph, torch.ops.aten.ne.Scalar, r, 0), differ)
+    result = call(graph, torch.ops.aten.where.self, fix, shifted, r)
     if node.target in (torch.ops.aten.remainder_.Tensor, torch.ops.aten.remainder_.Scalar):
-        return _call(graph, torch.ops.aten.copy_.default, a, result)
+        return call(graph, torch.ops.aten.copy_.default, a, result)
     return result
 
 
@@ -462,38 +442,16 @@ def _wrap_negative_indices(graph: torch.fx.Graph) -> None:
                 dim += 1
                 continue
             with graph.inserting_before(node):
-                negative = _call(graph, torch.ops.aten.lt.Scalar, index, 0)
-                shifted = _call(graph, torch.ops.aten.add.Scalar, index, int(sizes[dim]))
-                indices[position] = _call(graph, torch.ops.aten.where.self, negative,
-                                          shifted, index)
+                negative = call(graph, torch.ops.aten.lt.Scalar, index, 0)
+                shifted = call(graph, torch.ops.aten.add.Scalar, index, int(sizes[dim]))
+                indices[position] = call(graph, torch.ops.aten.where.self, negative,
+                                         shifted, index)
             dim += 1
         node.args = (self, indices, *node.args[2:])
 
 
-def _effects(node: torch.fx.Node) -> op_registry.OpEffects | None:
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-        return None
-    return op_registry.effects(op_registry.mlir_name(node.target))
-
-
-def _storage(value: Any) -> StorageWeakRef | None:
-    if isinstance(value, torch.Tensor):
-        return StorageWeakRef(value.untyped_storage())
-    return None
-
-
 # Above this many elements the exact overlap test is not run and overlap is assumed.
 _OVERLAP_TEST_LIMIT = 1 << 24
-
-
-def _addresses(value: torch.Tensor) -> torch.Tensor:
-    """The storage offset of every element of a (fake) tensor, from its metadata."""
-    addresses = torch.tensor(value.storage_offset())
-    for dim, (size, stride) in enumerate(zip(value.shape, value.stride())):
-        shape = [1] * value.dim()
-        shape[dim] = int(size)
-        addresses = addresses + torch.arange(int(size)).view(shape) * int(stride)
-    return addresses.reshape(-1)
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -510,7 +468,7 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.itemsize != b.itemsize or a.numel() + b.numel() > _OVERLAP_TEST_LIMIT:
         return True
-    return bool(torch.isin(_addresses(a), _addresses(b)).any())
+    return bool(torch.isin(element_offsets(a), element_offsets(b)).any())
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -533,7 +491,7 @@ def _refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
     A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`)
     and a fill value read before the fill (`x.fill_(x[0, 0])`) have a single meaning."""
     for node in graph.nodes:
-        effects = _effects(node)
+        effects = op_effects(node)
         if effects is None or effects.rebinds_view:
             continue
         elementwise = torch.Tag.pointwise in node.target.tags or \
@@ -546,7 +504,7 @@ def _refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
             for operand in node.all_input_nodes:
                 read = operand.meta.get("val")
                 if operand is target or not isinstance(read, torch.Tensor) or \
-                        _storage(read) != _storage(written) or not _overlaps(written, read):
+                        storage_of(read) != storage_of(written) or not _overlaps(written, read):
                     continue
                 if elementwise and _same_layout(written, read) or \
                         (node.target, _argument_name(node, operand)) in _READ_FIRST:
@@ -555,7 +513,7 @@ def _refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
                     op_registry.mlir_name(node.target),
                     f"its operand `{_argument_name(node, operand)}` shares memory with the "
                     "tensor it writes: eager's result then depends on the order it writes "
-                    "the elements in; clone the operand first", location=_source_line(node))
+                    "the elements in; clone the operand first", location=source_line(node))
 
 
 def _argument_name(node: torch.fx.Node, operand: torch.fx.Node) -> str:
@@ -577,40 +535,20 @@ def _copy_where_views_copy(graph: torch.fx.Graph) -> None:
     know and the IR does not. A mutation of the base must not reach a copy.
     """
     for node in list(graph.nodes):
-        effects = _effects(node)
+        effects = op_effects(node)
         if effects is None or not effects.is_view:
             continue
         base = node.args[effects.result_views] if effects.result_views < len(node.args) \
             else None
         if not isinstance(base, torch.fx.Node):
             continue
-        out, into = _storage(node.meta.get("val")), _storage(base.meta.get("val"))
+        out, into = storage_of(node.meta.get("val")), storage_of(base.meta.get("val"))
         if out is None or into is None or out == into:
             continue
         with graph.inserting_after(node):
             clone = graph.call_function(torch.ops.aten.clone.default, (node,))
         clone.meta = dict(node.meta)
         node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
-
-
-def _is_list_view(node: torch.fx.Node) -> bool:
-    """`split`, `chunk`, `unbind`, ...: a list of views of self (`Tensor(a -> *)`)."""
-    effects = _effects(node)
-    if effects is None:
-        return False
-    arguments = node.target._schema.arguments
-    return bool(arguments) and arguments[0].alias_info is not None and \
-        "*" in arguments[0].alias_info.after_set
-
-
-_FRAME = re.compile(r'File "([^"]+)", line ([0-9]+)')
-
-
-def _source_line(node: torch.fx.Node) -> str:
-    """`file:line` of the innermost frame of the node's FX stack trace (as torch-mlir's
-    importer reads it)."""
-    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
-    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else ""
 
 
 def _list_dim(node: torch.fx.Node) -> int:
@@ -649,7 +587,7 @@ def _element_view(graph: torch.fx.Graph, item: torch.fx.Node, base: torch.fx.Nod
 def _explicit_list_views(graph: torch.fx.Graph) -> None:
     """`x.split(2)[1]` becomes `x[2:4]`: a plain view the pass can write through."""
     for node in list(graph.nodes):
-        if not _is_list_view(node):
+        if not is_list_view(node):
             continue
         for item in list(node.users):
             if item.target is not operator.getitem:
@@ -666,240 +604,6 @@ def _explicit_list_views(graph: torch.fx.Graph) -> None:
             graph.erase_node(node)
 
 
-def _roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node],
-                                           set[torch.fx.Node]]:
-    """Each node's root through views and list views, and the roots written in place."""
-    roots: dict[torch.fx.Node, torch.fx.Node] = {}
-    written: set[torch.fx.Node] = set()
-    for node in graph.nodes:
-        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) \
-                and _is_list_view(node.args[0]):
-            roots[node] = roots.get(node.args[0], node.args[0])
-            continue
-        effects = _effects(node)
-        if effects is None:
-            continue
-        if effects.result_views is not None and effects.result_views < len(node.args):
-            base = node.args[effects.result_views]
-            if isinstance(base, torch.fx.Node):
-                roots[node] = roots.get(base, base)
-        if _is_list_view(node) and isinstance(node.args[0], torch.fx.Node):
-            roots[node] = roots.get(node.args[0], node.args[0])
-        for position in effects.written:
-            if position < len(node.args) and isinstance(node.args[position], torch.fx.Node):
-                target = node.args[position]
-                written.add(roots.get(target, target))
-    return roots, written
-
-
-def _view_base(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The tensor a pure view op views (its `Tensor(a)` operand)."""
-    effects = _effects(node)
-    if effects is None or not effects.is_view or effects.result_views >= len(node.args):
-        return None
-    base = node.args[effects.result_views]
-    return base if isinstance(base, torch.fx.Node) else None
-
-
-_READ_AT_USE = "outofplace_read_at_use"  # an as_strided placed right before its one use
-
-
-def _view_closure(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """`node` and the views taken of it (and of those), in the order found."""
-    closure, stack = [node], [node]
-    while stack:
-        for user in stack.pop().users:
-            if _view_base(user) in closure and user not in closure:
-                closure.append(user)
-                stack.append(user)
-    return closure
-
-
-def _positions_in_root(view: torch.fx.Node, root: torch.fx.Node) -> torch.Tensor:
-    """The position of each element of `view` in its flattened root, or an error when
-    elements overlap (eager's result would depend on the order it writes them)."""
-    view_val, root_val = view.meta["val"], root.meta["val"]
-    positions = _addresses(view_val) - root_val.storage_offset()
-    name = op_registry.mlir_name(view.target)
-    if _storage(view_val) != _storage(root_val) or not root_val.is_contiguous() or (
-            positions.numel() and not 0 <= int(positions.min()) <= int(positions.max())
-            < root_val.numel()):
-        raise UnsupportedMutationError(name, "writing into it: its elements are not "
-                                       "elements of one contiguous tensor",
-                                       location=_source_line(view))
-    if positions.unique().numel() != positions.numel():
-        if view.meta.get(_VIEW_OP) == "unfold":
-            raise UnsupportedMutationError("torch.aten.unfold", "writing into unfold "
-                                           "windows, which overlap",
-                                           location=_source_line(view))
-        raise UnsupportedMutationError(name, "writing into an as_strided view whose "
-                                       "elements overlap", location=_source_line(view))
-    return positions.reshape(view_val.shape)
-
-
-def _constant(graph: torch.fx.Graph, value: torch.Tensor) -> torch.fx.Node:
-    module = graph.owning_module
-    name = f"_outofplace_positions_{len(module._buffers)}"
-    module.register_buffer(name, value)
-    node = graph.get_attr(name)
-    node.meta["val"] = _fake_mode(graph).from_tensor(value, static_shapes=True)
-    return node
-
-
-def _strided_views_of_roots(graph: torch.fx.Graph) -> None:
-    """Every `as_strided` as the as_strided of its root, at the same storage positions,
-    and `x.unfold(d, size, step)` as the as_strided of its root it is (torch-mlir does
-    not lower unfold to StableHLO): no as_strided then views another, and reads and
-    writes take the as_strided paths below. Of a one-element root, it is an expand."""
-    roots, _ = _roots(graph)
-    for node in list(graph.nodes):
-        if node.target not in (torch.ops.aten.unfold.default,
-                               torch.ops.aten.as_strided.default):
-            continue
-        root = roots.get(node, node.args[0])
-        val, root_val = node.meta["val"], root.meta["val"]
-        base = node.args[0]
-        while isinstance(base, torch.fx.Node) and base is not root:
-            if base.meta["val"].numel() == 0:  # tracing may place it elsewhere than eager
-                raise UnsupportedMutationError(
-                    op_registry.mlir_name(node.target), "of a view without elements: "
-                    "where it starts in storage is not known while tracing",
-                    location=_source_line(node))
-            base = _view_base(base)
-        if not root_val.is_contiguous() or _storage(val) != _storage(root_val):
-            if node.target is torch.ops.aten.as_strided.default:
-                continue  # left to the importer's own rewrite of as_strided
-            raise UnsupportedMutationError(
-                "torch.aten.unfold", "unfold of a tensor that is not contiguous",
-                location=_source_line(node))
-        with graph.inserting_before(node):
-            if root_val.numel() == 1:  # every element is the one element: torch-mlir's
-                # rewrite of as_strided fails on a 0-d base
-                strided = _call(graph, torch.ops.aten.expand.default, _call(
-                    graph, torch.ops.aten.view.default, root, [1] * val.dim()),
-                    list(val.shape))
-            else:
-                strided = _call(graph, torch.ops.aten.as_strided.default, root,
-                                list(val.shape), list(val.stride()),
-                                val.storage_offset() - root_val.storage_offset())
-        view_op = "unfold" if node.target is torch.ops.aten.unfold.default else \
-            node.meta.get(_VIEW_OP)
-        strided.meta = {**node.meta, "val": strided.meta["val"], _VIEW_OP: view_op}
-        node.replace_all_uses_with(strided)
-        graph.erase_node(node)
-
-
-_VIEW_OP = "outofplace_view_op"  # the op a user wrote, where another now stands for it
-
-
-def _writes_through_strided_views(graph: torch.fx.Graph) -> None:
-    """A write through `as_strided` (or a view of it), as a write into a gathered copy,
-    scattered back at once at the elements' positions in the root:
-
-        v = x.as_strided((2, 2), (1, 2)); v[0].add_(1)
-        =>  c = x.view(-1)[P]; c[0].add_(1); x.view(-1).index_put_([P.flatten()], c.view(-1))
-
-    with P the constant position of each element of v in x: torch-mlir imports as_strided
-    as a gather, a copy. Reads are left to _as_strided_read_at_each_use."""
-    roots, written = _roots(graph)
-    for node in list(graph.nodes):
-        if node.target is not torch.ops.aten.as_strided.default or \
-                roots.get(node) not in written:
-            continue
-        root, positions = roots[node], None
-        while True:  # one write at a time: a write's result is one more view of node
-            closure = _view_closure(node)
-            order = {n: i for i, n in enumerate(graph.nodes)}
-            writes = sorted(((user, member) for member in closure for user in member.users
-                             if user not in closure and _writes_root(user, member, {})),
-                            key=lambda write: order[write[0]])
-            if not writes:
-                break
-            user, member = writes[0]
-            if positions is None:
-                positions = _positions_in_root(node, root)
-            with graph.inserting_before(user):
-                gathered = _call(graph, torch.ops.aten.index.Tensor,
-                                 _call(graph, torch.ops.aten.view.default, root, [-1]),
-                                 [_constant(graph, positions)])
-                copies = {node: gathered}
-
-                def copy(original: torch.fx.Node) -> torch.fx.Node:
-                    if original not in copies:
-                        args, kwargs = torch.fx.node.map_arg(
-                            (original.args, original.kwargs),
-                            lambda n: copy(n) if n in closure else n)
-                        copies[original] = _call(graph, original.target, *args, **kwargs)
-                    return copies[original]
-
-                user.replace_input_with(member, copy(member))
-            user.replace_all_uses_with(member)  # `v.add_(1)` returns v, not the copy
-            with graph.inserting_before(user.next):
-                flat = _call(graph, torch.ops.aten.view.default, gathered, [-1])
-                store = _call(graph, torch.ops.aten.index_put_.default,
-                              _call(graph, torch.ops.aten.view.default, root, [-1]),
-                              [_constant(graph, positions.reshape(-1))], flat)
-            store.meta["stack_trace"] = user.meta.get("stack_trace")
-
-
-def _as_strided_read_at_each_use(graph: torch.fx.Graph) -> None:
-    """`v = x.as_strided(...)` of a tensor written in place, read later: torch-mlir's
-    importer makes as_strided a gather, a copy taken where it stands, so a write to x
-    between the two would be lost. Each use of v (and of views of v) gets its own
-    as_strided, placed right before it: the gather then reads x as it is at the use.
-    (Writes were made writes into copies by _writes_through_strided_views.)"""
-    roots, written = _roots(graph)
-    erased: set[torch.fx.Node] = set()
-    for node in list(graph.nodes):
-        if node in erased or node.target is not torch.ops.aten.as_strided.default or \
-                roots.get(node) not in written:
-            continue
-        closure = _view_closure(node)
-        if any(_writes_root(user, member, {}) for member in closure
-               for user in member.users):
-            continue
-        for member in closure:
-            for user in list(member.users):
-                if user in closure:
-                    continue
-                copies: dict[torch.fx.Node, torch.fx.Node] = {}
-
-                def copy(original: torch.fx.Node) -> torch.fx.Node:
-                    if original not in copies:
-                        with graph.inserting_before(user):
-                            copies[original] = graph.node_copy(
-                                original, lambda n: copy(n) if n in closure else n)
-                            copies[original].meta[_READ_AT_USE] = True
-                    return copies[original]
-
-                user.replace_input_with(member, copy(member))
-        order = {n: i for i, n in enumerate(graph.nodes)}
-        for member in sorted(closure, key=order.__getitem__, reverse=True):
-            if not member.users:
-                graph.erase_node(member)
-                erased.add(member)
-
-
-def _refuse_as_strided_of_written(graph: torch.fx.Graph) -> None:
-    """Refuses what the importer would get wrong: `as_strided` of a written root, and
-    list views left whole (not indexed by a constant) of one."""
-    roots, written = _roots(graph)
-    for node in graph.nodes:
-        if roots.get(node) not in written:
-            continue
-        if node.target is torch.ops.aten.as_strided.default and \
-                not node.meta.get(_READ_AT_USE):
-            raise UnsupportedMutationError(
-                "torch.aten.as_strided", "as_strided of a tensor that is written in "
-                "place (torch-mlir imports as_strided as a copy)",
-                location=_source_line(node))
-        if _is_list_view(node):
-            raise UnsupportedMutationError(
-                op_registry.mlir_name(node.target), "a list of views of a tensor that is "
-                "written in place, used other than by constant indexing",
-                location=_source_line(node))
-
-
 def _is_position_read(node: torch.fx.Node) -> bool:
     """`x[:, pos]` as runtime_positions traces it: `index` at 0-d integer tensors only."""
     if node.target is not torch.ops.aten.index.Tensor:
@@ -914,10 +618,10 @@ def _refuse_writes_into_position_reads(graph: torch.fx.Graph) -> None:
     """`x[pos]` with a runtime position is traced as a copy (runtime_positions); eager
     returns a view, so a write into it (or into a view of it) would be lost, unless it
     is stored back at once: `x[pos] += w`."""
-    roots, _ = _roots(graph)
+    roots, _ = view_roots(graph)
     reads = set(filter(_is_position_read, graph.nodes))
     for node in graph.nodes:
-        effects = _effects(node)
+        effects = op_effects(node)
         if effects is None:
             continue
         for position in effects.written:
@@ -932,7 +636,7 @@ def _refuse_writes_into_position_reads(graph: torch.fx.Graph) -> None:
                 "it writes into a tensor read at a runtime position (x[pos] with a "
                 "0-d tensor pos), which outofplace reads as a copy where eager "
                 "returns a view; store it back (`x[pos] += w`, `x[pos] = y`) or "
-                "write `x[pos] = x[pos] * w`", location=_source_line(node))
+                "write `x[pos] = x[pos] * w`", location=source_line(node))
 
 
 def _is_augmented_assignment(read: torch.fx.Node, write: torch.fx.Node) -> bool:
@@ -947,8 +651,8 @@ def _is_augmented_assignment(read: torch.fx.Node, write: torch.fx.Node) -> bool:
             (store.args[3] if len(store.args) > 3 else store.kwargs.get("accumulate")):
         return False
     value = store.args[2]
-    while value in between and _view_base(value) is not None:
-        value = _view_base(value)
+    while value in between and view_base(value) is not None:
+        value = view_base(value)
     inside = between | {store}
     if value not in (read, write) or set(read.users) - inside - {write} or \
             set(write.users) - inside or any(set(n.users) - inside for n in between):
@@ -968,7 +672,7 @@ def _is_harmless(node: torch.fx.Node) -> bool:
     or writes tensor data."""
     if node.op == "get_attr" or node.target in _HARMLESS:
         return True
-    effects = _effects(node)
+    effects = op_effects(node)
     return effects is not None and (effects.is_autograd_only or effects.is_view)
 
 
@@ -995,12 +699,12 @@ def _refuse_stale_position_reads(graph: torch.fx.Graph) -> None:
     """`y = x[pos]` with a runtime position is a copy where eager returns a view: when x
     is written after the read and y is used after that write, eager's y would show the
     write and the copy would not. One pass over the graph, then a lookup per read."""
-    roots, _ = _roots(graph)
+    roots, _ = view_roots(graph)
     order = {node: number for number, node in enumerate(graph.nodes)}
     writes: dict[torch.fx.Node, list[int]] = {}  # root -> positions of writes to it
     views: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # root -> views of it
     for node in graph.nodes:
-        effects = _effects(node)
+        effects = op_effects(node)
         if effects is not None and not effects.is_autograd_only:
             for position in effects.written:
                 target = node.args[position] if position < len(node.args) else None
@@ -1023,17 +727,5 @@ def _refuse_stale_position_reads(graph: torch.fx.Graph) -> None:
             raise UnsupportedMutationError(
                 "torch.aten.index.Tensor", "x[pos] with a runtime position is read as a "
                 "copy where eager returns a view, and x is written while the read is "
-                f"still used (at {_source_line(write) or 'a later line'}); clone the read "
-                "(`x[pos].clone()`) or read it after the write", location=_source_line(read))
-
-
-def _writes_root(node: torch.fx.Node, root: torch.fx.Node,
-                 roots: dict[torch.fx.Node, torch.fx.Node]) -> bool:
-    effects = _effects(node)
-    if effects is None or effects.is_autograd_only:
-        return False
-    for position in effects.written:
-        target = node.args[position] if position < len(node.args) else None
-        if isinstance(target, torch.fx.Node) and roots.get(target, target) is root:
-            return True
-    return False
+                f"still used (at {source_line(write) or 'a later line'}); clone the read "
+                "(`x[pos].clone()`) or read it after the write", location=source_line(read))

@@ -1,0 +1,125 @@
+"""Facts about the exported FX graph that its fake tensors know: each node's effects
+(from op_registry), the root a view chain reaches, the storage and element offsets of a
+value, the user's source line; and `call`, which adds a node with its fake value.
+
+Shared by the rewrites before import (fx_rewrites, strided_views).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from typing import Any
+
+import torch
+import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from . import op_registry
+
+
+def fake_mode_of(graph: torch.fx.Graph) -> torch._subclasses.FakeTensorMode:
+    return next(n.meta["val"].fake_mode for n in graph.nodes
+                if isinstance(n.meta.get("val"), torch._subclasses.FakeTensor))
+
+
+def call(graph: torch.fx.Graph, target: torch._ops.OpOverload, *args: Any,
+         **kwargs: Any) -> torch.fx.Node:
+    """A new node with its fake value, which the importer reads its type from."""
+    node = graph.call_function(target, args, kwargs)
+    fake_mode = next((v.meta["val"].fake_mode for v in node.all_input_nodes
+                      if isinstance(v.meta.get("val"), torch._subclasses.FakeTensor)),
+                     None) or torch._guards.detect_fake_mode() or fake_mode_of(graph)
+    fake_args = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
+    with fake_mode:
+        node.meta["val"] = target(*fake_args[0], **fake_args[1])
+    return node
+
+
+def op_effects(node: torch.fx.Node) -> op_registry.OpEffects | None:
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return None
+    return op_registry.effects(op_registry.mlir_name(node.target))
+
+
+def storage_of(value: Any) -> StorageWeakRef | None:
+    if isinstance(value, torch.Tensor):
+        return StorageWeakRef(value.untyped_storage())
+    return None
+
+
+def element_offsets(value: torch.Tensor) -> torch.Tensor:
+    """The storage offset of every element of a (fake) tensor, from its metadata."""
+    addresses = torch.tensor(value.storage_offset())
+    for dim, (size, stride) in enumerate(zip(value.shape, value.stride())):
+        shape = [1] * value.dim()
+        shape[dim] = int(size)
+        addresses = addresses + torch.arange(int(size)).view(shape) * int(stride)
+    return addresses.reshape(-1)
+
+
+def is_list_view(node: torch.fx.Node) -> bool:
+    """`split`, `chunk`, `unbind`, ...: a list of views of self (`Tensor(a -> *)`)."""
+    effects = op_effects(node)
+    if effects is None:
+        return False
+    arguments = node.target._schema.arguments
+    return bool(arguments) and arguments[0].alias_info is not None and \
+        "*" in arguments[0].alias_info.after_set
+
+
+_FRAME = re.compile(r'File "([^"]+)", line ([0-9]+)')
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """`file:line` of the innermost frame of the node's FX stack trace (as torch-mlir's
+    importer reads it)."""
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else ""
+
+
+def view_roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node],
+                                               set[torch.fx.Node]]:
+    """Each node's root through views and list views, and the roots written in place."""
+    roots: dict[torch.fx.Node, torch.fx.Node] = {}
+    written: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) \
+                and is_list_view(node.args[0]):
+            roots[node] = roots.get(node.args[0], node.args[0])
+            continue
+        effects = op_effects(node)
+        if effects is None:
+            continue
+        if effects.result_views is not None and effects.result_views < len(node.args):
+            base = node.args[effects.result_views]
+            if isinstance(base, torch.fx.Node):
+                roots[node] = roots.get(base, base)
+        if is_list_view(node) and isinstance(node.args[0], torch.fx.Node):
+            roots[node] = roots.get(node.args[0], node.args[0])
+        for position in effects.written:
+            if position < len(node.args) and isinstance(node.args[position], torch.fx.Node):
+                target = node.args[position]
+                written.add(roots.get(target, target))
+    return roots, written
+
+
+def view_base(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The tensor a pure view op views (its `Tensor(a)` operand)."""
+    effects = op_effects(node)
+    if effects is None or not effects.is_view or effects.result_views >= len(node.args):
+        return None
+    base = node.args[effects.result_views]
+    return base if isinstance(base, torch.fx.Node) else None
+
+
+def writes_root(node: torch.fx.Node, root: torch.fx.Node,
+                roots: dict[torch.fx.Node, torch.fx.Node]) -> bool:
+    effects = op_effects(node)
+    if effects is None or effects.is_autograd_only:
+        return False
+    for position in effects.written:
+        target = node.args[position] if position < len(node.args) else None
+        if isinstance(target, torch.fx.Node) and roots.get(target, target) is root:
+            return True
+    return False

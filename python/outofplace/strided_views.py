@@ -1,0 +1,217 @@
+"""`as_strided` and `unfold` of a root written in place, before import.
+
+torch-mlir's importer turns `as_strided` into a gather (a copy), so the as_strided of a
+written root is re-taken at each read, and a write through it lands in a copy scattered
+back at the positions of its elements, which the fake tensors know. `unfold` takes the
+same paths, as the as_strided it is.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from . import op_registry
+from .errors import UnsupportedMutationError
+from .fx_graph import (
+    call, element_offsets, fake_mode_of, is_list_view, source_line, storage_of,
+    view_base, view_roots, writes_root)
+
+
+_READ_AT_USE = "outofplace_read_at_use"  # an as_strided placed right before its one use
+_VIEW_OP = "outofplace_view_op"  # the op a user wrote, where another now stands for it
+
+
+def _view_closure(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """`node` and the views taken of it (and of those), in the order found."""
+    closure, stack = [node], [node]
+    while stack:
+        for user in stack.pop().users:
+            if view_base(user) in closure and user not in closure:
+                closure.append(user)
+                stack.append(user)
+    return closure
+
+
+def _positions_in_root(view: torch.fx.Node, root: torch.fx.Node) -> torch.Tensor:
+    """The position of each element of `view` in its flattened root, or an error when
+    elements overlap (eager's result would depend on the order it writes them)."""
+    view_val, root_val = view.meta["val"], root.meta["val"]
+    positions = element_offsets(view_val) - root_val.storage_offset()
+    name = op_registry.mlir_name(view.target)
+    if storage_of(view_val) != storage_of(root_val) or not root_val.is_contiguous() or (
+            positions.numel() and not 0 <= int(positions.min()) <= int(positions.max())
+            < root_val.numel()):
+        raise UnsupportedMutationError(name, "writing into it: its elements are not "
+                                       "elements of one contiguous tensor",
+                                       location=source_line(view))
+    if positions.unique().numel() != positions.numel():
+        if view.meta.get(_VIEW_OP) == "unfold":
+            raise UnsupportedMutationError("torch.aten.unfold", "writing into unfold "
+                                           "windows, which overlap",
+                                           location=source_line(view))
+        raise UnsupportedMutationError(name, "writing into an as_strided view whose "
+                                       "elements overlap", location=source_line(view))
+    return positions.reshape(view_val.shape)
+
+
+def _constant(graph: torch.fx.Graph, value: torch.Tensor) -> torch.fx.Node:
+    module = graph.owning_module
+    name = f"_outofplace_positions_{len(module._buffers)}"
+    module.register_buffer(name, value)
+    node = graph.get_attr(name)
+    node.meta["val"] = fake_mode_of(graph).from_tensor(value, static_shapes=True)
+    return node
+
+
+def strided_views_of_roots(graph: torch.fx.Graph) -> None:
+    """Every `as_strided` as the as_strided of its root, at the same storage positions,
+    and `x.unfold(d, size, step)` as the as_strided of its root it is (torch-mlir does
+    not lower unfold to StableHLO): no as_strided then views another, and reads and
+    writes take the as_strided paths below. Of a one-element root, it is an expand."""
+    roots, _ = view_roots(graph)
+    for node in list(graph.nodes):
+        if node.target not in (torch.ops.aten.unfold.default,
+                               torch.ops.aten.as_strided.default):
+            continue
+        root = roots.get(node, node.args[0])
+        val, root_val = node.meta["val"], root.meta["val"]
+        base = node.args[0]
+        while isinstance(base, torch.fx.Node) and base is not root:
+            if base.meta["val"].numel() == 0:  # tracing may place it elsewhere than eager
+                raise UnsupportedMutationError(
+                    op_registry.mlir_name(node.target), "of a view without elements: "
+                    "where it starts in storage is not known while tracing",
+                    location=source_line(node))
+            base = view_base(base)
+        if not root_val.is_contiguous() or storage_of(val) != storage_of(root_val):
+            if node.target is torch.ops.aten.as_strided.default:
+                continue  # left to the importer's own rewrite of as_strided
+            raise UnsupportedMutationError(
+                "torch.aten.unfold", "unfold of a tensor that is not contiguous",
+                location=source_line(node))
+        with graph.inserting_before(node):
+            if root_val.numel() == 1:  # every element is the one element: torch-mlir's
+                # rewrite of as_strided fails on a 0-d base
+                strided = call(graph, torch.ops.aten.expand.default, call(
+                    graph, torch.ops.aten.view.default, root, [1] * val.dim()),
+                    list(val.shape))
+            else:
+                strided = call(graph, torch.ops.aten.as_strided.default, root,
+                               list(val.shape), list(val.stride()),
+                               val.storage_offset() - root_val.storage_offset())
+        view_op = "unfold" if node.target is torch.ops.aten.unfold.default else \
+            node.meta.get(_VIEW_OP)
+        strided.meta = {**node.meta, "val": strided.meta["val"], _VIEW_OP: view_op}
+        node.replace_all_uses_with(strided)
+        graph.erase_node(node)
+
+
+def writes_through_strided_views(graph: torch.fx.Graph) -> None:
+    """A write through `as_strided` (or a view of it), as a write into a gathered copy,
+    scattered back at once at the elements' positions in the root:
+
+        v = x.as_strided((2, 2), (1, 2)); v[0].add_(1)
+        =>  c = x.view(-1)[P]; c[0].add_(1); x.view(-1).index_put_([P.flatten()], c.view(-1))
+
+    with P the constant position of each element of v in x: torch-mlir imports as_strided
+    as a gather, a copy. Reads are left to as_strided_read_at_each_use."""
+    roots, written = view_roots(graph)
+    for node in list(graph.nodes):
+        if node.target is not torch.ops.aten.as_strided.default or \
+                roots.get(node) not in written:
+            continue
+        root, positions = roots[node], None
+        # Writes are nodes already in the graph: the nodes added below never write
+        # through node, so one order serves every round.
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        while True:  # one write at a time: a write's result is one more view of node
+            closure = _view_closure(node)
+            writes = sorted(((user, member) for member in closure for user in member.users
+                             if user not in closure and writes_root(user, member, {})),
+                            key=lambda write: order[write[0]])
+            if not writes:
+                break
+            user, member = writes[0]
+            if positions is None:
+                positions = _positions_in_root(node, root)
+            with graph.inserting_before(user):
+                gathered = call(graph, torch.ops.aten.index.Tensor,
+                                call(graph, torch.ops.aten.view.default, root, [-1]),
+                                [_constant(graph, positions)])
+                copies = {node: gathered}
+
+                def copy(original: torch.fx.Node) -> torch.fx.Node:
+                    if original not in copies:
+                        args, kwargs = torch.fx.node.map_arg(
+                            (original.args, original.kwargs),
+                            lambda n: copy(n) if n in closure else n)
+                        copies[original] = call(graph, original.target, *args, **kwargs)
+                    return copies[original]
+
+                user.replace_input_with(member, copy(member))
+            user.replace_all_uses_with(member)  # `v.add_(1)` returns v, not the copy
+            with graph.inserting_before(user.next):
+                flat = call(graph, torch.ops.aten.view.default, gathered, [-1])
+                store = call(graph, torch.ops.aten.index_put_.default,
+                             call(graph, torch.ops.aten.view.default, root, [-1]),
+                             [_constant(graph, positions.reshape(-1))], flat)
+            store.meta["stack_trace"] = user.meta.get("stack_trace")
+
+
+def as_strided_read_at_each_use(graph: torch.fx.Graph) -> None:
+    """`v = x.as_strided(...)` of a tensor written in place, read later: torch-mlir's
+    importer makes as_strided a gather, a copy taken where it stands, so a write to x
+    between the two would be lost. Each use of v (and of views of v) gets its own
+    as_strided, placed right before it: the gather then reads x as it is at the use.
+    (Writes were made writes into copies by writes_through_strided_views.)"""
+    roots, written = view_roots(graph)
+    erased: set[torch.fx.Node] = set()
+    for node in list(graph.nodes):
+        if node in erased or node.target is not torch.ops.aten.as_strided.default or \
+                roots.get(node) not in written:
+            continue
+        closure = _view_closure(node)
+        if any(writes_root(user, member, {}) for member in closure
+               for user in member.users):
+            continue
+        for member in closure:
+            for user in list(member.users):
+                if user in closure:
+                    continue
+                copies: dict[torch.fx.Node, torch.fx.Node] = {}
+
+                def copy(original: torch.fx.Node) -> torch.fx.Node:
+                    if original not in copies:
+                        with graph.inserting_before(user):
+                            copies[original] = graph.node_copy(
+                                original, lambda n: copy(n) if n in closure else n)
+                            copies[original].meta[_READ_AT_USE] = True
+                    return copies[original]
+
+                user.replace_input_with(member, copy(member))
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        for member in sorted(closure, key=order.__getitem__, reverse=True):
+            if not member.users:
+                graph.erase_node(member)
+                erased.add(member)
+
+
+def refuse_as_strided_of_written(graph: torch.fx.Graph) -> None:
+    """Refuses what the importer would get wrong: `as_strided` of a written root, and
+    list views left whole (not indexed by a constant) of one."""
+    roots, written = view_roots(graph)
+    for node in graph.nodes:
+        if roots.get(node) not in written:
+            continue
+        if node.target is torch.ops.aten.as_strided.default and \
+                not node.meta.get(_READ_AT_USE):
+            raise UnsupportedMutationError(
+                "torch.aten.as_strided", "as_strided of a tensor that is written in "
+                "place (torch-mlir imports as_strided as a copy)",
+                location=source_line(node))
+        if is_list_view(node):
+            raise UnsupportedMutationError(
+                op_registry.mlir_name(node.target), "a list of views of a tensor that is "
+                "written in place, used other than by constant indexing",
+                location=source_line(node))
