@@ -73,15 +73,11 @@ class Compiled:
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         state = [_state_tensor(self.source, t) for t in self.signature.state_targets]
-        spec = self.signature.in_spec
-        if spec is not None and spec.num_children == 2 and kwargs:
-            order = spec.child(1).context
-            kwargs = {k: kwargs[k] for k in order}
-        leaves = pytree.tree_leaves((tuple(args), kwargs))
-        user = [leaves[i] for i in self.signature.user_input_leaves]
+        user = self.signature.user_inputs(args, kwargs)
         for name, value in zip(self.input_names[len(state):], user):
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"argument '{name}' must be a tensor, got {type(value)}")
+        self.signature.refuse_written_inputs_sharing_memory(state + user)
         return state + user
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

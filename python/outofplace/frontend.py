@@ -27,6 +27,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from . import fx_rewrites, op_registry, torch_types
 from .errors import UnsupportedMutationError
+from .fx_graph import op_effects, overlaps, source_line, view_roots
 from .masked_values import MaskedValues
 from .runtime_positions import RuntimePositions, user_line
 from .ir_utils import operations, tensor_literal, terminator
@@ -43,6 +44,33 @@ class ProgramSignature:
     out_spec: pytree.TreeSpec | None  # pytree of the program's output
     # For each leaf of the output: ("result", index of main's result) or ("constant", value).
     output_leaves: list[tuple[str, Any]] = field(default_factory=list)
+    # For each argument written in place: the first op writing it, and its source line.
+    first_writes: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def user_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
+        """The user's tensor arguments among `args` and `kwargs`, in main's order."""
+        spec = self.in_spec
+        if spec is not None and spec.num_children == 2 and kwargs:
+            kwargs = {k: kwargs[k] for k in spec.child(1).context}
+        leaves = pytree.tree_leaves((tuple(args), kwargs))
+        return [leaves[i] for i in self.user_input_leaves]
+
+    def refuse_written_inputs_sharing_memory(self, inputs: list[torch.Tensor]) -> None:
+        """Refuses arguments (one per argument of main) of which one is written in place
+        and shares memory with another: eager's write shows through the other, which the
+        compiled program, taking them as separate values, cannot do."""
+        for i, name in enumerate(self.input_names):
+            if name not in self.first_writes:
+                continue
+            for j, other in enumerate(inputs):
+                if j != i and isinstance(other, torch.Tensor) and overlaps(inputs[i], other):
+                    op, location = self.first_writes[name]
+                    raise UnsupportedMutationError(
+                        op, f"it writes argument `{name}`, which shares memory with "
+                        f"argument `{self.input_names[j]}`: eager's write shows through "
+                        f"`{self.input_names[j]}`, separate arguments of the compiled "
+                        "program cannot; pass tensors that do not share memory (a clone)",
+                        location=location)
 
 
 def _function_module(fn: Callable) -> torch.nn.Module:
@@ -154,6 +182,7 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     redirected = False
     state_targets: list[str] = []
     input_names: list[str] = []
+    arguments: list[torch.fx.Node] = []
     user_position = 0
     user_input_leaves: list[int] = []
     for spec in ep.graph_signature.input_specs:
@@ -161,6 +190,7 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             state_targets.append(spec.target)
             input_names.append(spec.target)
+            arguments.append(node)
         elif spec.kind == InputKind.CONSTANT_TENSOR and \
                 id(ep.constants[spec.target]) in state:
             node.replace_all_uses_with(state[id(ep.constants[spec.target])])
@@ -178,6 +208,7 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
             user_position += 1
         elif spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, TensorArgument):
             input_names.append(spec.arg.name)
+            arguments.append(node)
             user_input_leaves.append(user_position)
             user_position += 1
         else:
@@ -186,6 +217,7 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
 
     if redirected:  # storages of the fake values must agree with the new aliasing
         _propagate_fake_values(gm)
+    first_writes = _first_writes(graph, dict(zip(arguments, input_names)))
     fx_rewrites.rewrite(graph)
     _one_use_per_constant(graph)
     output = next(n for n in graph.nodes if n.op == "output")
@@ -202,8 +234,25 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     gm.recompile()
     call_spec = ep.call_spec
     signature = ProgramSignature(input_names, state_targets, call_spec.in_spec,
-                                 user_input_leaves, call_spec.out_spec, leaves)
+                                 user_input_leaves, call_spec.out_spec, leaves, first_writes)
     return gm, signature
+
+
+def _first_writes(graph: torch.fx.Graph, names: dict[torch.fx.Node, str]
+                  ) -> dict[str, tuple[str, str]]:
+    """For each argument written in place (through any view): the first op writing it
+    and that op's source line."""
+    roots, _ = view_roots(graph)
+    found: dict[str, tuple[str, str]] = {}
+    for node in graph.nodes:
+        effects = op_effects(node)
+        for position in effects.written if effects is not None else ():
+            target = node.args[position] if position < len(node.args) else None
+            name = names.get(roots.get(target, target)) if isinstance(
+                target, torch.fx.Node) else None
+            if name is not None and name not in found:
+                found[name] = (op_registry.mlir_name(node.target), source_line(node))
+    return found
 
 
 def _one_use_per_constant(graph: torch.fx.Graph) -> None:
@@ -254,7 +303,12 @@ def import_program(ep: ExportedProgram, context: ir.Context
 def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Context
                         ) -> tuple[ir.Module, ProgramSignature]:
     """Exports and imports `f` called on `args`, `kwargs`."""
-    return import_program(export(f, args, kwargs), context)
+    ep = export(f, args, kwargs)
+    module, signature = import_program(ep, context)
+    state = [_state_value(ep, target) for target in signature.state_targets]
+    signature.refuse_written_inputs_sharing_memory(
+        state + signature.user_inputs(args, kwargs or {}))
+    return module, signature
 
 
 def _root_of(value: ir.Value, roots: dict[ir.Value, ir.Value]) -> ir.Value:

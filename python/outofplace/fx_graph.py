@@ -1,8 +1,9 @@
 """Facts about the exported FX graph that its fake tensors know: each node's effects
 (from op_registry), the root a view chain reaches, the storage and element offsets of a
-value, the user's source line; and `call`, which adds a node with its fake value.
+value, whether two tensors overlap, the user's source line; and `call`, which adds a
+node with its fake value.
 
-Shared by the rewrites before import (fx_rewrites, strided_views).
+Shared by the rewrites before import (fx_rewrites, strided_views) and the frontend.
 """
 
 from __future__ import annotations
@@ -56,6 +57,28 @@ def element_offsets(value: torch.Tensor) -> torch.Tensor:
         shape[dim] = int(size)
         addresses = addresses + torch.arange(int(size)).view(shape) * int(stride)
     return addresses.reshape(-1)
+
+
+# Above this many elements the exact overlap test is not run and overlap is assumed.
+_OVERLAP_TEST_LIMIT = 1 << 24
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two (real or fake) tensors share a byte of memory; assumed when too large
+    to test exactly."""
+    if a.numel() == 0 or b.numel() == 0 or storage_of(a) != storage_of(b):
+        return False
+
+    def byte_range(t: torch.Tensor) -> tuple[int, int]:
+        last = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+        return t.storage_offset() * t.itemsize, (last + 1) * t.itemsize
+
+    (a_start, a_end), (b_start, b_end) = byte_range(a), byte_range(b)
+    if a_end <= b_start or b_end <= a_start:
+        return False
+    if a.itemsize != b.itemsize or a.numel() + b.numel() > _OVERLAP_TEST_LIMIT:
+        return True
+    return bool(torch.isin(element_offsets(a), element_offsets(b)).any())
 
 
 def is_list_view(node: torch.fx.Node) -> bool:

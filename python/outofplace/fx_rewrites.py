@@ -21,8 +21,8 @@ import torch.fx
 from . import op_registry, strided_views
 from .errors import UnsupportedMutationError
 from .fx_graph import (
-    call, element_offsets, fake_mode_of, is_list_view, op_effects, source_line,
-    storage_of, view_base, view_roots)
+    call, fake_mode_of, is_list_view, op_effects, overlaps, source_line, storage_of,
+    view_base, view_roots)
 
 
 def rewrite(graph: torch.fx.Graph) -> None:
@@ -450,27 +450,6 @@ def _wrap_negative_indices(graph: torch.fx.Graph) -> None:
         node.args = (self, indices, *node.args[2:])
 
 
-# Above this many elements the exact overlap test is not run and overlap is assumed.
-_OVERLAP_TEST_LIMIT = 1 << 24
-
-
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two views of one storage share a byte; assumed when too large to test."""
-    if a.numel() == 0 or b.numel() == 0:
-        return False
-
-    def byte_range(t: torch.Tensor) -> tuple[int, int]:
-        last = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
-        return t.storage_offset() * t.itemsize, (last + 1) * t.itemsize
-
-    (a_start, a_end), (b_start, b_end) = byte_range(a), byte_range(b)
-    if a_end <= b_start or b_end <= a_start:
-        return False
-    if a.itemsize != b.itemsize or a.numel() + b.numel() > _OVERLAP_TEST_LIMIT:
-        return True
-    return bool(torch.isin(element_offsets(a), element_offsets(b)).any())
-
-
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and a.storage_offset() == b.storage_offset() and \
         a.shape == b.shape and a.stride() == b.stride()
@@ -504,7 +483,7 @@ def _refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
             for operand in node.all_input_nodes:
                 read = operand.meta.get("val")
                 if operand is target or not isinstance(read, torch.Tensor) or \
-                        storage_of(read) != storage_of(written) or not _overlaps(written, read):
+                        not overlaps(written, read):
                     continue
                 if elementwise and _same_layout(written, read) or \
                         (node.target, _argument_name(node, operand)) in _READ_FIRST:

@@ -472,3 +472,75 @@ def test_as_strided_of_an_empty_view_is_refused() -> None:
     assert_error_at(info.value, "torch.aten.as_strided", "of a view without elements: where "
                     "it starts in storage is not known while tracing",
                     as_strided_of_an_empty_view.__code__.co_firstlineno + 1)
+
+
+def scale_first_read_second(a, b):
+    a.mul_(2)  # eager's write shows through b when b shares a's memory
+    return b + 1
+
+
+def _sharing_reason(written: str, other: str) -> str:
+    return (f"it writes argument `{written}`, which shares memory with argument `{other}`: "
+            f"eager's write shows through `{other}`, separate arguments of the compiled "
+            "program cannot; pass tensors that do not share memory (a clone)")
+
+
+def assert_sharing_refused(error, op: str, pair: tuple[str, str], line: int) -> None:
+    """The refusal names the pair in either order: passed one tensor twice, torch.export
+    keeps one of the two arguments, which then is the one written."""
+    written = pair[0] if f"argument `{pair[0]}`, which" in error.reason else pair[1]
+    other = pair[1] if written == pair[0] else pair[0]
+    assert_error_at(error, op, _sharing_reason(written, other), line)
+
+
+@pytest.mark.parametrize("second", [lambda x: x, lambda x: x[1:], lambda x: x.view(2, 3)[0],
+                                    lambda x: x.view(2, 3).t()[1:]],
+                         ids=["same", "slice", "view", "transpose"])
+def test_written_argument_sharing_memory_with_another_is_refused(second) -> None:
+    x = torch.randn(6)
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(scale_first_read_second, (x, second(x)))
+    assert_sharing_refused(info.value, "torch.aten.mul_.Tensor", ("a", "b"),
+                           scale_first_read_second.__code__.co_firstlineno + 1)
+
+
+def test_call_with_arguments_sharing_memory_is_refused() -> None:
+    """Compiled with separate tensors, called with one that views the other."""
+    compiled = outofplace.compile(scale_first_read_second, (torch.randn(6), torch.randn(5)))
+    x = torch.randn(6)
+    before = x.clone()
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        compiled(x, x[1:])
+    assert_error_at(info.value, "torch.aten.mul_.Tensor", _sharing_reason("a", "b"),
+                    scale_first_read_second.__code__.co_firstlineno + 1)
+    assert torch.equal(x, before)  # refused before anything ran
+
+
+def add_both(a, b):
+    return a + b
+
+
+def test_arguments_sharing_memory_without_writes_are_compiled() -> None:
+    from differential import assert_matches_eager
+    x = torch.randn(6)
+    assert_matches_eager(add_both, x, x)
+    assert_matches_eager(scale_first_read_second, torch.randn(6), x[1:].clone())
+    assert_matches_eager(scale_first_read_second, x[:3], x[3:])  # one storage, disjoint
+
+
+class BufferAlsoPassed(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(4))
+
+    def forward(self, x):
+        self.total.add_(x)  # eager's write shows through x when x is total
+        return x * 2
+
+
+def test_written_buffer_passed_as_an_argument_is_refused() -> None:
+    module = BufferAlsoPassed()
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(module, (module.total,))
+    assert_sharing_refused(info.value, "torch.aten.add_.Tensor", ("total", "x"),
+                           BufferAlsoPassed.forward.__code__.co_firstlineno + 1)
