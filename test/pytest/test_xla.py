@@ -256,9 +256,10 @@ def update_reading_through_a_reshape(x):
 
 
 def plain_xla_cpu_executable(stablehlo: str):
+    """XLA:CPU's executable as compile_and_load makes it, without compile_for_cpu's check."""
     client = xla_bridge.get_backend("cpu")
-    return client.compile_and_load(stablehlo, xla_client.DeviceList(tuple(client.local_devices()[:1])),
-                                   xla_client.CompileOptions())
+    devices = xla_client.DeviceList(tuple(client.local_devices()[:1]))
+    return client.compile_and_load(stablehlo, devices, xla_client.CompileOptions())
 
 
 def test_update_reading_its_buffer_through_a_reshape_runs_like_eager() -> None:
