@@ -294,7 +294,7 @@ def import_program(ep: ExportedProgram, context: ir.Context
         block = func_op.regions[0].blocks[0]
         for arg, name in zip(block.arguments, signature.input_names):
             arg.set_location(ir.Location.name(name, childLoc=arg.location))
-        refuse_dynamic_shapes(func_op.operation.opview)
+        refuse_dynamic_shapes(func_op.operation.opview, signature.input_names)
         mark_mutable_tensors(func_op.operation.opview)
         module.operation.verify()
     return module, signature
@@ -332,18 +332,33 @@ def _copy_operands(op: ir.Operation, to_value: bool) -> None:
             op.operands[position] = copy.result
 
 
-def refuse_dynamic_shapes(func: func_d.FuncOp) -> None:
-    """Refuses the first op whose result shape depends on the data (`x[mask]`,
+def refuse_dynamic_shapes(func: func_d.FuncOp, names: list[str]) -> None:
+    """Refuses the first use of an argument with a symbolic size (an exported program with
+    dynamic shapes) and the first op whose result shape depends on the data (`x[mask]`,
     `nonzero`): StableHLO needs static shapes, and torch-mlir would lower such an op to
     a program that computes the wrong values."""
-    for op in operations(func.regions[0].blocks[0]):
+    block = func.regions[0].blocks[0]
+    dynamic = [(arg, name) for arg, name in zip(block.arguments, names)
+               if _has_dynamic_size(arg)]
+    for op in operations(block):
+        for arg, name in dynamic:
+            if any(operand == arg for operand in op.operands):
+                raise UnsupportedMutationError.at(
+                    op, f"argument `{name}` has a dynamic size ({arg.type}), from the "
+                    "exported program's dynamic shapes; outofplace compiles static "
+                    "shapes only: export with the sizes fixed")
         for result in op.results:
-            if torch_types.is_tensor(result.type):
-                sizes = torch_types.TensorType.of(result.type).sizes
-                if sizes is None or any(d < 0 for d in sizes):
-                    raise UnsupportedMutationError.at(
-                        op, "its result's shape depends on the data (a dynamic shape); "
-                        "outofplace compiles static shapes only")
+            if _has_dynamic_size(result):
+                raise UnsupportedMutationError.at(
+                    op, "its result's shape depends on the data (a dynamic shape); "
+                    "outofplace compiles static shapes only")
+
+
+def _has_dynamic_size(value: ir.Value) -> bool:
+    if not torch_types.is_tensor(value.type):
+        return False
+    sizes = torch_types.TensorType.of(value.type).sizes
+    return sizes is None or any(d < 0 for d in sizes)
 
 
 def mark_mutable_tensors(func: func_d.FuncOp) -> None:
