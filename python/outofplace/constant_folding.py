@@ -132,10 +132,10 @@ def _fold(op: ir.Operation, known: dict[ir.Value, Any]) -> torch.Tensor | None:
         values = [_constant(v, known) for v in op.operands]
     except _Unknown:
         return None
-    if not any(isinstance(v, torch.Tensor) for v in values) and \
-            effects.overload._schema.name.split("::")[1] not in _FACTORIES:
-        return None
     schema = effects.overload._schema
+    if not any(isinstance(v, torch.Tensor) for v in values) and \
+            schema.name.split("::")[1] not in _FACTORIES:
+        return None
     positional, keywords = [], {}
     try:
         for argument, value in zip(schema.arguments, values):
