@@ -27,7 +27,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from . import fx_rewrites, op_registry, torch_types
 from .errors import UnsupportedMutationError
-from .fx_graph import op_effects, overlaps, source_line, view_roots
+from .fx_graph import op_effects, overlaps, source_line, storage_of, view_roots
 from .masked_values import MaskedValues
 from .runtime_positions import RuntimePositions, user_line
 from .ir_utils import operations, tensor_literal, terminator
@@ -59,11 +59,18 @@ class ProgramSignature:
         """Refuses arguments (one per argument of main) of which one is written in place
         and shares memory with another: eager's write shows through the other, which the
         compiled program, taking them as separate values, cannot do."""
+        if not self.first_writes:
+            return
+        # Run at every call: one storage lookup per argument, not one per pair.
+        storages = [storage_of(value) for value in inputs]
+        by_storage: dict[Any, list[int]] = {}
+        for j, storage in enumerate(storages):
+            by_storage.setdefault(storage, []).append(j)
         for i, name in enumerate(self.input_names):
             if name not in self.first_writes:
                 continue
-            for j, other in enumerate(inputs):
-                if j != i and isinstance(other, torch.Tensor) and overlaps(inputs[i], other):
+            for j in by_storage[storages[i]]:
+                if j != i and overlaps(inputs[i], inputs[j]):
                     op, location = self.first_writes[name]
                     raise UnsupportedMutationError(
                         op, f"it writes argument `{name}`, which shares memory with "
