@@ -27,7 +27,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from . import fx_rewrites, op_registry, torch_types
 from .errors import UnsupportedMutationError
-from .fx_graph import op_effects, overlaps, source_line, storage_of, view_roots
+from .fx_graph import overlaps, source_line, storage_of, view_roots
 from .masked_values import MaskedValues
 from .runtime_positions import RuntimePositions, user_line
 from .ir_utils import operations, tensor_literal, terminator
@@ -249,17 +249,9 @@ def _first_writes(graph: torch.fx.Graph, names: dict[torch.fx.Node, str]
                   ) -> dict[str, tuple[str, str]]:
     """For each argument written in place (through any view): the first op writing it
     and that op's source line."""
-    roots, _ = view_roots(graph)
-    found: dict[str, tuple[str, str]] = {}
-    for node in graph.nodes:
-        effects = op_effects(node)
-        for position in effects.written if effects is not None else ():
-            target = node.args[position] if position < len(node.args) else None
-            name = names.get(roots.get(target, target)) if isinstance(
-                target, torch.fx.Node) else None
-            if name is not None and name not in found:
-                found[name] = (op_registry.mlir_name(node.target), source_line(node))
-    return found
+    _, written = view_roots(graph)
+    return {names[root]: (op_registry.mlir_name(node.target), source_line(node))
+            for root, node in written.items() if root in names}
 
 
 def _one_use_per_constant(graph: torch.fx.Graph) -> None:

@@ -102,10 +102,11 @@ def source_line(node: torch.fx.Node) -> str:
 
 
 def view_roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node],
-                                               set[torch.fx.Node]]:
-    """Each node's root through views and list views, and the roots written in place."""
+                                               dict[torch.fx.Node, torch.fx.Node]]:
+    """Each node's root through views and list views, and the roots written in place,
+    each with the first node that writes it."""
     roots: dict[torch.fx.Node, torch.fx.Node] = {}
-    written: set[torch.fx.Node] = set()
+    written: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in graph.nodes:
         if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) \
                 and is_list_view(node.args[0]):
@@ -123,7 +124,7 @@ def view_roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node
         for position in effects.written:
             if position < len(node.args) and isinstance(node.args[position], torch.fx.Node):
                 target = node.args[position]
-                written.add(roots.get(target, target))
+                written.setdefault(roots.get(target, target), node)
     return roots, written
 
 
