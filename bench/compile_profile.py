@@ -23,8 +23,8 @@ import outofplace  # noqa: E402
 from compile_time import inputs, program  # noqa: E402
 
 STAGES = {  # a function of each stage, by its cumulative time in the profile
-    "torch.export (tracing)": ("frontend.py", "export"),
-    "import into torch-mlir and FX rewrites": ("frontend.py", "import_program"),
+    "torch.export (tracing)": ("importer.py", "export"),
+    "import into torch-mlir and FX rewrites": ("importer.py", "import_program"),
     "inplace-to-outofplace (our pass)": ("inplace_to_outofplace.py", "inplace_to_outofplace"),
     "lowering to StableHLO (our passes and torch-mlir's)": ("diagnostics.py", "run_stage"),
 }

@@ -91,7 +91,7 @@ class Stages:
 
 def time_outofplace(n: int) -> Stages:
     import outofplace
-    from outofplace import frontend
+    from outofplace.frontend import importer as frontend
 
     f = program(n)
     args = inputs()

@@ -2,7 +2,7 @@
 
 Four columns per pattern and cache size:
 - outofplace: `outofplace.compile(f, args).stablehlo` compiled with jaxlib's CPU client
-  by `outofplace.xla.compile_for_cpu` (as `outofplace.xla.CpuExecutable` does) and
+  by `outofplace.backends.xla.compile_for_cpu` (as `outofplace.backends.xla.CpuExecutable` does) and
   executed in a loop, each step's aliased result buffer fed back as the next step's
   cache, never copied through numpy;
 - torch-mlir: `torch_mlir.fx.export_and_import(..., output_type="stablehlo")` compiled and
@@ -148,7 +148,7 @@ def failure_text(error: BaseException, stderr: str) -> str:
 
 
 class XlaCpu:
-    """jaxlib's CPU client, as outofplace.xla.CpuExecutable uses it."""
+    """jaxlib's CPU client, as outofplace.backends.xla.CpuExecutable uses it."""
 
     def __init__(self) -> None:
         jax = _jax()
@@ -159,7 +159,7 @@ class XlaCpu:
         self.device = self.backend.local_devices()[0]
 
     def compile(self, stablehlo: str) -> Any:
-        from outofplace.xla import compile_for_cpu
+        from outofplace.backends.xla import compile_for_cpu
 
         return compile_for_cpu(stablehlo)
 

@@ -153,7 +153,7 @@ def _emitted_section(w: Any, rows: list[emitted.Row], floor: dict[str, float]) -
     w("Each step runs one update of a float32 cache on XLA:CPU (jaxlib's CPU client), the "
       "cache kept on the device and fed back step after step:\n")
     w("- **outofplace**: `outofplace.compile(f, args).stablehlo`, compiled with "
-      "`outofplace.xla.compile_for_cpu` (what `outofplace.xla.CpuExecutable` uses), run with the executable's "
+      "`outofplace.backends.xla.compile_for_cpu` (what `outofplace.backends.xla.CpuExecutable` uses), run with the executable's "
       "`execute`; the aliased result buffer is the next step's cache (the donated input is "
       "checked to be deleted after every step; no copy through numpy).")
     w("- **torch-mlir**: `torch_mlir.fx.export_and_import(module, *args, "
@@ -399,8 +399,8 @@ def _compile_section(w: Any, rows: list[compile_time.Stages],
     if program_ok is not None:
         w(f"outofplace's result on it (N = 40, reference interpreter) "
           f"{'equals' if program_ok else '**differs from**'} eager PyTorch's.\n")
-    w("outofplace is timed per stage: torch.export (`outofplace.frontend.export`), import "
-      "(`frontend.import_program`: FxImporter and the mutable-tensor marking), our pass "
+    w("outofplace is timed per stage: torch.export (`outofplace.frontend.importer.export`), import "
+      "(`importer.import_program`: FxImporter and the mutable-tensor marking), our pass "
       "(`inplace_to_outofplace`), lowering (`lower_to_stablehlo`: update lowering and "
       "torch-mlir's backend pipelines); one untimed compile warms the process up first. "
       "torch-mlir's default path (`export_and_import(..., output_type=\"stablehlo\")`, "

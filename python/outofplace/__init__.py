@@ -11,11 +11,10 @@ The lower-level steps work on torch-mlir modules, ours (`import_torch`) or the u
 from .compiled import Compiled, compile, import_torch
 from .context import make_context
 from .errors import OutOfBoundsPolicyWarning, UnsupportedMutationError
-from .frontend import mark_mutable_tensors
-from .inplace_to_outofplace import inplace_to_outofplace
-from .lowering import lower_to_stablehlo
-from .pipelines import run_pipeline
-from . import xla
+from .frontend.importer import mark_mutable_tensors
+from .transforms.inplace_to_outofplace import inplace_to_outofplace
+from .transforms.pipelines import lower_to_stablehlo, run_pipeline
+from .backends import xla
 
 __all__ = [
     "Compiled",

@@ -12,13 +12,15 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch_mlir import ir
 
-from . import export, frontend, torch_types, xla
+from .backends import export, xla
+from .frontend import importer
+from . import torch_types
 from .context import make_context
-from .diagnostics import run_stage
-from .inplace_to_outofplace import io_map_of
+from .transforms.diagnostics import run_stage
+from .transforms.inplace_to_outofplace import io_map_of
 from .ir_utils import main_function
-from .pipelines import pipeline_elements
-from .runtime import interpret
+from .transforms.pipelines import pipeline_elements
+from .backends.interpreter import interpret
 
 
 def _result_dtypes(module: ir.Module) -> list[torch.dtype]:
@@ -45,7 +47,7 @@ class Compiled:
     module: ir.Module  # the StableHLO module; main's arguments are input_names
     io_map: dict[int, int]  # mutated argument index -> index of the result with its value
     input_names: list[str]  # one per argument of main: parameters, buffers, user inputs
-    signature: frontend.ProgramSignature
+    signature: importer.ProgramSignature
     source: Any  # the nn.Module or ExportedProgram whose state is read, or None
     result_dtypes: list[torch.dtype]
     engine: str = "auto"  # "interpreter", "xla", or "auto": xla when jax is installed
@@ -69,7 +71,8 @@ class Compiled:
              hlo_proto: bool = True) -> list:
         """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax, unless `hlo_proto` is
         False) and io_map.json."""
-        return export.save(self, directory, target, hlo_proto=hlo_proto)
+        names = export.io_map_json(self.input_names, len(self.result_dtypes), self.io_map)
+        return export.save(directory, self.stablehlo, names, target, hlo_proto=hlo_proto)
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         state = [_state_tensor(self.source, t) for t in self.signature.state_targets]
@@ -115,7 +118,7 @@ def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:
     arguments carry the program's names. The first step of `compile`, for users who
     want to run the passes themselves.
     """
-    module, _ = frontend.compile_to_torch_ir(f, tuple(args), kwargs, make_context())
+    module, _ = importer.compile_to_torch_ir(f, tuple(args), kwargs, make_context())
     return module
 
 
@@ -137,7 +140,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     if verify_each is None:
         verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
     context = make_context()
-    module, signature = frontend.compile_to_torch_ir(f, tuple(args), kwargs, context)
+    module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context)
     with context:
         if dump_ir:
             Path(dump_ir).mkdir(parents=True, exist_ok=True)

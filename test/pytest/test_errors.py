@@ -300,7 +300,7 @@ def test_verify_each_runs_every_lowering_pass_as_a_stage(tmp_path):
 def test_a_pass_that_breaks_the_ir_is_named(tmp_path):
     """The verifier after each pass catches invalid IR; the error names the stage and the
     command that reproduces it."""
-    from outofplace import diagnostics, pipelines
+    from outofplace.transforms import diagnostics, pipelines
 
     @pipelines.register_pass("test-break-return", "Returns a value of the wrong type")
     def _break(module):

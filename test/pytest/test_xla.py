@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import outofplace
-from outofplace import xla
+from outofplace.backends import xla
 
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..export import DEFAULT_TARGET
+from ..backends.export import DEFAULT_TARGET
 
 
 class _Parser(argparse.ArgumentParser):

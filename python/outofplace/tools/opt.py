@@ -18,8 +18,8 @@ from .. import op_registry, torch_types
 from ..context import make_context
 from ..errors import UnsupportedMutationError
 from ..ir_utils import all_operations, constant_int
-from ..lowering import NotStableHLOError
-from ..pipelines import (PASSES, PIPELINES, PipelineError, build_pass_manager,
+from ..transforms.lowering import NotStableHLOError
+from ..transforms.pipelines import (PASSES, PIPELINES, PipelineError, build_pass_manager,
                          run_pipeline)
 
 SPLIT_MARKER = "// -----"

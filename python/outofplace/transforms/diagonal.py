@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from . import torch_types
-from .errors import UnsupportedMutationError
-from .ir_utils import all_operations, constant_int, int_list, torch_constant
+from .. import torch_types
+from ..errors import UnsupportedMutationError
+from ..ir_utils import all_operations, constant_int, int_list, torch_constant
 
 
 @dataclass(frozen=True)

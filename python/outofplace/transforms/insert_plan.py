@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from torch_mlir import ir
 from torch_mlir.dialects import tensor
 
-from . import torch_types
-from .errors import source_line
-from .ir_utils import constant_int, int_list, to_builtin, unnamed
+from .. import torch_types
+from ..errors import source_line
+from ..ir_utils import constant_int, int_list, to_builtin, unnamed
 from .views import IDENTITY_VIEWS
 
 

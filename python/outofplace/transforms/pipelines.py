@@ -12,7 +12,7 @@ from typing import Callable
 from torch_mlir import ir, passmanager
 
 from . import lowering
-from .context import load_torch_conversion
+from ..context import load_torch_conversion
 from .diagonal import decompose_diagonal
 from .empty_tensors import fold_empty_tensors
 from .constant_folding import fold_constants
@@ -176,3 +176,9 @@ def _first_diagnostic(error: ir.MLIRError) -> str:
         first = diagnostics[0]
         return f"{first.location}: {first.message}"
     return str(error).strip().splitlines()[0]
+
+
+def lower_to_stablehlo(module: ir.Module) -> ir.Module:
+    """Lowers a value-semantic torch module to pure StableHLO, in place, and returns it."""
+    run_pipeline(module, "builtin.module(outofplace-lower-to-stablehlo)")
+    return module

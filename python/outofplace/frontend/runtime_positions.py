@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .errors import UnsupportedMutationError
+from ..errors import UnsupportedMutationError
 
 _PACKAGE = Path(__file__).resolve().parent
 _TORCH = Path(torch.__file__).resolve().parent

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch_mlir import ir, rewrite
 
-from .ir_utils import all_operations
+from ..ir_utils import all_operations
 
 TORCH_TO_STABLEHLO = ("torchdynamo-export-to-torch-backend-pipeline",
                       "torch-backend-to-stablehlo-backend-pipeline")
@@ -56,11 +56,3 @@ def check_pure_stablehlo(module: ir.Operation) -> None:
         raise NotStableHLOError(
             f"lowering left {len(foreign)} non-StableHLO op(s): {', '.join(names)} "
             f"(first at {foreign[0].location})")
-
-
-def lower_to_stablehlo(module: ir.Module) -> ir.Module:
-    """Lowers a value-semantic torch module to pure StableHLO, in place, and returns it."""
-    from .pipelines import run_pipeline  # pipelines registers this module's passes
-
-    run_pipeline(module, "builtin.module(outofplace-lower-to-stablehlo)")
-    return module

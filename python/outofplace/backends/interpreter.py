@@ -12,8 +12,10 @@ import torch
 from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 
-from . import lowering, torch_types
-from .ir_utils import all_operations, main_function, terminator
+from ..transforms import lowering
+
+from .. import torch_types
+from ..ir_utils import all_operations, main_function, terminator
 
 _BITCAST = torch_types.BITCAST_DTYPES  # passed bit for bit through an integer view
 

@@ -18,9 +18,10 @@ from typing import Callable
 
 from torch_mlir import ir
 
-from . import diagonal, torch_types
-from .errors import UnsupportedMutationError
-from .ir_utils import constant_int, int_list, torch_constant
+from . import diagonal
+from .. import torch_types
+from ..errors import UnsupportedMutationError
+from ..ir_utils import constant_int, int_list, torch_constant
 
 WriteBack = Callable[[ir.Operation, ir.Value, ir.Value, ir.Location, ir.InsertionPoint],
                      ir.Value]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torch_mlir import ir
 
-from .errors import UnsupportedMutationError
+from ..errors import UnsupportedMutationError
 from .pipelines import run_pipeline
 
 

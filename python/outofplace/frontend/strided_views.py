@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from . import op_registry
-from .errors import UnsupportedMutationError
+from .. import op_registry
+from ..errors import UnsupportedMutationError
 from .fx_graph import (
     call, element_offsets, fake_mode_of, is_list_view, source_line, storage_of,
     view_base, view_roots, writes_root)

@@ -27,11 +27,13 @@ from typing import Any
 import numpy as np
 import torch
 from torch_mlir import ir
+from torch_mlir._mlir_libs import _stablehlo
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
-from . import op_registry, runtime, torch_types
-from .ir_utils import all_operations, constant_int, tensor_literal, torch_constant
+from .. import op_registry, torch_types
+
+from ..ir_utils import all_operations, constant_int, tensor_literal, torch_constant
 
 _MAX_ELEMENTS = 1 << 16  # larger results stay computed at run time, unless splats
 _DTYPES = {number: dtype for dtype, number in TORCH_DTYPE_TO_INT.items()}
@@ -61,18 +63,25 @@ def _literal_value(op: ir.Operation) -> torch.Tensor:
 
 
 def _bfloat16_values(dense: ir.DenseElementsAttr, sizes: tuple[int, ...]) -> torch.Tensor:
-    """The elements of a bfloat16 attribute, which numpy cannot hold: a module returning
-    it, run by the interpreter (which passes bfloat16 results bit for bit)."""
+    """The elements of a bfloat16 attribute, which numpy cannot hold: StableHLO's
+    reference interpreter bitcasts them to int16, which numpy reads bit for bit."""
     with ir.Location.unknown():
+        bits_type = ir.RankedTensorType.get(list(sizes), ir.IntegerType.get_signless(16))
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
-            main = func_d.FuncOp("main", ir.FunctionType.get([], [dense.type]))
+            main = func_d.FuncOp("main", ir.FunctionType.get([], [bits_type]))
             with ir.InsertionPoint(main.add_entry_block()):
                 constant = ir.Operation.create("stablehlo.constant", results=[dense.type],
                                                attributes={"value": dense})
-                func_d.ReturnOp([constant.result])
-    (result,) = runtime.interpret(module, [], [torch.bfloat16])
-    return result.reshape(sizes)
+                bits = ir.Operation.create("stablehlo.bitcast_convert", results=[bits_type],
+                                           operands=[constant.result])
+                func_d.ReturnOp([bits.result])
+    (result,) = _stablehlo.eval_module(module, [])
+    bits = ir.DenseElementsAttr(result)
+    if bits.is_splat:
+        return torch.full(sizes, ir.IntegerAttr(bits.get_splat_value()).value,
+                          dtype=torch.int16).view(torch.bfloat16)
+    return torch.from_numpy(np.array(bits).copy()).reshape(sizes).view(torch.bfloat16)
 
 
 def _constant(value: ir.Value, known: dict[ir.Value, Any]) -> Any:

@@ -25,12 +25,14 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import fx_rewrites, op_registry, torch_types
-from .errors import UnsupportedMutationError
+from . import fx_rewrites
+
+from .. import op_registry, torch_types
+from ..errors import UnsupportedMutationError
 from .fx_graph import overlaps, source_line, storage_of, view_roots
 from .masked_values import MaskedValues
 from .runtime_positions import RuntimePositions, user_line
-from .ir_utils import operations, tensor_literal, terminator
+from ..ir_utils import operations, tensor_literal, terminator
 
 
 @dataclass

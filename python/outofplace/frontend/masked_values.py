@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .errors import UnsupportedMutationError
+from ..errors import UnsupportedMutationError
 from .runtime_positions import describe_index, user_line
 
 # Ops whose result element i depends only on element i of each operand.

@@ -29,10 +29,12 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
-from . import insert_plan, op_registry, torch_types, views
-from .context import load_torch_conversion
-from .errors import UnsupportedMutationError
-from .ir_utils import operations, terminator, torch_constant
+from . import insert_plan, views
+
+from .. import op_registry, torch_types
+from ..context import load_torch_conversion
+from ..errors import UnsupportedMutationError
+from ..ir_utils import operations, terminator, torch_constant
 
 ALIASING_OUTPUT = "tf.aliasing_output"
 

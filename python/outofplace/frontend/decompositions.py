@@ -1,58 +1,24 @@
-"""Rewrites of the exported FX graph before import, while fake tensors know storage.
+"""Decompositions on the exported FX graph: ops torch-mlir cannot express or lower,
+rewritten as ops it can, one table from op to function (`DECOMPOSITIONS`).
 
-torch IR carries no storage identity, offsets or strides; some aliasing facts are only
-known here:
-- an op the schema calls a view (`contiguous`, `reshape`, `to`) may have copied;
-- the elements of a list view (`split`, `chunk`, `unbind`) are views at offsets the
-  fake tensors know, expressed here as `slice` / `select` of the base;
-- torch-mlir's importer turns `as_strided` into a gather (a copy): strided_views;
-- whether an operand of an in-place op overlaps what the op writes.
+Besides the table: scalar operands the importer would mistype become 0-d tensors, and
+negative integer-tensor indices wrap as in eager.
 """
 
 from __future__ import annotations
 
-import bisect
-import operator
 from typing import Any, Callable
 
 import torch
 import torch.fx
 
-from . import op_registry, strided_views
-from .errors import UnsupportedMutationError
-from .fx_graph import (
-    call, fake_mode_of, is_list_view, op_effects, overlaps, source_line, storage_of,
-    view_base, view_roots)
-
-
-def rewrite(graph: torch.fx.Graph) -> None:
-    """All rewrites, in the order they depend on each other."""
-    _fake_constants(graph)
-    _refuse_overlapping_operands(graph)
-    _refuse_writes_into_position_reads(graph)
-    _refuse_stale_position_reads(graph)
-    _scalars_as_tensors(graph)
-    _decompose(graph)
-    _wrap_negative_indices(graph)
-    _copy_where_views_copy(graph)
-    _explicit_list_views(graph)
-    strided_views.strided_views_of_roots(graph)
-    strided_views.writes_through_strided_views(graph)
-    strided_views.as_strided_read_at_each_use(graph)
-    strided_views.refuse_as_strided_of_written(graph)
-
-
-def _fake_constants(graph: torch.fx.Graph) -> None:
-    """Gives each constant (`get_attr`) the fake value every other node has."""
-    constants = [n for n in graph.nodes if n.op == "get_attr" and "val" not in n.meta]
-    if constants:
-        fake_mode = fake_mode_of(graph)
-        for node in constants:
-            node.meta["val"] = fake_mode.from_tensor(getattr(graph.owning_module, node.target),
-                                                     static_shapes=True)
+from ..errors import UnsupportedMutationError
+from .fx_graph import call, source_line
 
 
 Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
+
+
 _DECOMPOSITIONS: dict[torch._ops.OpOverload, Decomposition] = {}
 
 
@@ -64,7 +30,7 @@ def _decomposes(*overloads: torch._ops.OpOverload) -> Callable[[Decomposition], 
     return register
 
 
-def _decompose(graph: torch.fx.Graph) -> None:
+def decompose(graph: torch.fx.Graph) -> None:
     """In-place ops torch-mlir cannot express or lower, as in-place ops it can.
 
     A decomposition may decline a node by returning None."""
@@ -216,7 +182,7 @@ def _scalar_tensor(graph: torch.fx.Graph, value: Any) -> torch.fx.Node:
     return call(graph, torch.ops.aten.scalar_tensor.default, value, dtype=dtype)
 
 
-def _scalars_as_tensors(graph: torch.fx.Graph) -> None:
+def scalars_as_tensors(graph: torch.fx.Graph) -> None:
     """Scalar operands the importer would get wrong, as 0-d tensors of the Tensor overload.
 
     torch-mlir imports a Python bool operand as an int, which promotes a bool tensor to
@@ -416,7 +382,7 @@ _INDEXING = (torch.ops.aten.index.Tensor, torch.ops.aten.index_put_.default,
              torch.ops.aten.index_put.default)
 
 
-def _wrap_negative_indices(graph: torch.fx.Graph) -> None:
+def wrap_negative_indices(graph: torch.fx.Graph) -> None:
     """`b[idx]` with negative entries in an integer index tensor counts from the end, as
     in eager; torch-mlir's lowering of index / index_put drops them instead. Each such
     index becomes `where(idx < 0, idx + size, idx)`."""
@@ -449,262 +415,3 @@ def _wrap_negative_indices(graph: torch.fx.Graph) -> None:
             dim += 1
         node.args = (self, indices, *node.args[2:])
 
-
-def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.storage_offset() == b.storage_offset() and \
-        a.shape == b.shape and a.stride() == b.stride()
-
-
-# Operands eager reads in full before writing anything (`x.fill_(x[0, 0])` takes the
-# value with .item()): overlapping what the op writes is harmless.
-_READ_FIRST = {(torch.ops.aten.fill_.Tensor, "value"),
-               (torch.ops.aten.masked_fill_.Tensor, "value"),
-               (torch.ops.aten.index_fill_.int_Tensor, "value")}
-
-
-def _refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
-    """Refuses an in-place op that reads memory it writes through another view:
-    `x[:, 1:] += x[:, :-1]`, `x.index_put_(i, x.t())`. Eager then runs element by element
-    over shared memory, so its result depends on the order it visits elements in (or it
-    raises, when it can tell); value semantics would read every operand before writing.
-    A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`)
-    and a fill value read before the fill (`x.fill_(x[0, 0])`) have a single meaning."""
-    for node in graph.nodes:
-        effects = op_effects(node)
-        if effects is None or effects.rebinds_view:
-            continue
-        elementwise = torch.Tag.pointwise in node.target.tags or \
-            node.target is torch.ops.aten.copy_.default
-        for position in effects.written:
-            target = node.args[position] if position < len(node.args) else None
-            written = target.meta.get("val") if isinstance(target, torch.fx.Node) else None
-            if not isinstance(written, torch.Tensor):
-                continue
-            for operand in node.all_input_nodes:
-                read = operand.meta.get("val")
-                if operand is target or not isinstance(read, torch.Tensor) or \
-                        not overlaps(written, read):
-                    continue
-                if elementwise and _same_layout(written, read) or \
-                        (node.target, _argument_name(node, operand)) in _READ_FIRST:
-                    continue
-                raise UnsupportedMutationError(
-                    op_registry.mlir_name(node.target),
-                    f"its operand `{_argument_name(node, operand)}` shares memory with the "
-                    "tensor it writes: eager's result then depends on the order it writes "
-                    "the elements in; clone the operand first", location=source_line(node))
-
-
-def _argument_name(node: torch.fx.Node, operand: torch.fx.Node) -> str:
-    """The schema name of the argument `operand` is passed as (`values`, `src`)."""
-    arguments = node.target._schema.arguments
-    for position, argument in enumerate(arguments):
-        value = node.args[position] if position < len(node.args) else \
-            node.kwargs.get(argument.name)
-        if value is operand or isinstance(value, (list, tuple)) and operand in value:
-            return argument.name
-    return operand.name
-
-
-def _copy_where_views_copy(graph: torch.fx.Graph) -> None:
-    """Makes explicit where an op the schema calls a view (`contiguous`, `reshape`,
-    `to.dtype`) returned a copy in this trace: a clone after it.
-
-    Whether such ops alias depends on strides and dtypes, which the trace's fake tensors
-    know and the IR does not. A mutation of the base must not reach a copy.
-    """
-    for node in list(graph.nodes):
-        effects = op_effects(node)
-        if effects is None or not effects.is_view:
-            continue
-        base = node.args[effects.result_views] if effects.result_views < len(node.args) \
-            else None
-        if not isinstance(base, torch.fx.Node):
-            continue
-        out, into = storage_of(node.meta.get("val")), storage_of(base.meta.get("val"))
-        if out is None or into is None or out == into:
-            continue
-        with graph.inserting_after(node):
-            clone = graph.call_function(torch.ops.aten.clone.default, (node,))
-        clone.meta = dict(node.meta)
-        node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
-
-
-def _list_dim(node: torch.fx.Node) -> int:
-    """The dimension a list view (`split`, `chunk`, `unbind`) cuts along."""
-    for position, argument in enumerate(node.target._schema.arguments):
-        if argument.name == "dim":
-            if position < len(node.args):
-                return node.args[position]
-            return node.kwargs.get("dim", argument.default_value)
-    return 0
-
-
-def _element_view(graph: torch.fx.Graph, item: torch.fx.Node, base: torch.fx.Node,
-                  dim: int, index: int) -> torch.fx.Node | None:
-    """Element `index` of a list view along `dim`, as a slice or select of the base, at
-    the offset the fake tensors know."""
-    base_val, item_val = base.meta.get("val"), item.meta.get("val")
-    if not isinstance(base_val, torch.Tensor) or not isinstance(item_val, torch.Tensor):
-        return None
-    dim %= max(base_val.dim(), 1)
-    offset = item_val.storage_offset() - base_val.storage_offset()
-    stride = base_val.stride(dim)
-    if item_val.dim() == base_val.dim():
-        if stride == 0 or offset % stride:
-            return None
-        start = offset // stride
-        return graph.call_function(torch.ops.aten.slice.Tensor, (
-            base, dim, start, start + item_val.shape[dim], 1))
-    if item_val.dim() == base_val.dim() - 1:
-        position = index % base_val.shape[dim] if stride == 0 or offset % stride \
-            else offset // stride
-        return graph.call_function(torch.ops.aten.select.int, (base, dim, position))
-    return None
-
-
-def _explicit_list_views(graph: torch.fx.Graph) -> None:
-    """`x.split(2)[1]` becomes `x[2:4]`: a plain view the pass can write through."""
-    for node in list(graph.nodes):
-        if not is_list_view(node):
-            continue
-        for item in list(node.users):
-            if item.target is not operator.getitem:
-                continue
-            with graph.inserting_after(item):
-                view = _element_view(graph, item, node.args[0], _list_dim(node),
-                                     item.args[1])
-            if view is None:
-                continue
-            view.meta = dict(item.meta)
-            item.replace_all_uses_with(view)
-            graph.erase_node(item)
-        if not node.users:
-            graph.erase_node(node)
-
-
-def _is_position_read(node: torch.fx.Node) -> bool:
-    """`x[:, pos]` as runtime_positions traces it: `index` at 0-d integer tensors only."""
-    if node.target is not torch.ops.aten.index.Tensor:
-        return False
-    indices = [i for i in node.args[1] if i is not None]
-    return bool(indices) and all(
-        isinstance(i, torch.fx.Node) and isinstance(i.meta.get("val"), torch.Tensor) and
-        i.meta["val"].dim() == 0 for i in indices)
-
-
-def _refuse_writes_into_position_reads(graph: torch.fx.Graph) -> None:
-    """`x[pos]` with a runtime position is traced as a copy (runtime_positions); eager
-    returns a view, so a write into it (or into a view of it) would be lost, unless it
-    is stored back at once: `x[pos] += w`."""
-    roots, _ = view_roots(graph)
-    reads = set(filter(_is_position_read, graph.nodes))
-    for node in graph.nodes:
-        effects = op_effects(node)
-        if effects is None:
-            continue
-        for position in effects.written:
-            target = node.args[position] if position < len(node.args) else None
-            if not isinstance(target, torch.fx.Node) or \
-                    roots.get(target, target) not in reads:
-                continue
-            if target in reads and _is_augmented_assignment(target, node):
-                continue
-            raise UnsupportedMutationError(
-                op_registry.mlir_name(node.target),
-                "it writes into a tensor read at a runtime position (x[pos] with a "
-                "0-d tensor pos), which outofplace reads as a copy where eager "
-                "returns a view; store it back (`x[pos] += w`, `x[pos] = y`) or "
-                "write `x[pos] = x[pos] * w`", location=source_line(node))
-
-
-def _is_augmented_assignment(read: torch.fx.Node, write: torch.fx.Node) -> bool:
-    """`x[k] += w`: a write into the read `x[k]`, then at once a store of it at `x[k]`,
-    with no other use of either. Copy or view, the result is then the same."""
-    between: set[torch.fx.Node] = set()
-    store = write.next
-    while _is_harmless(store):
-        between.add(store)
-        store = store.next
-    if store.target is not torch.ops.aten.index_put_.default or \
-            (store.args[3] if len(store.args) > 3 else store.kwargs.get("accumulate")):
-        return False
-    value = store.args[2]
-    while value in between and view_base(value) is not None:
-        value = view_base(value)
-    inside = between | {store}
-    if value not in (read, write) or set(read.users) - inside - {write} or \
-            set(write.users) - inside or any(set(n.users) - inside for n in between):
-        return False
-    indices, stored = read.args[1], store.args[1]
-    return len(indices) == len(stored) and _same_value(read.args[0], store.args[0]) and \
-        all(_same_value(a, b) for a, b in zip(indices, stored))
-
-
-# Nodes tracing puts between the two halves of `x[k] += w`: constants and checks.
-_HARMLESS = (torch.ops.aten.lift_fresh_copy.default,
-             torch.ops.aten._assert_tensor_metadata.default)
-
-
-def _is_harmless(node: torch.fx.Node) -> bool:
-    """A constant, a check, a view or an autograd-only op (`detach_`): nothing that reads
-    or writes tensor data."""
-    if node.op == "get_attr" or node.target in _HARMLESS:
-        return True
-    effects = op_effects(node)
-    return effects is not None and (effects.is_autograd_only or effects.is_view)
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """The same node, or nodes that compute the same from the same inputs (views of one
-    tensor by the same arguments, equal constants)."""
-    if not isinstance(a, torch.fx.Node) or not isinstance(b, torch.fx.Node):
-        return not isinstance(a, torch.fx.Node) and not isinstance(b, torch.fx.Node) and \
-            a == b
-    if a is b:
-        return True
-    if a.op == b.op == "get_attr":
-        module = a.graph.owning_module
-        x, y = getattr(module, a.target, None), getattr(module, b.target, None)
-        return isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and \
-            x.dtype == y.dtype and x.shape == y.shape and bool(torch.equal(x, y))
-    if a.op != "call_function" or a.target != b.target or len(a.args) != len(b.args) or \
-            a.kwargs != b.kwargs or not _is_harmless(a):
-        return False
-    return all(_same_value(x, y) for x, y in zip(a.args, b.args))
-
-
-def _refuse_stale_position_reads(graph: torch.fx.Graph) -> None:
-    """`y = x[pos]` with a runtime position is a copy where eager returns a view: when x
-    is written after the read and y is used after that write, eager's y would show the
-    write and the copy would not. One pass over the graph, then a lookup per read."""
-    roots, _ = view_roots(graph)
-    order = {node: number for number, node in enumerate(graph.nodes)}
-    writes: dict[torch.fx.Node, list[int]] = {}  # root -> positions of writes to it
-    views: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # root -> views of it
-    for node in graph.nodes:
-        effects = op_effects(node)
-        if effects is not None and not effects.is_autograd_only:
-            for position in effects.written:
-                target = node.args[position] if position < len(node.args) else None
-                if isinstance(target, torch.fx.Node):
-                    writes.setdefault(roots.get(target, target), []).append(order[node])
-        if node in roots:
-            views.setdefault(roots[node], []).append(node)
-    nodes = list(graph.nodes)
-    for read in filter(_is_position_read, nodes):
-        root = roots.get(read.args[0], read.args[0])
-        later = writes.get(root, [])
-        first = bisect.bisect_right(later, order[read])
-        if first == len(later):
-            continue
-        write = nodes[later[first]]
-        aliases = [read, *views.get(read, [])]
-        last_use = max((order[user] for alias in aliases for user in alias.users),
-                       default=-1)
-        if last_use > order[write]:
-            raise UnsupportedMutationError(
-                "torch.aten.index.Tensor", "x[pos] with a runtime position is read as a "
-                "copy where eager returns a view, and x is written while the read is "
-                f"still used (at {source_line(write) or 'a later line'}); clone the read "
-                "(`x[pos].clone()`) or read it after the write", location=source_line(read))

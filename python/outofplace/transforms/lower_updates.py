@@ -23,9 +23,9 @@ from __future__ import annotations
 import torch
 from torch_mlir import ir, rewrite
 
-from . import torch_types
-from .errors import warn_out_of_bounds_policy
-from .ir_utils import constant_int, to_builtin, unnamed
+from .. import torch_types
+from ..errors import warn_out_of_bounds_policy
+from ..ir_utils import constant_int, to_builtin, unnamed
 
 
 

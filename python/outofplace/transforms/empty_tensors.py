@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from . import torch_types
-from .ir_utils import all_operations
+from .. import torch_types
+from ..ir_utils import all_operations
 
 # Ops that already are constants, or whose results must stay (their tensors are not data).
 _KEPT = frozenset({"torch.vtensor.literal", "torch.tensor.literal"})

@@ -16,7 +16,7 @@ import torch
 import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from . import op_registry
+from .. import op_registry
 
 
 def fake_mode_of(graph: torch.fx.Graph) -> torch._subclasses.FakeTensorMode:

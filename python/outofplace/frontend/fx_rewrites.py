@@ -1,0 +1,126 @@
+"""Rewrites of the exported FX graph before import, while fake tensors know storage,
+and the order all FX-level work runs in (`rewrite`).
+
+torch IR carries no storage identity, offsets or strides; some aliasing facts are only
+known here:
+- an op the schema calls a view (`contiguous`, `reshape`, `to`) may have copied;
+- the elements of a list view (`split`, `chunk`, `unbind`) are views at offsets the
+  fake tensors know, expressed here as `slice` / `select` of the base;
+- torch-mlir's importer turns `as_strided` into a gather (a copy): strided_views.
+Refusals (refusals.py) and decompositions (decompositions.py) run from here too.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+from . import decompositions, refusals, strided_views
+from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
+
+
+def rewrite(graph: torch.fx.Graph) -> None:
+    """All rewrites, in the order they depend on each other."""
+    _fake_constants(graph)
+    refusals.refuse_overlapping_operands(graph)
+    refusals.refuse_writes_into_position_reads(graph)
+    refusals.refuse_stale_position_reads(graph)
+    decompositions.scalars_as_tensors(graph)
+    decompositions.decompose(graph)
+    decompositions.wrap_negative_indices(graph)
+    _copy_where_views_copy(graph)
+    _explicit_list_views(graph)
+    strided_views.strided_views_of_roots(graph)
+    strided_views.writes_through_strided_views(graph)
+    strided_views.as_strided_read_at_each_use(graph)
+    strided_views.refuse_as_strided_of_written(graph)
+
+
+def _fake_constants(graph: torch.fx.Graph) -> None:
+    """Gives each constant (`get_attr`) the fake value every other node has."""
+    constants = [n for n in graph.nodes if n.op == "get_attr" and "val" not in n.meta]
+    if constants:
+        fake_mode = fake_mode_of(graph)
+        for node in constants:
+            node.meta["val"] = fake_mode.from_tensor(getattr(graph.owning_module, node.target),
+                                                     static_shapes=True)
+
+
+def _copy_where_views_copy(graph: torch.fx.Graph) -> None:
+    """Makes explicit where an op the schema calls a view (`contiguous`, `reshape`,
+    `to.dtype`) returned a copy in this trace: a clone after it.
+
+    Whether such ops alias depends on strides and dtypes, which the trace's fake tensors
+    know and the IR does not. A mutation of the base must not reach a copy.
+    """
+    for node in list(graph.nodes):
+        effects = op_effects(node)
+        if effects is None or not effects.is_view:
+            continue
+        base = node.args[effects.result_views] if effects.result_views < len(node.args) \
+            else None
+        if not isinstance(base, torch.fx.Node):
+            continue
+        out, into = storage_of(node.meta.get("val")), storage_of(base.meta.get("val"))
+        if out is None or into is None or out == into:
+            continue
+        with graph.inserting_after(node):
+            clone = graph.call_function(torch.ops.aten.clone.default, (node,))
+        clone.meta = dict(node.meta)
+        node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
+
+
+def _list_dim(node: torch.fx.Node) -> int:
+    """The dimension a list view (`split`, `chunk`, `unbind`) cuts along."""
+    for position, argument in enumerate(node.target._schema.arguments):
+        if argument.name == "dim":
+            if position < len(node.args):
+                return node.args[position]
+            return node.kwargs.get("dim", argument.default_value)
+    return 0
+
+
+def _element_view(graph: torch.fx.Graph, item: torch.fx.Node, base: torch.fx.Node,
+                  dim: int, index: int) -> torch.fx.Node | None:
+    """Element `index` of a list view along `dim`, as a slice or select of the base, at
+    the offset the fake tensors know."""
+    base_val, item_val = base.meta.get("val"), item.meta.get("val")
+    if not isinstance(base_val, torch.Tensor) or not isinstance(item_val, torch.Tensor):
+        return None
+    dim %= max(base_val.dim(), 1)
+    offset = item_val.storage_offset() - base_val.storage_offset()
+    stride = base_val.stride(dim)
+    if item_val.dim() == base_val.dim():
+        if stride == 0 or offset % stride:
+            return None
+        start = offset // stride
+        return graph.call_function(torch.ops.aten.slice.Tensor, (
+            base, dim, start, start + item_val.shape[dim], 1))
+    if item_val.dim() == base_val.dim() - 1:
+        position = index % base_val.shape[dim] if stride == 0 or offset % stride \
+            else offset // stride
+        return graph.call_function(torch.ops.aten.select.int, (base, dim, position))
+    return None
+
+
+def _explicit_list_views(graph: torch.fx.Graph) -> None:
+    """`x.split(2)[1]` becomes `x[2:4]`: a plain view the pass can write through."""
+    for node in list(graph.nodes):
+        if not is_list_view(node):
+            continue
+        for item in list(node.users):
+            if item.target is not operator.getitem:
+                continue
+            with graph.inserting_after(item):
+                view = _element_view(graph, item, node.args[0], _list_dim(node),
+                                     item.args[1])
+            if view is None:
+                continue
+            view.meta = dict(item.meta)
+            item.replace_all_uses_with(view)
+            graph.erase_node(item)
+        if not node.users:
+            graph.erase_node(node)
+
