@@ -5,16 +5,30 @@ Registered through the `torch_dynamo_backends` entry point, so it is available a
 `operator.setitem`, `call_method add_`, ...) and its example inputs; the graph is compiled
 like any module and runs on XLA:CPU when jax is installed, else on the interpreter,
 writing mutated inputs back into the caller's tensors.
+
+torch.compile's defaults make a dimension dynamic once it has changed: the graph then
+takes symbolic sizes (`SymInt` placeholders, tensors of symbolic shape). StableHLO for
+XLA needs static shapes, so such a graph is compiled once per concrete shape seen at call
+time, keyed by the tensors' shapes and dtypes and the sizes' values, as torch-xla's dynamo
+bridge does; the programs are kept in a bounded cache.
 """
 
 from __future__ import annotations
 
+import collections
+import warnings
 from typing import Any, Callable
 
 import torch
 
+from .compiled import Compiled
 from .compiled import compile as compile_program
-from .errors import UnsupportedMutationError
+
+# Programs kept per graph with symbolic sizes; past this the least recently used goes.
+SHAPE_CACHE_SIZE = 16
+# A graph compiled for this many shapes gets a warning (once): padding inputs to a few
+# sizes, or `dynamic=False`, would compile less.
+RECOMPILE_WARNING = 8
 
 
 def _concrete(example: Any) -> Any:
@@ -25,15 +39,54 @@ def _concrete(example: Any) -> Any:
     return example
 
 
+def _is_symbolic(example: Any) -> bool:
+    return isinstance(example, torch.SymInt) or (
+        isinstance(example, torch.Tensor) and
+        any(isinstance(d, torch.SymInt) for d in example.shape))
+
+
+def _shape_key(args: tuple) -> tuple:
+    """What a program compiled for static shapes depends on: each tensor's shape and dtype,
+    each other argument's value (the sizes dynamo passes as ints)."""
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
+                 for a in args)
+
+
+class ShapeSpecializing:
+    """Runs a graph with symbolic sizes: one static program per concrete shape."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self.gm = gm
+        self.programs: collections.OrderedDict[tuple, Compiled] = collections.OrderedDict()
+        self.compilations = 0
+
+    def program(self, args: tuple) -> Compiled:
+        key = _shape_key(args)
+        compiled = self.programs.get(key)
+        if compiled is not None:
+            self.programs.move_to_end(key)
+            return compiled
+        compiled = compile_program(self.gm, args)
+        self.compilations += 1
+        if self.compilations == RECOMPILE_WARNING:
+            warnings.warn(
+                f"outofplace compiled one torch.compile graph for {self.compilations} "
+                "shapes; pad inputs to a few sizes or pass dynamic=False to compile less",
+                stacklevel=3)
+        self.programs[key] = compiled
+        if len(self.programs) > SHAPE_CACHE_SIZE:
+            self.programs.popitem(last=False)
+        return compiled
+
+    def __call__(self, *args: Any) -> Any:
+        return self.program(args)(*args)
+
+
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """The dynamo backend: compile the graph once, then run it on every call."""
-    for example in example_inputs:
-        if isinstance(example, torch.SymInt) or (
-                isinstance(example, torch.Tensor) and
-                any(isinstance(d, torch.SymInt) for d in example.shape)):
-            raise UnsupportedMutationError(
-                "torch.compile", "dynamic shapes are not supported yet; call "
-                "torch.compile(..., dynamic=False)")
+    """The dynamo backend: compile the graph once (per shape, when sizes are symbolic),
+    then run it on every call."""
+    if any(_is_symbolic(example) for example in example_inputs):
+        return ShapeSpecializing(gm)
     compiled = compile_program(gm, tuple(_concrete(e) for e in example_inputs))
 
     def run(*args: Any) -> Any:

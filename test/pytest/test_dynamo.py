@@ -64,3 +64,65 @@ def test_graph_break_between_mutations():
     x, eager_x = torch.ones(2, 3), torch.ones(2, 3)
     torch.testing.assert_close(compiled(x), with_graph_break(eager_x))
     torch.testing.assert_close(x, eager_x)
+
+
+# torch.compile's defaults (no `dynamic=`): a dimension that changes becomes symbolic.
+def prefix_update(cache, x):
+    cache[: x.shape[0]] += x
+    return (cache * 2).sum(0)
+
+
+def test_default_arguments_across_shapes_match_eager():
+    torch._dynamo.reset()
+    compiled = torch.compile(prefix_update, backend="outofplace")
+    for n in (2, 3, 5, 3, 7):
+        cache, x = torch.randn(8, 4), torch.randn(n, 4)
+        eager_cache = cache.clone()
+        torch.testing.assert_close(compiled(cache, x), prefix_update(eager_cache, x))
+        torch.testing.assert_close(cache, eager_cache, msg=f"rows {n}")
+
+
+def test_symbolic_graph_compiles_once_per_shape():
+    from outofplace.dynamo import ShapeSpecializing
+
+    graphs = []
+
+    def spy(gm, example_inputs):
+        runner = torch._dynamo.lookup_backend("outofplace")(gm, example_inputs)
+        graphs.append(runner)
+        return runner
+
+    torch._dynamo.reset()
+    compiled = torch.compile(prefix_update, backend=spy)
+    for n in (2, 3, 4, 3, 4, 2):
+        compiled(torch.zeros(8, 4), torch.ones(n, 4))
+    symbolic = [g for g in graphs if isinstance(g, ShapeSpecializing)]
+    # The first call compiled a static graph; dynamo sends every later call to the
+    # symbolic one, which compiles once for each of 3, 4 and 2 rows, not per call.
+    assert len(symbolic) == 1 and symbolic[0].compilations == 3
+    assert sorted(key[1][0][0] for key in symbolic[0].programs) == [2, 3, 4]
+
+
+class GrowingBatch(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(4))
+        self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        self.seen.add_(x.sum(0))
+        self.count += x.shape[0]
+        y = x * self.seen
+        torch._dynamo.graph_break()
+        y.mul_(2)
+        return y
+
+
+def test_module_buffers_across_shapes_and_a_graph_break():
+    torch._dynamo.reset()
+    model, eager = GrowingBatch(), GrowingBatch()
+    compiled = torch.compile(model, backend="outofplace")
+    for batch in (1, 2, 3, 5):
+        x = torch.randn(batch, 4)
+        torch.testing.assert_close(compiled(x), eager(x))
+        assert_module_state_matches(model, eager, f"batch {batch}")
