@@ -10,6 +10,7 @@ The lower-level steps work on torch-mlir modules, ours (`import_torch`) or the u
 
 from .compiled import Compiled, compile, import_torch
 from .context import make_context
+from .families import CompiledFamily, compile_family
 from .errors import OutOfBoundsPolicyWarning, UnsupportedMutationError
 from .frontend.importer import mark_mutable_tensors
 from .transforms.inplace_to_outofplace import inplace_to_outofplace
@@ -18,9 +19,11 @@ from .backends import xla
 
 __all__ = [
     "Compiled",
+    "CompiledFamily",
     "OutOfBoundsPolicyWarning",
     "UnsupportedMutationError",
     "compile",
+    "compile_family",
     "import_torch",
     "inplace_to_outofplace",
     "lower_to_stablehlo",

@@ -563,3 +563,20 @@ def test_exported_program_with_dynamic_shapes_is_refused() -> None:
                     "exported program's dynamic shapes; outofplace compiles static shapes "
                     "only: export with the sizes fixed",
                     ScaleRows.forward.__code__.co_firstlineno + 1)
+
+
+def test_a_changed_non_tensor_argument_is_refused_at_the_call():
+    """The trace specializes on ints: calling with another value would run the old one
+    silently (it wrote c[0:2] for start=4); it raises before touching the caller's tensors."""
+    def f(c, x, start):
+        c[start:start + 2] = x
+        return c.sum()
+
+    compiled = outofplace.compile(f, (torch.zeros(8), torch.ones(2), 0))
+    c = torch.zeros(8)
+    compiled(c, torch.ones(2), 0)
+    assert c.tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="argument 'start' was compiled as the constant 0 "
+                                         "and is 4 now"):
+        compiled(c, torch.ones(2) * 5, 4)
+    assert c.tolist() == [1, 1, 0, 0, 0, 0, 0, 0]

@@ -8,6 +8,7 @@ The compiled program must return eager's logits and leave every buffer as eager 
 """
 
 import copy
+import json
 
 import pytest
 import torch
@@ -90,3 +91,41 @@ def test_llama_static_cache_prefill_then_decode(attention):
     _step(prefill, model, eager, [7, 1, 60, 23], 0, "prefill")
     for position, token in enumerate([9, 33, 2], start=4):
         _step(decode, model, eager, [token], position, f"decode at {position}")
+
+
+def _example(tokens: int, start: int) -> tuple[tuple, dict]:
+    return (torch.randint(VOCAB, (1, tokens)),), \
+        {"cache_position": torch.arange(start, start + tokens)}
+
+
+def test_llama_shape_family_prefills_at_two_lengths_then_decodes(tmp_path):
+    """One family over one static cache: chunked prefill of 3 then 2 tokens, decode."""
+    model = _llama("sdpa")
+    eager = copy.deepcopy(model)
+    family = outofplace.compile_family(model, [_example(3, 0), _example(2, 3),
+                                               _example(1, 5)])
+    assert len(family.members) == 3
+    assert {family.input_names[i] for i in family.members[0].io_map} == _cache_buffers()
+    _step(family, model, eager, [7, 1, 60], 0, "prefill of 3")
+    _step(family, model, eager, [23, 4], 3, "prefill of 2")
+    for position, token in enumerate([9, 33], start=5):
+        _step(family, model, eager, [token], position, f"decode at {position}")
+    with pytest.raises(ValueError, match=r"no program of this family takes inputs of "
+                                         r"shapes \[\[1, 4\], \[4\]\]"):
+        family(torch.tensor([[1, 2, 3, 4]]), cache_position=torch.arange(4))
+    manifest = json.loads(family.save(str(tmp_path), hlo_proto=False).read_text())
+    assert [m["input_shapes"] for m in manifest["members"]] == [
+        {"input_ids": [1, n], "cache_position": [n]} for n in (3, 2, 1)]
+    assert set(manifest["aliased_inputs"]) == _cache_buffers()
+    assert (tmp_path / "member_2" / "main.mlir").exists()
+
+
+def test_family_members_must_update_the_same_arguments():
+    def step(cache, x):
+        if x.shape[0] > 1:
+            cache.add_(x.sum())
+        return x * 2
+
+    with pytest.raises(ValueError, match=r"updates \[\], the first \['cache'\]"):
+        outofplace.compile_family(step, [(torch.zeros(4), torch.ones(2)),
+                                         (torch.zeros(4), torch.ones(1))])

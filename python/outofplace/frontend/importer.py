@@ -48,6 +48,8 @@ class ProgramSignature:
     output_leaves: list[tuple[str, Any]] = field(default_factory=list)
     # For each argument written in place: the first op writing it, and its source line.
     first_writes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Non-tensor leaves of (args, kwargs) the trace specialized on: position -> name, value.
+    constant_inputs: dict[int, tuple[str, Any]] = field(default_factory=dict)
 
     def user_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         """The user's tensor arguments among `args` and `kwargs`, in main's order."""
@@ -55,6 +57,13 @@ class ProgramSignature:
         if spec is not None and spec.num_children == 2 and kwargs:
             kwargs = {k: kwargs[k] for k in spec.child(1).context}
         leaves = pytree.tree_leaves((tuple(args), kwargs))
+        for position, (name, traced) in self.constant_inputs.items():
+            given = leaves[position] if position < len(leaves) else None
+            if type(given) is not type(traced) or given != traced:
+                raise ValueError(
+                    f"argument '{name}' was compiled as the constant {traced!r} and is "
+                    f"{given!r} now: the program is specialized on non-tensor arguments; "
+                    "compile again for this value, or pass it as a tensor to vary it")
         return [leaves[i] for i in self.user_input_leaves]
 
     def refuse_written_inputs_sharing_memory(self, inputs: list[torch.Tensor]) -> None:
@@ -194,6 +203,7 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     arguments: list[torch.fx.Node] = []
     user_position = 0
     user_input_leaves: list[int] = []
+    constant_inputs: dict[int, tuple[str, Any]] = {}
     for spec in ep.graph_signature.input_specs:
         node = placeholders[spec.arg.name]
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
@@ -214,6 +224,7 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
         elif spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument):
             node.replace_all_uses_with(spec.arg.value)  # type: ignore[arg-type]
             graph.erase_node(node)
+            constant_inputs[user_position] = (spec.arg.name, spec.arg.value)
             user_position += 1
         elif spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, TensorArgument):
             input_names.append(spec.arg.name)
@@ -243,7 +254,8 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     gm.recompile()
     call_spec = ep.call_spec
     signature = ProgramSignature(input_names, state_targets, call_spec.in_spec,
-                                 user_input_leaves, call_spec.out_spec, leaves, first_writes)
+                                 user_input_leaves, call_spec.out_spec, leaves, first_writes,
+                                 constant_inputs)
     return gm, signature
 
 
