@@ -28,7 +28,18 @@ def source_line(loc: ir.Location) -> str:
     return ""
 
 
-class UnsupportedMutationError(Exception):
+class UserError(Exception):
+    """A program or an input outofplace refuses: the user's to fix at the source line the
+    message names. Every other exception escaping outofplace is a bug of ours, reported
+    as an internal error with a reproducer (transforms/diagnostics.py, outofplace-opt)."""
+
+
+class UserIndexError(UserError, IndexError):
+    """A constant index outside its dimension, or an index eager rejects: eager raises
+    IndexError too."""
+
+
+class UnsupportedMutationError(UserError):
     """A mutation outofplace cannot turn into value semantics without changing the result.
 
     The message names the op, the index (when there is one) and the user's source line, so

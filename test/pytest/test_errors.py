@@ -319,7 +319,8 @@ def test_a_pass_that_breaks_the_ir_is_named(tmp_path):
     finally:
         del pipelines.PASSES["test-break-return"]
     notes = "\n".join(info.value.__notes__)
-    assert "stage 'test-break-return' failed; reproduce with:" in notes
+    assert "internal error: stage 'test-break-return' failed, a bug of outofplace's" in notes
+    assert "reproduce with:" in notes
     assert str(tmp_path / "1-before-test-break-return.mlir") in notes
 
 
@@ -580,3 +581,22 @@ def test_a_changed_non_tensor_argument_is_refused_at_the_call():
                                          "and is 4 now"):
         compiled(c, torch.ones(2) * 5, 4)
     assert c.tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
+
+
+def test_refusals_are_user_errors_and_get_no_reproducer(tmp_path):
+    """A refusal is the user's to fix at their line: a UserError, without the internal-error
+    note and reproducer a bug of ours gets."""
+    def f(x):
+        x.normal_()
+
+    with pytest.raises(outofplace.UserError) as info:
+        outofplace.compile(f, (torch.randn(3),), dump_ir=str(tmp_path))
+    assert isinstance(info.value, outofplace.UnsupportedMutationError)
+    assert not getattr(info.value, "__notes__", None)
+
+    def g(b):
+        b[:, 5] = 1
+
+    with pytest.raises(IndexError) as index_error:
+        outofplace.compile(g, (torch.randn(2, 3),))
+    assert not getattr(index_error.value, "__notes__", None)

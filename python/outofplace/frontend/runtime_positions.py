@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..errors import UnsupportedMutationError
+from ..errors import UnsupportedMutationError, UserIndexError
 
 _PACKAGE = Path(__file__).resolve().parent
 _TORCH = Path(torch.__file__).resolve().parent
@@ -77,10 +77,10 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
                 f"with {_kind(item)}",
                 index=describe_index(items), location=user_line())
     if items.count(Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+        raise UserIndexError("an index can only have a single ellipsis ('...')")
     consumed = sum(1 for item in items if item is not None and item is not Ellipsis)
     if consumed > rank:
-        raise IndexError(f"too many indices for tensor of dimension {rank}")
+        raise UserIndexError(f"too many indices for tensor of dimension {rank}")
     if Ellipsis in items:
         at = items.index(Ellipsis)
         items[at:at + 1] = [slice(None)] * (rank - consumed)

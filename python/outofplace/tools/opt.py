@@ -16,7 +16,7 @@ from torch_mlir import ir
 
 from .. import op_registry, torch_types
 from ..context import make_context
-from ..errors import UnsupportedMutationError
+from ..errors import UserError
 from ..ir_utils import all_operations, constant_int
 from ..transforms.lowering import NotStableHLOError
 from ..transforms.pipelines import (PASSES, PIPELINES, PipelineError, build_pass_manager,
@@ -74,8 +74,7 @@ def _run_chunk(text: str, options: argparse.Namespace, first_line: int) -> str:
                                                               first_line))
         try:
             run_pipeline(module, options.pass_pipeline, options.mlir_print_ir_after_all)
-        except (PipelineError, UnsupportedMutationError, NotStableHLOError,
-                IndexError) as error:
+        except (PipelineError, UserError, NotStableHLOError) as error:
             raise _ChunkError(str(error)) from None
         except Exception as error:  # a bug of ours: still one line, never a traceback
             raise _ChunkError(f"internal error ({type(error).__name__}): {error}; please "

@@ -4,8 +4,9 @@
         --pass-pipeline='builtin.module(outofplace-lower-to-stablehlo)'
 
 reproduces a failing stage outside Python: the IR before it is written out and the
-command printed with the error. A refused program (UnsupportedMutationError, IndexError)
-is the user's to fix at the source line the error names, so it gets no reproducer.
+command printed with the error. A refused program (a `UserError`: UnsupportedMutationError,
+an index out of range) is the user's to fix at the source line the error names, so it gets
+no reproducer; any other failure is a bug of ours and says so.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from torch_mlir import ir
 
-from ..errors import UnsupportedMutationError
+from ..errors import UserError
 from .pipelines import run_pipeline
 
 
@@ -31,14 +32,15 @@ def run_stage(module: ir.Module, number: int, stage: str, dump_dir: str | None =
     before = module.operation.clone()
     try:
         run_pipeline(module, f"builtin.module({stage})")
-    except (UnsupportedMutationError, IndexError):
+    except UserError:
         raise
     except Exception as error:
         directory = Path(dump_dir) if dump_dir else Path(tempfile.mkdtemp(
             prefix="outofplace-"))
         path = _write(before, directory / f"{number}-before-{stage}.mlir")
-        error.add_note(f"stage '{stage}' failed; reproduce with:\n  outofplace-opt {path} "
-                       f"--pass-pipeline='builtin.module({stage})'")
+        error.add_note(f"internal error: stage '{stage}' failed, a bug of outofplace's "
+                       "(please report it with the IR file below); reproduce with:\n"
+                       f"  outofplace-opt {path} --pass-pipeline='builtin.module({stage})'")
         raise
     finally:
         before.erase()

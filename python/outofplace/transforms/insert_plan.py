@@ -18,7 +18,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import tensor
 
 from .. import torch_types
-from ..errors import source_line
+from ..errors import UserIndexError, source_line
 from ..ir_utils import constant_int, int_list, to_builtin, unnamed
 from .views import IDENTITY_VIEWS
 
@@ -37,7 +37,7 @@ class InsertPlan:
         return 0 in self.sizes
 
 
-class StaticIndexError(IndexError):
+class StaticIndexError(UserIndexError):
     """A constant index outside its dimension: eager raises IndexError too."""
 
     def __init__(self, op: ir.Operation, index: int, size: int) -> None:
