@@ -89,6 +89,10 @@ class Compiled:
         """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax, unless `hlo_proto` is
         False) and io_map.json."""
         names = export.io_map_json(self.input_names, len(self.result_dtypes), self.io_map)
+        if self.mesh is not None:
+            names["mesh"] = self.mesh
+            names["shardings"] = {n: [list(axes) for axes in spec]
+                                  for n, spec in self.shardings.items()}
         return export.save(directory, self.stablehlo, names, target, hlo_proto=hlo_proto)
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
