@@ -66,8 +66,9 @@ class Compiled:
             shapes = [ir.RankedTensorType(a.type).shape
                       for a in main_function(self.module).arguments]
             specs = {self.input_names.index(n): s for n, s in self.shardings.items()}
+            state = sharding.returned_state(main_function(self.module), self.io_map)
             self._spmd = spmd.ShardedExecutable(self.stablehlo, self.mesh, specs,
-                                                self.io_map, self.input_names, shapes)
+                                                self.io_map, state, self.input_names, shapes)
         return self._spmd
 
     @property

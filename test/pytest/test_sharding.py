@@ -14,7 +14,9 @@ import pytest
 import torch
 
 import outofplace
+from outofplace.ir_utils import all_operations, main_function
 from outofplace.transforms.sharding import hlo_sharding
+from torch_mlir import ir
 from differential import assert_same
 
 jax = pytest.importorskip("jax")
@@ -79,7 +81,7 @@ def test_sequence_sharded_update_is_shard_local():
     local offset (partition-id arithmetic), with the clamp before, and nothing gathers."""
     compiled = _run_against_eager(writes, _cache_calls([0])[0], {"x": 4},
                                   {"cache": SPECS["sequence"]}, _cache_calls([9]))
-    assert "stablehlo.clamp" in compiled.stablehlo
+    assert "stablehlo.clamp" in [op.name for op in all_operations(compiled.module.operation)]
     report = compiled.sharding_report()
     assert report.state[0].written_by in ("stablehlo.dynamic_update_slice",
                                           "stablehlo.scatter"), str(report)
@@ -213,3 +215,25 @@ def test_llama_decode_with_a_head_sharded_static_cache():
     # No collective touches the cache. XLA:CPU's copy insertion still copies the value
     # cache, as it does on one device (docs/sharding.md, "Left to do").
     assert all(set(s.moved_by) <= {"mhlo.copy"} for s in report.state), str(report)
+
+
+def test_returned_state_stays_sharded():
+    """`return cache` after writing it: that result is the caller's tensor, as in eager,
+    and the program returns it sharded, not gathered on every device."""
+    def write(cache, k, pos):
+        cache[:, :, pos] = k
+        return cache
+
+    compiled = outofplace.compile(write, _cache_calls([0])[0][:3], mesh={"x": 4},
+                                  shardings={"cache": SPECS["sequence"]})
+    cache, k, pos, _ = _cache_calls([6])[0]
+    expected = cache.clone()
+    expected[:, :, 6] = k
+    assert compiled(cache, k, pos) is cache
+    assert_same(cache, expected, "cache")
+    main = main_function(compiled.module)
+    shardings = [ir.StringAttr(ir.DictAttr(a)["mhlo.sharding"]).value
+                 for kind in ("arg_attrs", "res_attrs")
+                 for a in ir.ArrayAttr(main.attributes[kind])]
+    assert shardings == ["{devices=[1,1,4,1]<=[4]}", "{replicated}", "{replicated}",
+                         "{devices=[1,1,4,1]<=[4]}", "{devices=[1,1,4,1]<=[4]}"]

@@ -86,7 +86,7 @@ class ShardedExecutable:
     """A StableHLO module with shardings, compiled once for the mesh's devices."""
 
     def __init__(self, stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
-                 io_map: dict[int, int], input_names: list[str],
+                 io_map: dict[int, int], state: dict[int, int], input_names: list[str],
                  shapes: list[list[int]]) -> None:
         jax = xla._jax()
         from jax._src import xla_bridge
@@ -104,6 +104,7 @@ class ShardedExecutable:
         self._mesh = jax.sharding.Mesh(np.array(self._devices).reshape(
             tuple(mesh.values())), tuple(mesh))
         self._specs, self._io_map, self._names = specs, io_map, input_names
+        self._state = state
         self._shapes, self._axes = shapes, mesh
         options = xla_client.CompileOptions()
         options.num_replicas, options.num_partitions = 1, count
@@ -117,7 +118,7 @@ class ShardedExecutable:
             np.array([[d.id for d in self._devices]]))
         backend = xla_bridge.get_backend("cpu")
         device_list = xla_client.DeviceList(tuple(self._devices))
-        text = shardy_module(stablehlo, mesh, specs)
+        text = shardy_module(stablehlo, mesh, specs, state)
         self._executable = backend.compile_and_load(text, device_list, options)
         if any(xla._reads_updated_buffer_through_another_alias(m)
                for m in self._executable.hlo_modules()):  # see backends/xla.py
@@ -133,30 +134,27 @@ class ShardedExecutable:
     def __call__(self, inputs: list[torch.Tensor], result_dtypes: list[torch.dtype]
                  ) -> list[torch.Tensor]:
         """Runs on the devices; writes each updated shard into the caller's tensor and
-        returns that tensor as its result."""
+        returns that tensor for every result that is its new value."""
         arrays = [self._jax.device_put(xla._to_numpy(t), self._sharding(i))
                   for i, t in enumerate(inputs)]
         outputs = self._executable.execute_sharded(arrays)
         per_device = outputs.disassemble_into_single_device_arrays()
-        updated = {result: arg for arg, result in self._io_map.items()}
-        results = []
-        for index, (shards, dtype) in enumerate(zip(per_device, result_dtypes)):
-            if index not in updated:  # results other than state are replicated
-                results.append(xla._from_numpy(np.asarray(shards[0]), dtype))
-                continue
-            arg = updated[index]
+        for arg, result in self._io_map.items():
             target = inputs[arg]
             host = _host_view(target)
             slices = self._sharding(arg).devices_indices_map(tuple(target.shape))
             written = set()
-            for shard in shards:
+            for shard in per_device[result]:
                 where = slices[next(iter(shard.devices()))]
                 key = tuple((s.start, s.stop) for s in where)
                 if key not in written:  # a replicated axis holds the same shard twice
                     written.add(key)
                     host[where] = np.asarray(shard).view(host.dtype)
-            results.append(target)
-        return results
+        # a result that is state is the caller's tensor, as eager returns it; the others
+        # are replicated: any device holds all of it
+        return [inputs[self._state[i]] if i in self._state
+                else xla._from_numpy(np.asarray(shards[0]), dtype)
+                for i, (shards, dtype) in enumerate(zip(per_device, result_dtypes))]
 
     @property
     def report(self) -> ShardingReport:
@@ -165,13 +163,15 @@ class ShardedExecutable:
         return self._report
 
 
-def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple]) -> str:
+def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
+                  state: dict[int, int]) -> str:
     """The module with Shardy's `sdy.sharding` in place of every `mhlo.sharding`.
 
     jaxlib 0.10.2 partitions a module with `mhlo.sharding` attributes with GSPMD (it
     warns that GSPMD propagation is deprecated and falls back from Shardy); with
-    `sdy.sharding` it uses Shardy, as `jax.jit` does. An aliased result has its
-    argument's spec, other results are replicated, as in transforms/sharding.py.
+    `sdy.sharding` it uses Shardy, as `jax.jit` does. A result in `state` (result ->
+    argument: aliased, or the same value) has its argument's spec, other results are
+    replicated, as in transforms/sharding.py.
     """
     from jax._src.interpreters import mlir as jax_mlir
     from jax._src.lib.mlir import ir
@@ -190,7 +190,6 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple])
                 for dim in spec or [()] * rank])
 
         function = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
-        aliased = {}
         for kind, types in (("arg_attrs", function.inputs), ("res_attrs", function.results)):
             entries = []
             for index, (entry, type) in enumerate(zip(ir.ArrayAttr(main.attributes[kind]),
@@ -198,9 +197,7 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple])
                 entry = ir.DictAttr(entry)
                 fields = {entry[i].name: entry[i].attr for i in range(len(entry))
                           if entry[i].name != "mhlo.sharding"}
-                spec = specs.get(index) if kind == "arg_attrs" else aliased.get(index)
-                if "tf.aliasing_output" in fields:
-                    aliased[ir.IntegerAttr(fields["tf.aliasing_output"]).value] = spec
+                spec = specs.get(index if kind == "arg_attrs" else state.get(index, -1))
                 fields["sdy.sharding"] = sharding(spec, len(ir.RankedTensorType(type).shape))
                 entries.append(ir.DictAttr.get(fields))
             main.attributes[kind] = ir.ArrayAttr.get(entries)

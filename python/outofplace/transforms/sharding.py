@@ -125,6 +125,19 @@ def _clamp_runtime_starts(main: Any) -> None:
             op.operands[2 + dim] = clamped.result
 
 
+def returned_state(main: Any, io_map: dict[int, int]) -> dict[int, int]:
+    """Result index -> the argument whose new value it is: the aliased results, and any
+    other result returning the same value (`return cache` after `cache[...] = k`)."""
+    block = main.regions[0].blocks[0]
+    values = list(block.operations[len(block.operations) - 1].operands)
+    state = {}
+    for arg, result in io_map.items():
+        for index, value in enumerate(values):
+            if value == values[result]:
+                state[index] = arg
+    return state
+
+
 def annotate(module: ir.Module, mesh: dict[str, int], specs: dict[int, Spec],
              io_map: dict[int, int]) -> None:
     """Adds the mesh size, every argument's and result's sharding, and the clamps."""
@@ -138,7 +151,7 @@ def annotate(module: ir.Module, mesh: dict[str, int], specs: dict[int, Spec],
     results = ir.FunctionType(main.type).results
     argument_shardings = [hlo_sharding(mesh, specs.get(i)) for i in range(len(arguments))]
     result_shardings = ["{replicated}"] * len(results)
-    for arg, result in io_map.items():
+    for result, arg in returned_state(main, io_map).items():
         result_shardings[result] = argument_shardings[arg]
     for attr, shardings in (("arg_attrs", argument_shardings),
                             ("res_attrs", result_shardings)):
