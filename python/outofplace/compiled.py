@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch_mlir import ir
 
-from .backends import export, xla
+from .backends import export, spmd, xla
 from .frontend import importer
 from . import torch_types
 from .context import make_context
@@ -20,6 +20,7 @@ from .transforms.diagnostics import run_stage
 from .transforms.inplace_to_outofplace import io_map_of
 from .ir_utils import main_function
 from .transforms.pipelines import pipeline_elements
+from .transforms import sharding
 from .backends.interpreter import interpret
 
 
@@ -52,6 +53,23 @@ class Compiled:
     result_dtypes: list[torch.dtype]
     engine: str = "auto"  # "interpreter", "xla", or "auto": xla when jax is installed
     _xla: Any = field(default=None, repr=False)  # the XLA executable, compiled on first use
+    mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
+    shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
+    _spmd: Any = field(default=None, repr=False)  # backends/spmd.py, compiled on first use
+
+    def sharding_report(self) -> spmd.ShardingReport:
+        """What the SPMD partitioner made of the sharded state (docs/sharding.md)."""
+        return self._sharded().report
+
+    def _sharded(self) -> spmd.ShardedExecutable:
+        if self._spmd is None:
+            shapes = [ir.RankedTensorType(a.type).shape
+                      for a in main_function(self.module).arguments]
+            specs = {self.input_names.index(n): s for n, s in self.shardings.items()}
+            state = sharding.returned_state(main_function(self.module), self.io_map)
+            self._spmd = spmd.ShardedExecutable(self.stablehlo, self.mesh, specs,
+                                                self.io_map, state, self.input_names, shapes)
+        return self._spmd
 
     @property
     def stablehlo(self) -> str:
@@ -72,6 +90,10 @@ class Compiled:
         """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax, unless `hlo_proto` is
         False) and io_map.json."""
         names = export.io_map_json(self.input_names, len(self.result_dtypes), self.io_map)
+        if self.mesh is not None:
+            names["mesh"] = self.mesh
+            names["shardings"] = {n: [list(axes) for axes in spec]
+                                  for n, spec in self.shardings.items()}
         return export.save(directory, self.stablehlo, names, target, hlo_proto=hlo_proto)
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -91,6 +113,8 @@ class Compiled:
         """`__call__` on a chosen engine: "interpreter" (the StableHLO reference
         interpreter), "xla" (XLA:CPU through jaxlib, aliased buffers donated) or "auto"."""
         inputs = self._arguments(args, kwargs or {})
+        if self.mesh is not None:  # aliased shards are written into the caller's tensors
+            return self._outputs(self._sharded()(inputs, self.result_dtypes))
         if engine == "auto":
             engine = "xla" if xla.available() else "interpreter"
         if engine == "xla":
@@ -104,6 +128,9 @@ class Compiled:
         with torch.no_grad():
             for arg, result in self.io_map.items():
                 inputs[arg].copy_(results[result])
+        return self._outputs(results)
+
+    def _outputs(self, results: list[torch.Tensor]) -> Any:
         leaves = [results[v] if kind == "result" else v
                   for kind, v in self.signature.output_leaves]
         if self.signature.out_spec is None:
@@ -123,7 +150,9 @@ def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:
 
 
 def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "auto",
-            dump_ir: str | None = None, verify_each: bool | None = None) -> Compiled:
+            dump_ir: str | None = None, verify_each: bool | None = None,
+            mesh: dict[str, int] | None = None,
+            shardings: dict[str, Any] | None = None) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
 
     `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
@@ -136,6 +165,11 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     that reproduces the failure. `verify_each` (default: the environment variable
     OUTOFPLACE_VERIFY_EACH=1) is a debug mode: every pass of the lowering is its own
     stage, so the MLIR verifier, which runs after each, names the pass that broke the IR.
+
+    `mesh` (axis name -> size, `{"dp": 2, "tp": 4}`) runs the program on that many XLA
+    devices through the SPMD partitioner; `shardings` maps an argument name (as in
+    `input_names`) to one entry per dimension: a mesh axis, a tuple of axes or None.
+    Arguments not named are replicated (docs/sharding.md).
     """
     if verify_each is None:
         verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
@@ -154,6 +188,15 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
             else [lowering]
         for number, stage in enumerate(stages, 2):
             run_stage(module, number, stage, dump_ir)
+        specs = {}
+        if mesh is not None:
+            mesh = dict(mesh)
+            shapes = [ir.RankedTensorType(a.type).shape for a in main_function(module).arguments]
+            specs = sharding.normalize(mesh, shardings, signature.input_names, shapes)
+            sharding.annotate(module, mesh, specs, io_map)
+        elif shardings:
+            raise ValueError("shardings need a mesh")
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
     return Compiled(module, io_map, signature.input_names, signature, source,
-                    result_dtypes, engine)
+                    result_dtypes, engine, mesh=mesh,
+                    shardings={signature.input_names[i]: s for i, s in specs.items()})

@@ -1,0 +1,167 @@
+"""Shardings on the StableHLO: a device mesh and one partition spec per argument.
+
+`outofplace.compile(..., mesh={"dp": 2, "tp": 4}, shardings={"kv_cache": (None, "tp")})`
+ends here, after the lowering. The module gets what XLA's SPMD partitioner reads:
+
+    module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32}
+    func.func @main(%kv_cache: tensor<2x8x16x4xf32>
+                      {mhlo.sharding = "{devices=[1,4,1,1]<=[4]}", tf.aliasing_output = 1 : i32},
+                    ...) -> (..., tensor<2x8x16x4xf32> {mhlo.sharding = "{devices=[1,4,1,1]<=[4]}"})
+
+- every argument gets `mhlo.sharding`: its spec as an HloSharding, `{replicated}` if unnamed;
+- every aliased result gets exactly its argument's sharding (a result left to propagation
+  makes the donated buffer and its result differ in size, jax-ml/jax#25346); other results
+  are `{replicated}`, so the caller reads them whole from any device;
+- a `dynamic_update_slice` with a runtime start gets that start clamped explicitly to where
+  the update fits. The partitioner turns an update of a sharded dimension into a
+  shard-local one (local offset, owner predicate), but drops it when the start needed
+  clamping (openxla/xla#49118); clamped first, the start is always in range. On one device
+  and on dimensions that are not sharded the clamp changes nothing: the op clamps the same.
+
+`mhlo.sharding` strings, not Shardy's `sdy.sharding`: torch-mlir's context has no `sdy`
+dialect, and the HLO module proto (what Neuron ingests) carries HloShardings. jaxlib 0.10.2
+imports them into Shardy, which partitions (docs/sharding.md).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from torch_mlir import ir
+
+from ..ir_utils import all_operations, main_function, unnamed
+
+# One entry per dimension: the mesh axes it is split over, major first; () is whole.
+Spec = tuple[tuple[str, ...], ...]
+
+
+def normalize(mesh: dict[str, int], shardings: dict[str, Any] | None,
+              input_names: list[str], shapes: list[list[int]]) -> dict[int, Spec]:
+    """Argument index -> spec, checked against the mesh and the argument's shape.
+
+    `shardings` maps an argument name to one entry per dimension: an axis name, a tuple of
+    names, or None. Arguments not named are replicated (absent from the result).
+    """
+    if not mesh or any(not isinstance(n, str) or not isinstance(s, int) or s < 1
+                       for n, s in mesh.items()):
+        raise ValueError(f"mesh must map axis names to positive sizes, got {mesh!r}")
+    specs = {}
+    for name, entries in (shardings or {}).items():
+        if name not in input_names:
+            raise ValueError(f"shardings names '{name}', which is not an argument; "
+                             f"the arguments are {input_names}")
+        index = input_names.index(name)
+        shape = shapes[index]
+        if len(entries) != len(shape):
+            raise ValueError(f"the spec of '{name}' has {len(entries)} entries, "
+                             f"its shape {shape} has {len(shape)} dimensions")
+        spec, used = [], set()
+        for dim, entry in enumerate(entries):
+            axes = () if entry is None else (entry,) if isinstance(entry, str) \
+                else tuple(entry)
+            for axis in axes:
+                if axis not in mesh:
+                    raise ValueError(f"the spec of '{name}' names axis '{axis}', "
+                                     f"not in the mesh {list(mesh)}")
+                if axis in used:
+                    raise ValueError(f"the spec of '{name}' uses axis '{axis}' twice")
+                used.add(axis)
+            parts = math.prod(mesh[a] for a in axes)
+            if shape[dim] % parts:
+                raise ValueError(f"dimension {dim} of '{name}' ({shape[dim]}) does not "
+                                 f"split into {parts} equal shards over {axes}")
+            spec.append(axes)
+        if used:
+            specs[index] = tuple(spec)
+    return specs
+
+
+def hlo_sharding(mesh: dict[str, int], spec: Spec | None) -> str:
+    """The HloSharding text of `spec` on `mesh`, devices numbered row-major over the mesh.
+
+    Tile dimension d holds the product of its axes' sizes; the axes no dimension names
+    are the last, replicated tile dimension. The tile's devices are the iota over the
+    mesh, transposed so the named axes come in the spec's order.
+    """
+    if spec is None or not any(spec):
+        return "{replicated}"
+    names = list(mesh)
+    used = [a for axes in spec for a in axes]
+    rest = [a for a in names if a not in used]
+    tiles = [math.prod(mesh[a] for a in axes) for axes in spec]
+    replicated = math.prod(mesh[a] for a in rest)
+    if replicated > 1:
+        tiles.append(replicated)
+    perm = [names.index(a) for a in used + rest]
+    devices = f"<=[{math.prod(mesh.values())}]"
+    if perm != sorted(perm):
+        devices = f"<=[{','.join(str(mesh[a]) for a in names)}]T({','.join(map(str, perm))})"
+    last = " last_tile_dim_replicate" if replicated > 1 else ""
+    return f"{{devices=[{','.join(map(str, tiles))}]{devices}{last}}}"
+
+
+def _clamp_runtime_starts(main: Any) -> None:
+    """Clamps each runtime start of a dynamic_update_slice to [0, size - update size]."""
+    for op in all_operations(main.operation):
+        if op.name != "stablehlo.dynamic_update_slice":
+            continue
+        operand = ir.RankedTensorType(op.operands[0].type).shape
+        update = ir.RankedTensorType(op.operands[1].type).shape
+        loc = unnamed(op.location)
+        for dim, start in enumerate(list(op.operands)[2:]):
+            room = operand[dim] - update[dim]
+            if room == 0 or (isinstance(start, ir.OpResult)
+                             and start.owner.name == "stablehlo.constant"):
+                continue
+            element = ir.RankedTensorType(start.type).element_type
+            with ir.InsertionPoint(op), loc:
+                low, high = (ir.Operation.create("stablehlo.constant", results=[start.type],
+                             attributes={"value": ir.DenseElementsAttr.get_splat(
+                                 start.type, ir.IntegerAttr.get(element, bound))}).result
+                             for bound in (0, room))
+                clamped = ir.Operation.create("stablehlo.clamp", results=[start.type],
+                                              operands=[low, start, high])
+            op.operands[2 + dim] = clamped.result
+
+
+def returned_state(main: Any, io_map: dict[int, int]) -> dict[int, int]:
+    """Result index -> the argument whose new value it is: the aliased results, and any
+    other result returning the same value (`return cache` after `cache[...] = k`)."""
+    block = main.regions[0].blocks[0]
+    values = list(block.operations[len(block.operations) - 1].operands)
+    state = {}
+    for arg, result in io_map.items():
+        for index, value in enumerate(values):
+            if value == values[result]:
+                state[index] = arg
+    return state
+
+
+def annotate(module: ir.Module, mesh: dict[str, int], specs: dict[int, Spec],
+             io_map: dict[int, int]) -> None:
+    """Adds the mesh size, every argument's and result's sharding, and the clamps."""
+    main = main_function(module)
+    context = module.context
+    i32 = ir.IntegerType.get_signless(32, context)
+    module.operation.attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(
+        i32, math.prod(mesh.values()))
+    module.operation.attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, 1)
+    arguments = list(main.arguments)
+    results = ir.FunctionType(main.type).results
+    argument_shardings = [hlo_sharding(mesh, specs.get(i)) for i in range(len(arguments))]
+    result_shardings = ["{replicated}"] * len(results)
+    for result, arg in returned_state(main, io_map).items():
+        result_shardings[result] = argument_shardings[arg]
+    for attr, shardings in (("arg_attrs", argument_shardings),
+                            ("res_attrs", result_shardings)):
+        old = list(ir.ArrayAttr(main.attributes[attr])) if attr in main.attributes \
+            else [ir.DictAttr.get({}, context)] * len(shardings)
+        new = []
+        for entry, sharding in zip(old, shardings):
+            entry = ir.DictAttr(entry)
+            fields = {entry[i].name: entry[i].attr for i in range(len(entry))}
+            fields["mhlo.sharding"] = ir.StringAttr.get(sharding, context)
+            new.append(ir.DictAttr.get(fields, context))
+        main.attributes[attr] = ir.ArrayAttr.get(new, context)
+    _clamp_runtime_starts(main)
