@@ -406,7 +406,8 @@ class CpuExecutable:
                 arguments.append(_host(tensor))
         try:
             results = self.compiled(*arguments)
-            _jax().block_until_ready(results)
+            for result in results:
+                result.block_until_ready()
         except Exception as error:
             lost = [i for i, h in adopted.items() if h.array.is_deleted()]
             for i in lost:  # XLA took the buffer: the memory may be gone

@@ -257,7 +257,8 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
 def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int]
                     ) -> tuple[int, tuple] | None:
     """(argument index, view ops from it) when `value` is an argument, or a view of one
-    through view ops with constant operands (in-place ops return their self), else None."""
+    through view ops with constant operands that shared its storage when traced (in-place
+    ops return their self), else None."""
     views = []
     while value not in arguments:
         effects = op_effects(value) if isinstance(value, torch.fx.Node) else None
@@ -265,8 +266,10 @@ def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int]
             return None
         if not effects.written:  # a view op: taken again on the caller's tensor
             rest = (value.args[1:], value.kwargs)
-            if any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)):
-                return None
+            if any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)) or \
+                    storage_of(value.meta.get("val")) != storage_of(
+                        value.args[0].meta.get("val")):
+                return None  # `reshape`, `contiguous`, `to` that copied when traced
             views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
         value = value.args[0]
     return arguments[value], tuple(reversed(views))
