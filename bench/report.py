@@ -9,6 +9,7 @@ import os
 import platform
 from typing import Any
 
+import calls as call_bench
 import compile_time
 import emitted
 import patterns as pat
@@ -107,7 +108,7 @@ def machine_info() -> dict[str, Any]:
 def render(*, machine: dict, rows: list[emitted.Row], floor: dict[str, float],
            compile_rows: list[compile_time.Stages], torch_mlir: dict[int, dict],
            program_ok: bool | None, elapsed: float, loads: dict[str, tuple],
-           command: str) -> str:
+           command: str, calls: tuple = ([], [], None)) -> str:
     out: list[str] = []
     w = out.append
     w("# Performance\n")
@@ -128,6 +129,8 @@ def render(*, machine: dict, rows: list[emitted.Row], floor: dict[str, float],
       "processes ran alongside and every time below is inflated by them (compile times "
       "most, as they are long). Medians are used to damp this.\n")
     head = len(out)
+    if calls[0]:
+        _calls_section(w, *calls)
     if rows:
         _emitted_section(w, rows, floor)
     if compile_rows:
@@ -503,3 +506,94 @@ def _compile_section(w: Any, rows: list[compile_time.Stages],
         w(f" torch.export itself (PyTorch's, not ours) is {min(share):.0%}-{max(share):.0%} "
           "of outofplace's CPU time; import, our pass and lowering are the rest.")
     w("")
+
+
+def _calls_section(w: Any, rows: list[call_bench.SizeRow],
+                   readers: list[call_bench.ReaderRow], floor: float) -> None:
+    w("## The user's path: one call of a compiled KV-cache step\n")
+    w("`step(cache, pos, k)`: `cache[:, pos] = k; return k.sum()` on a float32 cache "
+      f"[{pat.B}, seq, {pat.H}, {pat.D}], `pos` a 0-d int64 tensor, called as a user calls "
+      "it (`bench/calls.py`): **compiled(...)** is `outofplace.compile(step, args)` "
+      "called on the torch tensors (engine xla), **torch.compile backend** is "
+      "`torch.compile(step, backend=\"outofplace\")`, **executable alone** is the same "
+      "XLA executable's `execute` on the cache's buffer (fed back), **jax.jit, donated** "
+      "is `jax.jit(lambda c, p, k: c.at[:, p].set(k), donate_argnums=0)` called on jax "
+      "arrays. Medians of the calls made in about a second, after the first call (which "
+      "adopts the cache: one copy of it into XLA's memory, see docs/api.md).\n")
+    w("| cache | eager | compiled(...) | torch.compile backend | executable alone | "
+      "jax.jit, donated | first call | compiled / executable | compiled / jax.jit | "
+      "peak RSS growth of a call | of the first call | report |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        t = r.times
+        w(f"| {fmt_bytes(r.cache_bytes)} | {fmt_time(t.get('eager'))} | "
+          f"{fmt_time(t.get('compiled(...)'))}{'' if r.correct else ' **WRONG**'} | "
+          f"{fmt_time(t.get('torch.compile backend'))} | "
+          f"{fmt_time(t.get('executable alone'))} | {fmt_time(t.get('jax.jit, donated'))} | "
+          f"{fmt_time(r.first_call)} | "
+          f"{fmt_ratio(t['compiled(...)'] / t['executable alone'])} | "
+          f"{fmt_ratio(t['compiled(...)'] / t['jax.jit, donated'])} | "
+          f"{fmt_bytes(r.rss_call)} ({(r.rss_call or 0) / r.cache_bytes:.1%}) | "
+          f"{fmt_bytes(r.rss_first)} ({(r.rss_first or 0) / r.cache_bytes:.0%}) | "
+          f"{', '.join(f'{k}: {v}' for k, v in r.report.items())} |")
+    w("")
+    if readers:
+        w("### Updates that also read the cache\n")
+        w(f"The same step with a read of the cache (`compiled(...)` per call; per-call "
+          f"floor {fmt_time(floor)}: `compiled(...)` of the step on a one-position cache). "
+          "The JAX column is the same program written in JAX (`c.at[:, p].set(k)` and the "
+          "read) under `jax.jit` with donation.\n")
+        w("| pattern | PyTorch | cache | eager | compiled(...) | jax.jit, donated | memcpy "
+          "of the update | compiled / (memcpy + floor) | jax.jit / compiled | report |")
+        w("|---|---|---|---|---|---|---|---|---|---|")
+        for r in readers:
+            t = r.times
+            bound = t["memcpy of the update"] + t["floor"]
+            w(f"| {r.pattern} | `{r.source}` | {fmt_bytes(r.cache_bytes)} | "
+              f"{fmt_time(t['eager'])} | {fmt_time(t['compiled(...)'])}"
+              f"{'' if r.correct else ' **WRONG**'} | {fmt_time(t['jax.jit, donated'])} | "
+              f"{fmt_time(t['memcpy of the update'])} | "
+              f"{fmt_ratio(t['compiled(...)'] / bound)} | "
+              f"{fmt_ratio(t['jax.jit, donated'] / t['compiled(...)'])} | "
+              f"{', '.join(f'{k}: {v}' for k, v in r.report.items())} |")
+        w("")
+    w("### Targets\n")
+    by = {r.cache_bytes: r.times for r in rows}
+    small, large = min(by), max(by)
+    for column in ("compiled(...)", "torch.compile backend"):
+        growth = by[large][column] / by[small][column]
+        w(f"**{column} at {fmt_bytes(large)} within 1.5x of the same call at "
+          f"{fmt_bytes(small)}.** {'Holds' if growth <= 1.5 else 'Does not hold'}: "
+          f"{fmt_time(by[large][column])} against {fmt_time(by[small][column])} "
+          f"({growth:.2f}x).\n")
+    worst = max(r.times["compiled(...)"] / r.times["executable alone"] for r in rows)
+    w(f"**compiled(...) within 2x of the executable's own `execute`.** "
+      f"{'Holds' if worst <= 2 else 'Does not hold'}: the largest ratio is {worst:.2f}x.\n")
+    slower = [(r, r.times["compiled(...)"] / r.times["jax.jit, donated"]) for r in rows]
+    held = [r for r, x in slower if x <= 1]
+    w(f"**compiled(...) no slower than jax.jit with donation.** "
+      f"{'Holds' if len(held) == len(rows) else f'Holds for {len(held)} of {len(rows)}'}: "
+      + ", ".join(f"{x:.2f}x at {fmt_bytes(r.cache_bytes)}" for r, x in slower) + ".\n")
+    grown = [(r, (r.rss_call or 0) / r.cache_bytes) for r in rows if r.rss_call is not None]
+    if grown:
+        w(f"**A call's peak resident memory grows by less than 10% of the state.** "
+          f"{'Holds' if all(x < 0.1 for _, x in grown) else 'Does not hold'}: "
+          + ", ".join(f"{fmt_bytes(r.rss_call)} at {fmt_bytes(r.cache_bytes)}"
+                      for r, _ in grown) + ". The first call adopts the cache: it holds "
+          "the caller's memory and XLA's copy at once, " + ", ".join(
+              f"{(r.rss_first or 0) / r.cache_bytes:.0%}" for r, _ in grown)
+          + " of the state, once.\n")
+    if readers:
+        slices = [r for r in readers if r.pattern != "write, then read it all"
+                  and r.pattern != "write, then attention"]
+        ratios = [(r, r.times["compiled(...)"] / (r.times["memcpy of the update"] +
+                                                  r.times["floor"])) for r in slices]
+        in_place = all(v == "in place" for r in readers for v in r.report.values())
+        w(f"**Every KV pattern that also reads the cache runs in place, a slice read "
+          f"within 3x of (memcpy of the update + the per-call floor).** "
+          f"{'Holds' if in_place and all(x <= 3 for _, x in ratios) else 'Does not hold'}"
+          f": the report says in place for {sum(all(v == 'in place' for v in r.report.values()) for r in readers)} "
+          f"of {len(readers)} rows; slice reads " + ", ".join(
+              f"{r.pattern} at {fmt_bytes(r.cache_bytes)} {x:.2f}x" for r, x in ratios)
+          + ". Reading the whole cache costs a pass over it in eager too (the rows above "
+          "give eager's time); there the target is no copy, not O(update).\n")

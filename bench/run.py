@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 warnings.filterwarnings("ignore")
 
+import calls  # noqa: E402
 import compile_time  # noqa: E402
 import emitted  # noqa: E402
 import report  # noqa: E402
@@ -46,7 +47,10 @@ def main() -> None:
     parser.add_argument("--budget-minutes", type=float, default=13.5,
                         help="wall-clock budget; compile-time programs projected past it "
                         "are skipped and say so")
-    parser.add_argument("--skip", choices=["emitted", "compile", "sharded"], action="append",
+    parser.add_argument("--call-sizes", type=_ints, default=[16, 256, 1024],
+                        help="cache sizes in MiB of the user's-path calls (default 16,256,1024)")
+    parser.add_argument("--skip", choices=["emitted", "compile", "calls", "sharded"],
+                        action="append",
                         default=[])
     args = parser.parse_args()
 
@@ -63,6 +67,9 @@ def main() -> None:
         rows, floor = emitted.run([s << 20 for s in args.sizes], emitted.Settings(), log,
                                   args.patterns)
     load_after_emitted = os.getloadavg()
+    call_rows: tuple = ([], [], None)
+    if "calls" not in args.skip:
+        call_rows = calls.run([s << 20 for s in args.call_sizes], log)
     compile_rows, torch_mlir, program_ok = [], {}, None
     if "compile" not in args.skip:
         compile_rows, torch_mlir, program_ok = compile_time.run(
@@ -76,7 +83,7 @@ def main() -> None:
     load_end = os.getloadavg()
     text = report.render(machine=machine, rows=rows, floor=floor,
                          compile_rows=compile_rows, torch_mlir=torch_mlir,
-                         program_ok=program_ok, elapsed=elapsed,
+                         program_ok=program_ok, elapsed=elapsed, calls=call_rows,
                          loads={"start": machine["load"], "after emitted code":
                                 load_after_emitted, "end": load_end},
                          command=" ".join(["bench/run.py", *sys.argv[1:]]))

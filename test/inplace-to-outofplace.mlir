@@ -1,15 +1,16 @@
 // RUN: outofplace-opt %s --split-input-file --use-name-loc-as-prefix \
 // RUN:   --pass-pipeline='builtin.module(inplace-to-outofplace)' | FileCheck %s
 
-// A chain of in-place ops: each one becomes its twin, names count the versions, the
-// mutated argument becomes an extra result and is marked as aliasing it.
+// A chain of in-place ops: each one becomes its twin, names count the versions. The
+// mutated argument, which the function returns, is that result, marked as aliasing it:
+// one result, not a second one holding the same buffer.
 // CHECK-LABEL: func.func @add_$chain(
-// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4],f32> {tf.aliasing_output = 1 : i32},
+// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4],f32> {tf.aliasing_output = 0 : i32},
 // CHECK-SAME:    %[[Y:.*]]: !torch.vtensor<[4],f32>)
-// CHECK-SAME:    -> (!torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>)
+// CHECK-SAME:    -> !torch.vtensor<[4],f32>
 // CHECK:         %[[V1:.*]] = torch.aten.add.Tensor %[[X]], %[[Y]], %{{.*}} : {{.*}} -> !torch.vtensor<[4],f32>
 // CHECK:         %[[V2:.*]] = torch.aten.mul.Tensor %[[V1]], %[[Y]] : {{.*}} -> !torch.vtensor<[4],f32>
-// CHECK-NEXT:    return %[[V2]], %[[V2]]
+// CHECK-NEXT:    return %[[V2]] :
 func.func @add_$chain(%x: !torch.tensor<[4],f32> loc("x"), %y: !torch.vtensor<[4],f32> loc("y")) -> !torch.tensor<[4],f32> {
   %int1 = torch.constant.int 1
   %t = torch.copy.to_tensor %y : !torch.tensor<[4],f32>
@@ -219,4 +220,35 @@ func.func @flat$slice_fill_(%x: !torch.tensor<[4,5],f32>) {
   %1 = torch.aten.slice.Tensor %0, %int0, %int3, %int8, %int1 : !torch.tensor<[20],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.tensor<[5],f32>
   %2 = torch.aten.fill_.Scalar %1, %float1 : !torch.tensor<[5],f32>, !torch.float -> !torch.tensor<[5],f32>
   return
+}
+
+// -----
+
+// A returned view of a mutated argument is a result of its own (a value); the argument's
+// new value is the aliased extra result.
+// CHECK-LABEL: func.func @return$view_of_mutated(
+// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4,8],f32> {tf.aliasing_output = 1 : i32})
+// CHECK:         %[[NEW:.*]] = torch.aten.fill.Scalar %[[X]]
+// CHECK:         %[[ROW:.*]] = torch.aten.select.int %[[NEW]]
+// CHECK-NEXT:    return %[[ROW]], %[[NEW]] :
+func.func @return$view_of_mutated(%x: !torch.tensor<[4,8],f32>) -> !torch.tensor<[8],f32> {
+  %float = torch.constant.float 3.5
+  %0 = torch.aten.fill_.Scalar %x, %float : !torch.tensor<[4,8],f32>, !torch.float -> !torch.tensor<[4,8],f32>
+  %int0 = torch.constant.int 0
+  %1 = torch.aten.select.int %x, %int0, %int0 : !torch.tensor<[4,8],f32>, !torch.int, !torch.int -> !torch.tensor<[8],f32>
+  return %1 : !torch.tensor<[8],f32>
+}
+
+// -----
+
+// Returned twice, after a write: the first is the aliased result.
+// CHECK-LABEL: func.func @return$mutated_twice(
+// CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4],f32> {tf.aliasing_output = 0 : i32})
+// CHECK-SAME:    -> (!torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>)
+// CHECK:         %[[NEW:.*]] = torch.aten.fill.Scalar %[[X]]
+// CHECK-NEXT:    return %[[NEW]], %[[NEW]] :
+func.func @return$mutated_twice(%x: !torch.tensor<[4],f32>) -> (!torch.tensor<[4],f32>, !torch.tensor<[4],f32>) {
+  %float = torch.constant.float 3.5
+  %0 = torch.aten.fill_.Scalar %x, %float : !torch.tensor<[4],f32>, !torch.float -> !torch.tensor<[4],f32>
+  return %0, %x : !torch.tensor<[4],f32>, !torch.tensor<[4],f32>
 }

@@ -14,5 +14,7 @@ config.test_source_root = os.path.dirname(__file__)
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 config.environment["PATH"] = os.pathsep.join(
     [os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+if "PYTHONPATH" in os.environ:  # the package under test, when it is not the installed one
+    config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]
 config.substitutions.append(("%PYTHON", sys.executable))
 config.substitutions.append((r"\bFileCheck\b", "filecheck"))

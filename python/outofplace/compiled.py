@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,26 @@ from .transforms import sharding
 from .backends.interpreter import interpret
 
 
-def _result_dtypes(module: ir.Module) -> list[torch.dtype]:
-    results = ir.FunctionType(main_function(module).type).results
-    return [torch_types.TensorType.of(t).dtype or torch.float32 for t in results]
+def _tensor_types(types: list[ir.Type]) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of each tensor type of main's arguments or results."""
+    return [(tuple(t.sizes or ()), t.dtype or torch.float32)
+            for t in map(torch_types.TensorType.of, types)]
+
+
+def _layout(tensor: torch.Tensor) -> tuple:
+    """What a traced program may depend on beyond shape and dtype (a `reshape` that
+    views or copies, an `as_strided`): the strides of dimensions longer than 1, and the
+    storage offset."""
+    if tensor.numel() == 0:
+        return ()
+    return (tuple(st for size, st in zip(tensor.shape, tensor.stride()) if size > 1),
+            tensor.storage_offset())
+
+
+def _describe_layout(layout: tuple) -> str:
+    if not layout:
+        return "empty"
+    return f"strides {list(layout[0])} (dimensions longer than 1) at storage offset {layout[1]}"
 
 
 def _state_tensor(owner: Any, target: str) -> torch.Tensor:
@@ -50,12 +68,27 @@ class Compiled:
     input_names: list[str]  # one per argument of main: parameters, buffers, user inputs
     signature: importer.ProgramSignature
     source: Any  # the nn.Module or ExportedProgram whose state is read, or None
-    result_dtypes: list[torch.dtype]
+    input_types: list[tuple[tuple[int, ...], torch.dtype]]  # (shape, dtype) per argument
+    result_types: list[tuple[tuple[int, ...], torch.dtype]]  # (shape, dtype) per result
+    layouts: list[tuple]  # per argument: the layout (`_layout`) it was traced with
+    program: Any = None  # what was compiled, to trace again for another layout (or None)
     engine: str = "auto"  # "interpreter", "xla", or "auto": xla when jax is installed
     _xla: Any = field(default=None, repr=False)  # the XLA executable, compiled on first use
+    _relaid: dict = field(default_factory=dict, repr=False)  # layouts -> Compiled
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
     shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
     _spmd: Any = field(default=None, repr=False)  # backends/spmd.py, compiled on first use
+
+    @property
+    def result_dtypes(self) -> list[torch.dtype]:
+        return [dtype for _, dtype in self.result_types]
+
+    @property
+    def in_place_report(self) -> dict[str, str]:
+        """For each argument the program writes: "in place" when XLA:CPU updates it in the
+        caller's own memory, else "copied N bytes per call: <why>" (docs/api.md). Filled
+        by compiling for XLA:CPU and by the calls made so far."""
+        return dict(self._xla_executable().report)
 
     def sharding_report(self) -> spmd.ShardingReport:
         """What the SPMD partitioner made of the sharded state (docs/sharding.md)."""
@@ -97,42 +130,115 @@ class Compiled:
         return export.save(directory, self.stablehlo, names, target, hlo_proto=hlo_proto)
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+        """The arguments of main for a call, checked against what was compiled before
+        anything runs: a wrong count, type, shape, dtype, device or a written leaf that
+        requires grad raises TypeError or ValueError naming the argument."""
+        spec = self.signature.in_spec
+        user_names = self.input_names[len(self.signature.state_targets):]
+        if spec is not None and spec.num_children == 2:
+            expected = spec.child(0).num_children
+            missing = [k for k in spec.child(1).context if k not in kwargs]
+            if len(args) != expected or missing:
+                got = f"{len(args)} positional" + (f", without {missing}" if missing else "")
+                raise TypeError(f"the program was compiled for {expected} positional "
+                                f"arguments (tensors: {', '.join(user_names)}), got {got}")
         state = [_state_tensor(self.source, t) for t in self.signature.state_targets]
-        user = self.signature.user_inputs(args, kwargs)
-        for name, value in zip(self.input_names[len(state):], user):
+        inputs = state + self.signature.user_inputs(args, kwargs)
+        for i, (name, value, (shape, dtype)) in enumerate(
+                zip(self.input_names, inputs, self.input_types)):
             if not isinstance(value, torch.Tensor):
-                raise TypeError(f"argument '{name}' must be a tensor, got {type(value)}")
-        self.signature.refuse_written_inputs_sharing_memory(state + user)
-        return state + user
+                raise TypeError(f"argument '{name}' was compiled as a tensor, got "
+                                f"{type(value).__name__}")
+            compiled, got = f"{dtype} {list(shape)}", f"{value.dtype} {list(value.shape)}"
+            if tuple(value.shape) != shape or value.dtype != dtype:
+                raise ValueError(f"argument '{name}' was compiled for a {compiled} tensor, "
+                                 f"got {got}")
+            if value.device.type != "cpu":
+                raise ValueError(f"argument '{name}' is on {value.device}; outofplace runs "
+                                 "on CPU tensors")
+            if i in self.io_map and value.requires_grad and value.is_leaf and \
+                    torch.is_grad_enabled() and i >= len(state):
+                raise ValueError(f"argument '{name}' is a leaf tensor that requires grad, "
+                                 "and the program writes it in place, which eager refuses: "
+                                 "call under torch.no_grad() or pass a tensor that does "
+                                 "not require grad")
+        self.signature.refuse_written_inputs_sharing_memory(inputs)
+        return inputs
+
+    def _other_layout(self, args: tuple, kwargs: dict, inputs: list[torch.Tensor]
+                      ) -> "Compiled | None":
+        """The program compiled for the arguments' layouts, when they are not the traced
+        ones: eager's `reshape`, `contiguous` and `as_strided` may alias for one layout and
+        copy for another, so a program traced for one is not run on another."""
+        layouts = [_layout(t) for t in inputs]
+        if layouts == self.layouts:
+            return None
+        other = self._relaid.get(tuple(layouts))
+        if other is not None:
+            return other
+        i, name = next((i, n) for i, n in enumerate(self.input_names)
+                       if layouts[i] != self.layouts[i])
+        what = (f"argument '{name}' has {_describe_layout(layouts[i])}; the program was "
+                f"traced with {_describe_layout(self.layouts[i])}")
+        if self.program is None:
+            raise ValueError(f"{what}, and an ExportedProgram cannot be traced again: pass "
+                             "tensors with the traced layout (for example .contiguous())")
+        warnings.warn(f"{what}: compiling it again for this layout", stacklevel=4)
+        other = compile(self.program, args, kwargs, engine=self.engine, mesh=self.mesh,
+                        shardings=self.shardings or None)
+        self._relaid[tuple(layouts)] = other
+        return other
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Runs the program; mutated inputs and buffers are updated as eager would."""
         return self.run(args, kwargs, self.engine)
 
+    def _xla_executable(self) -> xla.CpuExecutable:
+        if self._xla is None:
+            self._xla = xla.CpuExecutable(self.stablehlo, self.input_names, self.io_map,
+                                          self.input_types, self.result_types)
+        return self._xla
+
     def run(self, args: tuple, kwargs: dict | None = None, engine: str = "auto") -> Any:
         """`__call__` on a chosen engine: "interpreter" (the StableHLO reference
-        interpreter), "xla" (XLA:CPU through jaxlib, aliased buffers donated) or "auto"."""
-        inputs = self._arguments(args, kwargs or {})
+        interpreter), "xla" (XLA:CPU through jaxlib, written arguments updated in their
+        own memory) or "auto"."""
+        kwargs = kwargs or {}
+        inputs = self._arguments(args, kwargs)
+        other = self._other_layout(args, kwargs, inputs)
+        if other is not None:
+            return other.run(args, kwargs, engine)
         if self.mesh is not None:  # aliased shards are written into the caller's tensors
-            return self._outputs(self._sharded()(inputs, self.result_dtypes))
+            return self._outputs(inputs, self._sharded()(inputs, self.result_dtypes))
         if engine == "auto":
             engine = "xla" if xla.available() else "interpreter"
-        if engine == "xla":
-            if self._xla is None:
-                self._xla = xla.CpuExecutable(self.stablehlo)
-            results = self._xla(inputs, self.result_dtypes)
+        if engine == "xla":  # updates the written inputs; None for their results
+            results = self._xla_executable()(inputs)
         elif engine == "interpreter":
             results = interpret(self.module, inputs, self.result_dtypes)
+            with torch.no_grad():
+                for arg, result in self.io_map.items():
+                    inputs[arg].copy_(results[result])
         else:
             raise ValueError(f"unknown engine '{engine}': use interpreter, xla or auto")
-        with torch.no_grad():
-            for arg, result in self.io_map.items():
-                inputs[arg].copy_(results[result])
-        return self._outputs(results)
+        return self._outputs(inputs, results)
 
-    def _outputs(self, results: list[torch.Tensor]) -> Any:
-        leaves = [results[v] if kind == "result" else v
-                  for kind, v in self.signature.output_leaves]
+    def _outputs(self, inputs: list[torch.Tensor], results: list[Any]) -> Any:
+        """The program's output: a result of main, the caller's own tensor where main's
+        result is aliased with it, or a view of an argument, taken of the caller's tensor
+        as eager takes it."""
+        written = {result: arg for arg, result in self.io_map.items()}
+        leaves = []
+        for kind, value, *views in self.signature.output_leaves:
+            if kind == "result":
+                leaves.append(inputs[written[value]] if value in written else results[value])
+            elif kind == "argument":
+                tensor = inputs[value]
+                for view, view_args, view_kwargs in views[0]:
+                    tensor = view(tensor, *view_args, **view_kwargs)
+                leaves.append(tensor)
+            else:
+                leaves.append(value)
         if self.signature.out_spec is None:
             return leaves
         return pytree.tree_unflatten(leaves, self.signature.out_spec)
@@ -182,7 +288,9 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
                 module.operation.get_asm(enable_debug_info=True))
         run_stage(module, 1, "inplace-to-outofplace", dump_ir)
         io_map = io_map_of(main_function(module))
-        result_dtypes = _result_dtypes(module)
+        function_type = ir.FunctionType(main_function(module).type)
+        input_types = _tensor_types(function_type.inputs)
+        result_types = _tensor_types(function_type.results)
         lowering = "outofplace-lower-to-stablehlo"
         stages = pipeline_elements(f"builtin.module({lowering})") if verify_each \
             else [lowering]
@@ -197,6 +305,9 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
         elif shardings:
             raise ValueError("shardings need a mesh")
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
+    state = [_state_tensor(source, t) for t in signature.state_targets]
+    layouts = [_layout(t) for t in state + signature.user_inputs(args, kwargs or {})]
+    program = None if isinstance(f, ExportedProgram) else f
     return Compiled(module, io_map, signature.input_names, signature, source,
-                    result_dtypes, engine, mesh=mesh,
+                    input_types, result_types, layouts, program, engine, mesh=mesh,
                     shardings={signature.input_names[i]: s for i, s in specs.items()})

@@ -32,10 +32,13 @@ RECOMPILE_WARNING = 8
 
 
 def _concrete(example: Any) -> Any:
-    """A real tensor in place of a fake one: the graph is traced again from it."""
+    """A real tensor in place of a fake one, with its layout (the program is compiled for
+    the layout it is traced with): the graph is traced again from it."""
     if isinstance(example, torch.Tensor) and \
             isinstance(example, torch._subclasses.fake_tensor.FakeTensor):
-        return torch.zeros(example.shape, dtype=example.dtype)
+        storage = torch.zeros(example.untyped_storage().nbytes() // example.itemsize,
+                              dtype=example.dtype)
+        return storage.as_strided(example.shape, example.stride(), example.storage_offset())
     return example
 
 

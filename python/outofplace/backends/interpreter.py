@@ -22,7 +22,8 @@ _BITCAST = torch_types.BITCAST_DTYPES  # passed bit for bit through an integer v
 
 def to_attribute(tensor: torch.Tensor) -> ir.DenseElementsAttr:
     """A tensor as a DenseElementsAttr of the element type StableHLO gives its dtype."""
-    data = tensor.detach().contiguous().cpu()
+    # A copy: `numpy()` of the caller's own storage would mark it non-resizable.
+    data = tensor.detach().cpu().clone(memory_format=torch.contiguous_format)
     if data.dtype in _BITCAST:
         data = data.view(_BITCAST[data.dtype])
     array = np.ascontiguousarray(data.numpy())

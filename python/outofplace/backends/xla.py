@@ -13,8 +13,13 @@ when it finds one, compiles again without the fusion pass.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Any
+import math
+import threading
+import warnings
+import weakref
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -50,20 +55,45 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 
 
 def compile_for_cpu(stablehlo: str) -> Any:
-    """The loaded XLA:CPU executable of a StableHLO module, safe from the misfusion above."""
+    """The loaded XLA:CPU executable of a StableHLO module, safe from the misfusion above,
+    compiled with the options `CpuExecutable` uses (`COMPILE_OPTIONS`)."""
     _jax()
     from jax._src import xla_bridge
     from jax._src.lib import xla_client
 
     backend = xla_bridge.get_backend("cpu")
     devices = xla_client.DeviceList((backend.local_devices()[0],))
-    executable = backend.compile_and_load(stablehlo, devices, xla_client.CompileOptions())
+
+    def build(options: dict[str, Any]) -> Any:
+        compile_options = xla_client.CompileOptions()
+        compile_options.env_option_overrides = list(options.items())
+        return backend.compile_and_load(stablehlo, devices, compile_options)
+
+    return _without_misfusion(build, COMPILE_OPTIONS)
+
+
+# XLA:CPU's copy insertion, by default, copies a donated buffer that the program also reads
+# (a slice before or after the update, attention over the whole cache): a copy of the whole
+# state every call. Its region analysis proves these reads safe and leaves the update in
+# place (docs/backends.md).
+COMPILE_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
+
+
+def _without_misfusion(build: Callable[[dict[str, Any]], Any], options: dict[str, Any]
+                       ) -> Any:
+    """`build(options)`, or, when its optimized HLO holds the misfusion above,
+    `build(options)` with the fusion pass disabled."""
+    executable = build(options)
     if not any(_reads_updated_buffer_through_another_alias(module)
-               for module in executable.hlo_modules()):
+               for module in _executable_of(executable).hlo_modules()):
         return executable
-    options = xla_client.CompileOptions()
-    options.env_option_overrides = [("xla_disable_hlo_passes", "fusion")]
-    return backend.compile_and_load(stablehlo, devices, options)
+    return build({**options, "xla_disable_hlo_passes": "fusion"})
+
+
+def _executable_of(compiled: Any) -> Any:
+    """The loaded executable of a jax `Compiled` (or the executable itself)."""
+    runtime = getattr(compiled, "runtime_executable", None)
+    return runtime() if runtime is not None else compiled
 
 
 def _reads_updated_buffer_through_another_alias(module: Any) -> bool:
@@ -103,33 +133,324 @@ def _reads_updated_buffer_through_another_alias(module: Any) -> bool:
     return False
 
 
-class CpuExecutable:
-    """A StableHLO module compiled once for XLA:CPU."""
+# ------------------------------------------------------------------- copies in the HLO
+def copied_parameters(module: Any, aliases: dict[int, int]) -> set[int]:
+    """The donated parameters (`aliases`: parameter number -> output index) that the
+    optimized entry computation copies: a `copy` of the parameter (through bitcasts), or
+    a `copy` as the output the parameter is aliased with."""
+    from jax._src.lib import xla_client
 
-    def __init__(self, stablehlo: str) -> None:
-        from jax._src import xla_bridge
+    opcode = xla_client.hlo.HloOpcode
 
-        self._jax = _jax()
-        self._device = xla_bridge.get_backend("cpu").local_devices()[0]
-        self._executable = compile_for_cpu(stablehlo)
+    def source(instruction: Any) -> Any:
+        while instruction.opcode == opcode.kBitcast:
+            instruction = instruction.operands()[0]
+        return instruction
 
-    def __call__(self, inputs: list[torch.Tensor], result_dtypes: list[torch.dtype]
-                 ) -> list[torch.Tensor]:
-        arrays = [self._jax.device_put(_to_numpy(t), self._device) for t in inputs]
-        results = self._executable.execute(arrays)
-        return [_from_numpy(np.asarray(r), d) for r, d in zip(results, result_dtypes)]
+    # The bindings give neither the entry computation nor a parameter's number; both
+    # are in the HLO text: `ENTRY %main.3 (...)`, `%name = f32[...] parameter(N)`.
+    entry_name = module.to_string().split("\nENTRY %", 1)[1].split(" ", 1)[0]
+    entry = next(c for c in module.computations() if c.name == entry_name)
+    numbers = {}
+    copied = set()
+    for instruction in entry.instructions():
+        if instruction.opcode == opcode.kParameter:
+            text = instruction.to_string()
+            numbers[instruction.name] = int(text[text.index(" parameter(") + 11:].split(")")[0])
+    outputs = {index: parameter for parameter, index in aliases.items()}
+    for instruction in entry.instructions():
+        if instruction.opcode == opcode.kCopy:
+            parameter = numbers.get(source(instruction.operands()[0]).name)
+            if parameter in aliases:
+                copied.add(parameter)
+        if instruction.opcode == opcode.kTuple and not instruction.users():  # the root
+            for index, operand in enumerate(instruction.operands()):
+                if index in outputs and source(operand).opcode == opcode.kCopy:
+                    copied.add(outputs[index])
+    return copied
 
 
-def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    data = tensor.detach().contiguous().cpu()
-    if data.dtype == torch.bfloat16:
+# ------------------------------------------------------------ zero-copy calls on torch
+# The calling convention. XLA:CPU (PJRT) updates a donated buffer in place only when it
+# owns it: a buffer it was handed by DLPack or as a zero-copy view of host memory is
+# copied, whole, on every call, and so is a buffer with a DLPack export alive. So XLA owns
+# the state and torch looks at XLA's memory: on its first call, each written argument is
+# "adopted": copied once into an XLA-owned buffer, and its torch storage re-pointed at that
+# buffer (a storage over the buffer's raw address, swapped into the caller's StorageImpl,
+# so the tensor and every view of it read and write XLA's memory). Each call donates that
+# buffer; XLA writes the update into it and hands it back as the aliased result, at the
+# same address. Read-only arguments go in as zero-copy views of torch memory.
+_LOCK = threading.RLock()  # calls, adoptions and the holders' arrays change under it
+
+
+class _Holder:
+    """The jax Array that owns an adopted storage's memory, seen by numpy as raw bytes
+    (`__array_interface__`, no DLPack: an export would stop XLA from donating it)."""
+
+    __slots__ = ("array", "ptr", "nbytes", "__array_interface__", "__weakref__")
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+        self.ptr = array.unsafe_buffer_pointer()
+        self.nbytes = array.nbytes
+        self.__array_interface__ = {"shape": (self.nbytes,), "typestr": "|u1",
+                                    "data": (self.ptr, False), "version": 3}
+
+    def storage(self) -> torch.UntypedStorage:
+        """A torch storage over the memory; it keeps this holder, so the array, alive."""
+        return torch.from_numpy(np.asarray(self)).untyped_storage()
+
+
+_HOLDERS: "weakref.WeakValueDictionary[int, _Holder]" = weakref.WeakValueDictionary()
+
+
+def _holder_of(tensor: torch.Tensor) -> _Holder | None:
+    holder = _HOLDERS.get(tensor.untyped_storage().data_ptr())
+    if holder is not None and _covers_storage(tensor) and \
+            holder.nbytes == tensor.untyped_storage().nbytes():
+        return holder
+    return None
+
+
+def _covers_storage(tensor: torch.Tensor) -> bool:
+    return tensor.is_contiguous() and tensor.storage_offset() == 0 and \
+        tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+
+
+def why_not_adoptable(tensor: torch.Tensor) -> str | None:
+    """Why XLA cannot take over a written argument's memory, or None when it can."""
+    if tensor.device.type != "cpu":
+        return f"on {tensor.device}, not the CPU"
+    if tensor.numel() == 0:
+        return "empty"
+    if not tensor.is_contiguous():
+        return "not contiguous"
+    if not _covers_storage(tensor):
+        return "a view into a larger storage"
+    if tensor.untyped_storage().is_shared():
+        return "in shared memory"
+    if not tensor.untyped_storage().resizable():
+        return "memory another owner allocated (numpy, DLPack, a memory map)"
+    return None
+
+
+def _re_point(tensor: torch.Tensor, holder: _Holder) -> None:
+    """The tensor's storage (so every view of it) now reads and writes holder's memory."""
+    tensor.untyped_storage()._swap_data_ptr_(holder.storage())
+    _HOLDERS[holder.ptr] = holder
+
+
+def _owned_copy(tensor: torch.Tensor) -> Any:
+    """An XLA-owned, donatable copy of a tensor. (jax.device_put and DLPack alias aligned
+    host memory, even when asked for a copy.)"""
+    from jax._src.lib import xla_client
+
+    host = _host(tensor.contiguous())
+    array = xla_client.batched_device_put(
+        _jax().core.ShapedArray(host.shape, host.dtype), _sharding(), [host],
+        [_device()], True, True, xla_client.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+    array.block_until_ready()
+    return array
+
+
+class _Memory:
+    """A contiguous tensor's memory as numpy sees it, by address. (`Tensor.numpy()` would
+    mark the storage non-resizable, which is how `why_not_adoptable` tells memory that
+    numpy or another owner shares.)"""
+
+    __slots__ = ("tensor", "__array_interface__")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+        self.__array_interface__ = {
+            "shape": (tensor.numel() * tensor.element_size(),), "typestr": "|u1",
+            "data": (tensor.data_ptr(), False), "version": 3}
+
+
+def _host(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy view of a contiguous CPU tensor's memory (bfloat16 as ml_dtypes')."""
+    dtype = _numpy_dtype(tensor.dtype)
+    if tensor.numel() == 0:
+        return np.empty(tuple(tensor.shape), dtype)
+    return np.asarray(_Memory(tensor.detach())).view(dtype).reshape(tuple(tensor.shape))
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    if dtype == torch.bfloat16:
         import ml_dtypes  # a dependency of jax
 
-        return data.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return data.numpy()
+        return np.dtype(ml_dtypes.bfloat16)
+    return torch.empty((), dtype=dtype).numpy().dtype
 
 
-def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    if dtype == torch.bfloat16:
-        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(array.copy()).to(dtype)
+def _tensor_over(array: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A result as a tensor over XLA's buffer: no copy (the tensor keeps the array)."""
+    if array.size == 0:
+        return torch.empty(array.shape, dtype=dtype)
+    return torch.from_numpy(np.asarray(_Holder(array))).view(dtype).view(array.shape)
+
+
+@functools.cache
+def _device() -> Any:
+    return _jax().devices("cpu")[0]
+
+
+@functools.cache
+def _sharding() -> Any:
+    return _jax().sharding.SingleDeviceSharding(_device())
+
+
+def _jit(stablehlo: str, inputs: list[tuple[tuple[int, ...], torch.dtype]],
+         results: list[tuple[tuple[int, ...], torch.dtype]], donated: list[int],
+         order: list[int], options: dict[str, Any]) -> Any:
+    """The module as a jax `Compiled`, whose call is jax's C++ dispatch: wrapped in a
+    `jax.export.Exported` (one exported from a stand-in of the same signature, holding our
+    module instead), called under `jax.jit` with `donated` donated and its results in
+    `order`. jax pairs each donated argument with the first result of its shape and dtype:
+    the aliased results come first, in the order of their arguments."""
+    jax = _jax()
+    from jax import export as jax_export
+    from jax._src.interpreters import mlir as jax_mlir
+    from jax._src.lib.mlir import ir as jax_ir
+
+    with jax_mlir.make_ir_context():
+        module = jax_ir.Module.parse(stablehlo)
+        module.operation.attributes["sym_name"] = jax_ir.StringAttr.get("outofplace")
+        bytecode = jax_mlir.module_to_bytecode(module)
+    in_avals = [jax.ShapeDtypeStruct(s, _numpy_dtype(d)) for s, d in inputs]
+    out_avals = [jax.ShapeDtypeStruct(s, _numpy_dtype(d)) for s, d in results]
+    stand_in = jax_export.export(jax.jit(lambda *_: tuple(
+        jax.numpy.zeros(a.shape, a.dtype) for a in out_avals)))(*in_avals)
+    exported = dataclasses.replace(stand_in, mlir_module_serialized=bytecode,
+                                   module_kept_var_idx=tuple(range(len(in_avals))))
+
+    def call(*args: Any) -> tuple:
+        values = exported.call(*args)
+        return tuple(values[i] for i in order)
+
+    lowered = jax.jit(call, donate_argnums=tuple(donated), keep_unused=True).lower(*in_avals)
+    return _without_misfusion(lambda o: lowered.compile(compiler_options=o), options)
+
+
+class CallFailed(RuntimeError):
+    """A call that failed after XLA had run: says which arguments hold new values."""
+
+
+class CpuExecutable:
+    """A StableHLO module compiled once for XLA:CPU, called on torch tensors in place:
+    written arguments are updated in their own memory, nothing is copied in or out
+    (see the calling convention above; `report` says where a copy remains)."""
+
+    def __init__(self, stablehlo: str, names: list[str], io_map: dict[int, int],
+                 inputs: list[tuple[tuple[int, ...], torch.dtype]],
+                 results: list[tuple[tuple[int, ...], torch.dtype]],
+                 options: dict[str, Any] = COMPILE_OPTIONS) -> None:
+        self.names, self.io_map = names, io_map
+        self.donated = sorted(io_map)
+        aliased = [io_map[a] for a in self.donated]
+        self.order = aliased + [r for r in range(len(results)) if r not in aliased]
+        self.result_dtypes = [d for _, d in results]
+        self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
+        self.compiled = _jit(stablehlo, inputs, results, self.donated, self.order, options)
+        hlo = _executable_of(self.compiled).hlo_modules()
+        copied = set().union(*(copied_parameters(m, {a: i for i, a in enumerate(self.donated)})
+                               for m in hlo))
+        # Per argument: "in place", or what is copied per call and why.
+        self.report = {names[a]: "in place" for a in self.donated}
+        self._warned: set[tuple[int, str]] = set()
+        for a in sorted(copied):
+            self._copied(a, self.input_bytes[a], "XLA:CPU's optimized program copies it "
+                         "(a `copy` of the donated buffer in its HLO)")
+
+    def _copied(self, argument: int, nbytes: int, why: str) -> None:
+        name = self.names[argument]
+        self.report[name] = f"copied {nbytes} bytes per call: {why}"
+        if (argument, why) not in self._warned:
+            self._warned.add((argument, why))
+            warnings.warn(f"argument '{name}' is copied on every call ({nbytes} bytes), "
+                          f"not updated in place: {why}", stacklevel=4)
+
+    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """Runs the program: written arguments hold their new values after it. Returns
+        one entry per result, None for a result aliased with an argument (the caller's
+        tensor is that result)."""
+        with _LOCK:
+            return self._run(inputs)
+
+    def _run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        arguments: list[Any] = []
+        adopted: dict[int, _Holder] = {}
+        copied: list[int] = []
+        for i, tensor in enumerate(inputs):
+            if i in self.io_map:
+                holder = _holder_of(tensor)
+                why = None if holder is not None else why_not_adoptable(tensor)
+                if holder is None and why is None:
+                    holder = _Holder(_owned_copy(tensor))  # the only copy, ever
+                    _re_point(tensor, holder)
+                if holder is None:
+                    self._copied(i, 2 * self.input_bytes[i], f"it is {why}")
+                    copied.append(i)
+                    arguments.append(_owned_copy(tensor))
+                else:
+                    adopted[i] = holder
+                    arguments.append(holder.array)
+            else:
+                if not tensor.is_contiguous() or tensor.data_ptr() % 64:
+                    # XLA takes host memory without a copy only when it is contiguous and
+                    # 64-byte aligned; jax copies the rest.
+                    tensor = tensor.contiguous() if not tensor.is_contiguous() else tensor
+                    if self.input_bytes[i] >= 1 << 20:
+                        self._copied(i, self.input_bytes[i],
+                                     "it is not contiguous or not 64-byte aligned")
+                arguments.append(_host(tensor))
+        try:
+            results = self.compiled(*arguments)
+            for result in results:
+                result.block_until_ready()
+        except Exception as error:
+            lost = [i for i, h in adopted.items() if h.array.is_deleted()]
+            for i in lost:  # XLA took the buffer: the memory may be gone
+                _re_point(inputs[i], _Holder(_owned_copy(torch.zeros_like(inputs[i]))))
+            if not lost:
+                raise
+            raise CallFailed(
+                f"the call failed ({type(error).__name__}: {error}) after XLA took the "
+                f"buffers of {_named(self.names, lost)}: their values are lost (now zeros); "
+                "the other arguments keep their values from before the call") from error
+        done: list[int] = []  # written arguments that hold their new values
+        try:
+            for position, i in enumerate(self.donated):
+                if i in adopted:
+                    holder, result = adopted[i], results[position]
+                    if result.unsafe_buffer_pointer() == holder.ptr:
+                        holder.array = result
+                    else:  # XLA wrote elsewhere: the storage follows the new buffer
+                        _re_point(inputs[i], _Holder(result))
+                        self.report[self.names[i]] = \
+                            "in place, though XLA returned it in a new buffer"
+                    done.append(i)
+                    torch.autograd.graph.increment_version(inputs[i])
+            for position, i in enumerate(self.donated):
+                if i in copied:
+                    with torch.no_grad():
+                        inputs[i].copy_(_tensor_over(results[position], inputs[i].dtype))
+                    done.append(i)
+            out: list[torch.Tensor | None] = [None] * len(self.order)
+            for position, r in enumerate(self.order[len(self.donated):],
+                                         len(self.donated)):
+                out[r] = _tensor_over(results[position], self.result_dtypes[r])
+            return out
+        except Exception as error:
+            kept = [i for i in self.donated if i not in done]
+            raise CallFailed(
+                f"the call failed after XLA ran ({type(error).__name__}: {error}); "
+                f"{_named(self.names, done)} already hold the call's new values "
+                f"(updated in place); {_named(self.names, kept)} keep their values from "
+                "before the call") from error
+
+
+def _named(names: list[str], indices: list[int]) -> str:
+    if not indices:
+        return "no argument"
+    return "arguments " + ", ".join(f"'{names[i]}'" for i in indices)

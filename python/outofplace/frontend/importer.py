@@ -29,7 +29,7 @@ from . import fx_rewrites
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
-from .fx_graph import overlaps, source_line, storage_of, view_roots
+from .fx_graph import op_effects, overlaps, source_line, storage_of, view_roots
 from .masked_values import MaskedValues
 from .runtime_positions import RuntimePositions, user_line
 from ..ir_utils import operations, tensor_literal, terminator
@@ -44,7 +44,9 @@ class ProgramSignature:
     in_spec: pytree.TreeSpec | None  # pytree of the user's (args, kwargs)
     user_input_leaves: list[int]  # positions of the tensor leaves of (args, kwargs)
     out_spec: pytree.TreeSpec | None  # pytree of the program's output
-    # For each leaf of the output: ("result", index of main's result) or ("constant", value).
+    # For each leaf of the output: ("result", index of main's result), ("constant", value)
+    # or ("argument", index of main's argument, views): the argument itself, or the view
+    # of it that `views` take ((view op, its other arguments, kwargs), innermost first).
     output_leaves: list[tuple[str, Any]] = field(default_factory=list)
     # For each argument written in place: the first op writing it, and its source line.
     first_writes: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -237,19 +239,24 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
 
     if redirected:  # storages of the fake values must agree with the new aliasing
         _propagate_fake_values(gm)
-    first_writes = _first_writes(graph, dict(zip(arguments, input_names)))
-    fx_rewrites.rewrite(graph)
-    _one_use_per_constant(graph)
+    _, written = view_roots(graph)
+    first_writes = _first_writes(written, dict(zip(arguments, input_names)))
     output = next(n for n in graph.nodes if n.op == "output")
-    leaves: list[tuple[str, Any]] = []
-    kept = []
+    # An output that is an argument or a view of one is the caller's tensor (a view of
+    # it) as in eager, not a result of main; an output given twice is one result.
+    leaves: list[tuple[str, Any, ...]] = []
+    kept: dict[torch.fx.Node, int] = {}
     for value in output.args[0]:
+        alias = _argument_alias(value, {node: i for i, node in enumerate(arguments)})
         if _constant_output(value):
             leaves.append(("constant", value))
+        elif alias is not None:
+            leaves.append(("argument", *alias))
         else:
-            leaves.append(("result", len(kept)))
-            kept.append(value)
+            leaves.append(("result", kept.setdefault(value, len(kept))))
     output.args = (tuple(kept),)
+    fx_rewrites.rewrite(graph)
+    _one_use_per_constant(graph)
     graph.lint()
     gm.recompile()
     call_spec = ep.call_spec
@@ -259,11 +266,31 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     return gm, signature
 
 
-def _first_writes(graph: torch.fx.Graph, names: dict[torch.fx.Node, str]
-                  ) -> dict[str, tuple[str, str]]:
+def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int]
+                    ) -> tuple[int, tuple] | None:
+    """(argument index, view ops from it) when `value` is an argument, or a view of one
+    through view ops with constant operands that shared its storage when traced (in-place
+    ops return their self), else None."""
+    views = []
+    while value not in arguments:
+        effects = op_effects(value) if isinstance(value, torch.fx.Node) else None
+        if effects is None or effects.result_views != 0:
+            return None
+        if not effects.written:  # a view op: taken again on the caller's tensor
+            rest = (value.args[1:], value.kwargs)
+            if any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)) or \
+                    storage_of(value.meta.get("val")) != storage_of(
+                        value.args[0].meta.get("val")):
+                return None  # `reshape`, `contiguous`, `to` that copied when traced
+            views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
+        value = value.args[0]
+    return arguments[value], tuple(reversed(views))
+
+
+def _first_writes(written: dict[torch.fx.Node, torch.fx.Node],
+                  names: dict[torch.fx.Node, str]) -> dict[str, tuple[str, str]]:
     """For each argument written in place (through any view): the first op writing it
     and that op's source line."""
-    _, written = view_roots(graph)
     return {names[root]: (op_registry.mlir_name(node.target), source_line(node))
             for root, node in written.items() if root in names}
 

@@ -15,6 +15,9 @@ arguments become extra results, marked `tf.aliasing_output` so XLA donates their
       %x_modified = torch.aten.add.Tensor %x, %y, %int1
       return %x_modified, %x_modified
 
+A mutated argument the function returns itself is that result (`return %0` above gives
+`return %x_modified` with `tf.aliasing_output = 0`).
+
 Each op is visited once and each use is rewritten once: the pass is linear in the size of
 the function, however many mutations it holds.
 """
@@ -63,6 +66,7 @@ class _FunctionRewriter:
     aliases: dict[ir.Value, _Alias] = field(default_factory=dict)
     dead: list[ir.Operation] = field(default_factory=list)
     views: dict[ir.Value, tuple[int, ir.Value]] = field(default_factory=dict)  # read cache
+    returned: dict[int, int] = field(default_factory=dict)  # mutated arg -> its result
 
     # ----------------------------------------------------------------------------- reads
     def read(self, value: ir.Value, before: ir.Operation) -> ir.Value:
@@ -254,8 +258,13 @@ class _FunctionRewriter:
         self.dead.append(op)
 
     def visit_return(self, op: ir.Operation) -> None:
+        """A returned argument that is written is its own aliased result (`return cache`
+        after writing it): one result, not a second copy of the buffer."""
         for position, value in enumerate(op.operands):
             if value in self.aliases:
+                alias = self.aliases[value]
+                if not alias.chain and alias.root.arg_number is not None:
+                    self.returned.setdefault(alias.root.arg_number, position)
                 op.operands[position] = self.read(value, op)
 
     # ------------------------------------------------------------------------ finish
@@ -275,8 +284,9 @@ class _FunctionRewriter:
                          key=lambda r: r.arg_number)
         io_map = {}
         for root in mutated:
-            io_map[root.arg_number] = len(results)
-            results.append(root.value)
+            io_map[root.arg_number] = self.returned.get(root.arg_number, len(results))
+            if io_map[root.arg_number] == len(results):
+                results.append(root.value)
         with ret.context, ret.location:
             func_d.ReturnOp(results, ip=ir.InsertionPoint(ret))
         ret.erase()

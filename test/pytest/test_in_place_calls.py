@@ -1,0 +1,342 @@
+"""Calls update the caller's tensors in place (issue 14): XLA:CPU writes into the caller's
+own memory, returned mutated inputs are the caller's tensors, bad calls raise named errors
+before anything changes, layouts are checked, and a failing call loses nothing."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import pytest
+import torch
+
+import outofplace
+from outofplace.backends import xla
+
+from differential import assert_matches_eager, assert_same, assert_same_tree
+
+pytest.importorskip("jax")
+pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWarning")
+
+
+def step(cache, pos, k):
+    cache[:, pos] = k
+    return k.sum()
+
+
+def step_args(seq: int = 16) -> tuple:
+    return torch.randn(4, seq, 2, 8), torch.tensor(3), torch.randn(4, 2, 8)
+
+
+def test_kv_step_runs_in_the_callers_memory() -> None:
+    compiled = assert_matches_eager(step, *step_args())
+    cache, _, k = step_args()
+    view = cache[1]  # taken before the first call
+    expected = cache.clone()
+    for pos in (3, 7, 3):
+        compiled(cache, torch.tensor(pos), k * pos)
+        expected[:, pos] = k * pos
+        if pos == 3:
+            address = cache.data_ptr()
+        assert cache.data_ptr() == address  # the same memory, call after call
+    assert_same(cache, expected, "cache")
+    assert_same(view, expected[1], "a view taken before the first call")
+    assert compiled.in_place_report == {"cache": "in place"}
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.bfloat16, torch.int64, torch.float16])
+def test_state_of_other_dtypes_in_place(dtype) -> None:
+    def update(state, value):
+        state[2:4] = value
+        return state.sum(dtype=torch.float32)
+
+    def make():
+        return torch.zeros(8, 16).to(dtype), torch.ones(2, 16).to(dtype)
+    compiled = assert_matches_eager(update, *make())
+    state, value = make()
+    compiled(state, value)
+    address = state.data_ptr()
+    compiled(state, value)
+    assert state.data_ptr() == address
+    assert compiled.in_place_report == {"state": "in place"}
+
+
+def returns_cache(cache, k):
+    cache[:, 5] = k
+    return cache, cache[0], cache.t()
+
+
+def test_returned_mutated_input_is_the_callers_tensor() -> None:
+    args = (torch.randn(4, 8), torch.randn(4))
+    compiled = assert_matches_eager(returns_cache, *args)
+    # One result in the module: the aliased cache is not returned a second time, and
+    # the views are taken of the caller's tensor.
+    assert compiled.stablehlo.count("tf.aliasing_output") == 1
+    assert compiled.stablehlo.count("-> tensor<4x8xf32> {") == 1
+    for engine in ("xla", "interpreter"):
+        cache, k = (a.clone() for a in args)
+        out, row, transposed = compiled.run((cache, k), engine=engine)
+        assert out is cache
+        assert row._base is cache and transposed._base is cache
+        eager_cache = args[0].clone()
+        eager = returns_cache(eager_cache, args[1])
+        assert (row.stride(), row.storage_offset()) == \
+            (eager[1].stride(), eager[1].storage_offset())
+        assert_same_tree((out, row, transposed), eager, f"[{engine}] outputs")
+        row.fill_(7)  # eager's views write through
+        assert bool((cache[0] == 7).all())
+
+
+def test_input_returned_twice_and_unwritten_input_returned() -> None:
+    def f(cache, x):
+        cache.add_(x)
+        return cache, cache, x
+    compiled = assert_matches_eager(f, torch.randn(4), torch.randn(4))
+    cache, x = torch.randn(4), torch.randn(4)
+    a, b, c = compiled(cache, x)
+    assert a is cache and b is cache and c is x
+
+
+class Decoder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 32, 8))
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x, pos):
+        self.cache[:, pos] = self.proj(x)
+        return self.cache[:, :, 0].sum(-1)
+
+
+def test_module_buffer_updated_in_place() -> None:
+    torch.manual_seed(0)
+    compiled = assert_matches_eager(Decoder(), torch.randn(2, 8), torch.tensor(4))
+    model = Decoder()
+    compiled = outofplace.compile(model, (torch.randn(2, 8), torch.tensor(0)))
+    eager = Decoder()
+    eager.load_state_dict(model.state_dict())
+    for pos in range(3):
+        x = torch.randn(2, 8)
+        assert_same(compiled(x, torch.tensor(pos)), eager(x, torch.tensor(pos)), "output")
+        if pos == 0:
+            address = model.cache.data_ptr()
+    assert model.cache.data_ptr() == address
+    assert_same(model.cache, eager.cache, "cache")
+    assert compiled.in_place_report == {"cache": "in place"}
+
+
+def test_torch_compile_backend_in_place() -> None:
+    torch._dynamo.reset()
+    run = torch.compile(returns_cache, backend="outofplace", dynamic=False)
+    cache, k = torch.randn(4, 8), torch.randn(4)
+    eager_cache = cache.clone()
+    out = run(cache, k)
+    expected = returns_cache(eager_cache, k)
+    assert out[0] is cache
+    assert_same_tree(out, expected, "outputs")
+    address = cache.data_ptr()
+    run(cache, k * 2)
+    returns_cache(eager_cache, k * 2)
+    assert cache.data_ptr() == address
+    assert_same(cache, eager_cache, "cache")
+
+
+def test_non_adoptable_input_is_copied_with_one_warning() -> None:
+    compiled = outofplace.compile(step, step_args())
+    base = torch.randn(4, 2, 8, 16)
+    cache = base.permute(0, 3, 1, 2)  # not contiguous: traced again for it, then copied
+    eager_cache = cache.clone()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for pos in (1, 2):
+            k = torch.randn(4, 2, 8)
+            compiled(cache, torch.tensor(pos), k)
+            step(eager_cache, torch.tensor(pos), k)
+    copies = [w for w in caught if "copied on every call" in str(w.message)]
+    assert len(copies) == 1 and "'cache'" in str(copies[0].message)
+    assert_same(cache, eager_cache, "cache")
+    relaid = next(iter(compiled._relaid.values()))
+    assert relaid.in_place_report["cache"].startswith("copied 8192 bytes per call")
+
+
+def write_then_read(c, n):
+    c[:, :, 100] = n
+    return c[:, :, 0].sum()
+
+
+def read_then_write(c, n):
+    s = c[:, :, 100].sum()
+    c[:, :, 100] = n
+    return s
+
+
+def write_then_read_all(c, n):
+    c[:, :, 100] = n
+    return (c * 2).sum()
+
+
+@pytest.mark.parametrize("f", [write_then_read, read_then_write, write_then_read_all])
+def test_program_reading_its_cache_updates_it_in_place(f) -> None:
+    """XLA:CPU copies a donated buffer the program also reads unless copy insertion uses
+    its region analysis; the report reads the optimized HLO."""
+    args = (torch.randint(-4, 4, (2, 2, 128, 4)).float(),  # exact sums in any order
+            torch.randint(-4, 4, (2, 2, 4)).float())
+    compiled = assert_matches_eager(f, *args)
+    assert compiled.in_place_report == {"c": "in place"}
+    # Without the option, the copy is there, and it is found and reported.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        default = xla.CpuExecutable(compiled.stablehlo, compiled.input_names,
+                                    compiled.io_map, compiled.input_types,
+                                    compiled.result_types, options={})
+    if f is read_then_write:  # at this size, XLA:CPU copies the cache for this one
+        assert default.report["c"] == (
+            "copied 8192 bytes per call: XLA:CPU's optimized program copies it "
+            "(a `copy` of the donated buffer in its HLO)")
+        assert any("'c' is copied on every call (8192 bytes)" in str(w.message)
+                   for w in caught)
+
+
+# ----------------------------------------------------------------------- bad calls
+@pytest.mark.parametrize("call, error, words", [
+    (lambda c, cache, pos, k: c(cache, pos), TypeError,
+     ["3 positional arguments", "cache, pos, k", "got 2"]),
+    (lambda c, cache, pos, k: c(cache, pos, k[:, :1]), ValueError,
+     ["'k'", "torch.float32 [4, 2, 8]", "torch.float32 [4, 1, 8]"]),
+    (lambda c, cache, pos, k: c(cache.double(), pos, k), ValueError,
+     ["'cache'", "torch.float32 [4, 16, 2, 8]", "torch.float64 [4, 16, 2, 8]"]),
+    (lambda c, cache, pos, k: c(cache, 3, k), TypeError, ["'pos'", "tensor", "int"]),
+    (lambda c, cache, pos, k: c(cache.requires_grad_(), pos, k), ValueError,
+     ["'cache'", "requires grad", "in place"]),
+])
+def test_bad_call_raises_named_error_before_changing_anything(call, error, words) -> None:
+    compiled = outofplace.compile(step, step_args())
+    cache, pos, k = step_args()
+    compiled(cache, pos, k)  # adopted
+    before = cache.clone()
+    with pytest.raises(error) as raised:
+        call(compiled, cache, torch.tensor(5), k + 1)
+    message = str(raised.value)
+    for word in words:
+        assert word in message
+    assert "XLA" not in message and "INVALID_ARGUMENT" not in message
+    assert_same(cache.detach(), before, "cache")
+
+
+# -------------------------------------------------------------------------- layouts
+def reshape_then_write(x):
+    y = x.reshape(-1)  # a view of a contiguous x, a copy of a transposed one
+    y[0] = 5.0
+    return y * 2
+
+
+def contiguous_then_write(x):
+    y = x.contiguous()  # x itself when contiguous, a copy otherwise
+    y[0, 0] = 5.0
+    return y.sum()
+
+
+@pytest.mark.parametrize("f", [reshape_then_write, contiguous_then_write])
+@pytest.mark.parametrize("traced_transposed", [False, True])
+def test_other_layout_is_traced_again(f, traced_transposed) -> None:
+    def make(transposed):
+        x = torch.randn(4, 6)
+        return x.t().contiguous().t() if transposed else x
+
+    compiled = outofplace.compile(f, (make(traced_transposed),))
+    for transposed in (traced_transposed, not traced_transposed, traced_transposed):
+        x = make(transposed)
+        eager_x = x.clone(memory_format=torch.preserve_format)
+        assert eager_x.stride() == x.stride()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = compiled(x)
+        assert_same(out, f(eager_x), f"output (transposed={transposed})")
+        assert_same(x, eager_x, f"input after the call (transposed={transposed})")
+    assert len(compiled._relaid) == 1
+
+
+def test_exported_program_called_in_another_layout_is_refused() -> None:
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return reshape_then_write(x)
+
+    program = torch.export.export(M(), (torch.randn(4, 6),))
+    compiled = outofplace.compile(program, (torch.randn(4, 6),))
+    x = torch.randn(6, 4).t()
+    before = x.clone()
+    with pytest.raises(ValueError, match="argument 'x' has strides \\[1, 4\\].*traced "
+                       "with strides \\[6, 1\\].*cannot be traced again"):
+        compiled(x)
+    assert_same(x, before, "x")
+
+
+# ------------------------------------------------------------------------- failures
+def test_failure_after_the_engine_ran_names_what_was_updated(monkeypatch) -> None:
+    def f(cache, small, k):
+        cache[:, 2] = k
+        small.add_(1)
+        return k * 2
+
+    compiled = outofplace.compile(f, (torch.randn(4, 8), torch.randn(3, 4)[:, 0],
+                                      torch.randn(4)))
+    cache, small, k = torch.randn(4, 8), torch.randn(3, 4)[:, 0], torch.randn(4)
+    eager_cache, eager_small = cache.clone(), small.clone()
+    f(eager_cache, eager_small, k)
+    small_before = small.clone()
+
+    def broken(array, dtype):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(xla, "_tensor_over", broken)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(xla.CallFailed, match="injected.*arguments 'cache' already "
+                           "hold the call's new values.*arguments 'small' keep their "
+                           "values from before the call"):
+            compiled(cache, small, k)
+    assert_same(cache, eager_cache, "cache (updated, as the error says)")
+    assert_same(small, small_before, "small (kept, as the error says)")
+    monkeypatch.undo()
+    compiled(cache, small, k)  # and the next call works
+    f(eager_cache, eager_small, k)
+    assert_same(cache, eager_cache, "cache after the next call")
+
+
+def test_engine_failing_after_taking_the_buffer_says_so() -> None:
+    compiled = outofplace.compile(step, step_args())
+    cache, pos, k = step_args()
+    compiled(cache, pos, k)
+    executable = compiled._xla
+    real = executable.compiled
+
+    def failing(*arrays):
+        arrays[0].delete()  # as a donation into a failed execution leaves it
+        raise RuntimeError("injected")
+    executable.compiled = failing
+    with pytest.raises(xla.CallFailed, match="arguments 'cache': their values are lost"):
+        compiled(cache, pos, k)
+    executable.compiled = real
+    assert bool((cache == 0).all())  # usable memory, not a dangling pointer
+    compiled(cache, pos, k)
+    assert_same(cache[:, 3], k, "cache after the next call")
+
+
+def test_two_threads_on_one_compiled() -> None:
+    compiled = outofplace.compile(step, step_args())
+    caches = [torch.zeros(4, 16, 2, 8) for _ in range(2)]
+    expected = [c.clone() for c in caches]
+    updates = [[torch.randn(4, 2, 8) for _ in range(40)] for _ in range(2)]
+
+    def work(cache, ks):
+        for pos, k in enumerate(ks):
+            compiled(cache, torch.tensor(pos % 16), k)
+
+    threads = [threading.Thread(target=work, args=(c, u)) for c, u in zip(caches, updates)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for cache, target, ks in zip(caches, expected, updates):
+        for pos, k in enumerate(ks):
+            step(target, torch.tensor(pos % 16), k)
+        assert_same(cache, target, "cache")
