@@ -135,7 +135,7 @@ class ShardedExecutable:
                  ) -> list[torch.Tensor]:
         """Runs on the devices; writes each updated shard into the caller's tensor and
         returns that tensor for every result that is its new value."""
-        arrays = [self._jax.device_put(xla._to_numpy(t), self._sharding(i))
+        arrays = [self._jax.device_put(_to_numpy(t), self._sharding(i))
                   for i, t in enumerate(inputs)]
         outputs = self._executable.execute_sharded(arrays)
         per_device = outputs.disassemble_into_single_device_arrays()
@@ -153,7 +153,7 @@ class ShardedExecutable:
         # a result that is state is the caller's tensor, as eager returns it; the others
         # are replicated: any device holds all of it
         return [inputs[self._state[i]] if i in self._state
-                else xla._from_numpy(np.asarray(shards[0]), dtype)
+                else _from_numpy(np.asarray(shards[0]), dtype)
                 for i, (shards, dtype) in enumerate(zip(per_device, result_dtypes))]
 
     @property
@@ -278,3 +278,19 @@ def _writer(value: Any, ir: Any) -> str:
         else:
             return owner.name
     return "parameter"
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A host copy of a tensor for device_put (bfloat16 as ml_dtypes')."""
+    data = tensor.detach().contiguous().cpu()
+    if data.dtype == torch.bfloat16:
+        import ml_dtypes  # a dependency of jax
+
+        return data.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return data.numpy()
+
+
+def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(array.copy()).to(dtype)
