@@ -75,7 +75,9 @@ class Compiled:
         return export.save(directory, self.stablehlo, names, target, hlo_proto=hlo_proto)
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-        state = [_state_tensor(self.source, t) for t in self.signature.state_targets]
+        held = self.signature.held
+        state = [held[t]() if t in held else _state_tensor(self.source, t)
+                 for t in self.signature.state_targets]
         user = self.signature.user_inputs(args, kwargs)
         for name, value in zip(self.input_names[len(state):], user):
             if not isinstance(value, torch.Tensor):
@@ -104,6 +106,8 @@ class Compiled:
         with torch.no_grad():
             for arg, result in self.io_map.items():
                 inputs[arg].copy_(results[result])
+        for parameter in self.signature.cleared_grads:
+            parameter.grad = None
         leaves = [results[v] if kind == "result" else v
                   for kind, v in self.signature.output_leaves]
         if self.signature.out_spec is None:
