@@ -2,12 +2,13 @@
 objects.
 
 torch.export swaps a module's parameters for fake ones while it traces; an optimizer still
-holds the real ones. `OptimizerSteps`, entered for the trace, gives every `opt.step()`
-the parameters the trace sees (the fake ones, with the real `.grad`), so a step after
-`loss.backward()` reads the gradients the program computed, and the parameters it writes
-are the module's own. It restores the optimizer after the step and refuses a step that
-creates or replaces its state (the first step of most optimizers), which a program could
-not keep.
+holds the real ones. `OptimizerSteps`, entered for the trace, gives every optimizer
+reachable from the program the parameters the trace sees (the fake ones, with the real
+`.grad`) while the forward runs, so a step after `loss.backward()` reads the gradients
+the program computed, `zero_grad()` clears them, and the parameters a step writes are the
+module's own. It restores the optimizers after the trace and refuses a step that creates
+or replaces its state (the first step of most optimizers), which a program could not
+keep.
 
 Tensors the program reaches through plain Python objects (optimizer state, `.grad`,
 parameters of a model only the optimizer holds) are lifted by torch.export as constants.
@@ -95,6 +96,10 @@ class OptimizerSteps:
         self.pairs = self.traced_parameters()
         for real, traced in self.pairs:
             traced.grad = real.grad
+        traced_by_id = {id(real): traced for real, traced in self.pairs}
+        for _, value, _, _ in _walk(self.roots):
+            if isinstance(value, torch.optim.Optimizer):
+                self._swap(value, traced_by_id)
 
     def leave(self) -> None:
         """At its end: a gradient the program cleared is cleared after every call; one it
@@ -113,8 +118,10 @@ class OptimizerSteps:
                 "gradients with torch.autograd.grad", location=user_line(
                     traceback.extract_stack()))
 
-    def _before(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        traced = {id(real): value for real, value in self.traced_parameters()}
+    def _swap(self, opt: torch.optim.Optimizer,
+              traced: dict[int, torch.Tensor]) -> None:
+        """The optimizer's parameters (and its state's keys) become the traced ones, until
+        the trace ends."""
         groups = [dict(group) for group in opt.param_groups]
         state = {key: dict(value) for key, value in opt.state.items()}
 
@@ -127,16 +134,18 @@ class OptimizerSteps:
                 opt.state[key] = value
 
         self.restores.append(restore)
-        scalar_lists = _ScalarTensorLists()
-        scalar_lists.__enter__()
-        self.restores.append(lambda: scalar_lists.__exit__(None, None, None))
         for group in opt.param_groups:
             group["params"] = [traced.get(id(p), p) for p in group["params"]]
         for key in list(opt.state):
             if id(key) in traced:
                 opt.state[traced[id(key)]] = dict(opt.state.pop(key))
 
+    def _before(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.scalar_lists = _ScalarTensorLists()
+        self.scalar_lists.__enter__()
+
     def _after(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.scalar_lists.__exit__(None, None, None)
         names = {id(p): n for n, p in self.module.named_parameters(remove_duplicate=False)}
         for key, entries in opt.state.items():
             for entry, value in entries.items():
@@ -149,8 +158,6 @@ class OptimizerSteps:
                         "program could not keep it; run one step eagerly before "
                         "compiling, so the step updates existing state in place",
                         location=where)
-        self.restores.pop()()  # the mode
-        self.restores.pop()()  # the optimizer
 
 
 class ItemAsTensor(torch.overrides.TorchFunctionMode):
