@@ -59,6 +59,14 @@ def _state_tensor(owner: Any, target: str) -> torch.Tensor:
     return value
 
 
+def _state_tensors(signature: importer.ProgramSignature, owner: Any) -> list[torch.Tensor]:
+    """The program's parameters and buffers, and the state it reaches through Python
+    objects (optimizer state, `.grad`), as they are now."""
+    held = signature.held
+    return [held[t]() if t in held else _state_tensor(owner, t)
+            for t in signature.state_targets]
+
+
 @dataclass
 class Compiled:
     """A program compiled to value-semantic StableHLO, callable like the original."""
@@ -142,7 +150,7 @@ class Compiled:
                 got = f"{len(args)} positional" + (f", without {missing}" if missing else "")
                 raise TypeError(f"the program was compiled for {expected} positional "
                                 f"arguments (tensors: {', '.join(user_names)}), got {got}")
-        state = [_state_tensor(self.source, t) for t in self.signature.state_targets]
+        state = _state_tensors(self.signature, self.source)
         inputs = state + self.signature.user_inputs(args, kwargs)
         for i, (name, value, (shape, dtype)) in enumerate(
                 zip(self.input_names, inputs, self.input_types)):
@@ -221,6 +229,8 @@ class Compiled:
                     inputs[arg].copy_(results[result])
         else:
             raise ValueError(f"unknown engine '{engine}': use interpreter, xla or auto")
+        for parameter in self.signature.cleared_grads:
+            parameter.grad = None
         return self._outputs(inputs, results)
 
     def _outputs(self, inputs: list[torch.Tensor], results: list[Any]) -> Any:
@@ -305,7 +315,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
         elif shardings:
             raise ValueError("shardings need a mesh")
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
-    state = [_state_tensor(source, t) for t in signature.state_targets]
+    state = _state_tensors(signature, source)
     layouts = [_layout(t) for t in state + signature.user_inputs(args, kwargs or {})]
     program = None if isinstance(f, ExportedProgram) else f
     return Compiled(module, io_map, signature.input_names, signature, source,

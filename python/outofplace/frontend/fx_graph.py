@@ -32,7 +32,7 @@ def call(graph: torch.fx.Graph, target: torch._ops.OpOverload, *args: Any,
                       if isinstance(v.meta.get("val"), torch._subclasses.FakeTensor)),
                      None) or torch._guards.detect_fake_mode() or fake_mode_of(graph)
     fake_args = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
-    with fake_mode:
+    with fake_mode, torch.no_grad():  # a value, not a step of autograd
         node.meta["val"] = target(*fake_args[0], **fake_args[1])
     return node
 
@@ -122,10 +122,19 @@ def view_roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node
         if is_list_view(node) and isinstance(node.args[0], torch.fx.Node):
             roots[node] = roots.get(node.args[0], node.args[0])
         for position in effects.written:
-            if position < len(node.args) and isinstance(node.args[position], torch.fx.Node):
-                target = node.args[position]
+            for target in written_operands(node, position):
                 written.setdefault(roots.get(target, target), node)
     return roots, written
+
+
+def written_operands(node: torch.fx.Node, position: int) -> list[torch.fx.Node]:
+    """The tensors operand `position` of node names: one, or each of a list (`Tensor(a!)[]`
+    of the `_foreach_*_` and `_fused_*_` ops)."""
+    value = node.args[position] if position < len(node.args) else None
+    if value is None and position < len(node.target._schema.arguments):
+        value = node.kwargs.get(node.target._schema.arguments[position].name)
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [v for v in values if isinstance(v, torch.fx.Node)]
 
 
 def view_base(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -142,8 +151,5 @@ def writes_root(node: torch.fx.Node, root: torch.fx.Node,
     effects = op_effects(node)
     if effects is None or effects.is_autograd_only:
         return False
-    for position in effects.written:
-        target = node.args[position] if position < len(node.args) else None
-        if isinstance(target, torch.fx.Node) and roots.get(target, target) is root:
-            return True
-    return False
+    return any(roots.get(target, target) is root for position in effects.written
+               for target in written_operands(node, position))

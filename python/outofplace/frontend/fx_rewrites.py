@@ -17,7 +17,7 @@ import operator
 import torch
 import torch.fx
 
-from . import decompositions, refusals, strided_views
+from . import decompositions, optimizer_ops, refusals, strided_views
 from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 
 
@@ -27,8 +27,10 @@ def rewrite(graph: torch.fx.Graph) -> None:
     refusals.refuse_overlapping_operands(graph)
     refusals.refuse_writes_into_position_reads(graph)
     refusals.refuse_stale_position_reads(graph)
+    optimizer_ops.decompose(graph)
     decompositions.scalars_as_tensors(graph)
     decompositions.decompose(graph)
+    optimizer_ops.scalars_read_as_tensors(graph)
     decompositions.wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)

@@ -9,6 +9,7 @@ written tensor, becomes `!torch.tensor`.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -31,6 +32,7 @@ from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
 from .fx_graph import op_effects, overlaps, source_line, storage_of, view_roots
 from .masked_values import MaskedValues
+from . import training
 from .runtime_positions import RuntimePositions, user_line
 from ..ir_utils import operations, tensor_literal, terminator
 
@@ -52,6 +54,11 @@ class ProgramSignature:
     first_writes: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Non-tensor leaves of (args, kwargs) the trace specialized on: position -> name, value.
     constant_inputs: dict[int, tuple[str, Any]] = field(default_factory=dict)
+    # State the caller holds through Python objects (optimizer state, `.grad`, parameters
+    # of a function's modules): name in state_targets -> the tensor, found at each call.
+    held: dict[str, Callable[[], torch.Tensor]] = field(default_factory=dict)
+    # Parameters whose `.grad` the program clears (`opt.zero_grad()`): cleared after a call.
+    cleared_grads: list[torch.Tensor] = field(default_factory=list)
 
     def user_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         """The user's tensor arguments among `args` and `kwargs`, in main's order."""
@@ -102,7 +109,13 @@ def _function_module(fn: Callable) -> torch.nn.Module:
     """
     torch.fx.proxy._register_stack_trace_anchor(fn)
     name = getattr(fn, "__name__", "function")
-    return type(name, (torch.nn.Module,), {"forward": staticmethod(fn)})()
+    module = type(name, (torch.nn.Module,), {"forward": staticmethod(fn)})()
+    # Modules the function names are its submodules: their parameters and buffers are
+    # arguments read at every call (an optimizer step writes them), not constants.
+    for attr, value in training.program_roots(fn).items():
+        if isinstance(value, torch.nn.Module):
+            module.add_module(attr, value)
+    return module
 
 
 # What torch.export raises when a value computed from tensor data is needed as a Python
@@ -116,11 +129,15 @@ _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
 _INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a single memory"
 
 
-def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
-    """Traces `f` to ATen with its mutations and views kept."""
+def export(f: Any, args: tuple, kwargs: dict | None = None,
+           steps: training.OptimizerSteps | None = None) -> ExportedProgram:
+    """Traces `f` to ATen with its mutations and views kept. Gradients are traced as
+    eager computes them (`torch.autograd.grad`, `backward()`); `steps` is told where
+    the traced forward starts and ends."""
     if isinstance(f, ExportedProgram):
         return f
     module = f if isinstance(f, torch.nn.Module) else _function_module(f)
+    steps = steps or training.OptimizerSteps(module)
     # Tracing may run small ops on real buffers it does not see as module state (a 0-d
     # counter held by a plain Python object): compiling must leave the model as it was.
     saved = [(t, t.detach().clone()) for t in module.buffers()]
@@ -128,19 +145,26 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     # before export's own handler of __getitem__ (which calls .item() on a position).
     positions, masked = RuntimePositions(), MaskedValues()
 
+    items = steps.items_as_tensors()
+
     def enter(*_: Any) -> None:
+        steps.enter()
+        items.__enter__()
         positions.__enter__()
         masked.__enter__()
 
     def leave(module: Any, inputs: Any, output: Any) -> None:
         masked.__exit__(None, None, None)
         positions.__exit__(None, None, None)
-        masked.refuse_escaping(output)
+        items.__exit__(None, None, None)
+        if sys.exc_info()[0] is None:  # not on the way out of a forward that raised
+            masked.refuse_escaping(output)
+            steps.leave()
 
     hooks = [module.register_forward_pre_hook(enter),
              module.register_forward_hook(leave, always_call=True)]
     try:
-        with torch.no_grad():
+        with steps:
             return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
     except _DATA_DEPENDENT as error:
         frames = traceback.extract_tb(error.__traceback__)
@@ -149,6 +173,13 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
             f"or a branch here ({type(error).__name__}); outofplace compiles programs "
             "whose shapes and control flow do not depend on the data",
             location=user_line(frames)) from error
+    except TypeError as error:
+        if not items.lines:
+            raise
+        raise UnsupportedMutationError(
+            "Tensor.item", "the value read with .item() stays a 0-d tensor (a Python number "
+            "would be baked in, and differ at the next call), and something here needs a "
+            f"Python number ({error})", location=items.lines[-1]) from error
     except RuntimeError as error:
         if _INTERNAL_OVERLAP not in str(error):
             raise
@@ -182,23 +213,32 @@ def _propagate_fake_values(gm: torch.fx.GraphModule) -> None:
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
 
 
-def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSignature]:
+def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None
+                   ) -> tuple[torch.fx.GraphModule, ProgramSignature]:
     """A copy of the exported graph whose placeholders are exactly main's arguments.
 
-    Tensor constants become module attributes (imported as literals), constant user
-    inputs are substituted, and constant outputs are kept aside for the caller.
+    Tensor constants become module attributes (imported as literals), unless they are
+    state the caller holds (training.py): then they are arguments found by their path
+    from `roots` at every call. Constant user inputs are substituted, and constant
+    outputs are kept aside for the caller.
     """
     graph = torch.fx.Graph()  # a copy: an ExportedProgram the user passed stays intact
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
     graph.output(graph.graph_copy(ep.graph, copies))
+    training.inline_grad_mode_regions(graph, ep.graph_module)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     placeholders = {old.name: copies[old] for old in ep.graph.nodes
                     if old.op == "placeholder"}
     # A tensor reached through a plain Python object (HF's StaticCache holds its buffers
-    # in a list) is exported as a constant; it is the buffer, so it becomes the buffer.
-    state = {id(_state_value(ep, spec.target)): placeholders[spec.arg.name]
+    # in a list, an optimizer its parameters) is exported as a constant; it is the
+    # buffer or parameter, so it becomes that.
+    state = [(_state_value(ep, spec.target), placeholders[spec.arg.name])
              for spec in ep.graph_signature.input_specs
-             if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)}
+             if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
+    held = _held_constants(ep, graph, placeholders, roots or {}, state)
+    for node in graph.nodes:  # ops on a fake constant would run on the caller's tensor
+        if isinstance(node.meta.get("val"), torch._subclasses.FakeTensor):
+            node.meta["val"].constant = None
     redirected = False
     state_targets: list[str] = []
     input_names: list[str] = []
@@ -213,10 +253,15 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
             input_names.append(spec.target)
             arguments.append(node)
         elif spec.kind == InputKind.CONSTANT_TENSOR and \
-                id(ep.constants[spec.target]) in state:
-            node.replace_all_uses_with(state[id(ep.constants[spec.target])])
+                _state_node(ep.constants[spec.target], state) is not None:
+            node.replace_all_uses_with(_state_node(ep.constants[spec.target], state))
             graph.erase_node(node)
             redirected = True
+        elif spec.kind == InputKind.CONSTANT_TENSOR and spec.target in held:
+            name = held[spec.target].name
+            state_targets.append(name)
+            input_names.append(name)
+            arguments.append(node)
         elif spec.kind == InputKind.CONSTANT_TENSOR:
             attr = f"_outofplace_constant_{len(gm._buffers)}"
             gm.register_buffer(attr, ep.constants[spec.target])
@@ -262,8 +307,47 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     call_spec = ep.call_spec
     signature = ProgramSignature(input_names, state_targets, call_spec.in_spec,
                                  user_input_leaves, call_spec.out_spec, leaves, first_writes,
-                                 constant_inputs)
+                                 constant_inputs, {h.name: h for h in held.values()})
     return gm, signature
+
+
+def _state_node(value: torch.Tensor, state: list[tuple[torch.Tensor, torch.fx.Node]]
+                ) -> torch.fx.Node | None:
+    """The placeholder of the parameter or buffer `value` is (the same elements)."""
+    return next((node for tensor, node in state if tensor is value or
+                 training.same_view(tensor, value)), None)
+
+
+def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
+                    placeholders: dict[str, torch.fx.Node], roots: dict[str, Any],
+                    state: list[tuple[torch.Tensor, torch.fx.Node]]
+                    ) -> dict[str, training.HeldTensor]:
+    """Constant target -> how to find it at each call, for each tensor constant that is
+    state the caller holds: one the program writes, or a `.grad` or an optimizer's (found
+    through `roots`). A written constant without a path is the exported tensor itself."""
+    _, written = view_roots(graph)
+    specs = [spec for spec in ep.graph_signature.input_specs
+             if spec.kind == InputKind.CONSTANT_TENSOR and
+             _state_node(ep.constants[spec.target], state) is None]
+    paths = training.find_paths(roots, [ep.constants[s.target] for s in specs])
+    held: dict[str, training.HeldTensor] = {}
+    names: set[str] = set()
+    for spec, found in zip(specs, paths):
+        value = ep.constants[spec.target]
+        is_written = placeholders[spec.arg.name] in written
+        if found is not None and (is_written or training.reached_through_optimizer(
+                found[0], found[1])):
+            root, path, name = found
+        elif is_written:
+            root, path, name = value, (), spec.target
+        else:
+            continue
+        while name in names:
+            name += "_"
+        names.add(name)
+        held[spec.target] = training.HeldTensor(root, path, name, tuple(value.shape),
+                                                value.dtype)
+    return held
 
 
 def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int]
@@ -323,10 +407,13 @@ class _InlineConstants(FxImporterHooks):
         return tensor_literal(literal)
 
 
-def import_program(ep: ExportedProgram, context: ir.Context
+def import_program(ep: ExportedProgram, context: ir.Context,
+                   roots: dict[str, Any] | None = None
                    ) -> tuple[ir.Module, ProgramSignature]:
-    """Imports an exported program into mutable torch IR with named arguments."""
-    gm, signature = _prepare_graph(ep)
+    """Imports an exported program into mutable torch IR with named arguments; state it
+    reaches through Python objects is looked for from `roots` (training.program_roots)."""
+    with torch.no_grad():  # fake values of the rewrites are values, not autograd steps
+        gm, signature = _prepare_graph(ep, roots)
     importer = FxImporter(context=context, hooks=_InlineConstants())
     func_op = importer.import_stateless_graph(gm.graph, func_name="main")
     module = importer.module
@@ -343,9 +430,22 @@ def import_program(ep: ExportedProgram, context: ir.Context
 def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Context
                         ) -> tuple[ir.Module, ProgramSignature]:
     """Exports and imports `f` called on `args`, `kwargs`."""
-    ep = export(f, args, kwargs)
-    module, signature = import_program(ep, context)
-    state = [_state_value(ep, target) for target in signature.state_targets]
+    source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else _function_module(f)
+    roots = training.program_roots(f)
+    steps = None if isinstance(f, ExportedProgram) else \
+        training.OptimizerSteps(source, roots)
+    ep = export(source, args, kwargs, steps)
+    module, signature = import_program(ep, context, roots)
+    if not isinstance(f, (torch.nn.Module, ExportedProgram)):
+        for name in signature.state_targets:  # the function's modules' state, by name
+            if name not in signature.held:
+                value = _state_value(ep, name)
+                signature.held[name] = training.HeldTensor(
+                    source, tuple(("attr", part) for part in name.split(".")), name,
+                    tuple(value.shape), value.dtype)
+    signature.cleared_grads = steps.cleared if steps is not None else []
+    state = [signature.held[target]() if target in signature.held else
+             _state_value(ep, target) for target in signature.state_targets]
     signature.refuse_written_inputs_sharing_memory(
         state + signature.user_inputs(args, kwargs or {}))
     return module, signature
@@ -423,6 +523,10 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
             roots[op.results[0]] = _root_of(op.operands[effects.result_views], roots)
         for position in effects.written:
             if position < len(op.operands) and not effects.is_autograd_only:
+                if not torch_types.is_tensor(op.operands[position].type):
+                    raise UnsupportedMutationError.at(
+                        op, "it writes the tensors of a list, which outofplace does "
+                        "not follow (the frontend decomposes _foreach_* and _fused_* ops)")
                 written.add(_root_of(op.operands[position], roots))
     if not written:
         return

@@ -1,0 +1,384 @@
+"""Training programs: optimizer steps, gradients and the state they reach through Python
+objects.
+
+torch.export swaps a module's parameters for fake ones while it traces; an optimizer still
+holds the real ones. `OptimizerSteps`, entered for the trace, gives every optimizer
+reachable from the program the parameters the trace sees (the fake ones, with the real
+`.grad`) while the forward runs, so a step after `loss.backward()` reads the gradients
+the program computed, `zero_grad()` clears them, and the parameters a step writes are the
+module's own. It restores the optimizers after the trace and refuses a step that creates
+or replaces its state (the first step of most optimizers), which a program could not
+keep.
+
+Tensors the program reaches through plain Python objects (optimizer state, `.grad`,
+parameters of a model only the optimizer holds) are lifted by torch.export as constants.
+`held_state` finds each one's path from the program's roots (`opt.state[lin.weight]
+.exp_avg`); such a tensor, when the program writes it or it is a `.grad` or an optimizer's,
+becomes an argument read at every call by its path and written back like a buffer.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch._subclasses import fake_tensor
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from ..errors import UnsupportedMutationError
+from .runtime_positions import user_line
+
+
+def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are the same elements of the same memory."""
+    return a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and \
+        a.storage_offset() == b.storage_offset() and \
+        StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
+
+
+class OptimizerSteps:
+    """While entered: every optimizer step works on the parameters the trace sees."""
+
+    def __init__(self, module: torch.nn.Module, roots: dict[str, Any] | None = None) -> None:
+        self.module = module
+        self.roots = {"": module, **(roots or {})}
+        self.real = {name: p for name, p in
+                     module.named_parameters(remove_duplicate=False)}
+        self.restores: list[Callable[[], None]] = []
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.cleared: list[torch.Tensor] = []  # real parameters whose .grad the program clears
+        self.item_mode = ItemAsTensor()
+
+    def __enter__(self) -> "OptimizerSteps":
+        from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                           register_optimizer_step_pre_hook)
+
+        # Tracing writes tensors it lifts as constants (optimizer state): compiling must
+        # leave them as they were.
+        self.saved = [(t, t.detach().clone()) for t in reachable_tensors(self.roots)]
+        self.handles = [register_optimizer_step_pre_hook(self._before),
+                        register_optimizer_step_post_hook(self._after)]
+        # Fake tensors of one element compute on the real tensor they stand for, and
+        # `.item()` of one returns its value now: a step counter's would be baked in.
+        self.constant_limit = fake_tensor.CONSTANT_NUMEL_LIMIT
+        fake_tensor.CONSTANT_NUMEL_LIMIT = 0
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fake_tensor.CONSTANT_NUMEL_LIMIT = self.constant_limit
+        for handle in self.handles:
+            handle.remove()
+        while self.restores:
+            self.restores.pop()()
+        with torch.no_grad():
+            for tensor, value in self.saved:
+                tensor.copy_(value)
+
+    def items_as_tensors(self) -> "ItemAsTensor":
+        """The mode the traced forward runs in: `.item()` stays a 0-d tensor."""
+        return self.item_mode
+
+    def traced_parameters(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(real parameter, what the module holds in its place while tracing)."""
+        pairs = []
+        for name, value in self.module.named_parameters(remove_duplicate=False):
+            real = self.real.get(name)
+            if real is not None and value is not real:
+                pairs.append((real, value))
+        return pairs
+
+    def enter(self) -> None:
+        """At the start of the traced forward: the traced parameters' gradients are the
+        caller's tensors (read at every call, written back when the program writes them)."""
+        self.pairs = self.traced_parameters()
+        for real, traced in self.pairs:
+            traced.grad = real.grad
+        traced_by_id = {id(real): traced for real, traced in self.pairs}
+        for _, value, _, _ in _walk(self.roots):
+            if isinstance(value, torch.optim.Optimizer):
+                self._swap(value, traced_by_id)
+
+    def leave(self) -> None:
+        """At its end: a gradient the program cleared is cleared after every call; one it
+        leaves behind (a new tensor) cannot be returned into `.grad`, and is refused."""
+        names = {id(p): n for n, p in self.real.items()}
+        for real, traced in self.pairs:
+            if traced.grad is real.grad:
+                continue
+            if traced.grad is None:
+                self.cleared.append(real)
+                continue
+            raise UnsupportedMutationError(
+                "backward", f"the program leaves a new gradient in "
+                f"`{names[id(real)]}.grad`, which the compiled program cannot set; clear "
+                "it in the program (`opt.zero_grad()` after the step) or compute the "
+                "gradients with torch.autograd.grad", location=user_line(
+                    traceback.extract_stack()))
+
+    def _swap(self, opt: torch.optim.Optimizer,
+              traced: dict[int, torch.Tensor]) -> None:
+        """The optimizer's parameters (and its state's keys) become the traced ones, until
+        the trace ends."""
+        groups = [dict(group) for group in opt.param_groups]
+        state = {key: dict(value) for key, value in opt.state.items()}
+
+        def restore() -> None:
+            for group, saved in zip(opt.param_groups, groups):
+                group.clear()
+                group.update(saved)
+            opt.state.clear()
+            for key, value in state.items():
+                opt.state[key] = value
+
+        self.restores.append(restore)
+        for group in opt.param_groups:
+            group["params"] = [traced.get(id(p), p) for p in group["params"]]
+        for key in list(opt.state):
+            if id(key) in traced:
+                opt.state[traced[id(key)]] = dict(opt.state.pop(key))
+
+    def _before(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.scalar_lists = _ScalarTensorLists()
+        self.scalar_lists.__enter__()
+
+    def _after(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.scalar_lists.__exit__(None, None, None)
+        names = {id(p): n for n, p in self.module.named_parameters(remove_duplicate=False)}
+        for key, entries in opt.state.items():
+            for entry, value in entries.items():
+                if isinstance(value, torch._subclasses.FakeTensor):
+                    where = user_line(traceback.extract_stack())
+                    raise UnsupportedMutationError(
+                        f"{type(opt).__name__}.step", f"it creates or replaces its state "
+                        f"'{entry}' of parameter `{names.get(id(key), 'a parameter')}` "
+                        "(an optimizer's first step creates its state): the compiled "
+                        "program could not keep it; run one step eagerly before "
+                        "compiling, so the step updates existing state in place",
+                        location=where)
+
+
+class ItemAsTensor(torch.overrides.TorchFunctionMode):
+    """`t.item()` while tracing is the 0-d tensor itself, as wide as the Python number
+    (float64, int64, bool): arithmetic on it stays tensor arithmetic read at every call,
+    where tracing would bake in the value it had. An op that needs a Python number then
+    fails the trace; `lines` keeps where each `.item()` was, to name it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.item and not kwargs and len(args) == 1:
+            value = args[0]
+            self.lines.append(user_line(traceback.extract_stack()))
+            wide = torch.float64 if value.is_floating_point() else \
+                torch.bool if value.dtype == torch.bool else \
+                torch.complex128 if value.is_complex() else torch.int64
+            return value.reshape(()).to(wide)
+        return func(*args, **kwargs)
+
+
+class _ScalarTensorLists(torch.overrides.TorchFunctionMode):
+    """`torch._foreach_addcdiv_(p, a, b, scalars)` with one scalar per tensor in a 1-d
+    tensor (Adam's foreach step when traced) as `p + scalars[i] * a / b` with lists of 0-d
+    tensors: tracing the op itself fails ("Expected scalars to be on CPU, got meta")."""
+
+    _OPS = {torch._foreach_addcdiv_: (torch._foreach_div_, True),
+            torch._foreach_addcdiv: (torch._foreach_div_, False),
+            torch._foreach_addcmul_: (torch._foreach_mul_, True),
+            torch._foreach_addcmul: (torch._foreach_mul_, False)}
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in self._OPS and len(args) == 4 and isinstance(args[3], torch.Tensor):
+            combine, inplace = self._OPS[func]
+            terms = torch._foreach_mul(args[1], list(args[3].unbind()))
+            combine(terms, args[2])
+            if inplace:
+                return torch._foreach_add_(args[0], terms)
+            return torch._foreach_add(args[0], terms)
+        return func(*args, **kwargs)
+
+
+# A path from a root object to a tensor: ("attr", name), ("item", key) or ("grad", None).
+Step = tuple[str, Any]
+
+
+@dataclass
+class HeldTensor:
+    """A tensor the caller holds through Python objects, found again at every call."""
+
+    root: Any
+    path: tuple[Step, ...]
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def __call__(self) -> torch.Tensor:
+        value = self.root
+        for kind, key in self.path:
+            value = value.grad if kind == "grad" else getattr(value, key) \
+                if kind == "attr" else value[key]
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != self.shape or \
+                value.dtype != self.dtype:
+            raise ValueError(
+                f"`{self.name}` was compiled as a tensor of shape {self.shape} and dtype "
+                f"{self.dtype}; it is {_describe(value)} now: compile again")
+        return value
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return repr(value)
+
+
+def _children(value: Any) -> list[tuple[Step, Any]]:
+    """The objects a path may go through from `value`."""
+    if isinstance(value, torch.Tensor):
+        return [(("grad", None), value.grad)] if value.grad is not None else []
+    if isinstance(value, torch.optim.Optimizer):
+        return [(("attr", "param_groups"), value.param_groups),
+                (("attr", "state"), value.state)]
+    if isinstance(value, torch.nn.Module):
+        named = {**value._parameters, **value._buffers, **value._modules}
+        named.update({k: v for k, v in vars(value).items() if not k.startswith("_")})
+        return [(("attr", k), v) for k, v in named.items() if v is not None]
+    if isinstance(value, dict):
+        return [(("item", k), v) for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return [(("item", i), v) for i, v in enumerate(value)]
+    if hasattr(value, "__dict__") and not isinstance(value, type) and \
+            not callable(value) and type(value).__module__.split(".")[0] not in (
+                "torch", "builtins", "numpy"):
+        return [(("attr", k), v) for k, v in vars(value).items() if not k.startswith("__")]
+    return []
+
+
+# Objects visited at most, looking for the paths of a program's held tensors.
+_SEARCH_LIMIT = 100_000
+
+
+def _walk(roots: dict[str, Any]):
+    """(root, value, path, root's name) of every object reachable from the roots, breadth
+    first, each once."""
+    queue = [(root, root, (), name) for name, root in roots.items()]
+    seen: set[int] = set()
+    while queue and len(seen) < _SEARCH_LIMIT:
+        next_queue = []
+        for root, value, path, name in queue:
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            yield root, value, path, name
+            for step, child in _children(value):
+                next_queue.append((root, child, path + (step,), name))
+        queue = next_queue
+
+
+def reachable_tensors(roots: dict[str, Any]) -> list[torch.Tensor]:
+    """The real tensors reachable from the roots (state, gradients, parameters)."""
+    return [value for _, value, _, _ in _walk(roots) if isinstance(value, torch.Tensor)
+            and not isinstance(value, torch._subclasses.FakeTensor)]
+
+
+def find_paths(roots: dict[str, Any], targets: list[torch.Tensor]
+               ) -> list[tuple[Any, tuple[Step, ...], str] | None]:
+    """For each target, (root, path, name) of the first path from a root reaching a tensor
+    with the same elements of the same memory (breadth first), or None. A dict key that
+    is a tensor (an optimizer's state is keyed by parameter) is named by its own path."""
+    found: list[tuple[Any, tuple[Step, ...], str] | None] = [None] * len(targets)
+    if not targets:
+        return found
+    paths: dict[int, tuple[str, tuple[Step, ...]]] = {}
+    for root, value, path, name in _walk(roots):
+        if isinstance(value, torch.Tensor):
+            paths.setdefault(id(value), (name, path))
+            for i, target in enumerate(targets):
+                if found[i] is None and same_view(value, target):
+                    found[i] = (root, path, name)
+
+    def path_name(name: str, path: tuple[Step, ...], depth: int = 0) -> str:
+        for kind, key in path:
+            if kind == "grad":
+                text = "grad"
+            elif isinstance(key, torch.Tensor):
+                text = path_name(*paths[id(key)], depth + 1) \
+                    if id(key) in paths and depth < 4 else "tensor"
+            else:
+                text = str(key)
+            name = f"{name}.{text}" if name else text
+        return name
+
+    return [None if f is None else (f[0], f[1], path_name(f[2], f[1])) for f in found]
+
+
+def program_roots(f: Any) -> dict[str, Any]:
+    """Where a program's held tensors are looked for: the module, or the objects a
+    function names (globals and closure cells)."""
+    if isinstance(f, torch.nn.Module):
+        return {"": f}
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return {}
+    roots = {}
+    scope = getattr(f, "__globals__", {})
+    for name in code.co_names:
+        if name in scope:
+            roots[name] = scope[name]
+    for name, cell in zip(code.co_freevars, f.__closure__ or ()):
+        try:
+            roots[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    return {k: v for k, v in roots.items()
+            if not isinstance(v, type) and not callable(v) or isinstance(v, torch.nn.Module)}
+
+
+def reached_through_optimizer(root: Any, path: tuple[Step, ...]) -> bool:
+    """Whether a path reads a gradient or goes through an optimizer."""
+    value = root
+    for kind, key in path:
+        if kind == "grad" or isinstance(value, torch.optim.Optimizer):
+            return True
+        value = value.grad if kind == "grad" else getattr(value, key) \
+            if kind == "attr" else value[key]
+    return False
+
+
+def inline_grad_mode_regions(graph: torch.fx.Graph, owner: torch.nn.Module) -> None:
+    """`with torch.no_grad():` / `enable_grad()` regions (an optimizer's step runs in one)
+    are `wrap_with_set_grad_enabled` calls of a submodule of the exported program; the
+    grad mode means nothing to the values computed, so the region's ops are copied in
+    place of the call."""
+    hop = torch.ops.higher_order.wrap_with_set_grad_enabled
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not hop:
+            continue
+        body_node = node.args[1]
+        body = getattr(owner, body_node.target)
+        inner = torch.fx.Graph()
+        inner_copies: dict[torch.fx.Node, torch.fx.Node] = {}
+        inner.output(inner.graph_copy(body.graph, inner_copies))
+        inline_grad_mode_regions(inner, body)
+        placeholders = [n for n in inner.nodes if n.op == "placeholder"]
+        env = dict(zip(placeholders, node.args[2:]))
+        body_output = next(n for n in inner.nodes if n.op == "output")
+        with graph.inserting_before(node):
+            for inner_node in inner.nodes:
+                if inner_node.op in ("placeholder", "output"):
+                    continue
+                env[inner_node] = graph.node_copy(inner_node, lambda n: env[n])
+        results = torch.fx.node.map_arg(body_output.args[0], lambda n: env[n])
+        for user in list(node.users):
+            user.replace_all_uses_with(results[user.args[1]])
+            graph.erase_node(user)
+        graph.erase_node(node)
+        if not body_node.users:
+            graph.erase_node(body_node)
