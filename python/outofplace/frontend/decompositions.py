@@ -139,14 +139,14 @@ def _scatter_reduce_mean(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
 
 
 _TRANSPOSE_LAST = (torch.ops.aten.mT.default, torch.ops.aten.mH.default,
-                   torch.ops.aten.adjoint.default)
+                   torch.ops.aten.adjoint.default, torch.ops.aten.matrix_H.default)
 
 
 @_decomposes(*_TRANSPOSE_LAST, torch.ops.aten.swapaxes.default,
              torch.ops.aten.swapdims.default)
 def _as_transpose(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """Views torch-mlir does not know, as the transpose they are: x.mT, x.swapaxes(a, b)
-    (mH and adjoint only for real tensors, where they do not conjugate)."""
+    (mH, adjoint and matrix_H only for real tensors, where they do not conjugate)."""
     self = node.args[0]
     if self.meta["val"].is_complex():
         return None

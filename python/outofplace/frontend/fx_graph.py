@@ -43,6 +43,14 @@ def op_effects(node: torch.fx.Node) -> op_registry.OpEffects | None:
     return op_registry.effects(op_registry.mlir_name(node.target))
 
 
+def operand_at(node: torch.fx.Node, position: int) -> Any:
+    """The value of the schema's argument `position`, passed positionally or by name
+    (`out=` arguments are keyword-only), or None."""
+    if position < len(node.args):
+        return node.args[position]
+    return node.kwargs.get(node.target._schema.arguments[position].name)
+
+
 def storage_of(value: Any) -> StorageWeakRef | None:
     if isinstance(value, torch.Tensor):
         return StorageWeakRef(value.untyped_storage())
@@ -122,8 +130,8 @@ def view_roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node
         if is_list_view(node) and isinstance(node.args[0], torch.fx.Node):
             roots[node] = roots.get(node.args[0], node.args[0])
         for position in effects.written:
-            if position < len(node.args) and isinstance(node.args[position], torch.fx.Node):
-                target = node.args[position]
+            target = operand_at(node, position)
+            if isinstance(target, torch.fx.Node):
                 written.setdefault(roots.get(target, target), node)
     return roots, written
 
@@ -143,7 +151,7 @@ def writes_root(node: torch.fx.Node, root: torch.fx.Node,
     if effects is None or effects.is_autograd_only:
         return False
     for position in effects.written:
-        target = node.args[position] if position < len(node.args) else None
+        target = operand_at(node, position)
         if isinstance(target, torch.fx.Node) and roots.get(target, target) is root:
             return True
     return False

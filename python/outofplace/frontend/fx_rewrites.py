@@ -17,7 +17,8 @@ import operator
 import torch
 import torch.fx
 
-from . import decompositions, refusals, strided_views
+from . import (decompositions, out_arguments, refusals, strided_views,
+               upstream_decompositions)
 from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 
 
@@ -27,8 +28,10 @@ def rewrite(graph: torch.fx.Graph) -> None:
     refusals.refuse_overlapping_operands(graph)
     refusals.refuse_writes_into_position_reads(graph)
     refusals.refuse_stale_position_reads(graph)
+    out_arguments.functional_out_writes(graph)
     decompositions.scalars_as_tensors(graph)
     decompositions.decompose(graph)
+    upstream_decompositions.decompose_unregistered(graph)
     decompositions.wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)

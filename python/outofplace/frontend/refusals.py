@@ -16,7 +16,8 @@ import torch.fx
 
 from .. import op_registry
 from ..errors import UnsupportedMutationError
-from .fx_graph import op_effects, overlaps, source_line, view_base, view_roots
+from .fx_graph import (op_effects, operand_at, overlaps, source_line, view_base,
+                       view_roots)
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -45,7 +46,7 @@ def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
         elementwise = torch.Tag.pointwise in node.target.tags or \
             node.target is torch.ops.aten.copy_.default
         for position in effects.written:
-            target = node.args[position] if position < len(node.args) else None
+            target = operand_at(node, position)
             written = target.meta.get("val") if isinstance(target, torch.fx.Node) else None
             if not isinstance(written, torch.Tensor):
                 continue
@@ -96,7 +97,7 @@ def refuse_writes_into_position_reads(graph: torch.fx.Graph) -> None:
         if effects is None:
             continue
         for position in effects.written:
-            target = node.args[position] if position < len(node.args) else None
+            target = operand_at(node, position)
             if not isinstance(target, torch.fx.Node) or \
                     roots.get(target, target) not in reads:
                 continue
@@ -178,7 +179,7 @@ def refuse_stale_position_reads(graph: torch.fx.Graph) -> None:
         effects = op_effects(node)
         if effects is not None and not effects.is_autograd_only:
             for position in effects.written:
-                target = node.args[position] if position < len(node.args) else None
+                target = operand_at(node, position)
                 if isinstance(target, torch.fx.Node):
                     writes.setdefault(roots.get(target, target), []).append(order[node])
         if node in roots:
