@@ -138,3 +138,125 @@ def test_spectral_norm_in_train_mode_over_calls(form: str) -> None:
     _check_calls(module, lambda: torch.randn(2, 5))
     changed = [n for n, b in module.named_buffers() if not torch.equal(b, before[n])]
     assert len(changed) >= 2  # u and v are written at every call
+
+
+# ------------------------------------------------- in-place shape changes of locals
+def unsqueeze_local(x):
+    z = x * 2
+    z.unsqueeze_(0)
+    z.add_(1)
+    return z
+
+
+def squeeze_local(x):
+    z = x.clone()
+    z.squeeze_()
+    z[0] = -1
+    return z, x
+
+
+def squeeze_dim_local(x):
+    z = x.clone()
+    z.squeeze_(0)
+    return z.sum(0)
+
+
+def t_local_writes_reach_the_base(x):
+    z = x.clone()
+    v = z[1:]
+    v.t_()
+    v[0] += 10  # column 0 of z[1:]
+    return z
+
+
+def transpose_then_write(x):
+    z = x + 0
+    z.transpose_(0, 1)
+    z.mul_(torch.arange(3.0))  # broadcast along the new last dimension
+    x.add_(z.t())
+    return z
+
+
+def swapdims_local(x):
+    z = x.clone()
+    z.swapdims_(0, 1)
+    return z.contiguous().view(-1)
+
+
+def resize_same_size(x):
+    y = x.clone()
+    y.resize_(25, 5)
+    y[0] = 0
+    return y
+
+
+def resize_smaller(x):
+    y = x.clone()
+    y.resize_(2, 3)
+    y.add_(1)
+    return y, x
+
+
+def resize_from_empty(x):
+    y = torch.empty(0)
+    y.resize_(4, 3)
+    y.copy_(x)
+    return y * 2
+
+
+@pytest.mark.parametrize("f, shape", [
+    (unsqueeze_local, (3,)), (squeeze_local, (1, 4, 1)), (squeeze_dim_local, (1, 4, 2)),
+    (t_local_writes_reach_the_base, (4, 3)), (transpose_then_write, (3, 2)),
+    (swapdims_local, (2, 3, 4)), (resize_same_size, (125,)), (resize_smaller, (3, 4)),
+    (resize_from_empty, (4, 3)),
+], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_shape_change_of_local(f, shape) -> None:
+    assert_matches_eager(f, torch.randn(shape))
+
+
+def unsqueeze_input(x):
+    x.unsqueeze_(0)
+    return x * 2
+
+
+def t_view_input(x):
+    x.t_()
+    return x * 2
+
+
+def resize_of_viewed_local(x):
+    y = x.clone()
+    v = y[0]
+    y.resize_(20)
+    return v, y
+
+
+@pytest.mark.parametrize("f, arg, op, line", [
+    (unsqueeze_input, torch.randn(3), "torch.aten.unsqueeze_", 1),
+    (t_view_input, torch.randn(2, 3, 4)[0], "torch.aten.t_", 1),
+    (resize_of_viewed_local, torch.randn(3, 4), "torch.aten.resize_", 3),
+])
+def test_shape_change_the_caller_would_see_is_refused(f, arg, op, line) -> None:
+    """Of an argument (torch.export itself crashes on some: refused before it), or a
+    growth that would give a viewed tensor new memory."""
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(f, (arg,))
+    assert info.value.op == op
+    assert "it changes the shape or strides of a tensor in place" in info.value.reason
+    assert info.value.location.endswith(f":{f.__code__.co_firstlineno + line}")
+
+
+def test_a_refusal_inside_the_trace_leaves_no_trace_state_behind() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError):
+        outofplace.compile(unsqueeze_input, (torch.randn(3),))
+    assert torch._C._len_torch_function_stack() == 0
+
+
+def test_out_resizes_a_local_written_before() -> None:
+    def f(a):
+        z = torch.zeros(2)
+        z.add_(1)
+        torch.mul(a, 2, out=z)
+        return z + 1
+
+    assert_matches_eager(f, torch.randn(2, 3))

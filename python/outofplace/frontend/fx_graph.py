@@ -155,3 +155,27 @@ def writes_root(node: torch.fx.Node, root: torch.fx.Node,
         if isinstance(target, torch.fx.Node) and roots.get(target, target) is root:
             return True
     return False
+
+
+def viewed_before(base: torch.fx.Node, node: torch.fx.Node,
+                  roots: dict[torch.fx.Node, torch.fx.Node]) -> bool:
+    """Whether a view of `base` (not the result of an in-place op on it) is taken
+    before `node`."""
+    for earlier in base.graph.nodes:
+        if earlier is node:
+            return False
+        if roots.get(earlier) is base and (view_base(earlier) is not None or
+                                           earlier.target is operator.getitem or
+                                           is_list_view(earlier)):
+            return True
+    return False
+
+
+def tensor_identity(node: torch.fx.Node) -> torch.fx.Node:
+    """The node that made the tensor object `node` is: an in-place op returns its self."""
+    while True:
+        effects = op_effects(node)
+        if effects is None or not effects.written or effects.result_views != 0 or \
+                not isinstance(node.args[0], torch.fx.Node):
+            return node
+        node = node.args[0]

@@ -17,7 +17,7 @@ import operator
 import torch
 import torch.fx
 
-from . import (decompositions, out_arguments, refusals, strided_views,
+from . import (decompositions, out_arguments, refusals, shape_changes, strided_views,
                upstream_decompositions)
 from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 
@@ -25,6 +25,7 @@ from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 def rewrite(graph: torch.fx.Graph) -> None:
     """All rewrites, in the order they depend on each other."""
     _fake_constants(graph)
+    shape_changes.local_shape_changes(graph)
     refusals.refuse_overlapping_operands(graph)
     refusals.refuse_writes_into_position_reads(graph)
     refusals.refuse_stale_position_reads(graph)

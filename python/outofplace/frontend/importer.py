@@ -32,6 +32,7 @@ from ..errors import UnsupportedMutationError
 from .fx_graph import overlaps, source_line, storage_of, view_roots
 from .masked_values import MaskedValues
 from .runtime_positions import RuntimePositions, user_line
+from .shape_changes import InputShapeChanges
 from ..ir_utils import operations, tensor_literal, terminator
 
 
@@ -115,19 +116,23 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     saved = [(t, t.detach().clone()) for t in module.buffers()]
     # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
     # before export's own handler of __getitem__ (which calls .item() on a position).
-    positions, masked = RuntimePositions(), MaskedValues()
+    positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
 
-    def enter(*_: Any) -> None:
+    def enter(module: Any, args: tuple, kwargs: dict) -> None:
+        shapes.watch(module, args, kwargs)
+        shapes.__enter__()
         positions.__enter__()
         masked.__enter__()
 
     def leave(module: Any, inputs: Any, output: Any) -> None:
         masked.__exit__(None, None, None)
         positions.__exit__(None, None, None)
+        shapes.__exit__(None, None, None)
         masked.refuse_escaping(output)
 
-    hooks = [module.register_forward_pre_hook(enter),
+    hooks = [module.register_forward_pre_hook(enter, with_kwargs=True),
              module.register_forward_hook(leave, always_call=True)]
+    modes = torch._C._len_torch_function_stack()
     try:
         with torch.no_grad():
             return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
@@ -147,6 +152,10 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
             "expanded view), which tracing refuses as eager refuses most such writes",
             location=user_line(frames)) from error
     finally:
+        # An error raised inside the trace can leave modes of ours or of torch.export's
+        # on the stack, which would change the next trace.
+        while torch._C._len_torch_function_stack() > modes:
+            torch._C._pop_torch_function_stack()
         for hook in hooks:
             hook.remove()
         with torch.no_grad():

@@ -21,7 +21,7 @@ import torch.fx
 
 from .. import op_registry
 from ..errors import UnsupportedMutationError
-from .fx_graph import call, source_line, view_roots
+from .fx_graph import call, source_line, tensor_identity, view_roots, viewed_before
 
 
 def _out_positions(schema: torch._C.FunctionSchema) -> list[int]:
@@ -54,11 +54,9 @@ def _is_local_root(node: torch.fx.Node, out: torch.fx.Node,
                    roots: dict[torch.fx.Node, torch.fx.Node]) -> bool:
     """A tensor the program made, not an argument, constant or view, of which no view
     is taken before `node`."""
-    if out.op != "call_function" or out in roots:
-        return False
-    order = {n: i for i, n in enumerate(out.graph.nodes)}
-    return not any(root is out and order.get(view, -1) < order[node]
-                   for view, root in roots.items())
+    base = tensor_identity(out)
+    return base.op == "call_function" and base not in roots and \
+        not viewed_before(base, node, roots)
 
 
 def _refuse_resize(node: torch.fx.Node, out: torch.fx.Node, shape: torch.Size,
