@@ -260,3 +260,106 @@ def test_out_resizes_a_local_written_before() -> None:
         return z + 1
 
     assert_matches_eager(f, torch.randn(2, 3))
+
+
+# --------------------------------------- ops torch-mlir cannot lower without decomposing
+@pytest.mark.parametrize("running", [False, True])
+@pytest.mark.parametrize("affine", [False, True])
+def test_instance_norm_over_calls(running: bool, affine: bool) -> None:
+    """torch-mlir aborted the process on instance_norm; its running statistics are
+    written as batch_norm's are."""
+    torch.manual_seed(0)
+    module = nn.InstanceNorm2d(3, affine=affine, track_running_stats=running)
+    module.train()
+    _check_calls(module, lambda: torch.randn(2, 3, 4, 5) * 3 + 1)
+    if running:
+        module.eval()
+        _check_calls(module, lambda: torch.randn(2, 3, 4, 5))
+
+
+def test_instance_norm_1d_functional() -> None:
+    def f(x, rm, rv):
+        return torch.nn.functional.instance_norm(x, rm, rv, use_input_stats=True,
+                                                 momentum=0.3)
+
+    assert_matches_eager(f, torch.randn(3, 2, 7), torch.zeros(2), torch.ones(2))
+
+
+# ---------------------------------------------------- autocast and grad-mode regions
+class AutocastRegion(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.zeros(4))
+
+    def forward(self, x, w):
+        with torch.autocast("cpu"):
+            self.b.add_(x)
+            y = w @ x  # bfloat16 under CPU autocast
+            with torch.enable_grad():
+                self.b.mul_(2)
+        with torch.no_grad():
+            self.b.sub_(1)
+        return self.b * 2, y
+
+
+def test_autocast_and_grad_mode_regions_are_inlined() -> None:
+    compiled = assert_matches_eager(AutocastRegion(), torch.randn(4), torch.randn(3, 4))
+    assert compiled.result_dtypes[1] == torch.bfloat16
+    assert "bf16" in compiled.stablehlo
+
+
+def test_grad_mode_region_in_a_function() -> None:
+    def f(x):
+        with torch.enable_grad():
+            x.mul_(3)
+        with torch.autocast("cpu", enabled=False):
+            x.add_(1)
+        return x.sum()
+
+    assert_matches_eager(f, torch.randn(5))
+
+
+def efficient_zeros(x):
+    return x + torch._efficientzerotensor((3,), dtype=torch.float32)
+
+
+def lifted(x):
+    y = torch.ops.aten.lift(x)  # the tensor itself: the write reaches x
+    y.add_(1)
+    return y * 2
+
+
+def neg_view_read(x):
+    return torch._neg_view(x) * 2
+
+
+def empty_strided_then_copy(x):
+    y = torch.empty_strided((3, 4), (1, 3))
+    y.copy_(x)
+    return y.sum(0), y.t().contiguous().view(-1)
+
+
+def block_diagonal(a, b):
+    return torch.block_diag(a, b) + torch.vdot(a[0], a[1])
+
+
+@pytest.mark.parametrize("f, args", [
+    (efficient_zeros, (torch.randn(3),)), (lifted, (torch.randn(3),)),
+    (neg_view_read, (torch.randn(3),)),
+    (empty_strided_then_copy, (torch.randn(3, 4),)),
+    (block_diagonal, (torch.randn(2, 2), torch.randn(3, 3))),
+], ids=lambda v: getattr(v, "__name__", "args"))
+def test_op_torch_mlir_cannot_lower_is_decomposed(f, args) -> None:
+    assert_matches_eager(f, *args)
+
+
+def complex_scale(x):
+    return torch.conj(x) * 2
+
+
+def test_complex_tensors_are_refused_at_their_line() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(complex_scale, (torch.randn(3, dtype=torch.complex64),))
+    assert info.value.op == "torch.aten._conj"
+    assert "complex" in info.value.reason
+    assert info.value.location.endswith(f":{complex_scale.__code__.co_firstlineno + 1}")

@@ -25,6 +25,7 @@ from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 def rewrite(graph: torch.fx.Graph) -> None:
     """All rewrites, in the order they depend on each other."""
     _fake_constants(graph)
+    refusals.refuse_complex(graph)
     shape_changes.local_shape_changes(graph)
     refusals.refuse_overlapping_operands(graph)
     refusals.refuse_writes_into_position_reads(graph)

@@ -25,7 +25,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import fx_rewrites
+from . import fx_rewrites, higher_order
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
@@ -189,7 +189,11 @@ def _prepare_graph(ep: ExportedProgram) -> tuple[torch.fx.GraphModule, ProgramSi
     graph = torch.fx.Graph()  # a copy: an ExportedProgram the user passed stays intact
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
     graph.output(graph.graph_copy(ep.graph, copies))
-    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    root = torch.nn.Module()  # with the submodules of higher-order ops, until inlined
+    for name, child in ep.graph_module.named_children():
+        root.add_module(name, child)
+    gm = torch.fx.GraphModule(root, graph)
+    higher_order.inline_regions(gm)
     placeholders = {old.name: copies[old] for old in ep.graph.nodes
                     if old.op == "placeholder"}
     # A tensor reached through a plain Python object (HF's StaticCache holds its buffers
