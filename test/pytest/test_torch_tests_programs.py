@@ -363,3 +363,7 @@ def test_complex_tensors_are_refused_at_their_line() -> None:
     assert info.value.op == "torch.aten._conj"
     assert "complex" in info.value.reason
     assert info.value.location.endswith(f":{complex_scale.__code__.co_firstlineno + 1}")
+
+
+def test_quantile_whose_decomposition_squeezes_a_local_in_place() -> None:
+    assert_matches_eager(lambda x: torch.quantile(x, 0.3), torch.randn(7))

@@ -34,6 +34,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     decompositions.scalars_as_tensors(graph)
     decompositions.decompose(graph)
     upstream_decompositions.decompose_unregistered(graph)
+    shape_changes.local_shape_changes(graph)  # those decompositions made (quantile)
     decompositions.wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)
