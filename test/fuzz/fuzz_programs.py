@@ -561,7 +561,7 @@ class _Gen:
         kind = self.weighted([
             ("setitem", 8), ("inplace", 7), ("bind_view", 4), ("read", 5),
             ("position", 3), ("advanced", 5), ("accumulate", 2), ("index_op", 2),
-            ("intermediate", 1), ("augmented", 2), ("out", 2), ("shape_change", 1)])
+            ("intermediate", 1), ("augmented", 2), ("out", 2), ("shape_change", 2)])
         getattr(self, f"stmt_{kind}")()
 
     def stmt_bind_view(self) -> None:
@@ -851,9 +851,12 @@ class _Gen:
     def stmt_shape_change(self) -> None:
         """`z.unsqueeze_(d)`, `z.t_()`, ... on a local the program made."""
         locals_ = [r for r in self.roots if not r.startswith("x")]
-        if not locals_:
-            raise _Rejected("no local")
-        name = self.pick(locals_)
+        if locals_ and self.flag(0.5):
+            name = self.pick(locals_)
+        else:
+            name = self.fresh("t")
+            self.emit(f"{name} = {self.some_tensor()}.clone()")
+            self.roots.append(name)
         t = self.eval(name)
         op = self.pick(["unsqueeze_", "squeeze_", "t_", "transpose_"])
         if op == "unsqueeze_":

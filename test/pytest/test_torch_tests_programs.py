@@ -367,3 +367,26 @@ def test_complex_tensors_are_refused_at_their_line() -> None:
 
 def test_quantile_whose_decomposition_squeezes_a_local_in_place() -> None:
     assert_matches_eager(lambda x: torch.quantile(x, 0.3), torch.randn(7))
+
+
+def test_write_through_a_view_of_a_resized_out() -> None:
+    """The fuzzer's find: the views taken after the op know the resized tensor's storage;
+    the new tensor must carry it, or the view is taken for a copy and the write lost."""
+    def f(x):
+        o = torch.empty(0)
+        torch.mul(x, 2, out=o)
+        o.narrow(-2, 1, 5).fill_(-3)
+        return o.clone()
+
+    assert_matches_eager(f, torch.randn(6, 3))
+
+
+def test_write_through_a_view_of_a_grown_local() -> None:
+    def f(x):
+        y = x.clone()
+        y.resize_(20)
+        y[12:].fill_(1)  # new elements, uninitialized in eager until written
+        y[:4].mul_(2)
+        return y
+
+    assert_matches_eager(f, torch.randn(3, 4))

@@ -78,9 +78,10 @@ def _refuse_resize(node: torch.fx.Node, out: torch.fx.Node, shape: torch.Size,
 
 
 def _write(graph: torch.fx.Graph, node: torch.fx.Node, out: torch.fx.Node,
-           result: torch.fx.Node, roots: dict[torch.fx.Node, torch.fx.Node]
-           ) -> torch.fx.Node:
-    """`out` holding `result`: a copy_ into it, or a new tensor when eager resizes it."""
+           result: torch.fx.Node, resized: torch.Tensor,
+           roots: dict[torch.fx.Node, torch.fx.Node]) -> torch.fx.Node:
+    """`out` holding `result`: a copy_ into it, or a new tensor when eager resizes it
+    (`resized`: the fake value of `out` after the op)."""
     out_val, result_val = out.meta["val"], result.meta["val"]
     if out_val.shape == result_val.shape:
         return call(graph, torch.ops.aten.copy_.default, out, result)
@@ -88,6 +89,8 @@ def _write(graph: torch.fx.Graph, node: torch.fx.Node, out: torch.fx.Node,
         _refuse_resize(node, out, result_val.shape, roots)
     if out_val.dtype != result_val.dtype:
         result = call(graph, torch.ops.aten._to_copy.default, result, dtype=out_val.dtype)
+    # The traced program's later views know the resized tensor's storage by this value.
+    result.meta["val"] = resized
     order = {n: i for i, n in enumerate(graph.nodes)}
     for user in list(out.users):
         if user in order and order[user] > order[node]:
@@ -120,10 +123,12 @@ def functional_out_writes(graph: torch.fx.Graph) -> None:
         with graph.inserting_before(node):
             result = call(graph, functional, *node.args, **kwargs)
             if len(outs) == 1:
-                written = [_write(graph, node, targets[0], result, roots)]
+                written = [_write(graph, node, targets[0], result, node.meta["val"],
+                                  roots)]
             else:
                 written = [_write(graph, node, out, call(graph, operator.getitem, result, k),
-                                  roots) for k, out in enumerate(targets)]
+                                  node.meta["val"][k], roots)
+                           for k, out in enumerate(targets)]
         new = first.next
         while new is not node:
             new.meta["stack_trace"] = node.meta.get("stack_trace")

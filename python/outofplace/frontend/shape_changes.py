@@ -135,8 +135,7 @@ def local_shape_changes(graph: torch.fx.Graph) -> None:
                 replacement = graph.call_function(effects.twin, node.args, node.kwargs)
             else:
                 continue
-        replacement.meta = {**node.meta, "val": replacement.meta.get("val",
-                                                                     node.meta["val"])}
+        replacement.meta = dict(node.meta)  # later views know its storage by this value
         node.replace_all_uses_with(replacement)
         graph.erase_node(node)
 
