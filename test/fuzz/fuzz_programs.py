@@ -561,7 +561,7 @@ class _Gen:
         kind = self.weighted([
             ("setitem", 8), ("inplace", 7), ("bind_view", 4), ("read", 5),
             ("position", 3), ("advanced", 5), ("accumulate", 2), ("index_op", 2),
-            ("intermediate", 1), ("augmented", 2)])
+            ("intermediate", 1), ("augmented", 2), ("out", 2), ("shape_change", 2)])
         getattr(self, f"stmt_{kind}")()
 
     def stmt_bind_view(self) -> None:
@@ -822,6 +822,55 @@ class _Gen:
         idx = self.tensor_operand(index, "i")
         self.write_check(target, None, [src], True)
         self.emit(f"{target}.{op}({d}, {idx}, {src})")
+
+    def stmt_out(self) -> None:
+        """`torch.add(a, b, out=target)`: a whole-tensor write into a view, or into a
+        new local that eager resizes (`out=torch.empty(0)`)."""
+        if self.flag(0.3):
+            base = self.some_tensor()
+            t = self.eval(base)
+            if t.dtype == torch.bool:
+                raise _Rejected("bool")
+            name = self.fresh("o")
+            self.emit(f"{name} = torch.empty(0, dtype={_DTYPE_NAMES[t.dtype]})")
+            self.emit(f"torch.{self.pick(['add', 'mul'])}({base}, 2, out={name})")
+            self.roots.append(name)
+            return
+        target, t = self.target()
+        if t.dtype == torch.bool:
+            raise _Rejected("bool")
+        a = self.value_for(tuple(t.shape), t.dtype, scalar_ok=False, same_dtype=True)
+        b = self.value_for(tuple(t.shape), t.dtype, same_dtype=True)
+        if tuple(self.eval(f"torch.add({a}, {b})").shape) != tuple(t.shape):
+            raise _Rejected("eager would resize a view, which is refused")
+        self.write_check(target, None, [] if _is_scalar(a) else [a], True)
+        if not _is_scalar(b):
+            self.write_check(target, None, [b], True)
+        self.emit(f"torch.{self.pick(['add', 'mul', 'sub'])}({a}, {b}, out={target})")
+
+    def stmt_shape_change(self) -> None:
+        """`z.unsqueeze_(d)`, `z.t_()`, ... on a local the program made."""
+        locals_ = [r for r in self.roots if not r.startswith("x")]
+        if locals_ and self.flag(0.5):
+            name = self.pick(locals_)
+        else:
+            name = self.fresh("t")
+            self.emit(f"{name} = {self.some_tensor()}.clone()")
+            self.roots.append(name)
+        t = self.eval(name)
+        op = self.pick(["unsqueeze_", "squeeze_", "t_", "transpose_"])
+        if op == "unsqueeze_":
+            call = f"unsqueeze_({self.int(-t.dim() - 1, t.dim())})"
+        elif op == "squeeze_":
+            call = "squeeze_()" if self.flag(0.5) or not t.dim() else \
+                f"squeeze_({self.int(0, t.dim() - 1)})"
+        elif op == "t_":
+            call = "t_()"
+        else:
+            if t.dim() < 2:
+                raise _Rejected("rank")
+            call = f"transpose_({self.int(0, t.dim() - 1)}, {self.int(0, t.dim() - 1)})"
+        self.emit(f"{name}.{call}")
 
     # -- whole program
     def program(self) -> Program:

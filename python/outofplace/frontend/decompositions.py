@@ -13,7 +13,7 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
-from .fx_graph import call, source_line
+from .fx_graph import call, source_line, view_roots
 
 
 Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
@@ -139,14 +139,14 @@ def _scatter_reduce_mean(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
 
 
 _TRANSPOSE_LAST = (torch.ops.aten.mT.default, torch.ops.aten.mH.default,
-                   torch.ops.aten.adjoint.default)
+                   torch.ops.aten.adjoint.default, torch.ops.aten.matrix_H.default)
 
 
 @_decomposes(*_TRANSPOSE_LAST, torch.ops.aten.swapaxes.default,
              torch.ops.aten.swapdims.default)
 def _as_transpose(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """Views torch-mlir does not know, as the transpose they are: x.mT, x.swapaxes(a, b)
-    (mH and adjoint only for real tensors, where they do not conjugate)."""
+    (mH, adjoint and matrix_H only for real tensors, where they do not conjugate)."""
     self = node.args[0]
     if self.meta["val"].is_complex():
         return None
@@ -163,6 +163,47 @@ def _squeeze_dims(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     for dim in sorted({d % rank for d in dims}, reverse=True):
         result = call(graph, torch.ops.aten.squeeze.dim, result, dim)
     return result
+
+
+@_decomposes(torch.ops.aten._efficientzerotensor.default)
+def _zero_tensor(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """A tensor of zeros that autograd's formulas make without memory: zeros."""
+    value = node.meta["val"]
+    return graph.call_function(torch.ops.aten.zeros.default, (list(value.shape),),
+                               {"dtype": value.dtype})
+
+
+@_decomposes(torch.ops.aten._neg_view.default)
+def _neg_view(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """A negated view, as a negated copy where nothing can tell them apart: no write
+    reaches its base."""
+    roots, written = view_roots(graph)
+    if roots.get(node.args[0], node.args[0]) in written:
+        raise UnsupportedMutationError(
+            "torch.aten._neg_view", "the negated view of a tensor that is written: "
+            "outofplace has no negated view, only a negated copy", location=source_line(node))
+    return graph.call_function(torch.ops.aten.neg.default, (node.args[0],))
+
+
+@_decomposes(torch.ops.aten.empty_strided.default)
+def _empty_strided(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """An empty tensor with strides that order its dimensions otherwise than a
+    contiguous one, as the permutation of a contiguous one it is (torch-mlir leaves an
+    op it cannot lower behind); strides with gaps or overlaps are refused."""
+    value = node.meta["val"]
+    if value.is_contiguous():
+        return None
+    order = sorted(range(value.dim()), key=lambda d: -value.stride(d))
+    dense = torch.empty([value.shape[d] for d in order], device="meta").permute(
+        [order.index(d) for d in range(value.dim())])
+    if dense.stride() != value.stride():
+        raise UnsupportedMutationError(
+            "torch.aten.empty_strided", f"strides {list(value.stride())} for shape "
+            f"{list(value.shape)} leave gaps or overlap", location=source_line(node))
+    root = call(graph, torch.ops.aten.zeros.default, [value.shape[d] for d in order],
+                dtype=value.dtype)
+    return graph.call_function(torch.ops.aten.permute.default,
+                               (root, [order.index(d) for d in range(value.dim())]))
 
 
 # `x &= y` and friends, as the bitwise ops torch-mlir knows in both operand kinds.
@@ -307,6 +348,57 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
                       call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
                       call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
         call(graph, torch.ops.aten.copy_.default, running, update)
+    return out
+
+
+@_decomposes(torch.ops.aten.instance_norm.default)
+def _instance_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """instance_norm, which torch-mlir aborts on (an LLVM error, the whole process),
+    normalizing each (sample, channel) over the other dimensions; with running
+    statistics and input statistics it updates them, as eager does, with the mean over
+    the samples of each channel's statistics (the variance unbiased):
+
+        mean, var = x.mean(dims), x.var(dims, correction=0)      dims = 2, 3, ...
+        out = (x - mean) * rsqrt(var + eps) * weight + bias
+        running_mean.copy_(running_mean * (1 - m) + mean.mean(0) * m)
+        running_var.copy_(running_var * (1 - m) + (var * n / (n - 1)).mean(0) * m)
+
+    Without input statistics (eval with running statistics) mean and var are the
+    running ones."""
+    x, weight, bias, running_mean, running_var, use_input_stats, momentum, eps = \
+        node.args[:8]
+    x_val = x.meta["val"]
+    channels = x_val.shape[1]
+    dims = list(range(2, x_val.dim()))
+    per_channel = [1, channels] + [1] * (x_val.dim() - 2)
+    count = x_val.numel() // (x_val.shape[0] * channels)
+    if use_input_stats:
+        mean = call(graph, torch.ops.aten.mean.dim, x, dims, True)
+        var = call(graph, torch.ops.aten.var.correction, x, dims, correction=0,
+                   keepdim=True)
+    else:
+        mean = call(graph, torch.ops.aten.view.default, running_mean, per_channel)
+        var = call(graph, torch.ops.aten.view.default, running_var, per_channel)
+    invstd = call(graph, torch.ops.aten.rsqrt.default,
+                  call(graph, torch.ops.aten.add.Scalar, var, eps))
+    out = call(graph, torch.ops.aten.mul.Tensor,
+               call(graph, torch.ops.aten.sub.Tensor, x, mean), invstd)
+    if weight is not None:
+        out = call(graph, torch.ops.aten.mul.Tensor, out,
+                   call(graph, torch.ops.aten.view.default, weight, per_channel))
+    if bias is not None:
+        out = call(graph, torch.ops.aten.add.Tensor, out,
+                   call(graph, torch.ops.aten.view.default, bias, per_channel))
+    if use_input_stats and running_mean is not None and running_var is not None:
+        for running, batch, scale in ((running_mean, mean, 1.0),
+                                      (running_var, var, count / max(count - 1, 1))):
+            batch = call(graph, torch.ops.aten.mean.dim,
+                         call(graph, torch.ops.aten.view.default, batch,
+                              [x_val.shape[0], channels]), [0])
+            update = call(graph, torch.ops.aten.add.Tensor,
+                          call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
+                          call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
+            call(graph, torch.ops.aten.copy_.default, running, update)
     return out
 
 

@@ -43,6 +43,14 @@ def op_effects(node: torch.fx.Node) -> op_registry.OpEffects | None:
     return op_registry.effects(op_registry.mlir_name(node.target))
 
 
+def operand_at(node: torch.fx.Node, position: int) -> Any:
+    """The value of the schema's argument `position`, passed positionally or by name
+    (`out=` arguments are keyword-only), or None."""
+    if position < len(node.args):
+        return node.args[position]
+    return node.kwargs.get(node.target._schema.arguments[position].name)
+
+
 def storage_of(value: Any) -> StorageWeakRef | None:
     if isinstance(value, torch.Tensor):
         return StorageWeakRef(value.untyped_storage())
@@ -130,9 +138,7 @@ def view_roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node
 def written_operands(node: torch.fx.Node, position: int) -> list[torch.fx.Node]:
     """The tensors operand `position` of node names: one, or each of a list (`Tensor(a!)[]`
     of the `_foreach_*_` and `_fused_*_` ops)."""
-    value = node.args[position] if position < len(node.args) else None
-    if value is None and position < len(node.target._schema.arguments):
-        value = node.kwargs.get(node.target._schema.arguments[position].name)
+    value = operand_at(node, position)
     values = value if isinstance(value, (list, tuple)) else [value]
     return [v for v in values if isinstance(v, torch.fx.Node)]
 
@@ -153,3 +159,27 @@ def writes_root(node: torch.fx.Node, root: torch.fx.Node,
         return False
     return any(roots.get(target, target) is root for position in effects.written
                for target in written_operands(node, position))
+
+
+def viewed_before(base: torch.fx.Node, node: torch.fx.Node,
+                  roots: dict[torch.fx.Node, torch.fx.Node]) -> bool:
+    """Whether a view of `base` (not the result of an in-place op on it) is taken
+    before `node`."""
+    for earlier in base.graph.nodes:
+        if earlier is node:
+            return False
+        if roots.get(earlier) is base and (view_base(earlier) is not None or
+                                           earlier.target is operator.getitem or
+                                           is_list_view(earlier)):
+            return True
+    return False
+
+
+def tensor_identity(node: torch.fx.Node) -> torch.fx.Node:
+    """The node that made the tensor object `node` is: an in-place op returns its self."""
+    while True:
+        effects = op_effects(node)
+        if effects is None or not effects.written or effects.result_views != 0 or \
+                not isinstance(node.args[0], torch.fx.Node):
+            return node
+        node = node.args[0]

@@ -17,19 +17,25 @@ import operator
 import torch
 import torch.fx
 
-from . import decompositions, optimizer_ops, refusals, strided_views
+from . import (decompositions, optimizer_ops, out_arguments, refusals, shape_changes,
+               strided_views, upstream_decompositions)
 from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 
 
 def rewrite(graph: torch.fx.Graph) -> None:
     """All rewrites, in the order they depend on each other."""
     _fake_constants(graph)
+    refusals.refuse_complex(graph)
+    shape_changes.local_shape_changes(graph)
     refusals.refuse_overlapping_operands(graph)
     refusals.refuse_writes_into_position_reads(graph)
     refusals.refuse_stale_position_reads(graph)
     optimizer_ops.decompose(graph)
+    out_arguments.functional_out_writes(graph)
     decompositions.scalars_as_tensors(graph)
     decompositions.decompose(graph)
+    upstream_decompositions.decompose_unregistered(graph)
+    shape_changes.local_shape_changes(graph)  # those decompositions made (quantile)
     optimizer_ops.scalars_read_as_tensors(graph)
     decompositions.wrap_negative_indices(graph)
     _copy_where_views_copy(graph)

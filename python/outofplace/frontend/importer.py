@@ -26,7 +26,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import fx_rewrites
+from . import fx_rewrites, higher_order
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
@@ -34,6 +34,7 @@ from .fx_graph import op_effects, overlaps, source_line, storage_of, view_roots
 from .masked_values import MaskedValues
 from . import training
 from .runtime_positions import RuntimePositions, user_line
+from .shape_changes import InputShapeChanges
 from ..ir_utils import operations, tensor_literal, terminator
 
 
@@ -143,26 +144,30 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     saved = [(t, t.detach().clone()) for t in module.buffers()]
     # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
     # before export's own handler of __getitem__ (which calls .item() on a position).
-    positions, masked = RuntimePositions(), MaskedValues()
+    positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
 
     items = steps.items_as_tensors()
 
-    def enter(*_: Any) -> None:
+    def enter(module: Any, args: tuple, kwargs: dict) -> None:
+        shapes.watch(module, args, kwargs)
         steps.enter()
         items.__enter__()
+        shapes.__enter__()
         positions.__enter__()
         masked.__enter__()
 
     def leave(module: Any, inputs: Any, output: Any) -> None:
         masked.__exit__(None, None, None)
         positions.__exit__(None, None, None)
+        shapes.__exit__(None, None, None)
         items.__exit__(None, None, None)
         if sys.exc_info()[0] is None:  # not on the way out of a forward that raised
             masked.refuse_escaping(output)
             steps.leave()
 
-    hooks = [module.register_forward_pre_hook(enter),
+    hooks = [module.register_forward_pre_hook(enter, with_kwargs=True),
              module.register_forward_hook(leave, always_call=True)]
+    modes = torch._C._len_torch_function_stack()
     try:
         with steps:
             return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
@@ -189,6 +194,10 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
             "expanded view), which tracing refuses as eager refuses most such writes",
             location=user_line(frames)) from error
     finally:
+        # An error raised inside the trace can leave modes of ours or of torch.export's
+        # on the stack, which would change the next trace.
+        while torch._C._len_torch_function_stack() > modes:
+            torch._C._pop_torch_function_stack()
         for hook in hooks:
             hook.remove()
         with torch.no_grad():
@@ -225,8 +234,11 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None
     graph = torch.fx.Graph()  # a copy: an ExportedProgram the user passed stays intact
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
     graph.output(graph.graph_copy(ep.graph, copies))
-    training.inline_grad_mode_regions(graph, ep.graph_module)
-    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    root = torch.nn.Module()  # with the submodules of higher-order ops, until inlined
+    for name, child in ep.graph_module.named_children():
+        root.add_module(name, child)
+    gm = torch.fx.GraphModule(root, graph)
+    higher_order.inline_regions(gm)
     placeholders = {old.name: copies[old] for old in ep.graph.nodes
                     if old.op == "placeholder"}
     # A tensor reached through a plain Python object (HF's StaticCache holds its buffers

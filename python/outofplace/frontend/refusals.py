@@ -13,10 +13,12 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from .. import op_registry
 from ..errors import UnsupportedMutationError
-from .fx_graph import op_effects, overlaps, source_line, view_base, view_roots
+from .fx_graph import (op_effects, operand_at, overlaps, source_line, view_base,
+                       view_roots)
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -45,7 +47,7 @@ def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
         elementwise = torch.Tag.pointwise in node.target.tags or \
             node.target is torch.ops.aten.copy_.default
         for position in effects.written:
-            target = node.args[position] if position < len(node.args) else None
+            target = operand_at(node, position)
             written = target.meta.get("val") if isinstance(target, torch.fx.Node) else None
             if not isinstance(written, torch.Tensor):
                 continue
@@ -96,7 +98,7 @@ def refuse_writes_into_position_reads(graph: torch.fx.Graph) -> None:
         if effects is None:
             continue
         for position in effects.written:
-            target = node.args[position] if position < len(node.args) else None
+            target = operand_at(node, position)
             if not isinstance(target, torch.fx.Node) or \
                     roots.get(target, target) not in reads:
                 continue
@@ -178,7 +180,7 @@ def refuse_stale_position_reads(graph: torch.fx.Graph) -> None:
         effects = op_effects(node)
         if effects is not None and not effects.is_autograd_only:
             for position in effects.written:
-                target = node.args[position] if position < len(node.args) else None
+                target = operand_at(node, position)
                 if isinstance(target, torch.fx.Node):
                     writes.setdefault(roots.get(target, target), []).append(order[node])
         if node in roots:
@@ -201,3 +203,19 @@ def refuse_stale_position_reads(graph: torch.fx.Graph) -> None:
                 f"still used (at {source_line(write) or 'a later line'}); clone the read "
                 "(`x[pos].clone()`) or read it after the write", location=source_line(read))
 
+
+
+def refuse_complex(graph: torch.fx.Graph) -> None:
+    """Refuses the first op on or making a complex tensor: torch-mlir's StableHLO
+    lowering has only floating-point and integer types (its own error names no line)."""
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        values = [n.meta.get("val") for n in node.all_input_nodes] + \
+            list(pytree.tree_leaves(node.meta.get("val")))
+        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in values):
+            name = op_registry.mlir_name(node.target) if isinstance(
+                node.target, torch._ops.OpOverload) else str(node.target)
+            raise UnsupportedMutationError(
+                name, "a complex tensor: torch-mlir lowers only floating-point and "
+                "integer tensors to StableHLO", location=source_line(node))

@@ -350,35 +350,3 @@ def reached_through_optimizer(root: Any, path: tuple[Step, ...]) -> bool:
         value = value.grad if kind == "grad" else getattr(value, key) \
             if kind == "attr" else value[key]
     return False
-
-
-def inline_grad_mode_regions(graph: torch.fx.Graph, owner: torch.nn.Module) -> None:
-    """`with torch.no_grad():` / `enable_grad()` regions (an optimizer's step runs in one)
-    are `wrap_with_set_grad_enabled` calls of a submodule of the exported program; the
-    grad mode means nothing to the values computed, so the region's ops are copied in
-    place of the call."""
-    hop = torch.ops.higher_order.wrap_with_set_grad_enabled
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not hop:
-            continue
-        body_node = node.args[1]
-        body = getattr(owner, body_node.target)
-        inner = torch.fx.Graph()
-        inner_copies: dict[torch.fx.Node, torch.fx.Node] = {}
-        inner.output(inner.graph_copy(body.graph, inner_copies))
-        inline_grad_mode_regions(inner, body)
-        placeholders = [n for n in inner.nodes if n.op == "placeholder"]
-        env = dict(zip(placeholders, node.args[2:]))
-        body_output = next(n for n in inner.nodes if n.op == "output")
-        with graph.inserting_before(node):
-            for inner_node in inner.nodes:
-                if inner_node.op in ("placeholder", "output"):
-                    continue
-                env[inner_node] = graph.node_copy(inner_node, lambda n: env[n])
-        results = torch.fx.node.map_arg(body_output.args[0], lambda n: env[n])
-        for user in list(node.users):
-            user.replace_all_uses_with(results[user.args[1]])
-            graph.erase_node(user)
-        graph.erase_node(node)
-        if not body_node.users:
-            graph.erase_node(body_node)

@@ -1,0 +1,73 @@
+"""Regions torch.export keeps as higher-order ops, inlined before import: a
+`with torch.autocast(...)` block becomes `wrap_with_autocast(device, dtype, enabled,
+cache, submod, *operands)`, a `torch.enable_grad()` / `torch.no_grad()` block inside the
+forward `wrap_with_set_grad_enabled(enabled, submod, *operands)`, each calling a
+submodule that torch-mlir's importer cannot see.
+
+The submodule is traced again to ATen under the region's mode (autocast inserts the
+casts eager makes; grad mode changes nothing without autograd) and inlined; its
+in-place ops on its placeholders then write the operands, as they do in eager.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from ..errors import UnsupportedMutationError
+from .fx_graph import source_line
+from .inline import inline, trace
+
+_AUTOCAST = torch.ops.higher_order.wrap_with_autocast
+_SET_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
+
+
+def _region(node: torch.fx.Node) -> tuple[Any, torch.fx.Node, tuple] | None:
+    """(the mode the region runs under, its submodule's get_attr node, its operands)."""
+    if node.target is _AUTOCAST:
+        device, dtype, enabled, cache, submodule, *operands = node.args
+        return (lambda: torch.autocast(device, dtype, enabled, cache)), submodule, \
+            tuple(operands)
+    if node.target is _SET_GRAD:
+        enabled, submodule, *operands = node.args
+        return (lambda: torch.set_grad_enabled(enabled)), submodule, tuple(operands)
+    return None
+
+
+def inline_regions(gm: torch.fx.GraphModule) -> None:
+    """Every autocast and grad-mode region of `gm`, inlined; other higher-order ops are
+    refused by name."""
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function" or \
+                not isinstance(node.target, torch._ops.HigherOrderOperator):
+            continue
+        region = _region(node)
+        if region is None:
+            raise UnsupportedMutationError(
+                f"torch.higher_order.{node.target.name()}", "outofplace inlines only "
+                "autocast and grad-mode regions of the higher-order ops torch.export "
+                "makes", location=source_line(node))
+        mode, submodule_node, operands = region
+        submodule = getattr(gm, submodule_node.target)
+
+        def run(*values: Any, submodule: Any = submodule, mode: Any = mode) -> Any:
+            with mode():
+                return torch.fx.Interpreter(submodule).run(*values)
+
+        traced, inputs = trace(graph, run, operands, {}, preserve_meta=True)
+        with graph.inserting_before(node):
+            results = inline(graph, traced, inputs, node.meta.get("stack_trace"))
+        for user in list(node.users):
+            assert user.target is operator.getitem
+            user.replace_all_uses_with(results[user.args[1]])
+            graph.erase_node(user)
+        graph.erase_node(node)
+        if not submodule_node.users:
+            graph.erase_node(submodule_node)
+    for name, _ in list(gm.named_children()):
+        if not any(n.op == "get_attr" and n.target == name for n in graph.nodes):
+            delattr(gm, name)
