@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .fx_graph import fake_mode_of
@@ -34,12 +35,26 @@ def trace(graph: torch.fx.Graph, fn: Callable[..., Any], args: tuple, kwargs: di
         call_args, call_kwargs = pytree.tree_unflatten(values, spec)
         return fn(*call_args, **call_kwargs)
 
-    fakes = [flat[i].meta["val"] for i in positions]
+    fake_mode = fake_mode_of(graph)
+    fakes = [_without_constant(flat[i].meta["val"], fake_mode) for i in positions]
     meta = torch.fx.traceback.preserve_node_meta() if preserve_meta \
         else contextlib.nullcontext()
-    with fake_mode_of(graph), meta:
+    with fake_mode, meta:
         gm = make_fx(traced, decomposition_table=decompositions)(*fakes)
     return gm, [flat[i] for i in positions]
+
+
+def _without_constant(value: torch.Tensor, fake_mode: Any) -> torch.Tensor:
+    """A fake tensor of `value`'s layout that holds no real tensor. torch.export fakes a
+    lifted constant (optimizer state) with the caller's real tensor as its `constant`,
+    and fake-tensor propagation runs in-place ops on that: tracing a region on it would
+    change the caller's state while compiling."""
+    if isinstance(value, FakeTensor) and value.constant is None:
+        return value
+    with fake_mode:
+        storage = torch.empty(value.untyped_storage().nbytes() // value.element_size(),
+                              dtype=value.dtype)
+        return storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
 def inline(graph: torch.fx.Graph, traced: torch.fx.GraphModule,
