@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch_mlir import ir
 
-from .backends import export, xla
+from .backends import export, hlo_proto, iree, xla
 from .frontend import importer
 from . import torch_types
 from .context import make_context
@@ -50,8 +50,9 @@ class Compiled:
     signature: importer.ProgramSignature
     source: Any  # the nn.Module or ExportedProgram whose state is read, or None
     result_dtypes: list[torch.dtype]
-    engine: str = "auto"  # "interpreter", "xla", or "auto": xla when jax is installed
+    engine: str = "auto"  # "interpreter", "xla", "iree", or "auto": xla when jax is installed
     _xla: Any = field(default=None, repr=False)  # the XLA executable, compiled on first use
+    _iree: Any = field(default=None, repr=False)  # the IREE executable, compiled on first use
 
     @property
     def stablehlo(self) -> str:
@@ -74,6 +75,23 @@ class Compiled:
         names = export.io_map_json(self.input_names, len(self.result_dtypes), self.io_map)
         return export.save(directory, self.stablehlo, names, target, hlo_proto=hlo_proto)
 
+    def alias_problems(self, backend: str) -> list[str]:
+        """What `backend`'s compiled program does not prove of `io_map`; [] when every
+        mutated argument is updated in place (docs/backends.md): "iree" (the stream-phase
+        program), "xla" (XLA:CPU's optimized HLO) or "neuron" (the HLO module proto)."""
+        if backend == "iree":
+            return self._iree_executable().alias_problems
+        if backend == "xla":
+            return xla.alias_problems(self.stablehlo, self.io_map)
+        if backend == "neuron":
+            return hlo_proto.alias_problems(self.hlo_module_proto(), self.io_map)
+        raise ValueError(f"unknown backend '{backend}': use iree, xla or neuron")
+
+    def _iree_executable(self) -> iree.Executable:
+        if self._iree is None:
+            self._iree = iree.Executable(self.stablehlo, self.io_map)
+        return self._iree
+
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         state = [_state_tensor(self.source, t) for t in self.signature.state_targets]
         user = self.signature.user_inputs(args, kwargs)
@@ -89,7 +107,8 @@ class Compiled:
 
     def run(self, args: tuple, kwargs: dict | None = None, engine: str = "auto") -> Any:
         """`__call__` on a chosen engine: "interpreter" (the StableHLO reference
-        interpreter), "xla" (XLA:CPU through jaxlib, aliased buffers donated) or "auto"."""
+        interpreter), "xla" (XLA:CPU through jaxlib, aliased buffers donated), "iree"
+        (IREE's llvm-cpu backend, mutated tensors written in place) or "auto"."""
         inputs = self._arguments(args, kwargs or {})
         if engine == "auto":
             engine = "xla" if xla.available() else "interpreter"
@@ -99,8 +118,10 @@ class Compiled:
             results = self._xla(inputs, self.result_dtypes)
         elif engine == "interpreter":
             results = interpret(self.module, inputs, self.result_dtypes)
+        elif engine == "iree":  # updates mutated inputs in place: the copy_ below skips them
+            results = self._iree_executable()(inputs, self.result_dtypes)
         else:
-            raise ValueError(f"unknown engine '{engine}': use interpreter, xla or auto")
+            raise ValueError(f"unknown engine '{engine}': use interpreter, xla, iree or auto")
         with torch.no_grad():
             for arg, result in self.io_map.items():
                 inputs[arg].copy_(results[result])
@@ -128,8 +149,9 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
 
     `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
     `torch.fx.GraphModule` a `torch.compile` backend receives. `engine` is what calling
-    the result runs on: "xla" (XLA:CPU, needs the xla extra), "interpreter" (the StableHLO
-    reference interpreter) or "auto" (xla when jax is installed). `dump_ir` names a
+    the result runs on: "xla" (XLA:CPU, needs the xla extra), "iree" (IREE for the CPU, needs
+    the iree extra), "interpreter" (the StableHLO reference interpreter) or "auto" (xla
+    when jax is installed). `dump_ir` names a
     directory to write the IR of every stage to.
 
     A stage that fails writes the IR before it and names the `outofplace-opt` command
