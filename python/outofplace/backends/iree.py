@@ -377,7 +377,9 @@ class Executable:
                     if imported[argument].data_ptr() == inputs[argument].data_ptr()
                     and results[result].data_ptr() == inputs[argument].data_ptr()
                     and inputs[argument].numel()}
-        taken = [_span(t) for t in inputs if t.numel()]
+        # IREE's result buffers do not keep an imported copy alive: results in it, or in
+        # an input, are cloned.
+        taken = [_span(t) for t in (*inputs, *imported) if t.numel()]
         for index, tensor in enumerate(results):
             if index in in_place:
                 results[index] = inputs[in_place[index]]
