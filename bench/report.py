@@ -105,6 +105,7 @@ def machine_info() -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- render
 def render(*, machine: dict, rows: list[emitted.Row], floor: dict[str, float],
+           iree_section: str,
            compile_rows: list[compile_time.Stages], torch_mlir: dict[int, dict],
            program_ok: bool | None, elapsed: float, loads: dict[str, tuple],
            command: str) -> str:
@@ -130,6 +131,8 @@ def render(*, machine: dict, rows: list[emitted.Row], floor: dict[str, float],
     head = len(out)
     if rows:
         _emitted_section(w, rows, floor)
+    if iree_section:
+        w(iree_section)
     if compile_rows:
         _compile_section(w, compile_rows, torch_mlir, program_ok)
     out[head:head] = _summary(out[head:])

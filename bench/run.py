@@ -21,6 +21,7 @@ warnings.filterwarnings("ignore")
 
 import compile_time  # noqa: E402
 import emitted  # noqa: E402
+import iree_kv  # noqa: E402
 import report  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def main() -> None:
     parser.add_argument("--budget-minutes", type=float, default=13.5,
                         help="wall-clock budget; compile-time programs projected past it "
                         "are skipped and say so")
-    parser.add_argument("--skip", choices=["emitted", "compile"], action="append",
+    parser.add_argument("--skip", choices=["emitted", "iree", "compile"], action="append",
                         default=[])
     args = parser.parse_args()
 
@@ -61,6 +62,12 @@ def main() -> None:
     if "emitted" not in args.skip:
         rows, floor = emitted.run([s << 20 for s in args.sizes], emitted.Settings(), log,
                                   args.patterns)
+    iree_rows = []
+    if "iree" not in args.skip:
+        from outofplace.backends import iree
+
+        if iree.available():
+            iree_rows = iree_kv.run([s << 20 for s in args.sizes], log, args.patterns)
     load_after_emitted = os.getloadavg()
     compile_rows, torch_mlir, program_ok = [], {}, None
     if "compile" not in args.skip:
@@ -69,6 +76,7 @@ def main() -> None:
     elapsed = time.time() - start
     load_end = os.getloadavg()
     text = report.render(machine=machine, rows=rows, floor=floor,
+                         iree_section=iree_kv.render(iree_rows) if iree_rows else "",
                          compile_rows=compile_rows, torch_mlir=torch_mlir,
                          program_ok=program_ok, elapsed=elapsed,
                          loads={"start": machine["load"], "after emitted code":
