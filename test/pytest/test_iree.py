@@ -67,13 +67,28 @@ def test_iree_check_reports_an_update_that_is_not_in_place() -> None:
     assert "argument 0 (result 1): a copy writes all of it" in problems
 
 
+def read_then_zero(x):
+    y = x + 1
+    x.zero_()
+    return y
+
+
 @needs_iree
 def test_old_value_read_besides_the_update_is_compiled_without_alias() -> None:
     """IREE 3.13 overwrites a consumed argument before reading its old value elsewhere
-    (`keep_old` returned x + 1 twice): such an argument is not aliased on IREE."""
-    compiled = assert_matches_eager(keep_old, torch.randn(8, 8))
+    (`read_then_zero` returned ones): such an argument is not aliased on IREE."""
+    compiled = assert_matches_eager(read_then_zero, torch.randn(8, 8))
     assert compiled.alias_problems("iree") == [
         "argument 0: compiled without its alias (IREE 3.13 would update it wrongly in place)"]
+
+
+@needs_iree
+def test_argument_returned_as_it_came_is_the_value_before_the_call() -> None:
+    """`return old` where old is the argument unchanged: IREE 3.13 returned the argument's
+    buffer, written by the update; the engine returns a copy taken before the call and
+    keeps the update in place."""
+    compiled = assert_matches_eager(keep_old, torch.randn(8, 8))
+    assert compiled.alias_problems("iree") == []
 
 
 @needs_iree

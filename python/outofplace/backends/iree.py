@@ -78,8 +78,11 @@ def _compiler() -> Any:
     return library
 
 
-def compile_stablehlo(stablehlo: str, io_map: dict[int, int]) -> tuple[bytes, list[str]]:
-    """The vmfb of a StableHLO module, and `alias_problems` of its stream-phase program.
+def compile_stablehlo(stablehlo: str, io_map: dict[int, int]
+                      ) -> tuple[bytes, list[str], dict[int, int]]:
+    """The vmfb of a StableHLO module, `alias_problems` of its stream-phase program, and
+    the results that are arguments returned as they came ({result: argument}), which the
+    vmfb does not return (`_strip_returned_arguments`).
 
     IREE 3.13 writes a consumed argument's buffer before every read of the argument's old
     value is done when that value is read by anything but the update itself
@@ -113,22 +116,70 @@ def compile_stablehlo(stablehlo: str, io_map: dict[int, int]) -> tuple[bytes, li
 
         module = ir.Module.parse(stablehlo, session.context)
         _boolean_add_as_or(module)
-        unaliased = _old_value_read_elsewhere(module, io_map)
+        passthrough, kept = _strip_returned_arguments(module)
+        renumbered = {argument: kept.index(result) for argument, result in io_map.items()
+                      if result in kept}
+        unaliased = _old_value_read_elsewhere(module, renumbered) | \
+            (io_map.keys() - renumbered.keys())
         _drop_aliases(module, unaliased)
         run(module.operation, "ireeCompilerInvocationSetCompileToPhase")
         problems = [f"argument {argument}: compiled without its alias (IREE 3.13 would "
                     "update it wrongly in place)" for argument in sorted(unaliased)]
         problems += alias_problems(module.operation, {
-            argument: result for argument, result in io_map.items()
+            argument: result for argument, result in renumbered.items()
             if argument not in unaliased})
         output = Output.open_membuffer()
         run(module.operation, "ireeCompilerInvocationSetCompileFromPhase"
             ).output_vm_bytecode(output)
         vmfb = bytes(output.map_memory())
         output.close()
-        return vmfb, problems
+        return vmfb, problems, passthrough
     finally:
         session.close()
+
+
+def _strip_returned_arguments(module: Any) -> tuple[dict[int, int], list[int]]:
+    """Removes the results of `main` that are one of its arguments as it came
+    (`old = x.clone(); ...; return old`): IREE 3.13 returns the argument's own buffer for
+    them and may write into it, even when it is not consumed. Returns ({result:
+    argument} removed, the results kept in order); `tf.aliasing_output` is renumbered."""
+    from iree.compiler import ir
+
+    main = _main(module)
+    block = main.regions[0].blocks[0]
+    ret = list(block.operations)[-1]
+    arguments = list(block.arguments)
+    passthrough, kept = {}, []
+    for index, value in enumerate(ret.operands):
+        match = [a for a, argument in enumerate(arguments) if argument == value]
+        if match:
+            passthrough[index] = match[0]
+        else:
+            kept.append(index)
+    if not passthrough:
+        return passthrough, kept
+    with module.context:
+        ir.Operation.create("func.return", operands=[ret.operands[i] for i in kept],
+                            loc=ret.location, ip=ir.InsertionPoint(ret))
+        ret.erase()
+        function_type = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            function_type.inputs, [function_type.results[i] for i in kept]))
+        if "res_attrs" in main.attributes:
+            attrs = list(ir.ArrayAttr(main.attributes["res_attrs"]))
+            main.attributes["res_attrs"] = ir.ArrayAttr.get([attrs[i] for i in kept])
+        if "arg_attrs" in main.attributes:
+            renumbered = []
+            for attrs in ir.ArrayAttr(main.attributes["arg_attrs"]):
+                entries = {named.name: named.attr for named in ir.DictAttr(attrs)}
+                if "tf.aliasing_output" in entries:
+                    result = ir.IntegerAttr(entries.pop("tf.aliasing_output")).value
+                    if result in kept:
+                        entries["tf.aliasing_output"] = ir.IntegerAttr.get(
+                            ir.IntegerType.get_signless(32), kept.index(result))
+                renumbered.append(ir.DictAttr.get(entries))
+            main.attributes["arg_attrs"] = ir.ArrayAttr.get(renumbered)
+    return passthrough, kept
 
 
 def _main(module: Any) -> Any:
@@ -353,7 +404,8 @@ class Executable:
 
     def __init__(self, stablehlo: str, io_map: dict[int, int]) -> None:
         self.io_map = dict(io_map)
-        self.vmfb, self.alias_problems = compile_stablehlo(stablehlo, self.io_map)
+        self.vmfb, self.alias_problems, self._passthrough = compile_stablehlo(
+            stablehlo, self.io_map)
         rt, instance, device = _runtime()
         module = rt.VmModule.copy_buffer(instance, self.vmfb)
         self._context = rt.VmContext(instance, [rt.create_hal_module(instance, device),
@@ -365,18 +417,23 @@ class Executable:
         """Runs `main`. A mutated argument IREE updated in the caller's tensor comes back
         as that tensor itself; every other result owns its memory."""
         rt, _, device = _runtime()
+        # Results that are an argument as it came: its value before the call.
+        passed = {result: inputs[argument].detach().clone()
+                  for result, argument in self._passthrough.items()}
         imported, views = zip(*(_import(t) for t in inputs)) if inputs else ((), ())
         arguments = rt.VmVariantList(len(views))
         for view in views:
             arguments.push_ref(view.ref)
         outputs = rt.VmVariantList(len(result_dtypes))
         self._context.invoke(self._main, arguments, outputs)
-        results = [_to_torch(outputs.get_as_object(i, rt.HalBufferView), dtype)
+        returned = iter(range(len(result_dtypes) - len(passed)))
+        results = [passed[i] if i in passed else
+                   _to_torch(outputs.get_as_object(next(returned), rt.HalBufferView), dtype)
                    for i, dtype in enumerate(result_dtypes)]
         in_place = {result: argument for argument, result in self.io_map.items()
-                    if imported[argument].data_ptr() == inputs[argument].data_ptr()
-                    and results[result].data_ptr() == inputs[argument].data_ptr()
-                    and inputs[argument].numel()}
+                    if result not in passed and inputs[argument].numel()
+                    and imported[argument].data_ptr() == inputs[argument].data_ptr()
+                    and results[result].data_ptr() == inputs[argument].data_ptr()}
         # IREE's result buffers do not keep an imported copy alive: results in it, or in
         # an input, are cloned.
         taken = [_span(t) for t in (*inputs, *imported) if t.numel()]
@@ -385,7 +442,8 @@ class Executable:
                 results[index] = inputs[in_place[index]]
                 continue
             start, end = _span(tensor)
-            if tensor.numel() and any(start < e and s < end for s, e in taken):
+            if index not in passed and tensor.numel() and \
+                    any(start < e and s < end for s, e in taken):
                 tensor = tensor.clone()  # never a view of an input or another result
                 start, end = _span(tensor)
             taken.append((start, end))
