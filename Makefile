@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch from the local wheel store, before anything can pull CUDA.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test,xla]'
+	$(BIN)/pip install --quiet -e '.[test,xla,iree]'
 	touch $@
 
 demo: $(STAMP)

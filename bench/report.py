@@ -106,6 +106,7 @@ def machine_info() -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- render
 def render(*, machine: dict, rows: list[emitted.Row], floor: dict[str, float],
+           iree_section: str,
            compile_rows: list[compile_time.Stages], torch_mlir: dict[int, dict],
            program_ok: bool | None, elapsed: float, loads: dict[str, tuple],
            command: str, calls: tuple = ([], [], None)) -> str:
@@ -133,6 +134,8 @@ def render(*, machine: dict, rows: list[emitted.Row], floor: dict[str, float],
         _calls_section(w, *calls)
     if rows:
         _emitted_section(w, rows, floor)
+    if iree_section:
+        w(iree_section)
     if compile_rows:
         _compile_section(w, compile_rows, torch_mlir, program_ok)
     out[head:head] = _summary(out[head:])

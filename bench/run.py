@@ -23,6 +23,7 @@ warnings.filterwarnings("ignore")
 import calls  # noqa: E402
 import compile_time  # noqa: E402
 import emitted  # noqa: E402
+import iree_kv  # noqa: E402
 import report  # noqa: E402
 
 
@@ -49,7 +50,7 @@ def main() -> None:
                         "are skipped and say so")
     parser.add_argument("--call-sizes", type=_ints, default=[16, 256, 1024],
                         help="cache sizes in MiB of the user's-path calls (default 16,256,1024)")
-    parser.add_argument("--skip", choices=["emitted", "compile", "calls", "sharded"],
+    parser.add_argument("--skip", choices=["emitted", "iree", "compile", "calls", "sharded"],
                         action="append",
                         default=[])
     args = parser.parse_args()
@@ -66,6 +67,12 @@ def main() -> None:
     if "emitted" not in args.skip:
         rows, floor = emitted.run([s << 20 for s in args.sizes], emitted.Settings(), log,
                                   args.patterns)
+    iree_rows = []
+    if "iree" not in args.skip:
+        from outofplace.backends import iree
+
+        if iree.available():
+            iree_rows = iree_kv.run([s << 20 for s in args.sizes], log, args.patterns)
     load_after_emitted = os.getloadavg()
     call_rows: tuple = ([], [], None)
     if "calls" not in args.skip:
@@ -82,6 +89,7 @@ def main() -> None:
     elapsed = time.time() - start
     load_end = os.getloadavg()
     text = report.render(machine=machine, rows=rows, floor=floor,
+                         iree_section=iree_kv.render(iree_rows) if iree_rows else "",
                          compile_rows=compile_rows, torch_mlir=torch_mlir,
                          program_ok=program_ok, elapsed=elapsed, calls=call_rows,
                          loads={"start": machine["load"], "after emitted code":

@@ -42,6 +42,54 @@ func.func @strided(%arg0: !torch.tensor<[10],f32>, %arg1: !torch.vtensor<[4],f32
 
 // -----
 
+// b[1:9:2] = v of a matrix: indices only for the strided dimension, the rows are whole
+// windows (no constant index column for dimension 1: IREE rejects that form).
+// CHECK-LABEL: func.func @strided_rows(
+// CHECK:         %[[ROWS:.*]] = stablehlo.iota dim = 0 : tensor<4x1xi64>
+// CHECK-NOT:     stablehlo.concatenate
+// CHECK:         %[[NEW:.*]] = "stablehlo.scatter"({{.*}}) <{indices_are_sorted = true, scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, unique_indices = true}>
+// CHECK:         return %[[NEW]]
+func.func @strided_rows(%arg0: !torch.tensor<[10,64],f32>, %arg1: !torch.vtensor<[4,64],f32>) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int9 = torch.constant.int 9
+  %int2 = torch.constant.int 2
+  %0 = torch.aten.slice.Tensor %arg0, %int0, %int1, %int9, %int2 : !torch.tensor<[10,64],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.tensor<[4,64],f32>
+  %false = torch.constant.bool false
+  %1 = torch.copy.to_tensor %arg1 : !torch.tensor<[4,64],f32>
+  %2 = torch.aten.copy_ %0, %1, %false : !torch.tensor<[4,64],f32>, !torch.tensor<[4,64],f32>, !torch.bool -> !torch.tensor<[4,64],f32>
+  return
+}
+
+// -----
+
+// b[1:9:2, :, 0:8:4] = v: strided dimensions 0 and 2 are neither one nor the leading
+// ones, so each element of the update gets its own index (an iota column per dimension).
+// CHECK-LABEL: func.func @strided_two_dims(
+// CHECK-DAG:     stablehlo.iota dim = 0 : tensor<4x32x2x1xi64>
+// CHECK-DAG:     stablehlo.iota dim = 1 : tensor<4x32x2x1xi64>
+// CHECK-DAG:     stablehlo.iota dim = 2 : tensor<4x32x2x1xi64>
+// CHECK:         %[[IDX:.*]] = stablehlo.concatenate {{.*}}, dim = 3 : {{.*}} -> tensor<4x32x2x3xi64>
+// CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%{{.*}}, %[[IDX]], %{{.*}}) <{indices_are_sorted = true, scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0, 1, 2], scatter_dims_to_operand_dims = [0, 1, 2], index_vector_dim = 3>, unique_indices = true}>
+// CHECK:         return %[[NEW]]
+func.func @strided_two_dims(%arg0: !torch.tensor<[10,32,8],f32>, %arg1: !torch.vtensor<[4,32,2],f32>) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int9 = torch.constant.int 9
+  %int2 = torch.constant.int 2
+  %0 = torch.aten.slice.Tensor %arg0, %int0, %int1, %int9, %int2 : !torch.tensor<[10,32,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.tensor<[4,32,8],f32>
+  %int8 = torch.constant.int 8
+  %int4 = torch.constant.int 4
+  %int0_1 = torch.constant.int 0
+  %1 = torch.aten.slice.Tensor %0, %int2, %int0_1, %int8, %int4 : !torch.tensor<[4,32,8],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.tensor<[4,32,2],f32>
+  %false = torch.constant.bool false
+  %2 = torch.copy.to_tensor %arg1 : !torch.tensor<[4,32,2],f32>
+  %3 = torch.aten.copy_ %1, %2, %false : !torch.tensor<[4,32,2],f32>, !torch.tensor<[4,32,2],f32>, !torch.bool -> !torch.tensor<[4,32,2],f32>
+  return
+}
+
+// -----
+
 // b[2:4, 1:3] = 0: a chain of two slices, one dynamic_update_slice.
 // CHECK-LABEL: func.func @tuple(
 // CHECK:         %[[NEW:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x6xf32>, tensor<2x2xf32>, tensor<i64>, tensor<i64>) -> tensor<4x6xf32>
@@ -148,6 +196,26 @@ func.func @int_tensor(%arg0: !torch.tensor<[4,6],f32>, %arg1: !torch.vtensor<[2]
   %false = torch.constant.bool false
   %4 = torch.copy.to_tensor %arg2 : !torch.tensor<[4,2],f32>
   %5 = torch.aten.index_put_ %arg0, %3, %4, %false : !torch.tensor<[4,6],f32>, !torch.list<optional<vtensor>>, !torch.tensor<[4,2],f32>, !torch.bool -> !torch.tensor<[4,6],f32>
+  return
+}
+
+// -----
+
+// b[:, i, j] = v: the indexed dimensions trail, so one index per element of the update:
+// an iota along dimension 0, the index tensors broadcast along the batch dimension.
+// CHECK-LABEL: func.func @int_tensors_trailing(
+// CHECK:         %[[ROWS:.*]] = stablehlo.iota dim = 0 : tensor<4x3x1xi64>
+// CHECK:         %[[I:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [1] : (tensor<3xi64>) -> tensor<4x3x1xi64>
+// CHECK:         %[[J:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [1] : (tensor<3xi64>) -> tensor<4x3x1xi64>
+// CHECK:         %[[IDX:.*]] = stablehlo.concatenate %[[ROWS]], %[[I]], %[[J]], dim = 2
+// CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%{{.*}}, %[[IDX]], %{{.*}}) <{indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0, 1, 2], scatter_dims_to_operand_dims = [0, 1, 2], index_vector_dim = 2>, unique_indices = false}>
+// CHECK:         return %[[NEW]]
+func.func @int_tensors_trailing(%arg0: !torch.tensor<[4,6,5],f32>, %arg1: !torch.vtensor<[3],si64>, %arg2: !torch.vtensor<[3],si64>, %arg3: !torch.vtensor<[4,3],f32>) {
+  %none = torch.constant.none
+  %0 = torch.prim.ListConstruct %none, %arg1, %arg2 : (!torch.none, !torch.vtensor<[3],si64>, !torch.vtensor<[3],si64>) -> !torch.list<optional<vtensor>>
+  %false = torch.constant.bool false
+  %1 = torch.copy.to_tensor %arg3 : !torch.tensor<[4,3],f32>
+  %2 = torch.aten.index_put_ %arg0, %0, %1, %false : !torch.tensor<[4,6,5],f32>, !torch.list<optional<vtensor>>, !torch.tensor<[4,3],f32>, !torch.bool -> !torch.tensor<[4,6,5],f32>
   return
 }
 

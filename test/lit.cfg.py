@@ -12,6 +12,8 @@ config.suffixes = [".mlir", ".py"]
 config.excludes = ["lit.cfg.py", "pytest", "fuzz", "Inputs"]
 config.test_source_root = os.path.dirname(__file__)
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+if "PYTHONPATH" in os.environ:  # a checkout other than the installed one
+    config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]
 config.environment["PATH"] = os.pathsep.join(
     [os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 if "PYTHONPATH" in os.environ:  # the package under test, when it is not the installed one

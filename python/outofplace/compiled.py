@@ -13,7 +13,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch_mlir import ir
 
-from .backends import export, spmd, xla
+from .backends import export, hlo_proto, iree, spmd, xla
 from .frontend import importer
 from . import torch_types
 from .context import make_context
@@ -80,8 +80,9 @@ class Compiled:
     result_types: list[tuple[tuple[int, ...], torch.dtype]]  # (shape, dtype) per result
     layouts: list[tuple]  # per argument: the layout (`_layout`) it was traced with
     program: Any = None  # what was compiled, to trace again for another layout (or None)
-    engine: str = "auto"  # "interpreter", "xla", or "auto": xla when jax is installed
+    engine: str = "auto"  # "interpreter", "xla", "iree", or "auto": xla when jax is installed
     _xla: Any = field(default=None, repr=False)  # the XLA executable, compiled on first use
+    _iree: Any = field(default=None, repr=False)  # the IREE executable, compiled on first use
     _relaid: dict = field(default_factory=dict, repr=False)  # layouts -> Compiled
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
     shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
@@ -136,6 +137,23 @@ class Compiled:
             names["shardings"] = {n: [list(axes) for axes in spec]
                                   for n, spec in self.shardings.items()}
         return export.save(directory, self.stablehlo, names, target, hlo_proto=hlo_proto)
+
+    def alias_problems(self, backend: str) -> list[str]:
+        """What `backend`'s compiled program does not prove of `io_map`; [] when every
+        mutated argument is updated in place (docs/backends.md): "iree" (the stream-phase
+        program), "xla" (XLA:CPU's optimized HLO) or "neuron" (the HLO module proto)."""
+        if backend == "iree":
+            return self._iree_executable().alias_problems
+        if backend == "xla":
+            return xla.alias_problems(self.stablehlo, self.io_map)
+        if backend == "neuron":
+            return hlo_proto.alias_problems(self.hlo_module_proto(), self.io_map)
+        raise ValueError(f"unknown backend '{backend}': use iree, xla or neuron")
+
+    def _iree_executable(self) -> iree.Executable:
+        if self._iree is None:
+            self._iree = iree.Executable(self.stablehlo, self.io_map)
+        return self._iree
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """The arguments of main for a call, checked against what was compiled before
@@ -210,7 +228,8 @@ class Compiled:
     def run(self, args: tuple, kwargs: dict | None = None, engine: str = "auto") -> Any:
         """`__call__` on a chosen engine: "interpreter" (the StableHLO reference
         interpreter), "xla" (XLA:CPU through jaxlib, written arguments updated in their
-        own memory) or "auto"."""
+        own memory), "iree" (IREE's llvm-cpu backend, mutated tensors written in place) or
+        "auto"."""
         kwargs = kwargs or {}
         inputs = self._arguments(args, kwargs)
         other = self._other_layout(args, kwargs, inputs)
@@ -227,8 +246,14 @@ class Compiled:
             with torch.no_grad():
                 for arg, result in self.io_map.items():
                     inputs[arg].copy_(results[result])
+        elif engine == "iree":  # updates mutated inputs in place, or copies them back
+            results = self._iree_executable()(inputs, self.result_dtypes)
+            with torch.no_grad():
+                for arg, result in self.io_map.items():
+                    if results[result] is not inputs[arg]:
+                        inputs[arg].copy_(results[result])
         else:
-            raise ValueError(f"unknown engine '{engine}': use interpreter, xla or auto")
+            raise ValueError(f"unknown engine '{engine}': use interpreter, xla, iree or auto")
         for parameter in self.signature.cleared_grads:
             parameter.grad = None
         return self._outputs(inputs, results)
@@ -273,8 +298,9 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
 
     `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
     `torch.fx.GraphModule` a `torch.compile` backend receives. `engine` is what calling
-    the result runs on: "xla" (XLA:CPU, needs the xla extra), "interpreter" (the StableHLO
-    reference interpreter) or "auto" (xla when jax is installed). `dump_ir` names a
+    the result runs on: "xla" (XLA:CPU, needs the xla extra), "iree" (IREE for the CPU, needs
+    the iree extra), "interpreter" (the StableHLO reference interpreter) or "auto" (xla
+    when jax is installed). `dump_ir` names a
     directory to write the IR of every stage to.
 
     A stage that fails writes the IR before it and names the `outofplace-opt` command

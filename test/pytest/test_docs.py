@@ -3,7 +3,7 @@
 - README, api, models, backends: the ```python blocks of a page form one program, run top
   to bottom.
 - index-categories: each ```python block is a program `f` with example `args`, compiled
-  and run against eager on both engines.
+  and run against eager on every engine.
 - passes: the ```sh commands run on a lit test's input; cli: the factory shown is the one
   in examples/export_model.py (test_cli.py runs `outofplace export` on it).
 """

@@ -587,18 +587,32 @@ def test_index_copy_is_one_scatter_of_whole_slices():
 
 
 def test_index_tensors_on_several_dims_are_one_scatter():
-    """`x[i, :, j] = v`: the broadcast index tensors, one column per indexed dimension,
-    scatter whole windows of the slice between them; a slice separates them, so the batch
-    dimension comes first in the update, as in eager's `x[i, :, j]`. torch-mlir's own
-    lowering fails on this case."""
+    """`x[i, :, j] = v`: indexed dimensions that are neither one nor the leading ones, so
+    one index per element of the update (the form IREE takes too): the broadcast index
+    tensors and an iota along the slice between them; a slice separates them, so the
+    batch dimension comes first in the update, as in eager's `x[i, :, j]`. torch-mlir's
+    own lowering fails on this case."""
     compiled = assert_matches_eager(index_tensors_separated, torch.randn(3, 4, 5),
                                     torch.randn(3, 4))
     text = compiled.stablehlo
     assert text.count('"stablehlo.scatter"') == 1
-    assert "update_window_dims = [1], inserted_window_dims = [0, 2], " \
-           "scatter_dims_to_operand_dims = [0, 2], index_vector_dim = 1" in text
-    # Constant indices fold into one index vector per row, -1 counted from the end.
-    assert "dense<[[2, 4], [0, 4], [1, 4]]> : tensor<3x2xi64>" in text
+    assert "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = "\
+           "[0, 1, 2], scatter_dims_to_operand_dims = [0, 1, 2], index_vector_dim = 2>" in text
+    assert "stablehlo.iota dim = 1 : tensor<3x4x1xi64>" in text
+    # Constant indices, -1 counted from the end.
+    assert "dense<[2, 0, 1]> : tensor<3xi64>" in text and "dense<4> : tensor<3x4x1xi64>" in text
+
+
+def test_index_tensors_on_the_leading_dims_scatter_whole_windows():
+    """`x[i, j] = v` indexes the leading dimensions: one index per window, no column for
+    the whole last dimension."""
+    def f(x, i, j, v):
+        x[i, j] = v
+
+    compiled = assert_matches_eager(f, torch.randn(3, 4, 5), torch.tensor([2, 0]),
+                                    torch.tensor([1, 3]), torch.randn(2, 5))
+    assert "update_window_dims = [1], inserted_window_dims = [0, 1], " \
+           "scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1" in compiled.stablehlo
 
 
 def test_write_after_a_merging_view_is_an_update_of_that_view():

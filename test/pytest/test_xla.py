@@ -8,6 +8,7 @@ import torch
 
 import outofplace
 from outofplace.backends import xla
+from outofplace.backends.hlo_proto import MAY_ALIAS, aliases as hlo_aliases
 
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
@@ -16,84 +17,6 @@ from jax._src import xla_bridge  # noqa: E402
 from jax._src.lib import _jax, xla_client  # noqa: E402
 
 from differential import assert_same_tree  # noqa: E402
-
-
-# ------------------------------------------------- a minimal protobuf wire-format reader
-# jaxlib ships no hlo_pb2 and the venv has no protobuf package; the few fields needed are
-# read straight off the wire. Field numbers are those of xla/service/hlo.proto:
-#   HloModuleProto.input_output_alias = 8            (HloInputOutputAliasProto)
-#   HloInputOutputAliasProto.entries = 1             (AliasEntryProto, repeated)
-#   AliasEntryProto: output_shape_index = 1 (repeated int64), parameter_number = 2,
-#                    parameter_shape_index = 3 (repeated int64), kind = 4 (Kind enum)
-HLO_MODULE_INPUT_OUTPUT_ALIAS = 8
-MAY_ALIAS, MUST_ALIAS = 1, 2
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
-
-
-def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
-    """(field number, wire type, value) for each field of a serialized message."""
-    fields, pos = [], 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 1:
-            value, pos = data[pos:pos + 8], pos + 8
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            value, pos = data[pos:pos + length], pos + length
-        elif wire == 5:
-            value, pos = data[pos:pos + 4], pos + 4
-        else:
-            raise ValueError(f"unexpected wire type {wire}")
-        fields.append((number, wire, value))
-    return fields
-
-
-def _repeated_int(fields: list, number: int) -> list[int]:
-    values: list[int] = []
-    for n, wire, value in fields:
-        if n != number:
-            continue
-        if wire == 2:  # packed
-            pos = 0
-            while pos < len(value):
-                v, pos = _varint(value, pos)
-                values.append(v)
-        else:
-            values.append(value)
-    return values
-
-
-def hlo_aliases(proto: bytes) -> list[dict]:
-    """The input_output_alias entries of a serialized HloModuleProto."""
-    entries = []
-    for number, _, alias in _fields(proto):
-        if number != HLO_MODULE_INPUT_OUTPUT_ALIAS:
-            continue
-        for entry_number, _, entry in _fields(alias):
-            if entry_number != 1:
-                continue
-            fields = _fields(entry)
-            scalars = {n: v for n, w, v in fields if w == 0}
-            entries.append({
-                "output_shape_index": _repeated_int(fields, 1),
-                "parameter_number": scalars.get(2, 0),
-                "parameter_shape_index": _repeated_int(fields, 3),
-                "kind": scalars.get(4, 0),
-            })
-    return entries
 
 
 # ----------------------------------------------------------------------------- helpers

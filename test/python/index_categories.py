@@ -105,7 +105,7 @@ def negative_start_open_end():
 # CHECK-DAG:     %[[START:.*]] = stablehlo.constant dense<1> : tensor<4x1xi64>
 # CHECK:         %[[IOTA:.*]] = stablehlo.iota dim = 0 : tensor<4x1xi64>
 # CHECK:         %[[SCALED:.*]] = stablehlo.multiply %[[IOTA]], %[[STEP]] : tensor<4x1xi64>
-# CHECK:         %[[IDX:.*]] = stablehlo.add %[[START]], %[[SCALED]] : tensor<4x1xi64>
+# CHECK:         %[[IDX:.*]] = stablehlo.add %[[SCALED]], %[[START]] : tensor<4x1xi64>
 # CHECK:         %b_modified = "stablehlo.scatter"(%b, %[[IDX]], %v) <{indices_are_sorted = true, scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, unique_indices = true}>
 # CHECK-NEXT:    ^bb0(%{{[^:]+}}: tensor<f32>, %[[UPD:[^:]+]]: tensor<f32>):
 # CHECK-NEXT:      stablehlo.return %[[UPD]] : tensor<f32>
@@ -305,14 +305,17 @@ def int_tensor_pairs():
 
 
 # b[i, :, j] = v: a slice separates the index tensors, so the batch dimension of the
-# indices comes first in the update ([3, 4]); one scatter whose window is dimension 1.
+# indices comes first in the update ([3, 4]). Dimensions 0 and 2 are neither one nor the
+# leading ones (IREE rejects windows there): one index per element of the update, the
+# index tensors broadcast along the batch dimension and an iota along dimension 1.
 # CHECK-LABEL: TEST: int_tensors_around_a_slice
 # CHECK:       func.func @main(%b: tensor<3x4x5xf32> {tf.aliasing_output = 0 : i32}, %i: tensor<3xi64>, %j: tensor<3xi64>, %v: tensor<3x4xf32>) -> tensor<3x4x5xf32>
-# CHECK:         %[[I:.*]] = stablehlo.reshape %{{.*}} : (tensor<3xi64>) -> tensor<3x1xi64>
-# CHECK:         %[[J:.*]] = stablehlo.reshape %{{.*}} : (tensor<3xi64>) -> tensor<3x1xi64>
-# CHECK:         %[[IDX:.*]] = stablehlo.concatenate %[[I]], %[[J]], dim = 1 : (tensor<3x1xi64>, tensor<3x1xi64>) -> tensor<3x2xi64>
+# CHECK:         %[[I:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [0] : (tensor<3xi64>) -> tensor<3x4x1xi64>
+# CHECK:         %[[ROWS:.*]] = stablehlo.iota dim = 1 : tensor<3x4x1xi64>
+# CHECK:         %[[J:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [0] : (tensor<3xi64>) -> tensor<3x4x1xi64>
+# CHECK:         %[[IDX:.*]] = stablehlo.concatenate %[[I]], %[[ROWS]], %[[J]], dim = 2 : (tensor<3x4x1xi64>, tensor<3x4x1xi64>, tensor<3x4x1xi64>) -> tensor<3x4x3xi64>
 # CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%b, %[[IDX]], %v)
-# CHECK-SAME:      update_window_dims = [1], inserted_window_dims = [0, 2], scatter_dims_to_operand_dims = [0, 2], index_vector_dim = 1
+# CHECK-SAME:      scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0, 1, 2], scatter_dims_to_operand_dims = [0, 1, 2], index_vector_dim = 2>
 # CHECK:         return %[[NEW]] : tensor<3x4x5xf32>
 @run
 def int_tensors_around_a_slice():
@@ -323,13 +326,14 @@ def int_tensors_around_a_slice():
 
 
 # c[i, :, pos] = v with a runtime pos: eager applies pos as an int first, so the batch
-# of i stays first; pos is a one-element index tensor beside i, broadcast with it.
+# of i stays first; pos is a one-element index tensor beside i, broadcast with it (and,
+# as for b[i, :, j], one index per element of the update).
 # CHECK-LABEL: TEST: runtime_position_beside_int_tensor
 # CHECK:       func.func @main(%c: tensor<3x4x5xf32> {tf.aliasing_output = 0 : i32}, %i: tensor<2xi64>, %pos: tensor<i64>, %v: tensor<2x4xf32>) -> tensor<3x4x5xf32>
-# CHECK:         %[[P:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [0] : (tensor<1xi64>) -> tensor<2x1xi64>
-# CHECK:         %[[IDX:.*]] = stablehlo.concatenate %{{.*}}, %[[P]], dim = 1 : (tensor<2x1xi64>, tensor<2x1xi64>) -> tensor<2x2xi64>
+# CHECK:         %[[P:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [0] : (tensor<1xi64>) -> tensor<2x4x1xi64>
+# CHECK:         %[[IDX:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, %[[P]], dim = 2 : (tensor<2x4x1xi64>, tensor<2x4x1xi64>, tensor<2x4x1xi64>) -> tensor<2x4x3xi64>
 # CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%c, %[[IDX]], %v)
-# CHECK-SAME:      update_window_dims = [1], inserted_window_dims = [0, 2]
+# CHECK-SAME:      inserted_window_dims = [0, 1, 2], scatter_dims_to_operand_dims = [0, 1, 2]
 # CHECK:         return %[[NEW]] : tensor<3x4x5xf32>
 @run
 def runtime_position_beside_int_tensor():

@@ -24,6 +24,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from . import hlo_proto
+
 
 def available() -> bool:
     try:
@@ -131,6 +133,23 @@ def _reads_updated_buffer_through_another_alias(module: Any) -> bool:
                         return True
                     aliases.append(user)
     return False
+
+
+def alias_problems(stablehlo: str, io_map: dict[int, int]) -> list[str]:
+    """What XLA:CPU's optimized program does not prove of `io_map`; [] when it proves all:
+    its input_output_alias is io_map (the buffer of each mutated argument is donated to its
+    result) and no `copy` reads a donated parameter (XLA did not keep a copy of the old
+    value, which it does when the update cannot happen in place). A program that copies
+    the state itself (`old = x.clone()`) is reported too: the check cannot tell the two
+    copies apart."""
+    problems = []
+    for module in compile_for_cpu(stablehlo).hlo_modules():
+        proto = module.as_serialized_hlo_module_proto()
+        problems += hlo_proto.alias_problems(proto, io_map)
+        problems += [f"argument {argument}: XLA copies the donated buffer"
+                     for argument in sorted(hlo_proto.copied_parameters(proto))
+                     if argument in io_map]
+    return problems
 
 
 # ------------------------------------------------------------------- copies in the HLO

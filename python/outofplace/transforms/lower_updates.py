@@ -87,44 +87,59 @@ def _strided_select(dest: ir.Value, source: ir.Value, offsets: list[int],
                                operands=[mask, padded, dest], loc=named)
 
 
+def _indexed_windows(indexed: list[int], rank: int) -> bool:
+    """Whether a scatter may index `indexed` alone, the other dimensions being whole
+    windows: one dimension, or the leading ones. IREE 3.13 rejects other sets ("expected
+    indices to be equal to batch rank or batch rank + 1"); there every element of the
+    update gets its own index, a form XLA, IREE and the interpreter all take."""
+    return len(indexed) == 1 or indexed == list(range(len(indexed)))
+
+
+def _scatter_numbers(windows: list[int], indexed: list[int], index_vector_dim: int
+                     ) -> ir.Attribute:
+    return ir.Attribute.parse(
+        f"#stablehlo.scatter<update_window_dims = {windows}, inserted_window_dims = "
+        f"{indexed}, scatter_dims_to_operand_dims = {indexed}, "
+        f"index_vector_dim = {index_vector_dim}>")
+
+
+def _strided_form(dest_shape: list[int], offsets: list[int], sizes: list[int],
+                  strides: list[int]) -> list[int]:
+    """The dimensions a strided box's scatter indexes: the strided ones when the others
+    are whole and `_indexed_windows` allows it, else all (one index per element)."""
+    strided = [d for d in range(len(sizes)) if strides[d] != 1]
+    whole = all(offsets[d] == 0 and sizes[d] == dest_shape[d]
+                for d in range(len(sizes)) if d not in strided)
+    return strided if whole and _indexed_windows(strided, len(sizes)) \
+        else list(range(len(sizes)))
+
+
 def _strided_scatter(dest: ir.Value, source: ir.Value, offsets: list[int],
                      strides: list[int], loc: ir.Location) -> ir.Operation:
-    """A strided box as one scatter: the strided dimensions are scattered element by
-    element at iota-computed positions, the others are windows at their offsets."""
+    """A strided box as one scatter at iota-computed positions (offset + iota * stride),
+    indexing only the strided dimensions when the others are whole windows."""
     sizes = ir.RankedTensorType(source.type).shape
-    rank = len(sizes)
-    strided = [d for d in range(rank) if strides[d] != 1]
-    batch = [sizes[d] for d in strided]
+    indexed = _strided_form(ir.RankedTensorType(dest.type).shape, offsets, sizes, strides)
+    batch = [sizes[d] for d in indexed]
     with unnamed(loc):
-        indices = _iota_positions(batch, strided, offsets, strides)
-    windows = [d for d in range(rank) if d not in strided]
-    numbers = ir.Attribute.parse(
-        f"#stablehlo.scatter<update_window_dims = {windows}, inserted_window_dims = "
-        f"{strided}, scatter_dims_to_operand_dims = {list(range(rank))}, "
-        f"index_vector_dim = {len(batch)}>")
-    return _scatter(dest, indices, source, numbers, combine=None, unique=True, loc=loc)
+        columns = [_iota_column(batch, i, offsets[d], strides[d])
+                   for i, d in enumerate(indexed)]
+        indices = _index_vectors(columns, batch)
+    windows = [d for d in range(len(sizes)) if d not in indexed]
+    return _scatter(dest, indices, source, _scatter_numbers(windows, indexed, len(batch)),
+                    combine=None, unique=True, loc=loc)
 
 
-def _iota_positions(batch: list[int], strided: list[int], offsets: list[int],
-                    strides: list[int]) -> ir.Value:
-    """Indices `[..., rank]`: offset + iota * stride along the strided dimensions, the
-    offset along the others."""
-    rank = len(offsets)
+def _iota_column(batch: list[int], dimension: int, offset: int, stride: int) -> ir.Value:
+    """Indices `[*batch, 1]`: offset + iota * stride along batch dimension `dimension`."""
     column = ir.RankedTensorType.get(batch + [1], _i64())
-    parts = []
-    for d in range(rank):
-        start = _stablehlo("broadcast_in_dim", column, _scalar_constant(_i64(), offsets[d], None),
-                           broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
-        if d in strided:
-            iota = _stablehlo("iota", column, iota_dimension=ir.IntegerAttr.get(
-                _i64(), strided.index(d)))
-            step = _stablehlo("broadcast_in_dim", column,
-                              _scalar_constant(_i64(), strides[d], None),
-                              broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
-            start = _stablehlo("add", column, start, _stablehlo("multiply", column, iota,
-                                                                 step))
-        parts.append(start)
-    return _index_vectors(parts, batch)
+    value = _stablehlo("iota", column, iota_dimension=ir.IntegerAttr.get(_i64(), dimension))
+    for op, constant, neutral in (("multiply", stride, 1), ("add", offset, 0)):
+        if constant != neutral:
+            value = _stablehlo(op, column, value, _stablehlo(
+                "broadcast_in_dim", column, _scalar_constant(_i64(), constant, None),
+                broadcast_dimensions=ir.DenseI64ArrayAttr.get([])))
+    return value
 
 
 def _index_vectors(columns: list[ir.Value], batch: list[int]) -> ir.Value:
@@ -156,17 +171,17 @@ def _scatter(dest: ir.Value, indices: ir.Value, updates: ir.Value, numbers: ir.A
     return scatter
 
 
-def _scatter_is_cheaper(dest: ir.Value, source: ir.Value, strides: list[int]) -> bool:
+def _scatter_is_cheaper(dest: ir.Value, source: ir.Value, offsets: list[int],
+                        strides: list[int]) -> bool:
     """Bytes a strided update touches: a scatter reads its update and its indices and
     writes the update; pad+select reads and writes the whole destination."""
     dest_t, source_t = ir.RankedTensorType(dest.type), ir.RankedTensorType(source.type)
     element = max(1, dest_t.element_type.width // 8) if hasattr(
         dest_t.element_type, "width") else 4
-    batch = 1
-    for size, stride in zip(source_t.shape, strides):
-        batch *= size if stride != 1 else 1
+    indexed = _strided_form(dest_t.shape, offsets, source_t.shape, strides)
+    rows = _count([source_t.shape[d] for d in indexed])
     update = element * _count(source_t.shape)
-    return 2 * update + 8 * batch * dest_t.rank < 2 * element * _count(dest_t.shape)
+    return 2 * update + 8 * rows * len(indexed) < 2 * element * _count(dest_t.shape)
 
 
 def _count(shape: list[int]) -> int:
@@ -190,7 +205,7 @@ def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     with rewriter.ip, op.location:
         if all(s == 1 for s in strides):
             new = _dynamic_update_slice(dest, source, offsets, op.location)
-        elif _scatter_is_cheaper(dest, source, strides):
+        elif _scatter_is_cheaper(dest, source, offsets, strides):
             new = _strided_scatter(dest, source, offsets, strides, op.location)
         else:
             new = _strided_select(dest, source, offsets, strides, op.location)
@@ -314,9 +329,9 @@ def _constant_bool(value: ir.Value) -> bool | None:
 
 
 def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """`b[:, idx] = v`, `b[i, :, j] = v`, `index_copy_`, `index_add_`: index tensors on
-    some dimensions, as one scatter whose windows are whole slices of the other
-    dimensions (what JAX emits for `b.at[:, idx].set(v)`), not one index per element:
+    """`b[:, idx] = v`, `b[i, j] = v`, `index_copy_`, `index_add_`: index tensors on one
+    dimension or the leading ones, as one scatter whose windows are whole slices of the
+    other dimensions (what JAX emits for `b.at[:, idx].set(v)`):
 
         %r = torch.aten.index_put %b, [%none, %i, %j], %v, %accumulate
         =>  stablehlo.scatter(%b, concatenate(broadcast(%i), broadcast(%j)), %v)
@@ -326,7 +341,9 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     The index tensors broadcast together to the batch shape B. As in eager, B takes the
     place of the indexed dimensions in the shape of `b[indices]` (the shape `v` is
     broadcast to) when they are adjacent, and goes first when a slice separates them.
-    Out-of-range indices are dropped (negative ones were wrapped before import).
+    On other sets of dimensions (`b[:, i, j]`, `b[i, :, j]`) each element of that shape
+    gets its own index (`_indexed_windows`). Out-of-range indices are dropped (negative
+    ones were wrapped before import).
     """
     self, indices, values, accumulate = op.operands
     self_t, values_t = _static_tensor(self), _static_tensor(values)
@@ -365,25 +382,34 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
             update = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(
                 update_shape, element), update, broadcast_dimensions=ir.DenseI64ArrayAttr.get(
                     list(range(offset, len(update_shape)))))
+        # Windows when _indexed_windows allows; else an index per element of the update:
+        # the index tensors spread over its batch dimensions, iotas along the others.
+        per_element = not _indexed_windows(indexed, rank)
+        rows, start = (update_shape, len(before)) if per_element else (batch, 0)
+        column_type = ir.RankedTensorType.get(rows + [1], _i64())
         columns = []
-        for d, sizes in zip(indexed, index_shapes):
+        for d in range(rank) if per_element else indexed:
+            if d not in indexed:
+                position = before.index(d) if d in before else \
+                    len(before) + len(batch) + after.index(d)
+                columns.append(_iota_column(update_shape, position, 0, 1))
+                continue
+            sizes = index_shapes[indexed.index(d)]
             column = to_builtin(entries[d])
             if ir.RankedTensorType(column.type).element_type != _i64():
                 column = _stablehlo("convert", ir.RankedTensorType.get(sizes, _i64()), column)
-            column_type = ir.RankedTensorType.get(batch + [1], _i64())
-            if sizes == batch:
+            if sizes == rows:
                 column = _stablehlo("reshape", column_type, column)
             else:
+                first = start + len(batch) - len(sizes)
                 column = _stablehlo("broadcast_in_dim", column_type, column,
                                     broadcast_dimensions=ir.DenseI64ArrayAttr.get(
-                                        list(range(len(batch) - len(sizes), len(batch)))))
+                                        list(range(first, first + len(sizes)))))
             columns.append(column)
         dest = to_builtin(self)
-        numbers = ir.Attribute.parse(
-            f"#stablehlo.scatter<update_window_dims = {windows}, inserted_window_dims = "
-            f"{indexed}, scatter_dims_to_operand_dims = {indexed}, "
-            f"index_vector_dim = {len(batch)}>")
-        scatter = _scatter(dest, _index_vectors(columns, batch), update, numbers,
+        numbers = _scatter_numbers([], list(range(rank)), len(rows)) if per_element \
+            else _scatter_numbers(windows, indexed, len(rows))
+        scatter = _scatter(dest, _index_vectors(columns, rows), update, numbers,
                            combine="add" if accumulating else None,
                            unique=False, loc=op.location)
         result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
