@@ -14,5 +14,10 @@ config.test_source_root = os.path.dirname(__file__)
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 config.environment["PATH"] = os.pathsep.join(
     [os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+# The package of this tree, not whichever one the venv installed (lit passes no
+# PYTHONPATH of its own through).
+config.environment["PYTHONPATH"] = os.pathsep.join(
+    [os.path.join(os.path.dirname(os.path.dirname(__file__)), "python"),
+     os.environ.get("PYTHONPATH", "")])
 config.substitutions.append(("%PYTHON", sys.executable))
 config.substitutions.append((r"\bFileCheck\b", "filecheck"))
