@@ -9,13 +9,15 @@ written tensor, becomes `!torch.tensor`.
 
 from __future__ import annotations
 
+import functools
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 import torch.fx
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch.fx.experimental.symbolic_shapes import (GuardOnDataDependentSymNode,
+                                                   PendingUnbackedSymbolNotFound)
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            DynamicOutputShapeException)
@@ -95,9 +97,42 @@ def _function_module(fn: Callable) -> torch.nn.Module:
 
 
 # What torch.export raises when a value computed from tensor data is needed as a Python
-# value (`.item()` in a shape, `if x.sum() > 0:`, the bounds check of a runtime index).
+# value (`.item()` in a shape, `if x.sum() > 0:`, the bounds check of a runtime index,
+# `x.narrow(0, pos, 1)` with a 0-d tensor `pos`).
 _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
-                   DynamicOutputShapeException)
+                   DynamicOutputShapeException, PendingUnbackedSymbolNotFound)
+
+
+class _ShapeChangesInPlace(torch.overrides.TorchFunctionMode):
+    """While tracing: the first op changing a tensor's shape or strides in place
+    (`x.unsqueeze_(0)`, `x.t_()`), kept as the refusal to give if torch.export fails.
+    inplace_to_outofplace refuses every such op it meets, but torch.export crashes on
+    some of them applied to an input before (`unsqueeze_`: IndexError, `AssertionError:
+    sources must not be empty`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusal: UnsupportedMutationError | None = None
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if self.refusal is None and name.endswith("_") and not name.endswith("__") and \
+                _rebinds_view(name):
+            self.refusal = UnsupportedMutationError(
+                f"torch.aten.{name}", "it changes the shape or strides of a tensor in place",
+                location=user_line())
+        return func(*args, **(kwargs or {}))
+
+
+@functools.cache
+def _rebinds_view(name: str) -> bool:
+    packet = getattr(torch.ops.aten, name, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return False
+    return any(effects is not None and effects.rebinds_view and not effects.is_autograd_only
+               for effects in (op_registry.effects(op_registry.mlir_name(getattr(packet, o)))
+                               for o in packet.overloads()))
 
 
 # What tracing raises for a write into an expanded view that eager let through (a copy
@@ -116,14 +151,17 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
     # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
     # before export's own handler of __getitem__ (which calls .item() on a position).
     positions, masked = RuntimePositions(), MaskedValues()
+    shape_changes = _ShapeChangesInPlace()
 
     def enter(*_: Any) -> None:
+        shape_changes.__enter__()
         positions.__enter__()
         masked.__enter__()
 
     def leave(module: Any, inputs: Any, output: Any) -> None:
         masked.__exit__(None, None, None)
         positions.__exit__(None, None, None)
+        shape_changes.__exit__(None, None, None)
         masked.refuse_escaping(output)
 
     hooks = [module.register_forward_pre_hook(enter),
@@ -138,8 +176,10 @@ def export(f: Any, args: tuple, kwargs: dict | None = None) -> ExportedProgram:
             f"or a branch here ({type(error).__name__}); outofplace compiles programs "
             "whose shapes and control flow do not depend on the data",
             location=user_line(frames)) from error
-    except RuntimeError as error:
-        if _INTERNAL_OVERLAP not in str(error):
+    except Exception as error:
+        if shape_changes.refusal is not None:  # refused anyway, whatever export crashed on
+            raise shape_changes.refusal from error
+        if not isinstance(error, RuntimeError) or _INTERNAL_OVERLAP not in str(error):
             raise
         frames = traceback.extract_tb(error.__traceback__)
         raise UnsupportedMutationError(
