@@ -29,3 +29,15 @@ func.func @strip() -> (tensor<2x3xf32>, tensor<2x2xi64>, tensor<5xf32>, tensor<f
   %10 = stablehlo.optimization_barrier %9 : tensor<f32>
   return %2, %5, %8, %10 : tensor<2x3xf32>, tensor<2x2xi64>, tensor<5xf32>, tensor<f32>
 }
+
+// -----
+
+// A constant concatenated with itself: folded, and erased once.
+// CHECK-LABEL: func.func @twice(
+// CHECK-NEXT:    %[[C:.*]] = stablehlo.constant dense<[1, 2, 1, 2]> : tensor<4xi64>
+// CHECK-NEXT:    return %[[C]]
+func.func @twice() -> tensor<4xi64> {
+  %0 = stablehlo.constant dense<[1, 2]> : tensor<2xi64>
+  %1 = stablehlo.concatenate %0, %0, dim = 0 : (tensor<2xi64>, tensor<2xi64>) -> tensor<4xi64>
+  return %1 : tensor<4xi64>
+}

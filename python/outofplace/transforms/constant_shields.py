@@ -145,8 +145,8 @@ def strip_constant_shields(module: ir.Operation) -> None:
     for op in all_operations(module):  # program order: a fold feeds the next move
         if op.name not in _MOVES:
             continue
-        sources = [v.owner for v in op.operands if isinstance(v, ir.OpResult)]
+        sources = list(op.operands)  # constants: _fold_move folds nothing else
         if _fold_move(op):
-            for source in sources:
-                if not list(source.result.uses):
-                    source.erase()
+            for source in {s.owner: s for s in sources}.values():  # `concatenate %c, %c`
+                if not list(source.uses):
+                    source.owner.erase()
