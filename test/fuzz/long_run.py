@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -52,7 +53,7 @@ def _draw(number: int, seed: int):
 def check(program) -> dict:
     """One program against eager: what happened, as a JSON-able record."""
     import outofplace
-    from differential import assert_matches_eager
+    from fuzz_programs import assert_program_matches_eager
 
     f, args, kwargs = program.build()
     try:
@@ -61,13 +62,13 @@ def check(program) -> dict:
             f(*args, **kwargs)
     except Exception:  # noqa: BLE001 - not a valid eager program
         return {"outcome": "eager-rejects"}
-    f, args, kwargs = program.build()
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            assert_matches_eager(f, *args, **kwargs)
-        outcome = {"outcome": "passed"}
+            compiled = assert_program_matches_eager(program)
+        outcome = {"outcome": "passed",
+                   "digest": hashlib.sha256(compiled.stablehlo.encode()).hexdigest()[:16]}
     except outofplace.UnsupportedMutationError as error:
         reason = re.sub(r"<fuzzed-\d+>:\d+", "<line>", error.reason)
         outcome = {"outcome": "refused", "reason": f"{error.op}: {reason}",
