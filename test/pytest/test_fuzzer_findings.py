@@ -281,3 +281,20 @@ def test_eager_refuses_bool_scatter_mean_too() -> None:
     x, index, src = (t.clone() for t in BOOLS)
     with pytest.raises(NotImplementedError):
         x.scatter_reduce_(0, index, src, "mean")
+
+
+# --- found by the widened fuzzer --------------------------------------------------------
+
+def test_as_strided_of_a_written_constant_local() -> None:
+    """`torch.tensor([...])` is a constant and its `lift_fresh_copy`, a copy; tracing gave
+    both one fake storage, so torch-mlir's as_strided rewrite read the constant, not the
+    written copy (and its importer failed: "Node already has a value")."""
+    def f(pos):
+        c = torch.tensor([[-6.0, -2.5, 7.0], [4.0, -5.0, -1.0]])
+        c.ceil_()
+        t = c * 2
+        t[:, pos] = -1.5
+        t[:, -1] = c.as_strided((1,), (1,))
+        return c, t
+
+    assert_matches_eager(f, torch.tensor(1))
