@@ -16,7 +16,10 @@ if "PYTHONPATH" in os.environ:  # a checkout other than the installed one
     config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]
 config.environment["PATH"] = os.pathsep.join(
     [os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-if "PYTHONPATH" in os.environ:  # the package under test, when it is not the installed one
-    config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]
+# The package of this tree, not whichever one the venv installed (lit passes no
+# PYTHONPATH of its own through).
+config.environment["PYTHONPATH"] = os.pathsep.join(
+    [os.path.join(os.path.dirname(os.path.dirname(__file__)), "python"),
+     os.environ.get("PYTHONPATH", "")])
 config.substitutions.append(("%PYTHON", sys.executable))
 config.substitutions.append((r"\bFileCheck\b", "filecheck"))

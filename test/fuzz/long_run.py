@@ -9,13 +9,16 @@ line per program to its log: passed, refused (with the reason) or failed (with t
 and the runnable reproducer). A program that kills its worker (an abort in native code) is
 logged as a crash by the runner, which starts a new worker after it. Nothing is shrunk:
 the reproducers are minimised by hand into regression tests. The counts go to
-summary.txt.
+summary.txt. Each passing program's record holds a digest of its StableHLO; `--recheck
+K` compiles the first K passing programs again in a fresh process (on a finished run
+too) and counts those whose StableHLO differs: compiling must not depend on the process.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -52,7 +55,7 @@ def _draw(number: int, seed: int):
 def check(program) -> dict:
     """One program against eager: what happened, as a JSON-able record."""
     import outofplace
-    from differential import assert_matches_eager
+    from fuzz_programs import assert_program_matches_eager
 
     f, args, kwargs = program.build()
     try:
@@ -61,13 +64,13 @@ def check(program) -> dict:
             f(*args, **kwargs)
     except Exception:  # noqa: BLE001 - not a valid eager program
         return {"outcome": "eager-rejects"}
-    f, args, kwargs = program.build()
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            assert_matches_eager(f, *args, **kwargs)
-        outcome = {"outcome": "passed"}
+            compiled = assert_program_matches_eager(program)
+        outcome = {"outcome": "passed",
+                   "digest": hashlib.sha256(compiled.stablehlo.encode()).hexdigest()[:16]}
     except outofplace.UnsupportedMutationError as error:
         reason = re.sub(r"<fuzzed-\d+>:\d+", "<line>", error.reason)
         outcome = {"outcome": "refused", "reason": f"{error.op}: {reason}",
@@ -140,6 +143,25 @@ def run(total: int, workers: int, seed: int, directory: Path,
             process.wait()
 
 
+def recheck(records: dict[int, dict], count: int, seed: int, directory: Path) -> list[int]:
+    """Compiles again, in a fresh process, the first `count` programs that passed, and
+    returns those whose StableHLO differs from the first compilation's (compiling must
+    not depend on the process: addresses, hash seeds)."""
+    numbers = sorted(n for n, r in records.items() if r.get("digest"))[:count]
+    log = directory / "recheck.jsonl"
+    log.unlink(missing_ok=True)
+    subprocess.run([sys.executable, __file__, "--worker", ",".join(map(str, numbers)),
+                    "--seed", str(seed), "--out", str(log)],
+                   env=dict(os.environ, OUTOFPLACE_VERIFY_EACH="1"),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    again = {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        record = json.loads(line)
+        again[record["number"]] = record
+    return [n for n in numbers
+            if again.get(n, {}).get("digest") != records[n]["digest"]]
+
+
 def summary(records: dict[int, dict], seed: int) -> str:
     counts = collections.Counter(r["outcome"] for r in records.values())
     reasons = collections.Counter(r["reason"] for r in records.values()
@@ -168,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(HERE.parent / "Output" / "long"))
     parser.add_argument("--per-process", type=int, default=200,
                         help="programs a worker process checks before a fresh one takes over")
+    parser.add_argument("--recheck", type=int, default=0, metavar="K",
+                        help="compile the first K passing programs again in a fresh "
+                        "process and compare the StableHLO (also on a finished run)")
     parser.add_argument("--only", type=int, help="check program ONLY and print it")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -183,10 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     records = run(options.programs, options.workers, options.seed, directory,
                   options.per_process)
     text = summary(records, options.seed)
+    differing: list[int] = []
+    if options.recheck:
+        differing = recheck(records, options.recheck, options.seed, directory)
+        text += (f"\nrecompiled in a fresh process: the first {options.recheck} passing "
+                 f"programs, {len(differing)} with other StableHLO"
+                 + (f": {differing}" if differing else ""))
     (directory / "summary.txt").write_text(text + "\n")
     print(text)
     bad = sum(r["outcome"] in ("failed", "crashed") for r in records.values())
-    return 1 if bad else 0
+    return 1 if bad or differing else 0
 
 
 if __name__ == "__main__":

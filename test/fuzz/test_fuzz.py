@@ -35,8 +35,7 @@ from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis.internal.conjecture import engine as hypothesis_engine
 
 import outofplace
-from differential import assert_matches_eager
-from fuzz_programs import Program, programs
+from fuzz_programs import Program, assert_program_matches_eager, programs
 
 FIXED_PROGRAMS = 200  # the fixed-seed budget of `make test`: about half a second each
 PROGRAMS_PER_SHARD = 25
@@ -106,7 +105,6 @@ def check_program(program: Program) -> None:
         if not STATS.shrinking:
             STATS.eager_rejects += 1
         assume(False)
-    f, args, kwargs = program.build()
     shrinking = STATS.shrinking
     start = time.perf_counter()
     try:
@@ -114,7 +112,7 @@ def check_program(program: Program) -> None:
         with warnings.catch_warnings(), \
                 mock.patch.dict(os.environ, {"OUTOFPLACE_VERIFY_EACH": "1"}):
             warnings.simplefilter("ignore", UserWarning)
-            assert_matches_eager(f, *args, **kwargs)
+            assert_program_matches_eager(program)
     except outofplace.UnsupportedMutationError as error:
         if shrinking:
             return

@@ -17,9 +17,28 @@ import outofplace
 
 
 def _clone(tree: Any) -> Any:
-    """A deep copy of the tensor leaves of a pytree; other leaves are shared."""
-    return pytree.tree_map(
-        lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v, tree)
+    """A deep copy of the tensor leaves of a pytree, in their layout: each storage is
+    copied once, and every leaf viewing it becomes the same view of the copy (an input
+    at a storage offset, strided, or sharing a buffer with another stays so); other
+    leaves are shared."""
+    storages: dict[int, torch.UntypedStorage] = {}
+
+    def clone(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor):
+            return v
+        v = v.detach()
+        key = v.untyped_storage().data_ptr()
+        if key not in storages:
+            storages[key] = v.untyped_storage().clone()
+        return torch.empty(0, dtype=v.dtype, device=v.device).set_(
+            storages[key], v.storage_offset(), v.shape, v.stride())
+
+    return pytree.tree_map(clone, tree)
+
+
+def whole_storage(t: torch.Tensor) -> torch.Tensor:
+    """Every element of t's storage, those around and between t's own too."""
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
 
 
 # IREE rounds a fused chain of bfloat16 ops once, in float32, where eager rounds after each
@@ -102,14 +121,29 @@ def assert_matches_eager(f: Any, *args: Any, **kwargs: Any) -> outofplace.Compil
                 for name, value in _state(f).items():
                     value.copy_(before[name])
         eager_f = copy.deepcopy(pristine) if is_module else f
-        eager_args, eager_kwargs = _clone((args, kwargs))
-        compiled_args, compiled_kwargs = _clone((args, kwargs))
-        expected = eager_f(*eager_args, **eager_kwargs)
-        actual = compiled.run(compiled_args, compiled_kwargs, engine=engine)
-
-        assert_same_tree(actual, expected, f"[{engine}] output", engine)
-        assert_same_tree((compiled_args, compiled_kwargs), (eager_args, eager_kwargs),
-                         f"[{engine}] input after the call", engine)
+        assert_call_matches_eager(compiled, eager_f, args, kwargs, engine)
         if is_module:
             assert_module_state_matches(f, eager_f, f"[{engine}] state", engine)
     return compiled
+
+
+def assert_call_matches_eager(compiled: outofplace.Compiled, f: Any, args: tuple,
+                              kwargs: dict, engine: str) -> None:
+    """One call of `compiled` on `engine` against `f`, each on its own copy of the
+    arguments (in their layout): outputs, inputs after the call, and their whole
+    storages (nothing written around or between an input's elements)."""
+    eager_args, eager_kwargs = _clone((args, kwargs))
+    compiled_args, compiled_kwargs = _clone((args, kwargs))
+    expected = f(*eager_args, **eager_kwargs)
+    actual = compiled.run(compiled_args, compiled_kwargs, engine=engine)
+
+    assert_same_tree(actual, expected, f"[{engine}] output", engine)
+    assert_same_tree((compiled_args, compiled_kwargs), (eager_args, eager_kwargs),
+                     f"[{engine}] input after the call", engine)
+    compiled_leaves = pytree.tree_leaves((compiled_args, compiled_kwargs))
+    eager_leaves = pytree.tree_leaves((eager_args, eager_kwargs))
+    for i, (a, e) in enumerate(zip(compiled_leaves, eager_leaves)):
+        if isinstance(e, torch.Tensor) and \
+                e.untyped_storage().nbytes() % max(e.element_size(), 1) == 0:
+            assert_same(whole_storage(a), whole_storage(e),
+                        f"[{engine}] storage of input leaf {i} after the call", engine)

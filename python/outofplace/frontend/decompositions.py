@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from .. import op_registry
 from ..errors import UnsupportedMutationError
 from .fx_graph import call, source_line, view_roots
 
@@ -121,6 +122,11 @@ def _scatter_reduce_mean(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
     include_self = node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)
     if reduce != "mean":
         return None
+    if self.meta["val"].dtype == torch.bool:  # no bool count to divide by
+        raise UnsupportedMutationError(
+            op_registry.mlir_name(node.target), 'reduce="mean" of a bool tensor, which '
+            "eager does not implement either (scatter_gather_tensor_cpu_reduce_mean is "
+            "not implemented for 'Bool')", location=source_line(node))
     total = call(graph, torch.ops.aten.scatter_reduce.two, self, dim, index, src, "sum",
                  include_self=include_self)
     start = torch.ops.aten.ones_like.default if include_self else \
@@ -152,6 +158,31 @@ def _as_transpose(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node |
         return None
     dims = (-2, -1) if node.target in _TRANSPOSE_LAST else node.args[1:3]
     return graph.call_function(torch.ops.aten.transpose.int, (self, *dims))
+
+
+@_decomposes(torch.ops.aten.ravel.default)
+def _ravel(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """x.ravel()  =>  x.reshape(-1): torch-mlir knows no aten.ravel (it stays a
+    torch.operator, illegal in the lowering). Like reshape, it is a view of a contiguous
+    x and a copy otherwise; its fake value (kept) tells _copy_where_views_copy which."""
+    return graph.call_function(torch.ops.aten.reshape.default, (node.args[0], [-1]))
+
+
+@_decomposes(torch.ops.aten.cumsum.default, torch.ops.aten.cumsum_.default)
+def _cumsum_of_0d(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """cumsum of a 0-d tensor, which torch-mlir fails to lower, as the cumsum of its
+    one-element view: x.view(1).cumsum(0).view(()). (cumprod has no lowering at all.)"""
+    self = node.args[0]
+    if self.meta["val"].dim() != 0:
+        return None
+    functional = {torch.ops.aten.cumsum_.default: torch.ops.aten.cumsum.default}
+    target = functional.get(node.target, node.target)
+    scan = call(graph, target, call(graph, torch.ops.aten.view.default, self, [1]), 0,
+                **{k: v for k, v in node.kwargs.items() if k == "dtype"})
+    result = call(graph, torch.ops.aten.view.default, scan, [])
+    if node.target in functional:
+        return call(graph, torch.ops.aten.copy_.default, self, result)
+    return result
 
 
 @_decomposes(torch.ops.aten.squeeze.dims)
@@ -468,6 +499,18 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     if node.target in (torch.ops.aten.remainder_.Tensor, torch.ops.aten.remainder_.Scalar):
         return call(graph, torch.ops.aten.copy_.default, a, result)
     return result
+
+
+@_decomposes(torch.ops.aten.fmod.Scalar, torch.ops.aten.fmod_.Scalar)
+def _fmod_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """`x.fmod_(1.5)`: torch-mlir lowers fmod only between tensors (fmod.Scalar is left
+    illegal), so the divisor becomes a 0-d tensor of the result's dtype."""
+    a, b = node.args[:2]
+    divisor = call(graph, torch.ops.aten.scalar_tensor.default, b,
+                   dtype=node.meta["val"].dtype)
+    target = torch.ops.aten.fmod_.Tensor if node.target is torch.ops.aten.fmod_.Scalar \
+        else torch.ops.aten.fmod.Tensor
+    return call(graph, target, a, divisor)
 
 
 _INDEXING = (torch.ops.aten.index.Tensor, torch.ops.aten.index_put_.default,

@@ -47,13 +47,19 @@ def rewrite(graph: torch.fx.Graph) -> None:
 
 
 def _fake_constants(graph: torch.fx.Graph) -> None:
-    """Gives each constant (`get_attr`) the fake value every other node has."""
+    """Gives each constant (`get_attr`) the fake value every other node has, with a
+    storage of its own: `from_tensor` would return the fake tracing made of the same
+    tensor, which for `torch.tensor([...])` in the program is the value of its
+    `lift_fresh_copy`, a copy, then seen as a view of the constant (and torch-mlir's
+    as_strided rewrite, walking storages back, read the constant for the copy)."""
     constants = [n for n in graph.nodes if n.op == "get_attr" and "val" not in n.meta]
     if constants:
         fake_mode = fake_mode_of(graph)
         for node in constants:
-            node.meta["val"] = fake_mode.from_tensor(getattr(graph.owning_module, node.target),
-                                                     static_shapes=True)
+            value = getattr(graph.owning_module, node.target)
+            with fake_mode:
+                node.meta["val"] = torch.empty_strided(value.shape, value.stride(),
+                                                       dtype=value.dtype)
 
 
 def _copy_where_views_copy(graph: torch.fx.Graph) -> None:

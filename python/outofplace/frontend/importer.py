@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 import torch
 import torch.fx
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch.fx.experimental.symbolic_shapes import (GuardOnDataDependentSymNode,
+                                                   PendingUnbackedSymbolNotFound)
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            DynamicOutputShapeException)
@@ -120,9 +121,10 @@ def _function_module(fn: Callable) -> torch.nn.Module:
 
 
 # What torch.export raises when a value computed from tensor data is needed as a Python
-# value (`.item()` in a shape, `if x.sum() > 0:`, the bounds check of a runtime index).
+# value (`.item()` in a shape, `if x.sum() > 0:`, the bounds check of a runtime index,
+# `x.narrow(0, pos, 1)` with a 0-d tensor `pos`).
 _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
-                   DynamicOutputShapeException)
+                   DynamicOutputShapeException, PendingUnbackedSymbolNotFound)
 
 
 # What tracing raises for a write into an expanded view that eager let through (a copy

@@ -90,6 +90,11 @@ def strided_views_of_roots(graph: torch.fx.Graph) -> None:
             raise UnsupportedMutationError(
                 "torch.aten.unfold", "unfold of a tensor that is not contiguous",
                 location=source_line(node))
+        if val.dtype != root_val.dtype and val.itemsize != root_val.itemsize:
+            raise UnsupportedMutationError(
+                op_registry.mlir_name(node.target), f"of a view as {val.dtype} of a "
+                f"{root_val.dtype} tensor (elements of another size)",
+                location=source_line(node))
         with graph.inserting_before(node):
             if root_val.numel() == 1:  # every element is the one element: torch-mlir's
                 # rewrite of as_strided fails on a 0-d base
@@ -97,9 +102,21 @@ def strided_views_of_roots(graph: torch.fx.Graph) -> None:
                     graph, torch.ops.aten.view.default, root, [1] * val.dim()),
                     list(val.shape))
             else:
+                # as_strided's storage_offset is absolute in the storage, as in eager
+                # and in torch-mlir's importer (fx_as_strided), not relative to root:
+                # of an input at a storage offset, the relative one moved the view.
+                positions = element_offsets(val) - root_val.storage_offset()
+                if positions.numel() and not 0 <= int(positions.min()) <= \
+                        int(positions.max()) < root_val.numel():
+                    raise UnsupportedMutationError(
+                        op_registry.mlir_name(node.target), "of elements outside the "
+                        "tensor it views (storage the program does not receive)",
+                        location=source_line(node))
                 strided = call(graph, torch.ops.aten.as_strided.default, root,
-                               list(val.shape), list(val.stride()),
-                               val.storage_offset() - root_val.storage_offset())
+                               list(val.shape), list(val.stride()), val.storage_offset())
+            if val.dtype != root_val.dtype:  # `x.view(torch.int32).as_strided(...)`:
+                # the root's elements at those positions, reinterpreted (a bitcast)
+                strided = call(graph, torch.ops.aten.view.dtype, strided, val.dtype)
         view_op = "unfold" if node.target is torch.ops.aten.unfold.default else \
             node.meta.get(_VIEW_OP)
         strided.meta = {**node.meta, "val": strided.meta["val"], _VIEW_OP: view_op}

@@ -43,6 +43,11 @@ _DTYPES = {number: dtype for dtype, number in TORCH_DTYPE_TO_INT.items()}
 # after this pass: `torch.zeros(2).sign_()` folded to ones). `empty` holds no values.
 _FACTORIES = frozenset({"zeros", "ones", "full", "arange", "scalar_tensor", "eye",
                         "linspace"})
+# Factories reading only the shape and dtype of their tensor operand (self), constants
+# whatever it holds: torch-mlir turns them into literals its folders misread
+# (`torch.full_like(x, 2.5).trunc_()` folded to -2), so they fold here.
+_FACTORIES_LIKE = frozenset({"zeros_like", "ones_like", "full_like", "new_zeros",
+                             "new_ones", "new_full"})
 
 
 class _Unknown(Exception):
@@ -94,12 +99,17 @@ def _constant(value: ir.Value, known: dict[ir.Value, Any]) -> Any:
         result = _literal_value(op)
     elif op.name in ("torch.constant.int", "torch.constant.float", "torch.constant.bool"):
         result = op.attributes["value"].value
+    elif op.name in ("torch.constant.device", "torch.constant.str"):  # "cpu", "floor"
+        result = ir.StringAttr(op.attributes["value"]).value
     elif op.name == "torch.constant.none":
         result = None
-    elif op.name == "torch.constant.device":
-        result = ir.StringAttr(op.attributes["value"]).value
     elif op.name == "torch.prim.ListConstruct":
         result = [_constant(v, known) for v in op.operands]
+    elif op.name == "torch.prim.NumToTensor.Scalar":  # `t.add_(1)`: the 1 as a 0-d tensor
+        dtype = torch_types.TensorType.of(op.result.type).dtype
+        if dtype is None:
+            raise _Unknown()
+        result = torch.tensor(_constant(op.operands[0], known), dtype=dtype)
     elif op.name == "torch_c.from_builtin_tensor" and isinstance(op.operands[0], ir.OpResult) \
             and op.operands[0].owner.name == "torch_c.to_builtin_tensor":
         result = _constant(op.operands[0].owner.operands[0], known)  # a round trip
@@ -107,6 +117,15 @@ def _constant(value: ir.Value, known: dict[ir.Value, Any]) -> Any:
         raise _Unknown()
     known[value] = result
     return result
+
+
+def _shape_of(value: ir.Value) -> torch.Tensor:
+    """A tensor of the value's shape and dtype, for an op that reads nothing else."""
+    t = torch_types.TensorType.of(value.type) if torch_types.is_value_tensor(value.type) \
+        else None
+    if t is None or t.sizes is None or t.dtype is None:
+        raise _Unknown()
+    return torch.zeros((), dtype=t.dtype).expand(t.sizes)
 
 
 def _argument(schema_type: str, value: Any) -> Any:
@@ -137,13 +156,14 @@ def _fold(op: ir.Operation, known: dict[ir.Value, Any]) -> torch.Tensor | None:
             return _small(torch.empty(result_type.sizes, dtype=result_type.dtype).copy_(src))
         except RuntimeError:
             return None
+    schema = effects.overload._schema
+    name = schema.name.split("::")[1]
     try:
-        values = [_constant(v, known) for v in op.operands]
+        values = [_shape_of(v) if i == 0 and name in _FACTORIES_LIKE else _constant(v, known)
+                  for i, v in enumerate(op.operands)]
     except _Unknown:
         return None
-    schema = effects.overload._schema
-    if not any(isinstance(v, torch.Tensor) for v in values) and \
-            schema.name.split("::")[1] not in _FACTORIES:
+    if not any(isinstance(v, torch.Tensor) for v in values) and name not in _FACTORIES:
         return None
     positional, keywords = [], {}
     try:

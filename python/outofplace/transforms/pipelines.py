@@ -16,6 +16,7 @@ from ..context import load_torch_conversion
 from .diagonal import decompose_diagonal
 from .empty_tensors import fold_empty_tensors
 from .constant_folding import fold_constants
+from .constant_shields import shield_constants, strip_constant_shields
 from .inplace_to_outofplace import inplace_to_outofplace
 from .lower_updates import lower_updates
 
@@ -49,6 +50,10 @@ for _argument, _fn, _description in [
          "Lower update ops to dynamic_update_slice, scatter or pad+select"),
         ("outofplace-fold-constants", fold_constants,
          "Fold constant tensor computations with PyTorch (torch-mlir folds some wrongly)"),
+        ("outofplace-shield-constants", shield_constants,
+         "Hide tensor literals from torch-mlir's folders behind optimization barriers"),
+        ("outofplace-strip-constant-shields", strip_constant_shields,
+         "Remove the constant shields and fold reshapes and broadcasts of constants"),
         ("outofplace-stablehlo-constants", lowering.stablehlo_constants,
          "Turn tensor arith.constant into stablehlo.constant"),
         ("outofplace-verify-stablehlo", lowering.check_pure_stablehlo,
@@ -61,8 +66,10 @@ register_pipeline(
     "outofplace-lower-to-stablehlo",
     ["outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
      "outofplace-lower-updates", "outofplace-fold-constants",
+     "outofplace-shield-constants",
      *lowering.TORCH_TO_STABLEHLO,
      "outofplace-stablehlo-constants",
+     "outofplace-strip-constant-shields",
      "outofplace-verify-stablehlo"],
     "Lower value-semantic torch IR to pure StableHLO")
 register_pipeline(

@@ -1,0 +1,152 @@
+"""`outofplace-shield-constants` and `outofplace-strip-constant-shields`: tensor literals
+kept out of sight of torch-mlir's folders, which misread constants they can see.
+
+A workaround of torch-mlir folder bugs (test/pytest/test_upstream_canaries.py pins them;
+when a canary fails, upstream is fixed and both passes can go):
+- `comparisonScaleFolder` (torch.aten.gt/ge/lt/le/eq/ne.Scalar) of a float tensor and an
+  int scalar takes the integer path and reads float storage as an integer: for a splat,
+  an address (a result that changes from run to run with ASLR), otherwise a segfault.
+  torch-mlir's own decompositions of `trunc` and `sgn` create `gt/lt.Scalar(x, 0)`.
+- `AtenDivTensorModeOp::fold` divides int64 as uint64 (-2 becomes 2**64 - 2) and floors
+  wrongly: `arange(5) // -2` folds to zeros.
+
+outofplace-fold-constants computes every constant it sees with PyTorch, but torch-mlir
+derives constants of its own from ops with a constant operand, after that pass (a
+`where` of an all-true literal mask is its other operand), and hands them to those
+folders. So no literal is left readable: `outofplace-shield-constants` puts each behind
+an optimization barrier, which folds nothing,
+
+    %0 = torch.vtensor.literal(dense<2.5> : tensor<3xf32>) : !torch.vtensor<[3],f32>
+    =>
+    %c = stablehlo.constant dense<2.5> : tensor<3xf32>
+    %b = stablehlo.optimization_barrier {outofplace.constant_shield} %c : tensor<3xf32>
+    %0 = torch_c.from_builtin_tensor %b : tensor<3xf32> -> !torch.vtensor<[3],f32>
+
+and `outofplace-strip-constant-shields`, once torch-mlir's pipelines are done, removes
+the barriers and folds the reshapes, broadcasts, transposes, slices and conversions of
+constants the lowering put after them (torch-mlir's folders used to), with StableHLO's
+reference interpreter, so the emitted program holds one constant where it held one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from torch_mlir import ir
+from torch_mlir._mlir_libs import _stablehlo
+from torch_mlir.dialects import func as func_d
+
+from .. import torch_types
+from ..ir_utils import all_operations
+
+SHIELD = "outofplace.constant_shield"
+
+# Ops that only move or convert elements, folded when their operand is a constant.
+_MOVES = frozenset({"stablehlo.reshape", "stablehlo.broadcast_in_dim",
+                    "stablehlo.transpose", "stablehlo.slice", "stablehlo.convert",
+                    "stablehlo.concatenate"})
+_MAX_ELEMENTS = 1 << 16  # larger non-splat results are left to run time
+
+
+def _builtin_value(literal: ir.Operation) -> ir.DenseElementsAttr:
+    """The literal's elements as StableHLO holds them (signless integers)."""
+    dense = ir.DenseElementsAttr(literal.attributes["value"])
+    t = torch_types.TensorType.of(literal.result.type)
+    element = torch_types.element_type(t.dtype, signless=True)
+    builtin = ir.RankedTensorType.get(list(t.sizes), element, loc=literal.location)
+    if dense.type == builtin:  # floats and bools
+        return dense
+    if dense.is_splat:
+        value = ir.IntegerAttr(dense.get_splat_value()).value
+        return ir.DenseElementsAttr.get_splat(builtin, ir.IntegerAttr.get(element, value))
+    return ir.DenseElementsAttr.get(np.ascontiguousarray(np.array(dense)), type=element,
+                                    shape=list(t.sizes))
+
+
+def shield_constants(module: ir.Operation) -> None:
+    """Every `torch.vtensor.literal` as a StableHLO constant behind an optimization
+    barrier, brought back into torch IR by `torch_c.from_builtin_tensor`."""
+    for op in all_operations(module):
+        if op.name != "torch.vtensor.literal":
+            continue
+        value = _builtin_value(op)
+        ip = ir.InsertionPoint(op)
+        constant = ir.Operation.create("stablehlo.constant", results=[value.type],
+                                       attributes={"value": value}, loc=op.location, ip=ip)
+        barrier = ir.Operation.create("stablehlo.optimization_barrier", results=[value.type],
+                                      operands=[constant.result],
+                                      attributes={SHIELD: ir.UnitAttr.get()},
+                                      loc=op.location, ip=ip)
+        cast = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
+                                   operands=[barrier.result], loc=op.location, ip=ip)
+        op.result.replace_all_uses_with(cast.result)
+        op.erase()
+
+
+def _constant_value(value: ir.Value) -> ir.DenseElementsAttr | None:
+    if isinstance(value, ir.OpResult) and value.owner.name == "stablehlo.constant":
+        return ir.DenseElementsAttr(value.owner.attributes["value"])
+    return None
+
+
+def _evaluate(name: str, attributes: dict[str, ir.Attribute],
+              operands: list[ir.DenseElementsAttr], result_type: ir.RankedTensorType
+              ) -> ir.DenseElementsAttr:
+    """Op `name` applied to constant operands, by StableHLO's reference interpreter."""
+    with ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            main = func_d.FuncOp("main", ir.FunctionType.get([], [result_type]))
+            with ir.InsertionPoint(main.add_entry_block()):
+                constants = [ir.Operation.create("stablehlo.constant", results=[o.type],
+                                                 attributes={"value": o}).result
+                             for o in operands]
+                moved = ir.Operation.create(name, results=[result_type], operands=constants,
+                                            attributes=attributes)
+                func_d.ReturnOp([moved.result])
+    (result,) = _stablehlo.eval_module(module, [])
+    return ir.DenseElementsAttr(result)
+
+
+def _fold_move(op: ir.Operation) -> bool:
+    """Replaces a reshape, broadcast, transpose, slice, conversion or concatenation of
+    constants by the constant it makes, unless that is a large non-splat one."""
+    operands = [_constant_value(v) for v in op.operands]
+    result_type = ir.RankedTensorType(op.result.type)
+    if not operands or any(o is None for o in operands) or not result_type.has_static_shape:
+        return False
+    if len(operands) == 1 and operands[0].is_splat:  # the same splat, converted if need be
+        splat = operands[0].get_splat_value()
+        if op.name == "stablehlo.convert":
+            with op.location:
+                one = ir.RankedTensorType.get([], ir.ShapedType(operands[0].type).element_type)
+                into = ir.RankedTensorType.get([], result_type.element_type)
+            splat = _evaluate(op.name, {}, [ir.DenseElementsAttr.get_splat(one, splat)],
+                              into).get_splat_value()
+        value = ir.DenseElementsAttr.get_splat(result_type, splat)
+    elif np.prod(result_type.shape) <= _MAX_ELEMENTS:
+        attributes = {name: op.attributes[name] for name in op.attributes}
+        value = _evaluate(op.name, attributes, operands, result_type)
+    else:
+        return False
+    constant = ir.Operation.create("stablehlo.constant", results=[op.result.type],
+                                   attributes={"value": value}, loc=op.location,
+                                   ip=ir.InsertionPoint(op))
+    op.result.replace_all_uses_with(constant.result)
+    op.erase()
+    return True
+
+
+def strip_constant_shields(module: ir.Operation) -> None:
+    """Removes the barriers `shield_constants` put, then folds the moves of constants."""
+    for op in all_operations(module):
+        if op.name == "stablehlo.optimization_barrier" and SHIELD in op.attributes:
+            op.result.replace_all_uses_with(op.operands[0])
+            op.erase()
+    for op in all_operations(module):  # program order: a fold feeds the next move
+        if op.name not in _MOVES:
+            continue
+        sources = list(op.operands)  # constants: _fold_move folds nothing else
+        if _fold_move(op):
+            for source in {s.owner: s for s in sources}.values():  # `concatenate %c, %c`
+                if not list(source.uses):
+                    source.owner.erase()

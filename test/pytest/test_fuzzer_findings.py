@@ -1,0 +1,300 @@
+"""What an independent differential fuzzer found (issue 21), each against eager.
+
+Constants torch-mlir's folders misread, inputs at a storage offset, a dtype view under
+as_strided, ops torch-mlir cannot lower, and the refusals that replace raw errors.
+(assert_matches_eager keeps each input's layout and compares its whole storage.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from typing import Callable
+
+import pytest
+import torch
+
+import outofplace
+from differential import assert_matches_eager
+
+
+# --- constants: folded by PyTorch, or kept from torch-mlir's folders -------------------
+
+def floor_divide_constant():
+    t = torch.arange(5)
+    t.floor_divide_(-2)
+    return t
+
+
+def div_floor_constant():
+    t = torch.arange(5)
+    t.div_(-2, rounding_mode="floor")
+    return t
+
+
+def div_trunc_constant():
+    t = torch.arange(5)
+    t.div_(-2, rounding_mode="trunc")
+    return t
+
+
+def div_functional_constant():
+    return torch.div(torch.arange(4), -1, rounding_mode="floor")
+
+
+def trunc_of_non_splat_constant():  # segfaulted in torch-mlir's comparison folder
+    t = torch.arange(3.)
+    t.add_(1)
+    t.trunc_()
+    return t
+
+
+def trunc_of_splat_constant():  # -2 on some runs: the folder read an address
+    t = torch.zeros(3)
+    t.add_(2.5)
+    t.trunc_()
+    return t
+
+
+def full_like_trunc(x):  # torch-mlir makes the full_like a literal of its own
+    return torch.full_like(x, 2.5).trunc_()
+
+
+def new_full_sgn(x):
+    return x.new_full((4,), -2.5).sgn_()
+
+
+def ones_like_floor_divide(x):
+    return torch.ones_like(x).mul_(5).floor_divide_(-2)
+
+
+def masked_fill_then_mask_write(c):  # wrong in about one fresh process in six
+    c.view(2, 1, 2).masked_fill_(torch.linspace(-2, 2, 4).reshape(2, 1, 2).abs() > 0, 0.0)
+    c[c[..., 0] > 0] = 0.25
+    return c
+
+
+def all_true_fill_then_trunc(c):  # torch-mlir folds the where to a literal, then sgn
+    c.masked_fill_(torch.ones(4, dtype=torch.bool), 2.5)
+    c.trunc_()
+    return c
+
+
+def all_true_fill_then_floor_divide(c):
+    c.masked_fill_(torch.ones(4, dtype=torch.bool), 5)
+    c.floor_divide_(-2)
+    return c
+
+
+CONSTANT_PROGRAMS = [
+    (floor_divide_constant, ()), (div_floor_constant, ()), (div_trunc_constant, ()),
+    (div_functional_constant, ()), (trunc_of_non_splat_constant, ()),
+    (trunc_of_splat_constant, ()), (full_like_trunc, (torch.arange(1., 5.),)),
+    (new_full_sgn, (torch.arange(1., 5.),)), (ones_like_floor_divide, (torch.arange(4),)),
+    (masked_fill_then_mask_write, (torch.arange(1., 5.).reshape(2, 2),)),
+    (all_true_fill_then_trunc, (torch.arange(1., 5.),)),
+    (all_true_fill_then_floor_divide, (torch.arange(4),)),
+]
+
+
+@pytest.mark.parametrize("f, args", CONSTANT_PROGRAMS,
+                         ids=[f.__name__ for f, _ in CONSTANT_PROGRAMS])
+def test_constants_match_eager(f: Callable, args: tuple) -> None:
+    assert_matches_eager(f, *args)
+
+
+def _texts() -> None:
+    """Prints a digest of the StableHLO of each constant program (run in a subprocess)."""
+    for f, args in CONSTANT_PROGRAMS:
+        text = outofplace.compile(f, [a.clone() for a in args]).stablehlo
+        print(f.__name__, hashlib.sha256(text.encode()).hexdigest())
+
+
+def test_compilation_is_the_same_in_fresh_processes() -> None:
+    """The same program compiles to the same text in two processes (folders that read
+    memory they should not gave answers that changed with the address layout)."""
+    command = [sys.executable, "-c", "import test_fuzzer_findings as t; t._texts()"]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    first, second = (subprocess.run(command, env=environment, capture_output=True,
+                                    text=True, timeout=600, check=True).stdout
+                     for _ in range(2))
+    assert len(first.splitlines()) == len(CONSTANT_PROGRAMS)
+    assert first == second
+
+
+# --- inputs at a storage offset ---------------------------------------------------------
+
+def _at_offset_3() -> torch.Tensor:
+    return torch.full((9,), 7.)[3:7]
+
+
+def as_strided_of_slice_written(a):
+    a[3:].as_strided((1,), (1,)).fill_(1)
+    return a
+
+
+def unfold_of_slice_written(a):
+    a[3:].unfold(0, 1, 3).fill_(1)
+    return a
+
+
+def as_strided_written(a):
+    a.as_strided((2,), (2,)).fill_(1)
+    return a
+
+
+def as_strided_read(a):
+    return a.as_strided((2,), (2,)) * 2
+
+
+@pytest.mark.parametrize("f", [as_strided_of_slice_written, unfold_of_slice_written,
+                               as_strided_written, as_strided_read])
+def test_strided_views_of_an_input_at_a_storage_offset(f: Callable) -> None:
+    """as_strided's storage_offset is absolute: re-rooted at an input at offset 3, a
+    relative one moved the view to other elements."""
+    assert_matches_eager(f, _at_offset_3())  # in its layout, whole storage compared
+
+
+def test_as_strided_outside_the_input_is_refused() -> None:
+    """Elements before the input's first one are storage the program does not receive."""
+    def f(a):
+        a.add_(1)
+        return a.as_strided((2,), (2,), 1) * 2
+
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match="as_strided: of elements outside the tensor it views"):
+        outofplace.compile(f, [_at_offset_3()])
+
+
+# --- as_strided of a dtype view ---------------------------------------------------------
+
+def test_as_strided_of_a_dtype_view_reads_the_bits() -> None:
+    def f(a):
+        a.add_(1)
+        return a.view(torch.int32).as_strided((2,), (1,)) + 0
+
+    assert_matches_eager(f, torch.ones(3))
+
+
+def test_write_through_as_strided_of_a_dtype_view_is_refused() -> None:
+    """It stored the float 1.0, not the bit pattern; a write through view(dtype) is
+    refused, through as_strided of one too."""
+    def f(a):
+        a.view(torch.int32).as_strided((2,), (1,))[0] = 1
+        return a
+
+    with pytest.raises(outofplace.UnsupportedMutationError, match="torch.aten.view.dtype"):
+        outofplace.compile(f, [torch.zeros(3)])
+
+
+# --- ops torch-mlir cannot lower, decomposed --------------------------------------------
+
+def fmod_scalar_inplace(x):
+    x.fmod_(1.5)
+    return x
+
+
+def fmod_scalar(x):
+    return torch.fmod(x, -1.5)
+
+
+def ravel_of_transpose_written(a):
+    r = a.t().ravel()
+    r.add_(1)
+    return a, r
+
+
+def ravel_written(a):  # a view of a contiguous tensor
+    r = a.ravel()
+    r.add_(1)
+    return a, r
+
+
+def cumsum_of_0d(x):
+    return torch.cumsum(x, 0)
+
+
+def cumsum_of_0d_inplace(x):
+    x.cumsum_(0)
+    return x
+
+
+def cumsum_of_0d_int(x):
+    return torch.cumsum(x, -1)
+
+
+@pytest.mark.parametrize("f, args", [
+    (fmod_scalar_inplace, (torch.linspace(-3, 3, 5),)),
+    (fmod_scalar, (torch.linspace(-3, 3, 7),)),
+    (ravel_of_transpose_written, (torch.arange(6.).reshape(2, 3),)),
+    (ravel_written, (torch.arange(6.).reshape(2, 3),)),
+    (cumsum_of_0d, (torch.tensor(2.5),)),
+    (cumsum_of_0d_inplace, (torch.tensor(2.5),)),
+    (cumsum_of_0d_int, (torch.tensor(3, dtype=torch.int32),)),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_decomposed_ops_match_eager(f: Callable, args: tuple) -> None:
+    assert_matches_eager(f, *args)
+
+
+# --- refusals in place of raw errors ----------------------------------------------------
+
+def unsqueeze_input(x):
+    x.unsqueeze_(0)
+    return x
+
+
+def narrow_at_runtime_position(x, pos):
+    x.narrow(0, pos, 1).add_(1)
+    return x
+
+
+def scatter_reduce_mean_of_bool(x, index, src):
+    x.scatter_reduce_(0, index, src, "mean")
+    return x
+
+
+BOOLS = (torch.tensor([False, True, False]), torch.tensor([0, 2, 2]),
+         torch.tensor([True, False, True]))
+
+
+@pytest.mark.parametrize("f, args, message", [
+    (unsqueeze_input, (torch.ones(3),),
+     "torch.aten.unsqueeze_: it changes the shape or strides of a tensor in place"),
+    (narrow_at_runtime_position, (torch.zeros(4), torch.tensor(2)),
+     "torch.export: a value read from a tensor's data decides a shape"),
+    (scatter_reduce_mean_of_bool, BOOLS,
+     'torch.aten.scatter_reduce_.two: reduce="mean" of a bool tensor'),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_refused_with_a_reason(f: Callable, args: tuple, message: str) -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(f, list(args))
+    assert message in str(info.value)
+    line = f.__code__.co_firstlineno + 1
+    assert f"{__file__}:{line}" in str(info.value)
+
+
+def test_eager_refuses_bool_scatter_mean_too() -> None:
+    """The refusal above mirrors eager, which does not implement it either."""
+    x, index, src = (t.clone() for t in BOOLS)
+    with pytest.raises(NotImplementedError):
+        x.scatter_reduce_(0, index, src, "mean")
+
+
+# --- found by the widened fuzzer --------------------------------------------------------
+
+def test_as_strided_of_a_written_constant_local() -> None:
+    """`torch.tensor([...])` is a constant and its `lift_fresh_copy`, a copy; tracing gave
+    both one fake storage, so torch-mlir's as_strided rewrite read the constant, not the
+    written copy (and its importer failed: "Node already has a value")."""
+    def f(pos):
+        c = torch.tensor([[-6.0, -2.5, 7.0], [4.0, -5.0, -1.0]])
+        c.ceil_()
+        t = c * 2
+        t[:, pos] = -1.5
+        t[:, -1] = c.as_strided((1,), (1,))
+        return c, t
+
+    assert_matches_eager(f, torch.tensor(1))
