@@ -12,6 +12,8 @@ config.suffixes = [".mlir", ".py"]
 config.excludes = ["lit.cfg.py", "pytest", "fuzz", "Inputs"]
 config.test_source_root = os.path.dirname(__file__)
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+if "PYTHONPATH" in os.environ:  # the checkout under test, not the one the venv installed
+    config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]
 config.environment["PATH"] = os.pathsep.join(
     [os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 config.substitutions.append(("%PYTHON", sys.executable))
