@@ -12,8 +12,6 @@ config.suffixes = [".mlir", ".py"]
 config.excludes = ["lit.cfg.py", "pytest", "fuzz", "Inputs"]
 config.test_source_root = os.path.dirname(__file__)
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
-if "PYTHONPATH" in os.environ:  # a checkout other than the installed one
-    config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]
 config.environment["PATH"] = os.pathsep.join(
     [os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 # The package of this tree, not whichever one the venv installed (lit passes no
