@@ -658,3 +658,16 @@ def test_write_through_permute_is_one_dynamic_update_slice():
     text = compiled.stablehlo
     assert text.count("stablehlo.dynamic_update_slice") == 2
     assert '"stablehlo.scatter"' not in text
+
+
+def write_through_as_strided_of_a_copying_reshape(x):
+    t = x * 2
+    v = t.permute(1, 0).reshape(-1).as_strided((3,), (1,))  # reshape copied: v is apart
+    v.add_(100)
+    return v, t
+
+
+def test_write_through_as_strided_of_a_reshape_that_copied():
+    """The clone that makes the copy explicit has storage of its own: reads through the
+    as_strided were re-taken from the reshape's input and lost the write (fuzzer)."""
+    assert_matches_eager(write_through_as_strided_of_a_copying_reshape, torch.randn(2, 3))

@@ -83,6 +83,8 @@ def _copy_where_views_copy(graph: torch.fx.Graph) -> None:
         with graph.inserting_after(node):
             clone = graph.call_function(torch.ops.aten.clone.default, (node,))
         clone.meta = dict(node.meta)
+        with fake_mode_of(graph):  # the copy's own storage: storage facts tell them apart
+            clone.meta["val"] = node.meta["val"].clone()
         node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
 
 
