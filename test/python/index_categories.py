@@ -364,9 +364,8 @@ def index_put_accumulate():
 # masked_fill_: its twin masked_fill is a select over the whole tensor.
 # CHECK-LABEL: TEST: masked_fill
 # CHECK:       func.func @main(%b: tensor<10xf32> {tf.aliasing_output = 0 : i32}, %mask: tensor<10xi1>) -> tensor<10xf32>
-# CHECK:         %[[THREE:.*]] = stablehlo.constant dense<3.000000e+00> : tensor<f32>
 # CHECK:         %[[M:.*]] = stablehlo.broadcast_in_dim %mask, dims = [0] : (tensor<10xi1>) -> tensor<10xi1>
-# CHECK:         %[[FILL:.*]] = stablehlo.broadcast_in_dim %[[THREE]], dims = [] : (tensor<f32>) -> tensor<10xf32>
+# CHECK:         %[[FILL:.*]] = stablehlo.constant dense<3.000000e+00> : tensor<10xf32>
 # CHECK:         %[[OLD:.*]] = stablehlo.broadcast_in_dim %b, dims = [0] : (tensor<10xf32>) -> tensor<10xf32>
 # CHECK:         %[[NEW:.*]] = stablehlo.select %[[M]], %[[FILL]], %[[OLD]] : tensor<10xi1>, tensor<10xf32>
 # CHECK-NEXT:    return %[[NEW]] : tensor<10xf32>
@@ -411,9 +410,8 @@ def scatter_add():
 # are set to -inf first (a replacing scatter), then a scatter whose body takes the max.
 # CHECK-LABEL: TEST: scatter_reduce_amax
 # CHECK:       func.func @main(%b: tensor<10xf32> {tf.aliasing_output = 0 : i32}, %idx: tensor<3xi64>, %src: tensor<3xf32>) -> tensor<10xf32>
-# CHECK:         %[[NEG_INF:.*]] = stablehlo.constant dense<0xFF800000> : tensor<f32>
 # CHECK:         %[[IDX:.*]] = stablehlo.reshape %idx : (tensor<3xi64>) -> tensor<3x1xi64>
-# CHECK:         %[[FILL:.*]] = stablehlo.broadcast_in_dim %[[NEG_INF]], dims = [] : (tensor<f32>) -> tensor<3xf32>
+# CHECK:         %[[FILL:.*]] = stablehlo.constant dense<0xFF800000> : tensor<3xf32>
 # CHECK:         %[[CLEARED:.*]] = "stablehlo.scatter"(%b, %[[IDX]], %[[FILL]])
 # CHECK:         %b_modified = "stablehlo.scatter"(%[[CLEARED]], %[[IDX]], %src)
 # CHECK-NEXT:    ^bb0(%[[OLD:[^:]+]]: tensor<f32>, %[[UPD:[^:]+]]: tensor<f32>):
@@ -445,8 +443,7 @@ def index_copy():
 # index_fill_: rewritten to index_put_ of the broadcast value, a scatter of rows.
 # CHECK-LABEL: TEST: index_fill
 # CHECK:       func.func @main(%b: tensor<4x6xf32> {tf.aliasing_output = 0 : i32}, %idx: tensor<2xi64>) -> tensor<4x6xf32>
-# CHECK:         %[[THREE:.*]] = stablehlo.constant dense<3.000000e+00> : tensor<f32>
-# CHECK:         %[[ROWS:.*]] = stablehlo.broadcast_in_dim %[[THREE]], dims = [] : (tensor<f32>) -> tensor<2x6xf32>
+# CHECK:         %[[ROWS:.*]] = stablehlo.constant dense<3.000000e+00> : tensor<2x6xf32>
 # CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%b, %{{.*}}, %[[ROWS]])
 # CHECK-NOT:     stablehlo.dynamic_update_slice
 # CHECK:         return %[[NEW]] : tensor<4x6xf32>
@@ -511,7 +508,7 @@ def view_before_write():
 # CHECK-LABEL: TEST: transpose_column
 # CHECK:       func.func @main(%x: tensor<4x6xf32> {tf.aliasing_output = 0 : i32}) -> tensor<4x6xf32>
 # CHECK-NOT:     stablehlo.transpose
-# CHECK:         %[[COL:.*]] = stablehlo.reshape %{{.*}} : (tensor<4xf32>) -> tensor<4x1xf32>
+# CHECK:         %[[COL:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<4x1xf32>
 # CHECK:         %x_modified = stablehlo.dynamic_update_slice %x, %[[COL]], %{{.*}}, %{{.*}} : (tensor<4x6xf32>, tensor<4x1xf32>, tensor<i64>, tensor<i64>) -> tensor<4x6xf32>
 # CHECK-NOT:     stablehlo.scatter
 # CHECK:         return %x_modified : tensor<4x6xf32>
@@ -526,10 +523,10 @@ def transpose_column():
 # a gather), scattered back at once at the elements' positions in the flattened root.
 # CHECK-LABEL: TEST: through_as_strided
 # CHECK:       func.func @main(%x: tensor<6xf32> {tf.aliasing_output = 0 : i32}) -> tensor<6xf32>
-# CHECK-DAG:     %[[POS:.*]] = stablehlo.constant dense<{{\[\[}}1], [3], [2], [4]]> : tensor<4x1xi64>
 # CHECK:         %[[COPY:.*]] = "stablehlo.gather"(%x,
 # CHECK:         %[[DOUBLED:.*]] = stablehlo.multiply %[[COPY]]
 # CHECK:         %[[FLAT:.*]] = stablehlo.reshape %[[DOUBLED]] : (tensor<2x2xf32>) -> tensor<4xf32>
+# CHECK:         %[[POS:.*]] = stablehlo.constant dense<{{\[\[}}1], [3], [2], [4]]> : tensor<4x1xi64>
 # CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%x, %[[POS]], %[[FLAT]])
 # CHECK-NOT:     stablehlo.dynamic_update_slice
 # CHECK:         return %[[NEW]] : tensor<6xf32>

@@ -36,7 +36,7 @@ from torch_mlir._mlir_libs import _stablehlo
 from torch_mlir.dialects import func as func_d
 
 from .. import torch_types
-from ..ir_utils import all_operations
+from ..ir_utils import all_operations, unnamed
 
 SHIELD = "outofplace.constant_shield"
 
@@ -129,8 +129,8 @@ def _fold_move(op: ir.Operation) -> bool:
     else:
         return False
     constant = ir.Operation.create("stablehlo.constant", results=[op.result.type],
-                                   attributes={"value": value}, loc=op.location,
-                                   ip=ir.InsertionPoint(op))
+                                   attributes={"value": value}, loc=unnamed(op.location),
+                                   ip=ir.InsertionPoint(op))  # a constant, no version
     op.result.replace_all_uses_with(constant.result)
     op.erase()
     return True
