@@ -83,9 +83,37 @@ def _copy_where_views_copy(graph: torch.fx.Graph) -> None:
         with graph.inserting_after(node):
             clone = graph.call_function(torch.ops.aten.clone.default, (node,))
         clone.meta = dict(node.meta)
-        with fake_mode_of(graph):  # the copy's own storage: storage facts tell them apart
-            clone.meta["val"] = node.meta["val"].clone()
         node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
+        _own_storage(graph, clone)
+
+
+def _own_storage(graph: torch.fx.Graph, clone: torch.fx.Node) -> None:
+    """Gives `clone` a fake value with storage of its own, and the views of it (and the
+    in-place ops returning them) values over that storage: with the copied view's, storage
+    facts could not tell the copy from what it copied (an as_strided read of it was taken
+    from the view's input and lost a write to the copy)."""
+    old = storage_of(clone.meta["val"])
+    with fake_mode_of(graph):
+        clone.meta["val"] = clone.meta["val"].clone()
+    changed = {clone}
+    for node in list(graph.nodes)[list(graph.nodes).index(clone) + 1:]:
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor) or storage_of(value) != old:
+            continue
+        effects = op_effects(node)
+        source = node.args[0] if node.args else None
+        if effects is None or source not in changed:
+            continue
+        if effects.is_view and effects.result_views == 0:
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
+                                                 lambda n: n.meta["val"])
+            with fake_mode_of(graph):
+                node.meta["val"] = node.target(*args, **kwargs)
+        elif effects.written and effects.result_views == 0:  # returns its self
+            node.meta["val"] = source.meta["val"]
+        else:
+            continue
+        changed.add(node)
 
 
 def _list_dim(node: torch.fx.Node) -> int:
