@@ -1102,10 +1102,10 @@ def programs(draw: Callable) -> Program:
 
 
 # ------------------------------------------------------------------------------ checking
-# Issue 21 item 3 (layouts checked at call time) belongs to compiled.py's call path. Once
-# it is merged, set this: a program with inputs in a layout is then called once more with
-# every input contiguous and separate, which must match eager or raise the named error.
-OTHER_LAYOUT_CALLS = False
+# Layouts are checked at call time (compiled.py traces again for another layout): a
+# program with inputs in a layout is called once more with every input contiguous and
+# separate, which must match eager.
+OTHER_LAYOUT_CALLS = True
 
 
 def assert_program_matches_eager(program: Program) -> Any:

@@ -2,9 +2,10 @@
 
 Each program (fuzz_programs.py) is compiled and run on every engine of
 differential.ENGINES; outputs and mutated inputs must equal eager's. A program that raises
-UnsupportedMutationError is a refusal: counted by reason, never a failure. A mismatch, any
-other exception or a crash fails; hypothesis shrinks it and prints the shortest program it
-finds as a runnable reproducer.
+UnsupportedMutationError is a refusal: counted by reason, never a failure; so is a program
+IREE's compiler rejects (IreeCompileError, after the other engines matched eager). A
+mismatch, any other exception or a crash fails; hypothesis shrinks it and prints the
+shortest program it finds as a runnable reproducer.
 
 Budget: a fixed-seed run of FIXED_PROGRAMS programs when OUTOFPLACE_FUZZ_EXAMPLES is unset;
 `OUTOFPLACE_FUZZ_EXAMPLES=N` (`make fuzz N=...`) runs N programs from fresh seeds. The work
@@ -35,6 +36,7 @@ from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis.internal.conjecture import engine as hypothesis_engine
 
 import outofplace
+from outofplace.backends.iree import IreeCompileError
 from fuzz_programs import Program, assert_program_matches_eager, programs
 
 FIXED_PROGRAMS = 200  # the fixed-seed budget of `make test`: about half a second each
@@ -88,8 +90,13 @@ class _Stats:
 STATS = _Stats()
 
 
-def refusal_reason(error: outofplace.UnsupportedMutationError) -> str:
-    """The op and reason of a refusal, without the source line and index."""
+def refusal_reason(error: outofplace.UnsupportedMutationError | IreeCompileError) -> str:
+    """The op and reason of a refusal, without the source line and index. IREE rejecting
+    a program (after the other engines ran it like eager) is loud, as a refusal is: its
+    first error line is the reason."""
+    if isinstance(error, IreeCompileError):
+        errors = [line for line in str(error).splitlines() if line.startswith("error:")]
+        return "IREE: " + (errors[0] if errors else str(error).splitlines()[0])[:200]
     reason = re.sub(r"<fuzzed-\d+>:\d+", "<line>", error.reason)
     return f"{error.op}: {reason}"
 
@@ -113,7 +120,7 @@ def check_program(program: Program) -> None:
                 mock.patch.dict(os.environ, {"OUTOFPLACE_VERIFY_EACH": "1"}):
             warnings.simplefilter("ignore", UserWarning)
             assert_program_matches_eager(program)
-    except outofplace.UnsupportedMutationError as error:
+    except (outofplace.UnsupportedMutationError, IreeCompileError) as error:
         if shrinking:
             return
         reason = refusal_reason(error)

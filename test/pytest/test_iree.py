@@ -146,6 +146,24 @@ def test_hlo_proto_aliases_are_checked_against_io_map() -> None:
     proto = compiled.hlo_module_proto()
     assert hlo_proto.alias_problems(proto, {0: 0}) == [
         "argument 0: the proto aliases 1, io_map says result 0"]
+    def write_only(c, k):  # one result: the proto's output is not a tuple
+        c[:, 0] = k
+
+    for backend in ("neuron", "xla"):
+        assert outofplace.compile(write_only, (torch.zeros(4, 8), torch.ones(4))
+                                  ).alias_problems(backend) == []
     unaliased = outofplace.compile(lambda a, b: a * b, (torch.randn(3), torch.randn(3)))
     assert hlo_proto.alias_problems(unaliased.hlo_module_proto(), {1: 0}) == [
         "argument 1: the proto aliases None, io_map says result 0"]
+
+
+@needs_iree
+def test_an_input_copied_into_a_written_tensor_is_not_written() -> None:
+    """`x.copy_(w); x[0] = 5` updates w's value: IREE 3.13 wrote the update into w's
+    buffer though w is not consumed (found by the fuzzer); w is passed as a copy."""
+    def f(x, w):
+        x.copy_(w)
+        x[0] = 5
+        return x.sum()
+
+    assert_matches_eager(f, torch.zeros(4, dtype=torch.int64), torch.tensor([1, 2, 3, 4]))

@@ -89,15 +89,15 @@ def aliases(proto: bytes) -> list[dict]:
 def alias_problems(proto: bytes, io_map: dict[int, int]) -> list[str]:
     """Where the proto's input_output_alias differs from `io_map`; [] when it is io_map:
     each mutated argument (a whole, untupled parameter) aliases its result, and nothing
-    else is aliased."""
+    else is aliased. A module with one result is not a tuple: its output index is []."""
     found = {}
     problems = []
     for entry in aliases(proto):
         argument, output = entry["parameter_number"], entry["output_shape_index"]
-        if entry["parameter_shape_index"] or len(output) != 1:
+        if entry["parameter_shape_index"] or len(output) > 1:
             problems.append(f"unexpected alias entry {entry}")
             continue
-        found[argument] = output[0]
+        found[argument] = output[0] if output else 0
     for argument, result in sorted(io_map.items()):
         if found.get(argument) != result:
             problems.append(f"argument {argument}: the proto aliases "

@@ -79,10 +79,11 @@ def _compiler() -> Any:
 
 
 def compile_stablehlo(stablehlo: str, io_map: dict[int, int]
-                      ) -> tuple[bytes, list[str], dict[int, int]]:
-    """The vmfb of a StableHLO module, `alias_problems` of its stream-phase program, and
-    the results that are arguments returned as they came ({result: argument}), which the
-    vmfb does not return (`_strip_returned_arguments`).
+                      ) -> tuple[bytes, list[str], dict[int, int], set[int]]:
+    """The vmfb of a StableHLO module, `alias_problems` of its stream-phase program, the
+    results that are arguments returned as they came ({result: argument}), which the
+    vmfb does not return (`_strip_returned_arguments`), and the arguments IREE may write
+    though they are not consumed (`_update_targets`), to be passed as copies.
 
     IREE 3.13 writes a consumed argument's buffer before every read of the argument's old
     value is done when that value is read by anything but the update itself
@@ -122,6 +123,7 @@ def compile_stablehlo(stablehlo: str, io_map: dict[int, int]
         unaliased = _old_value_read_elsewhere(module, renumbered) | \
             (io_map.keys() - renumbered.keys())
         _drop_aliases(module, unaliased)
+        scratch = _update_targets(module) - (renumbered.keys() - unaliased)
         run(module.operation, "ireeCompilerInvocationSetCompileToPhase")
         problems = [f"argument {argument}: compiled without its alias (IREE 3.13 would "
                     "update it wrongly in place)" for argument in sorted(unaliased)]
@@ -133,7 +135,7 @@ def compile_stablehlo(stablehlo: str, io_map: dict[int, int]
             ).output_vm_bytecode(output)
         vmfb = bytes(output.map_memory())
         output.close()
-        return vmfb, problems, passthrough
+        return vmfb, problems, passthrough, scratch
     finally:
         session.close()
 
@@ -180,6 +182,25 @@ def _strip_returned_arguments(module: Any) -> tuple[dict[int, int], list[int]]:
                 renumbered.append(ir.DictAttr.get(entries))
             main.attributes["arg_attrs"] = ir.ArrayAttr.get(renumbered)
     return passthrough, kept
+
+
+def _update_targets(module: Any) -> set[int]:
+    """Arguments of `main` that a dynamic_update_slice or scatter updates (directly or
+    through reshapes). IREE 3.13 writes such an update into the argument's buffer even
+    when the argument is not consumed (`w[0] = 1` on an input w that is not written
+    in eager, but copied into a written tensor first)."""
+    main = _main(module)
+    arguments = list(main.regions[0].blocks[0].arguments)
+    targets = set()
+    for op in _walk(main):
+        if op.name not in ("stablehlo.dynamic_update_slice", "stablehlo.scatter"):
+            continue
+        value = op.operands[0]
+        while _defining_op(value) is not None and \
+                _defining_op(value).name == "stablehlo.reshape":
+            value = _defining_op(value).operands[0]
+        targets.update(a for a, argument in enumerate(arguments) if argument == value)
+    return targets
 
 
 def _main(module: Any) -> Any:
@@ -368,13 +389,13 @@ def _importable(tensor: torch.Tensor) -> bool:
         tensor.data_ptr() % _ALIGNMENT == 0
 
 
-def _import(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+def _import(tensor: torch.Tensor, copy: bool = False) -> tuple[torch.Tensor, Any]:
     """(the tensor IREE reads and writes, its buffer view): the tensor itself when IREE can
-    import its memory, else a contiguous copy. (A DLPack import would do for reading, but
+    import its memory and `copy` is not asked for, else a contiguous copy. (A DLPack import would do for reading, but
     IREE cannot discard-write such a buffer, which it does to a consumed argument.)"""
     rt, _, device = _runtime()
     data = tensor.detach()
-    if not _importable(data):
+    if copy or not _importable(data):
         data = torch.empty_like(data, memory_format=torch.contiguous_format).copy_(data)
     buffer = device.allocator.import_host_allocation(
         data.reshape(-1).view(torch.uint8).numpy(),
@@ -404,8 +425,8 @@ class Executable:
 
     def __init__(self, stablehlo: str, io_map: dict[int, int]) -> None:
         self.io_map = dict(io_map)
-        self.vmfb, self.alias_problems, self._passthrough = compile_stablehlo(
-            stablehlo, self.io_map)
+        self.vmfb, self.alias_problems, self._passthrough, self._scratch = \
+            compile_stablehlo(stablehlo, self.io_map)
         rt, instance, device = _runtime()
         module = rt.VmModule.copy_buffer(instance, self.vmfb)
         self._context = rt.VmContext(instance, [rt.create_hal_module(instance, device),
@@ -420,7 +441,8 @@ class Executable:
         # Results that are an argument as it came: its value before the call.
         passed = {result: inputs[argument].detach().clone()
                   for result, argument in self._passthrough.items()}
-        imported, views = zip(*(_import(t) for t in inputs)) if inputs else ((), ())
+        imported, views = zip(*(_import(t, copy=i in self._scratch)
+                                for i, t in enumerate(inputs))) if inputs else ((), ())
         arguments = rt.VmVariantList(len(views))
         for view in views:
             arguments.push_ref(view.ref)
