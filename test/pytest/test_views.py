@@ -599,8 +599,9 @@ def test_index_tensors_on_several_dims_are_one_scatter():
     assert "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = "\
            "[0, 1, 2], scatter_dims_to_operand_dims = [0, 1, 2], index_vector_dim = 2>" in text
     assert "stablehlo.iota dim = 1 : tensor<3x4x1xi64>" in text
-    # Constant indices, -1 counted from the end.
-    assert "dense<[2, 0, 1]> : tensor<3xi64>" in text and "dense<4> : tensor<3x4x1xi64>" in text
+    # Constant indices, broadcast over the update and folded; -1 counted from the end.
+    assert "dense<[[[2], [2], [2], [2]], [[0], [0], [0], [0]], [[1], [1], [1], [1]]]> : " \
+           "tensor<3x4x1xi64>" in text and "dense<4> : tensor<3x4x1xi64>" in text
 
 
 def test_index_tensors_on_the_leading_dims_scatter_whole_windows():

@@ -185,21 +185,26 @@ def _strip_returned_arguments(module: Any) -> tuple[dict[int, int], list[int]]:
 
 
 def _update_targets(module: Any) -> set[int]:
-    """Arguments of `main` that a dynamic_update_slice or scatter updates (directly or
-    through reshapes). IREE 3.13 writes such an update into the argument's buffer even
-    when the argument is not consumed (`w[0] = 1` on an input w that is not written
-    in eager, but copied into a written tensor first)."""
+    """Arguments of `main` that a dynamic_update_slice or scatter updates, or a sort
+    sorts (directly or through reshapes). IREE 3.13 writes such an update into the
+    argument's buffer even when the argument is not consumed (`w[0] = 1` on an input w
+    that is not written in eager, but copied into a written tensor first), and sorts a
+    sort's operands in their buffers (`torch.quantile(x, 0.3)` sorted the caller's x)."""
     main = _main(module)
     arguments = list(main.regions[0].blocks[0].arguments)
     targets = set()
     for op in _walk(main):
-        if op.name not in ("stablehlo.dynamic_update_slice", "stablehlo.scatter"):
+        if op.name in ("stablehlo.dynamic_update_slice", "stablehlo.scatter"):
+            values = [op.operands[0]]
+        elif op.name == "stablehlo.sort":
+            values = list(op.operands)
+        else:
             continue
-        value = op.operands[0]
-        while _defining_op(value) is not None and \
-                _defining_op(value).name == "stablehlo.reshape":
-            value = _defining_op(value).operands[0]
-        targets.update(a for a, argument in enumerate(arguments) if argument == value)
+        for value in values:
+            while _defining_op(value) is not None and \
+                    _defining_op(value).name == "stablehlo.reshape":
+                value = _defining_op(value).operands[0]
+            targets.update(a for a, argument in enumerate(arguments) if argument == value)
     return targets
 
 
@@ -398,7 +403,8 @@ def _import(tensor: torch.Tensor, copy: bool = False) -> tuple[torch.Tensor, Any
     if copy or not _importable(data):
         data = torch.empty_like(data, memory_format=torch.contiguous_format).copy_(data)
     buffer = device.allocator.import_host_allocation(
-        data.reshape(-1).view(torch.uint8).numpy(),
+        # contiguous: its elements are dense, whatever the stride of a size-1 dimension
+        data.as_strided((data.numel(),), (1,)).view(torch.uint8).numpy(),
         rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE, rt.BufferUsage.DEFAULT)
     element = getattr(rt.HalElementType, _ELEMENT_TYPES[data.dtype])
     return data, rt.HalBufferView(buffer, list(data.shape), element)
