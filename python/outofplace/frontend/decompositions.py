@@ -342,6 +342,32 @@ def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
     return call(graph, torch.ops.aten.copy_.default, self, new)
 
 
+def _normalize(graph: torch.fx.Graph, x: torch.fx.Node, mean: torch.fx.Node,
+               var: torch.fx.Node, eps: float, weight: Any, bias: Any,
+               per_channel: list[int]) -> torch.fx.Node:
+    """(x - mean) * rsqrt(var + eps) * weight + bias, weight and bias per channel."""
+    invstd = call(graph, torch.ops.aten.rsqrt.default,
+                  call(graph, torch.ops.aten.add.Scalar, var, eps))
+    out = call(graph, torch.ops.aten.mul.Tensor,
+               call(graph, torch.ops.aten.sub.Tensor, x, mean), invstd)
+    if weight is not None:
+        out = call(graph, torch.ops.aten.mul.Tensor, out,
+                   call(graph, torch.ops.aten.view.default, weight, per_channel))
+    if bias is not None:
+        out = call(graph, torch.ops.aten.add.Tensor, out,
+                   call(graph, torch.ops.aten.view.default, bias, per_channel))
+    return out
+
+
+def _update_running(graph: torch.fx.Graph, running: torch.fx.Node, batch: torch.fx.Node,
+                    momentum: float, scale: float) -> None:
+    """running.copy_(running * (1 - momentum) + batch * momentum * scale)"""
+    update = call(graph, torch.ops.aten.add.Tensor,
+                  call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
+                  call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
+    call(graph, torch.ops.aten.copy_.default, running, update)
+
+
 @_decomposes(torch.ops.aten.batch_norm.default)
 def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """Training-mode batch_norm updates its running statistics, though its schema does
@@ -362,23 +388,11 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
     count = x_val.numel() // channels
     mean = call(graph, torch.ops.aten.mean.dim, x, dims, True)
     var = call(graph, torch.ops.aten.var.correction, x, dims, correction=0, keepdim=True)
-    invstd = call(graph, torch.ops.aten.rsqrt.default,
-                  call(graph, torch.ops.aten.add.Scalar, var, eps))
-    out = call(graph, torch.ops.aten.mul.Tensor,
-               call(graph, torch.ops.aten.sub.Tensor, x, mean), invstd)
-    if weight is not None:
-        out = call(graph, torch.ops.aten.mul.Tensor, out,
-                   call(graph, torch.ops.aten.view.default, weight, per_channel))
-    if bias is not None:
-        out = call(graph, torch.ops.aten.add.Tensor, out,
-                   call(graph, torch.ops.aten.view.default, bias, per_channel))
+    out = _normalize(graph, x, mean, var, eps, weight, bias, per_channel)
     for running, batch, scale in ((running_mean, mean, 1.0),
                                   (running_var, var, count / max(count - 1, 1))):
         batch = call(graph, torch.ops.aten.view.default, batch, [channels])
-        update = call(graph, torch.ops.aten.add.Tensor,
-                      call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
-                      call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
-        call(graph, torch.ops.aten.copy_.default, running, update)
+        _update_running(graph, running, batch, momentum, scale)
     return out
 
 
@@ -410,26 +424,14 @@ def _instance_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     else:
         mean = call(graph, torch.ops.aten.view.default, running_mean, per_channel)
         var = call(graph, torch.ops.aten.view.default, running_var, per_channel)
-    invstd = call(graph, torch.ops.aten.rsqrt.default,
-                  call(graph, torch.ops.aten.add.Scalar, var, eps))
-    out = call(graph, torch.ops.aten.mul.Tensor,
-               call(graph, torch.ops.aten.sub.Tensor, x, mean), invstd)
-    if weight is not None:
-        out = call(graph, torch.ops.aten.mul.Tensor, out,
-                   call(graph, torch.ops.aten.view.default, weight, per_channel))
-    if bias is not None:
-        out = call(graph, torch.ops.aten.add.Tensor, out,
-                   call(graph, torch.ops.aten.view.default, bias, per_channel))
+    out = _normalize(graph, x, mean, var, eps, weight, bias, per_channel)
     if use_input_stats and running_mean is not None and running_var is not None:
         for running, batch, scale in ((running_mean, mean, 1.0),
                                       (running_var, var, count / max(count - 1, 1))):
             batch = call(graph, torch.ops.aten.mean.dim,
                          call(graph, torch.ops.aten.view.default, batch,
                               [x_val.shape[0], channels]), [0])
-            update = call(graph, torch.ops.aten.add.Tensor,
-                          call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
-                          call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
-            call(graph, torch.ops.aten.copy_.default, running, update)
+            _update_running(graph, running, batch, momentum, scale)
     return out
 
 
