@@ -228,8 +228,9 @@ def _static_tensor(value: ir.Value) -> torch_types.TensorType | None:
     return t
 
 
-def _positions(indices: ir.Value) -> list[ir.Value | None] | None:
-    """The entries of an index list: None or a 0-d integer tensor; None if other."""
+def _integer_entries(indices: ir.Value) -> list[ir.Value | None] | None:
+    """The entries of an index list (`torch.prim.ListConstruct`): None or a static integer
+    tensor; None if the list is anything else."""
     owner = indices.owner
     if not isinstance(indices, ir.OpResult) or owner.name != "torch.prim.ListConstruct":
         return None
@@ -239,9 +240,18 @@ def _positions(indices: ir.Value) -> list[ir.Value | None] | None:
             entries.append(None)
             continue
         t = _static_tensor(item)
-        if t is None or t.sizes != () or t.dtype.is_floating_point or t.dtype == torch.bool:
+        if t is None or t.dtype.is_floating_point or t.dtype == torch.bool:
             return None
         entries.append(item)
+    return entries
+
+
+def _positions(indices: ir.Value) -> list[ir.Value | None] | None:
+    """The entries of an index list: None or a 0-d integer tensor; None if other."""
+    entries = _integer_entries(indices)
+    if entries is None or any(e is not None and _static_tensor(e).sizes != ()
+                              for e in entries):
+        return None
     return entries if any(e is not None for e in entries) else None
 
 
@@ -304,20 +314,8 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
 def _index_tensors(indices: ir.Value, rank: int) -> list[ir.Value | None] | None:
     """The entries of an index list, one per dimension of self: None or a static integer
     tensor; None if the list is anything else or has no tensor."""
-    owner = indices.owner
-    if not isinstance(indices, ir.OpResult) or owner.name != "torch.prim.ListConstruct" or \
-            len(owner.operands) > rank:
-        return None
-    entries: list[ir.Value | None] = []
-    for item in owner.operands:
-        if isinstance(item, ir.OpResult) and item.owner.name == "torch.constant.none":
-            entries.append(None)
-            continue
-        t = _static_tensor(item)
-        if t is None or t.dtype.is_floating_point or t.dtype == torch.bool:
-            return None
-        entries.append(item)
-    if all(e is None for e in entries):
+    entries = _integer_entries(indices)
+    if entries is None or len(entries) > rank or all(e is None for e in entries):
         return None
     return entries + [None] * (rank - len(entries))
 
