@@ -51,6 +51,19 @@ def operand_at(node: torch.fx.Node, position: int) -> Any:
     return node.kwargs.get(node.target._schema.arguments[position].name)
 
 
+def replace_node(graph: torch.fx.Graph, node: torch.fx.Node, results: Any) -> None:
+    """Erases `node`, its uses taking `results`: one node, or a sequence that replaces
+    the `operator.getitem` users of a node with several results."""
+    if isinstance(results, torch.fx.Node):
+        node.replace_all_uses_with(results)
+    else:
+        for user in list(node.users):
+            assert user.target is operator.getitem
+            user.replace_all_uses_with(results[user.args[1]])
+            graph.erase_node(user)
+    graph.erase_node(node)
+
+
 def storage_of(value: Any) -> StorageWeakRef | None:
     if isinstance(value, torch.Tensor):
         return StorageWeakRef(value.untyped_storage())

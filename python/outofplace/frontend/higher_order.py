@@ -11,14 +11,13 @@ in-place ops on its placeholders then write the operands, as they do in eager.
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
-from .fx_graph import source_line
+from .fx_graph import replace_node, source_line
 from .inline import inline, trace
 
 _AUTOCAST = torch.ops.higher_order.wrap_with_autocast
@@ -61,11 +60,7 @@ def inline_regions(gm: torch.fx.GraphModule) -> None:
         traced, inputs = trace(graph, run, operands, {}, preserve_meta=True)
         with graph.inserting_before(node):
             results = inline(graph, traced, inputs, node.meta.get("stack_trace"))
-        for user in list(node.users):
-            assert user.target is operator.getitem
-            user.replace_all_uses_with(results[user.args[1]])
-            graph.erase_node(user)
-        graph.erase_node(node)
+        replace_node(graph, node, results)
         if not submodule_node.users:
             graph.erase_node(submodule_node)
     for name, _ in list(gm.named_children()):

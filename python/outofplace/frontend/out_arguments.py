@@ -21,7 +21,8 @@ import torch.fx
 
 from .. import op_registry
 from ..errors import UnsupportedMutationError
-from .fx_graph import call, source_line, tensor_identity, view_roots, viewed_before
+from .fx_graph import (call, replace_node, source_line, tensor_identity, view_roots,
+                       viewed_before)
 
 
 def _out_positions(schema: torch._C.FunctionSchema) -> list[int]:
@@ -133,11 +134,4 @@ def functional_out_writes(graph: torch.fx.Graph) -> None:
         while new is not node:
             new.meta["stack_trace"] = node.meta.get("stack_trace")
             new = new.next
-        if len(outs) == 1:
-            node.replace_all_uses_with(written[0])
-        else:
-            for user in list(node.users):
-                assert user.target is operator.getitem
-                user.replace_all_uses_with(written[user.args[1]])
-                graph.erase_node(user)
-        graph.erase_node(node)
+        replace_node(graph, node, written[0] if len(outs) == 1 else written)

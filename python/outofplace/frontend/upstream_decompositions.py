@@ -13,7 +13,6 @@ copy from the view then.
 from __future__ import annotations
 
 import functools
-import operator
 
 import torch
 import torch.fx
@@ -23,7 +22,7 @@ from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
 from .. import op_registry
-from .fx_graph import op_effects, view_roots
+from .fx_graph import op_effects, replace_node, view_roots
 from .inline import inline, trace
 
 
@@ -64,11 +63,4 @@ def decompose_unregistered(graph: torch.fx.Graph) -> None:
             continue  # nothing decomposed it
         with graph.inserting_before(node):
             result = inline(graph, gm, inputs, node.meta.get("stack_trace"))
-        if isinstance(result, torch.fx.Node):
-            node.replace_all_uses_with(result)
-        else:
-            for user in list(node.users):
-                assert user.target is operator.getitem
-                user.replace_all_uses_with(result[user.args[1]])
-                graph.erase_node(user)
-        graph.erase_node(node)
+        replace_node(graph, node, result)
