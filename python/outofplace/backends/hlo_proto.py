@@ -8,7 +8,7 @@ are taken straight off the wire. Field numbers are those of xla/service/hlo.prot
     AliasEntryProto: output_shape_index = 1 (repeated int64), parameter_number = 2,
                      parameter_shape_index = 3 (repeated int64), kind = 4 (Kind enum)
     HloModuleProto.computations = 3, entry_computation_id = 6
-    HloComputationProto.instructions = 2, id = 5
+    HloComputationProto.instructions = 2, id = 5, root_id = 6
     HloInstructionProto: opcode = 2 (string), parameter_number = 9, id = 35,
                          operand_ids = 36 (repeated int64)
 """
@@ -16,6 +16,7 @@ are taken straight off the wire. Field numbers are those of xla/service/hlo.prot
 from __future__ import annotations
 
 HLO_MODULE_COMPUTATIONS, HLO_MODULE_ENTRY_ID, HLO_MODULE_INPUT_OUTPUT_ALIAS = 3, 6, 8
+HLO_COMPUTATION_ID, HLO_COMPUTATION_ROOT_ID = 5, 6
 MAY_ALIAS, MUST_ALIAS = 1, 2
 
 
@@ -111,29 +112,41 @@ def _scalars(fields: list) -> dict[int, int]:
     return {n: v for n, w, v in fields if w == 0}
 
 
-def copied_parameters(proto: bytes) -> set[int]:
+def copied_parameters(proto: bytes, aliases: dict[int, int] | None = None) -> set[int]:
     """The parameters of the entry computation a `copy` instruction reads (directly or
-    through bitcasts)."""
+    through bitcasts), and those of `aliases` (parameter number -> output index) whose
+    output is a `copy` (the root tuple's operand, through bitcasts)."""
     module = _fields(proto)
     entry = _scalars(module).get(HLO_MODULE_ENTRY_ID, 0)
     instructions: dict[int, dict] = {}
+    root = None
     for number, _, computation in module:
         fields = _fields(computation) if number == HLO_MODULE_COMPUTATIONS else []
-        if not fields or _scalars(fields).get(5, 0) != entry:
+        if not fields or _scalars(fields).get(HLO_COMPUTATION_ID, 0) != entry:
             continue
+        root = _scalars(fields).get(HLO_COMPUTATION_ROOT_ID)
         for instruction in (v for n, _, v in fields if n == 2):
             parts = _fields(instruction)
             opcode = next(v for n, _, v in parts if n == 2).decode()
             instructions[_scalars(parts).get(35, 0)] = {
                 "opcode": opcode, "parameter": _scalars(parts).get(9, 0),
                 "operands": _repeated_int(parts, 36)}
+
+    def source(instruction: dict) -> dict:
+        while instruction["opcode"] == "bitcast":
+            instruction = instructions[instruction["operands"][0]]
+        return instruction
+
     copied = set()
     for instruction in instructions.values():
         if instruction["opcode"] != "copy":
             continue
-        source = instructions[instruction["operands"][0]]
-        while source["opcode"] == "bitcast":
-            source = instructions[source["operands"][0]]
-        if source["opcode"] == "parameter":
-            copied.add(source["parameter"])
+        found = source(instructions[instruction["operands"][0]])
+        if found["opcode"] == "parameter":
+            copied.add(found["parameter"])
+    if aliases and root in instructions and instructions[root]["opcode"] == "tuple":
+        outputs = {index: parameter for parameter, index in aliases.items()}
+        for index, operand in enumerate(instructions[root]["operands"]):
+            if index in outputs and source(instructions[operand])["opcode"] == "copy":
+                copied.add(outputs[index])
     return copied

@@ -152,43 +152,6 @@ def alias_problems(stablehlo: str, io_map: dict[int, int]) -> list[str]:
     return problems
 
 
-# ------------------------------------------------------------------- copies in the HLO
-def copied_parameters(module: Any, aliases: dict[int, int]) -> set[int]:
-    """The donated parameters (`aliases`: parameter number -> output index) that the
-    optimized entry computation copies: a `copy` of the parameter (through bitcasts), or
-    a `copy` as the output the parameter is aliased with."""
-    from jax._src.lib import xla_client
-
-    opcode = xla_client.hlo.HloOpcode
-
-    def source(instruction: Any) -> Any:
-        while instruction.opcode == opcode.kBitcast:
-            instruction = instruction.operands()[0]
-        return instruction
-
-    # The bindings give neither the entry computation nor a parameter's number; both
-    # are in the HLO text: `ENTRY %main.3 (...)`, `%name = f32[...] parameter(N)`.
-    entry_name = module.to_string().split("\nENTRY %", 1)[1].split(" ", 1)[0]
-    entry = next(c for c in module.computations() if c.name == entry_name)
-    numbers = {}
-    copied = set()
-    for instruction in entry.instructions():
-        if instruction.opcode == opcode.kParameter:
-            text = instruction.to_string()
-            numbers[instruction.name] = int(text[text.index(" parameter(") + 11:].split(")")[0])
-    outputs = {index: parameter for parameter, index in aliases.items()}
-    for instruction in entry.instructions():
-        if instruction.opcode == opcode.kCopy:
-            parameter = numbers.get(source(instruction.operands()[0]).name)
-            if parameter in aliases:
-                copied.add(parameter)
-        if instruction.opcode == opcode.kTuple and not instruction.users():  # the root
-            for index, operand in enumerate(instruction.operands()):
-                if index in outputs and source(operand).opcode == opcode.kCopy:
-                    copied.add(outputs[index])
-    return copied
-
-
 # ------------------------------------------------------------ zero-copy calls on torch
 # The calling convention. XLA:CPU (PJRT) updates a donated buffer in place only when it
 # owns it: a buffer it was handed by DLPack or as a zero-copy view of host memory is
@@ -372,8 +335,9 @@ class CpuExecutable:
         self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
         self.compiled = _jit(stablehlo, inputs, results, self.donated, self.order, options)
         hlo = _executable_of(self.compiled).hlo_modules()
-        copied = set().union(*(copied_parameters(m, {a: i for i, a in enumerate(self.donated)})
-                               for m in hlo))
+        aliases = {a: i for i, a in enumerate(self.donated)}  # parameter -> output
+        copied = set().union(*(hlo_proto.copied_parameters(
+            m.as_serialized_hlo_module_proto(), aliases) for m in hlo)) & aliases.keys()
         # Per argument: "in place", or what is copied per call and why.
         self.report = {names[a]: "in place" for a in self.donated}
         self._warned: set[tuple[int, str]] = set()
