@@ -113,7 +113,7 @@ def _records(directory: Path) -> dict[int, dict]:
 
 
 def run(total: int, workers: int, seed: int, directory: Path,
-        per_process: int = 200) -> dict[int, dict]:
+        per_process: int = 200, engines: str | None = None) -> dict[int, dict]:
     """Runs programs 0..total-1 over `workers` processes, restarting after crashes.
 
     A worker process checks at most `per_process` programs and exits: the memory one
@@ -121,6 +121,8 @@ def run(total: int, workers: int, seed: int, directory: Path,
     machine in a run of 10,000, and slow it down well before."""
     directory.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OUTOFPLACE_VERIFY_EACH="1")
+    if engines:
+        env["OUTOFPLACE_TEST_ENGINES"] = engines
     while True:
         records = _records(directory)
         # A program whose last record is "started" killed its worker.
@@ -193,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recheck", type=int, default=0, metavar="K",
                         help="compile the first K passing programs again in a fresh "
                         "process and compare the StableHLO (also on a finished run)")
+    parser.add_argument("--engines", help="the engines to check on, comma-separated "
+                        "(default: every one installed: interpreter, xla, iree)")
     parser.add_argument("--only", type=int, help="check program ONLY and print it")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -206,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     directory = Path(options.out)
     records = run(options.programs, options.workers, options.seed, directory,
-                  options.per_process)
+                  options.per_process, options.engines)
     text = summary(records, options.seed)
+    if options.engines:
+        text = f"engines: {options.engines}\n" + text
     differing: list[int] = []
     if options.recheck:
         differing = recheck(records, options.recheck, options.seed, directory)

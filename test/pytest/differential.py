@@ -7,6 +7,8 @@ tensor (and, for an nn.Module, every buffer and parameter) with the same final v
 
 from __future__ import annotations
 
+import os
+
 import copy
 from typing import Any
 
@@ -93,6 +95,8 @@ from outofplace.backends import iree  # noqa: E402
 
 ENGINES = ["interpreter"] + ["xla"] * outofplace.xla.available() + \
     ["iree"] * iree.available()
+if os.environ.get("OUTOFPLACE_TEST_ENGINES"):  # a subset, e.g. "interpreter,xla"
+    ENGINES = [e for e in os.environ["OUTOFPLACE_TEST_ENGINES"].split(",") if e in ENGINES]
 
 
 def assert_matches_eager(f: Any, *args: Any, **kwargs: Any) -> outofplace.Compiled:
