@@ -90,8 +90,8 @@ def run(shape: tuple[int, int, int, int]) -> dict:
     compiled_jax = lowered.compile()
     theirs = _execute_loop(compiled_jax.runtime_executable(), cache_sharding, shape,
                            [k, pos], 0)
-    device = jax.devices()[0]
     one = xla.compile_for_cpu(single.stablehlo)
+    device = one.local_devices()[0]  # outofplace's own CPU client
     k1, pos1 = jax.device_put(np.ones((B, H, D), np.float32), device), \
         jax.device_put(np.int64(S // 2 + 1), device)
 

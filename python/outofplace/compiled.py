@@ -87,6 +87,7 @@ class Compiled:
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
     shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
     _spmd: Any = field(default=None, repr=False)  # backends/spmd.py, compiled on first use
+    _traced_strides: Any = field(default=None, repr=False)  # strides seen with `layouts`
 
     @property
     def result_dtypes(self) -> list[torch.dtype]:
@@ -168,21 +169,22 @@ class Compiled:
                 got = f"{len(args)} positional" + (f", without {missing}" if missing else "")
                 raise TypeError(f"the program was compiled for {expected} positional "
                                 f"arguments (tensors: {', '.join(user_names)}), got {got}")
-        state = _state_tensors(self.signature, self.source)
+        state = _state_tensors(self.signature, self.source) if \
+            self.signature.state_targets else []
         inputs = state + self.signature.user_inputs(args, kwargs)
         for i, (name, value, (shape, dtype)) in enumerate(
                 zip(self.input_names, inputs, self.input_types)):
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"argument '{name}' was compiled as a tensor, got "
                                 f"{type(value).__name__}")
-            compiled, got = f"{dtype} {list(shape)}", f"{value.dtype} {list(value.shape)}"
-            if tuple(value.shape) != shape or value.dtype != dtype:
-                raise ValueError(f"argument '{name}' was compiled for a {compiled} tensor, "
-                                 f"got {got}")
-            if value.device.type != "cpu":
+            if value.shape != shape or value.dtype != dtype:
+                raise ValueError(f"argument '{name}' was compiled for a {dtype} "
+                                 f"{list(shape)} tensor, got {value.dtype} "
+                                 f"{list(value.shape)}")
+            if not value.is_cpu:
                 raise ValueError(f"argument '{name}' is on {value.device}; outofplace runs "
                                  "on CPU tensors")
-            if i in self.io_map and value.requires_grad and value.is_leaf and \
+            if value.requires_grad and i in self.io_map and value.is_leaf and \
                     torch.is_grad_enabled() and i >= len(state):
                 raise ValueError(f"argument '{name}' is a leaf tensor that requires grad, "
                                  "and the program writes it in place, which eager refuses: "
@@ -196,8 +198,12 @@ class Compiled:
         """The program compiled for the arguments' layouts, when they are not the traced
         ones: eager's `reshape`, `contiguous` and `as_strided` may alias for one layout and
         copy for another, so a program traced for one is not run on another."""
+        strides = [(t.stride(), t.storage_offset()) for t in inputs]
+        if strides == self._traced_strides:  # checked before: the traced layouts
+            return None
         layouts = [_layout(t) for t in inputs]
         if layouts == self.layouts:
+            self._traced_strides = strides
             return None
         other = self._relaid.get(tuple(layouts))
         if other is not None:

@@ -285,9 +285,10 @@ def test_failure_after_the_engine_ran_names_what_was_updated(monkeypatch) -> Non
     f(eager_cache, eager_small, k)
     small_before = small.clone()
 
-    def broken(array, dtype):
+    def broken(viewer, array):  # turning a result into a tensor fails
         raise RuntimeError("injected")
-    monkeypatch.setattr(xla, "_tensor_over", broken)
+    compiled._xla_executable()  # compiled before the failure is injected
+    monkeypatch.setattr(xla._Viewer, "__call__", broken)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(xla.CallFailed, match="injected.*arguments 'cache' already "
@@ -307,15 +308,14 @@ def test_engine_failing_after_taking_the_buffer_says_so() -> None:
     cache, pos, k = step_args()
     compiled(cache, pos, k)
     executable = compiled._xla
-    real = executable.compiled
 
-    def failing(*arrays):
+    def failing(arrays):
         arrays[0].delete()  # as a donation into a failed execution leaves it
         raise RuntimeError("injected")
-    executable.compiled = failing
+    executable.execute = failing
     with pytest.raises(xla.CallFailed, match="arguments 'cache': their values are lost"):
         compiled(cache, pos, k)
-    executable.compiled = real
+    del executable.execute
     assert bool((cache == 0).all())  # usable memory, not a dangling pointer
     compiled(cache, pos, k)
     assert_same(cache[:, 3], k, "cache after the next call")
@@ -340,3 +340,20 @@ def test_two_threads_on_one_compiled() -> None:
         for pos, k in enumerate(ks):
             step(target, torch.tensor(pos % 16), k)
         assert_same(cache, target, "cache")
+
+
+def test_small_inputs_and_results_are_not_shared_between_calls() -> None:
+    """A small read-only argument goes through a buffer kept from call to call: a result
+    that is that argument's value (a clone XLA may forward) is still the call's own."""
+    def f(cache, x):
+        cache.add_(x)
+        return x.clone(), x * 2
+
+    compiled = outofplace.compile(f, (torch.zeros(4), torch.ones(4)), engine="xla")
+    cache = torch.zeros(4)
+    calls = [(torch.full((4,), float(v)),) for v in (1, 3, 5)]
+    outs = [compiled(cache, *call) for call in calls]
+    for (x,), (same, double) in zip(calls, outs):
+        assert_same(same, x, "the clone of x, after later calls")
+        assert_same(double, x * 2, "x * 2, after later calls")
+    assert_same(cache, torch.full((4,), 9.0), "cache")

@@ -35,8 +35,8 @@ def expected_aliases(compiled: outofplace.Compiled) -> list[dict]:
 def run_on_xla_cpu(compiled: outofplace.Compiled, inputs: list[torch.Tensor]):
     """Compiles the StableHLO text with XLA:CPU and runs it; returns the results and the
     device arrays of the inputs (to see which XLA donated)."""
-    device = xla_bridge.get_backend("cpu").local_devices()[0]
     executable = xla.compile_for_cpu(compiled.stablehlo)
+    device = executable.local_devices()[0]
     arrays = [jax.device_put(t.numpy(), device) for t in inputs]
     results = executable.execute(arrays)
     return [torch.from_numpy(np.asarray(r).copy()) for r in results], arrays, executable

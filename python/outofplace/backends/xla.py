@@ -13,7 +13,6 @@ when it finds one, compiles again without the fusion pass.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import threading
@@ -27,6 +26,7 @@ import torch
 from . import hlo_proto
 
 
+@functools.cache
 def available() -> bool:
     try:
         import jax  # noqa: F401
@@ -56,22 +56,19 @@ def hlo_module_proto(stablehlo: str) -> bytes:
     return computation.as_serialized_hlo_module_proto()
 
 
-def compile_for_cpu(stablehlo: str) -> Any:
-    """The loaded XLA:CPU executable of a StableHLO module, safe from the misfusion above,
-    compiled with the options `CpuExecutable` uses (`COMPILE_OPTIONS`)."""
-    _jax()
-    from jax._src import xla_bridge
+def compile_for_cpu(stablehlo: str, options: dict[str, Any] = None) -> Any:
+    """The loaded XLA:CPU executable of a StableHLO module on outofplace's client, safe from
+    the misfusion above, compiled with `options` (default: `COMPILE_OPTIONS`)."""
     from jax._src.lib import xla_client
 
-    backend = xla_bridge.get_backend("cpu")
-    devices = xla_client.DeviceList((backend.local_devices()[0],))
+    devices = xla_client.DeviceList((_device(),))
 
     def build(options: dict[str, Any]) -> Any:
         compile_options = xla_client.CompileOptions()
         compile_options.env_option_overrides = list(options.items())
-        return backend.compile_and_load(stablehlo, devices, compile_options)
+        return _client().compile_and_load(stablehlo, devices, compile_options)
 
-    return _without_misfusion(build, COMPILE_OPTIONS)
+    return _without_misfusion(build, COMPILE_OPTIONS if options is None else options)
 
 
 # XLA:CPU's copy insertion, by default, copies a donated buffer that the program also reads
@@ -161,21 +158,50 @@ def alias_problems(stablehlo: str, io_map: dict[int, int]) -> list[str]:
 # buffer (a storage over the buffer's raw address, swapped into the caller's StorageImpl,
 # so the tensor and every view of it read and write XLA's memory). Each call donates that
 # buffer; XLA writes the update into it and hands it back as the aliased result, at the
-# same address. Read-only arguments go in as zero-copy views of torch memory.
+# same address. A small read-only argument is copied into a buffer of its own that XLA
+# owns and torch views, kept from call to call (a few hundred bytes copied beats making a
+# buffer per call); a large one goes in as a zero-copy view of torch memory.
+#
+# The client is outofplace's own, synchronous: a call returns when XLA has run, which a
+# call needs anyway (torch reads the results right after), without handing the work to a
+# thread and waiting for it to come back (tens of µs per call on jax's asynchronous one).
 _LOCK = threading.RLock()  # calls, adoptions and the holders' arrays change under it
+STAGED_BYTES = 1 << 16  # read-only arguments up to this size go through a kept buffer
+
+
+@functools.cache
+def _client() -> Any:
+    _jax()
+    from jax._src.lib import xla_client
+
+    return xla_client.make_cpu_client(asynchronous=False, num_devices=1)
+
+
+@functools.cache
+def _device() -> Any:
+    return _client().local_devices()[0]
+
+
+@functools.cache
+def _sharding() -> Any:
+    return _jax().sharding.SingleDeviceSharding(_device())
 
 
 class _Holder:
-    """The jax Array that owns an adopted storage's memory, seen by numpy as raw bytes
-    (`__array_interface__`, no DLPack: an export would stop XLA from donating it)."""
+    """A jax Array whose memory numpy (so torch) sees: by default as raw bytes, or as
+    `shape` elements of `typestr` (`__array_interface__`, no DLPack: an export would stop
+    XLA from donating it)."""
 
     __slots__ = ("array", "ptr", "nbytes", "__array_interface__", "__weakref__")
 
-    def __init__(self, array: Any) -> None:
+    def __init__(self, array: Any, shape: tuple[int, ...] | None = None,
+                 typestr: str = "|u1") -> None:
         self.array = array
         self.ptr = array.unsafe_buffer_pointer()
-        self.nbytes = array.nbytes
-        self.__array_interface__ = {"shape": (self.nbytes,), "typestr": "|u1",
+        if shape is None:
+            self.nbytes = array.nbytes
+            shape = (self.nbytes,)
+        self.__array_interface__ = {"shape": shape, "typestr": typestr,
                                     "data": (self.ptr, False), "version": 3}
 
     def storage(self) -> torch.UntypedStorage:
@@ -187,9 +213,9 @@ _HOLDERS: "weakref.WeakValueDictionary[int, _Holder]" = weakref.WeakValueDiction
 
 
 def _holder_of(tensor: torch.Tensor) -> _Holder | None:
-    holder = _HOLDERS.get(tensor.untyped_storage().data_ptr())
-    if holder is not None and _covers_storage(tensor) and \
-            holder.nbytes == tensor.untyped_storage().nbytes():
+    storage = tensor.untyped_storage()
+    holder = _HOLDERS.get(storage.data_ptr())
+    if holder is not None and holder.nbytes == storage.nbytes() and _covers_storage(tensor):
         return holder
     return None
 
@@ -222,17 +248,20 @@ def _re_point(tensor: torch.Tensor, holder: _Holder) -> None:
     _HOLDERS[holder.ptr] = holder
 
 
-def _owned_copy(tensor: torch.Tensor) -> Any:
-    """An XLA-owned, donatable copy of a tensor. (jax.device_put and DLPack alias aligned
-    host memory, even when asked for a copy.)"""
+def _put(host: np.ndarray, semantics: str = "IMMUTABLE_ONLY_DURING_CALL") -> Any:
+    """A jax Array on outofplace's device holding `host`: a copy XLA owns (donatable), or
+    with "ZERO_COPY" a view of host's memory when it is aligned (XLA copies it if not).
+    (jax.device_put and DLPack alias aligned host memory, even when asked for a copy.)"""
     from jax._src.lib import xla_client
 
-    host = _host(tensor.contiguous())
-    array = xla_client.batched_device_put(
-        _jax().core.ShapedArray(host.shape, host.dtype), _sharding(), [host],
-        [_device()], True, True, xla_client.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
-    array.block_until_ready()
-    return array
+    return xla_client.batched_device_put(
+        _jax().core.ShapedArray(host.shape, host.dtype), _sharding(), [host], [_device()],
+        True, True, getattr(xla_client.HostBufferSemantics, semantics))
+
+
+def _owned_copy(tensor: torch.Tensor) -> Any:
+    """An XLA-owned, donatable copy of a tensor."""
+    return _put(_host(tensor.contiguous()))
 
 
 class _Memory:
@@ -265,53 +294,38 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
 
-def _tensor_over(array: Any, dtype: torch.dtype) -> torch.Tensor:
-    """A result as a tensor over XLA's buffer: no copy (the tensor keeps the array)."""
-    if array.size == 0:
-        return torch.empty(array.shape, dtype=dtype)
-    return torch.from_numpy(np.asarray(_Holder(array))).view(dtype).view(array.shape)
+class _Viewer:
+    """Turns a result array of one shape and dtype into a tensor over XLA's buffer, with
+    no copy (the tensor keeps the array): its numpy interface made once, ahead of calls."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        self.shape, self.dtype = shape, dtype
+        self.empty = math.prod(shape) == 0
+        # numpy has no bfloat16: such results are read as integers of their size
+        self.as_dtype = dtype == torch.bfloat16
+        self.typestr = "<i2" if self.as_dtype else _numpy_dtype(dtype).str
+
+    def __call__(self, array: Any) -> torch.Tensor:
+        if self.empty:
+            return torch.empty(self.shape, dtype=self.dtype)
+        tensor = torch.from_numpy(np.asarray(_Holder(array, self.shape, self.typestr)))
+        return tensor.view(self.dtype) if self.as_dtype else tensor
 
 
-@functools.cache
-def _device() -> Any:
-    return _jax().devices("cpu")[0]
+class _Stage:
+    """The kept, XLA-owned buffer a small read-only argument is copied into at each call,
+    and the tensor over it."""
 
+    __slots__ = ("array", "tensor")
 
-@functools.cache
-def _sharding() -> Any:
-    return _jax().sharding.SingleDeviceSharding(_device())
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        self.array = _owned_copy(torch.zeros(shape, dtype=dtype))
+        self.tensor = _Viewer(shape, dtype)(self.array) if math.prod(shape) else None
 
-
-def _jit(stablehlo: str, inputs: list[tuple[tuple[int, ...], torch.dtype]],
-         results: list[tuple[tuple[int, ...], torch.dtype]], donated: list[int],
-         order: list[int], options: dict[str, Any]) -> Any:
-    """The module as a jax `Compiled`, whose call is jax's C++ dispatch: wrapped in a
-    `jax.export.Exported` (one exported from a stand-in of the same signature, holding our
-    module instead), called under `jax.jit` with `donated` donated and its results in
-    `order`. jax pairs each donated argument with the first result of its shape and dtype:
-    the aliased results come first, in the order of their arguments."""
-    jax = _jax()
-    from jax import export as jax_export
-    from jax._src.interpreters import mlir as jax_mlir
-    from jax._src.lib.mlir import ir as jax_ir
-
-    with jax_mlir.make_ir_context():
-        module = jax_ir.Module.parse(stablehlo)
-        module.operation.attributes["sym_name"] = jax_ir.StringAttr.get("outofplace")
-        bytecode = jax_mlir.module_to_bytecode(module)
-    in_avals = [jax.ShapeDtypeStruct(s, _numpy_dtype(d)) for s, d in inputs]
-    out_avals = [jax.ShapeDtypeStruct(s, _numpy_dtype(d)) for s, d in results]
-    stand_in = jax_export.export(jax.jit(lambda *_: tuple(
-        jax.numpy.zeros(a.shape, a.dtype) for a in out_avals)))(*in_avals)
-    exported = dataclasses.replace(stand_in, mlir_module_serialized=bytecode,
-                                   module_kept_var_idx=tuple(range(len(in_avals))))
-
-    def call(*args: Any) -> tuple:
-        values = exported.call(*args)
-        return tuple(values[i] for i in order)
-
-    lowered = jax.jit(call, donate_argnums=tuple(donated), keep_unused=True).lower(*in_avals)
-    return _without_misfusion(lambda o: lowered.compile(compiler_options=o), options)
+    def __call__(self, tensor: torch.Tensor) -> Any:
+        if self.tensor is not None:
+            self.tensor.copy_(tensor.detach())
+        return self.array
 
 
 class CallFailed(RuntimeError):
@@ -329,15 +343,19 @@ class CpuExecutable:
                  options: dict[str, Any] = COMPILE_OPTIONS) -> None:
         self.names, self.io_map = names, io_map
         self.donated = sorted(io_map)
-        aliased = [io_map[a] for a in self.donated]
-        self.order = aliased + [r for r in range(len(results)) if r not in aliased]
-        self.result_dtypes = [d for _, d in results]
         self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
-        self.compiled = _jit(stablehlo, inputs, results, self.donated, self.order, options)
-        hlo = _executable_of(self.compiled).hlo_modules()
+        self.executable = compile_for_cpu(stablehlo, options)
+        self._viewers = [_Viewer(s, d) for s, d in results]
+        self._stages = {i: _Stage(s, d) for i, (s, d) in enumerate(inputs)
+                        if i not in io_map and self.input_bytes[i] <= STAGED_BYTES}
+        self._zero_copied = [i for i in range(len(inputs))
+                             if i not in io_map and i not in self._stages]
+        aliased = set(io_map.values())
+        self._unaliased = [r for r in range(len(results)) if r not in aliased]
         aliases = {a: i for i, a in enumerate(self.donated)}  # parameter -> output
         copied = set().union(*(hlo_proto.copied_parameters(
-            m.as_serialized_hlo_module_proto(), aliases) for m in hlo)) & aliases.keys()
+            m.as_serialized_hlo_module_proto(), aliases)
+            for m in self.executable.hlo_modules())) & aliases.keys()
         # Per argument: "in place", or what is copied per call and why.
         self.report = {names[a]: "in place" for a in self.donated}
         self._warned: set[tuple[int, str]] = set()
@@ -353,6 +371,11 @@ class CpuExecutable:
             warnings.warn(f"argument '{name}' is copied on every call ({nbytes} bytes), "
                           f"not updated in place: {why}", stacklevel=4)
 
+    def execute(self, arguments: list[Any]) -> list[Any]:
+        """The executable run on jax Arrays of outofplace's device: one array per result."""
+        return [r[0] for r in self.executable.execute_sharded(
+            arguments).disassemble_into_single_device_arrays()]
+
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """Runs the program: written arguments hold their new values after it. Returns
         one entry per result, None for a result aliased with an argument (the caller's
@@ -360,37 +383,40 @@ class CpuExecutable:
         with _LOCK:
             return self._run(inputs)
 
+    def _zero_copy(self, i: int, tensor: torch.Tensor) -> Any:
+        """A large read-only argument as XLA takes it: a view of torch memory."""
+        if not tensor.is_contiguous() or tensor.data_ptr() % 64:
+            # XLA takes host memory without a copy only when it is contiguous and 64-byte
+            # aligned; it copies the rest.
+            self._copied(i, self.input_bytes[i], "it is not contiguous or not 64-byte aligned")
+            tensor = tensor.contiguous()
+        return _put(_host(tensor), "ZERO_COPY")
+
     def _run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor | None]:
-        arguments: list[Any] = []
+        arguments: list[Any] = [None] * len(inputs)
+        for i, stage in self._stages.items():
+            arguments[i] = stage(inputs[i])
+        for i in self._zero_copied:
+            arguments[i] = self._zero_copy(i, inputs[i])
         adopted: dict[int, _Holder] = {}
         copied: list[int] = []
-        for i, tensor in enumerate(inputs):
-            if i in self.io_map:
-                holder = _holder_of(tensor)
-                why = None if holder is not None else why_not_adoptable(tensor)
-                if holder is None and why is None:
+        for i in self.donated:
+            tensor = inputs[i]
+            holder = _holder_of(tensor)
+            if holder is None:
+                why = why_not_adoptable(tensor)
+                if why is None:
                     holder = _Holder(_owned_copy(tensor))  # the only copy, ever
                     _re_point(tensor, holder)
-                if holder is None:
+                else:
                     self._copied(i, 2 * self.input_bytes[i], f"it is {why}")
                     copied.append(i)
-                    arguments.append(_owned_copy(tensor))
-                else:
-                    adopted[i] = holder
-                    arguments.append(holder.array)
-            else:
-                if not tensor.is_contiguous() or tensor.data_ptr() % 64:
-                    # XLA takes host memory without a copy only when it is contiguous and
-                    # 64-byte aligned; jax copies the rest.
-                    tensor = tensor.contiguous() if not tensor.is_contiguous() else tensor
-                    if self.input_bytes[i] >= 1 << 20:
-                        self._copied(i, self.input_bytes[i],
-                                     "it is not contiguous or not 64-byte aligned")
-                arguments.append(_host(tensor))
+                    arguments[i] = _owned_copy(tensor)
+                    continue
+            adopted[i] = holder
+            arguments[i] = holder.array
         try:
-            results = self.compiled(*arguments)
-            for result in results:
-                result.block_until_ready()
+            results = self.execute(arguments)
         except Exception as error:
             lost = [i for i, h in adopted.items() if h.array.is_deleted()]
             for i in lost:  # XLA took the buffer: the memory may be gone
@@ -403,26 +429,24 @@ class CpuExecutable:
                 "the other arguments keep their values from before the call") from error
         done: list[int] = []  # written arguments that hold their new values
         try:
-            for position, i in enumerate(self.donated):
-                if i in adopted:
-                    holder, result = adopted[i], results[position]
-                    if result.unsafe_buffer_pointer() == holder.ptr:
-                        holder.array = result
-                    else:  # XLA wrote elsewhere: the storage follows the new buffer
-                        _re_point(inputs[i], _Holder(result))
-                        self.report[self.names[i]] = \
-                            "in place, though XLA returned it in a new buffer"
-                    done.append(i)
-                    torch.autograd.graph.increment_version(inputs[i])
-            for position, i in enumerate(self.donated):
-                if i in copied:
-                    with torch.no_grad():
-                        inputs[i].copy_(_tensor_over(results[position], inputs[i].dtype))
-                    done.append(i)
-            out: list[torch.Tensor | None] = [None] * len(self.order)
-            for position, r in enumerate(self.order[len(self.donated):],
-                                         len(self.donated)):
-                out[r] = _tensor_over(results[position], self.result_dtypes[r])
+            for i, holder in adopted.items():
+                result = results[self.io_map[i]]
+                if result.unsafe_buffer_pointer() == holder.ptr:
+                    holder.array = result
+                else:  # XLA wrote elsewhere: the storage follows the new buffer
+                    _re_point(inputs[i], _Holder(result))
+                    self.report[self.names[i]] = \
+                        "in place, though XLA returned it in a new buffer"
+                done.append(i)
+                torch.autograd.graph.increment_version(inputs[i])
+            for i in copied:
+                with torch.no_grad():
+                    r = self.io_map[i]
+                    inputs[i].copy_(self._viewers[r](results[r]))
+                done.append(i)
+            out: list[torch.Tensor | None] = [None] * len(results)
+            for r in self._unaliased:
+                out[r] = self._viewers[r](results[r])
             return out
         except Exception as error:
             kept = [i for i in self.donated if i not in done]

@@ -9,6 +9,7 @@ written tensor, becomes `!torch.tensor`.
 
 from __future__ import annotations
 
+import functools
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -62,8 +63,24 @@ class ProgramSignature:
     # Parameters whose `.grad` the program clears (`opt.zero_grad()`): cleared after a call.
     cleared_grads: list[torch.Tensor] = field(default_factory=list)
 
+    @functools.cached_property
+    def _positional_tensors(self) -> int | None:
+        """n when the user's arguments are n positional tensors and nothing else (their
+        leaves are the arguments themselves: a call needs no flattening), else None."""
+        spec = self.in_spec
+        if spec is None or spec.num_children != 2 or spec.child(1).num_children or \
+                self.constant_inputs:
+            return None
+        n = spec.child(0).num_children
+        if any(not spec.child(0).child(i).is_leaf() for i in range(n)) or \
+                self.user_input_leaves != list(range(n)):
+            return None
+        return n
+
     def user_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         """The user's tensor arguments among `args` and `kwargs`, in main's order."""
+        if not kwargs and len(args) == self._positional_tensors:
+            return list(args)
         spec = self.in_spec
         if spec is not None and spec.num_children == 2 and kwargs:
             kwargs = {k: kwargs[k] for k in spec.child(1).context}
@@ -77,22 +94,23 @@ class ProgramSignature:
                     "compile again for this value, or pass it as a tensor to vary it")
         return [leaves[i] for i in self.user_input_leaves]
 
+    @functools.cached_property
+    def _written_arguments(self) -> list[int]:
+        return [i for i, name in enumerate(self.input_names) if name in self.first_writes]
+
     def refuse_written_inputs_sharing_memory(self, inputs: list[torch.Tensor]) -> None:
         """Refuses arguments (one per argument of main) of which one is written in place
         and shares memory with another: eager's write shows through the other, which the
         compiled program, taking them as separate values, cannot do."""
-        if not self.first_writes:
+        written = self._written_arguments
+        if not written:
             return
         # Run at every call: one storage lookup per argument, not one per pair.
-        storages = [storage_of(value) for value in inputs]
-        by_storage: dict[Any, list[int]] = {}
-        for j, storage in enumerate(storages):
-            by_storage.setdefault(storage, []).append(j)
-        for i, name in enumerate(self.input_names):
-            if name not in self.first_writes:
-                continue
-            for j in by_storage[storages[i]]:
-                if j != i and overlaps(inputs[i], inputs[j]):
+        storages = [value.untyped_storage().data_ptr() for value in inputs]
+        for i in written:
+            name = self.input_names[i]
+            for j, storage in enumerate(storages):
+                if storage == storages[i] and j != i and overlaps(inputs[i], inputs[j]):
                     op, location = self.first_writes[name]
                     raise UnsupportedMutationError(
                         op, f"it writes argument `{name}`, which shares memory with "
