@@ -342,18 +342,24 @@ def test_two_threads_on_one_compiled() -> None:
         assert_same(cache, target, "cache")
 
 
-def test_small_inputs_and_results_are_not_shared_between_calls() -> None:
-    """A small read-only argument goes through a buffer kept from call to call: a result
-    that is that argument's value (a clone XLA may forward) is still the call's own."""
-    def f(cache, x):
+def test_read_only_inputs_and_results_are_not_shared_between_calls() -> None:
+    """A small read-only argument goes through a buffer kept from call to call, a large one
+    through a view of torch memory: a result that is such an argument's value (a clone
+    XLA may forward) is still the call's own after later calls."""
+    def f(cache, x, big):
         cache.add_(x)
-        return x.clone(), x * 2
+        return x.clone(), x * 2, big.clone()
 
-    compiled = outofplace.compile(f, (torch.zeros(4), torch.ones(4)), engine="xla")
+    n = xla.STAGED_BYTES // 4 * 2  # big: twice the size of a kept buffer
+    compiled = outofplace.compile(f, (torch.zeros(4), torch.ones(4), torch.ones(n)),
+                                  engine="xla")
     cache = torch.zeros(4)
-    calls = [(torch.full((4,), float(v)),) for v in (1, 3, 5)]
+    calls = [(torch.full((4,), float(v)), torch.full((n,), float(v))) for v in (1, 3, 5)]
     outs = [compiled(cache, *call) for call in calls]
-    for (x,), (same, double) in zip(calls, outs):
+    for (x, big), (same, double, big_same) in zip(calls, outs):
         assert_same(same, x, "the clone of x, after later calls")
         assert_same(double, x * 2, "x * 2, after later calls")
+        assert_same(big_same, big, "the clone of big, after later calls")
+        big.fill_(-1)  # the caller's memory changes: the result does not
+        assert_same(big_same, x[0].expand(n), "the clone of big, its input overwritten")
     assert_same(cache, torch.full((4,), 9.0), "cache")
