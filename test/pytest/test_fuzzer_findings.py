@@ -298,3 +298,30 @@ def test_as_strided_of_a_written_constant_local() -> None:
         return c, t
 
     assert_matches_eager(f, torch.tensor(1))
+
+
+def flatten_of_resized_out(x, w):
+    o = torch.empty(0)
+    torch.add(x, 2, out=o)
+    o.flatten()[7] = w  # a copy when `o` is laid out like a transposed x, else a view
+    return o
+
+
+def transposed(shape: tuple) -> torch.Tensor:
+    """A tensor of `shape` whose last two dimensions are laid out transposed."""
+    return torch.arange(float(torch.Size(shape).numel())).reshape(shape) \
+        .transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def test_resized_out_of_a_pointwise_op_on_transposed_inputs_is_refused() -> None:
+    """Program 2727 of the 10,000-program run: eager lays out the resized `out` of a
+    pointwise op like its inputs, torch.export's fake tensors as contiguous, so the
+    trace took `o.flatten()` for a view where eager copies (the write was kept, eager
+    drops it). Refused, naming both layouts; contiguous inputs compile and match."""
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=r"torch.aten.add.out: its `out=` tensor is resized .*\(strides "
+                       r"\[12, 1, 3\]\), torch.export's trace as contiguous"):
+        outofplace.compile(flatten_of_resized_out, (transposed((3, 3, 4)), torch.tensor(0.)))
+    eager = flatten_of_resized_out(transposed((3, 3, 4)), torch.tensor(0.))
+    assert eager.flatten()[7] != 0  # the write went into a copy, as said above
+    assert_matches_eager(flatten_of_resized_out, torch.randn(3, 3, 4), torch.tensor(0.))

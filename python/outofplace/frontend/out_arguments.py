@@ -88,6 +88,18 @@ def _write(graph: torch.fx.Graph, node: torch.fx.Node, out: torch.fx.Node,
         return call(graph, torch.ops.aten.copy_.default, out, result)
     if not _is_local_root(node, out, roots):
         _refuse_resize(node, out, result_val.shape, roots)
+    if torch.Tag.pointwise in node.target.tags and resized.stride() != result_val.stride():
+        # Eager's pointwise kernels lay a resized `out` out like their inputs; the fake
+        # tensors torch.export traces with make it contiguous (PyTorch 2.13), so the
+        # program's later views, reshapes and flattens were traced for another layout.
+        raise UnsupportedMutationError(
+            op_registry.mlir_name(node.target),
+            f"its `out=` tensor is resized to {list(result_val.shape)}: eager lays it out "
+            f"like the inputs (strides {list(result_val.stride())}), torch.export's trace "
+            f"as contiguous (strides {list(resized.stride())}), so what the program does "
+            "with it later (a view or a copy?) was traced for another layout than eager's; "
+            "pass an `out` of the result's shape, or contiguous inputs",
+            location=source_line(node))
     if out_val.dtype != result_val.dtype:
         result = call(graph, torch.ops.aten._to_copy.default, result, dtype=out_val.dtype)
     # The traced program's later views know the resized tensor's storage by this value.
