@@ -256,6 +256,10 @@ def scatter_reduce_mean_of_bool(x, index, src):
     return x
 
 
+def as_strided_between_elements(x):
+    return x.as_strided((3,), (1,)) * 2  # program 4433: x every other element of storage
+
+
 BOOLS = (torch.tensor([False, True, False]), torch.tensor([0, 2, 2]),
          torch.tensor([True, False, True]))
 
@@ -265,6 +269,8 @@ BOOLS = (torch.tensor([False, True, False]), torch.tensor([0, 2, 2]),
      "torch.aten.unsqueeze_: it changes the shape or strides of a tensor in place"),
     (narrow_at_runtime_position, (torch.zeros(4), torch.tensor(2)),
      "torch.export: a value read from a tensor's data decides a shape"),
+    (as_strided_between_elements, (torch.arange(14.0)[::2],),
+     "torch.aten.as_strided: of storage between the elements of the strided tensor"),
     (scatter_reduce_mean_of_bool, BOOLS,
      'torch.aten.scatter_reduce_.two: reduce="mean" of a bool tensor'),
 ], ids=lambda v: getattr(v, "__name__", ""))

@@ -86,6 +86,12 @@ def strided_views_of_roots(graph: torch.fx.Graph) -> None:
             base = view_base(base)
         if not root_val.is_contiguous() or storage_of(val) != storage_of(root_val):
             if node.target is torch.ops.aten.as_strided.default:
+                if storage_of(val) == storage_of(root_val) and val.numel() and not bool(
+                        torch.isin(element_offsets(val), element_offsets(root_val)).all()):
+                    raise UnsupportedMutationError(  # (eager reads the memory between)
+                        "torch.aten.as_strided", "of storage between the elements of the "
+                        "strided tensor it views (memory the program does not receive)",
+                        location=source_line(node))
                 continue  # left to the importer's own rewrite of as_strided
             raise UnsupportedMutationError(
                 "torch.aten.unfold", "unfold of a tensor that is not contiguous",
