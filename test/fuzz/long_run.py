@@ -112,6 +112,14 @@ def _records(directory: Path) -> dict[int, dict]:
     return last
 
 
+def _environment(engines: str | None) -> dict[str, str]:
+    """A worker's environment: every lowering pass verified, on the chosen engines."""
+    env = dict(os.environ, OUTOFPLACE_VERIFY_EACH="1")
+    if engines:
+        env["OUTOFPLACE_TEST_ENGINES"] = engines
+    return env
+
+
 def run(total: int, workers: int, seed: int, directory: Path,
         per_process: int = 200, engines: str | None = None) -> dict[int, dict]:
     """Runs programs 0..total-1 over `workers` processes, restarting after crashes.
@@ -120,9 +128,7 @@ def run(total: int, workers: int, seed: int, directory: Path,
     process keeps from program to program (about 2 MB each) would otherwise fill the
     machine in a run of 10,000, and slow it down well before."""
     directory.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OUTOFPLACE_VERIFY_EACH="1")
-    if engines:
-        env["OUTOFPLACE_TEST_ENGINES"] = engines
+    env = _environment(engines)
     while True:
         records = _records(directory)
         # A program whose last record is "started" killed its worker.
@@ -145,7 +151,8 @@ def run(total: int, workers: int, seed: int, directory: Path,
             process.wait()
 
 
-def recheck(records: dict[int, dict], count: int, seed: int, directory: Path) -> list[int]:
+def recheck(records: dict[int, dict], count: int, seed: int, directory: Path,
+            engines: str | None = None) -> list[int]:
     """Compiles again, in a fresh process, the first `count` programs that passed, and
     returns those whose StableHLO differs from the first compilation's (compiling must
     not depend on the process: addresses, hash seeds)."""
@@ -154,7 +161,7 @@ def recheck(records: dict[int, dict], count: int, seed: int, directory: Path) ->
     log.unlink(missing_ok=True)
     subprocess.run([sys.executable, __file__, "--worker", ",".join(map(str, numbers)),
                     "--seed", str(seed), "--out", str(log)],
-                   env=dict(os.environ, OUTOFPLACE_VERIFY_EACH="1"),
+                   env=_environment(engines),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     again = {}
     for line in log.read_text().splitlines() if log.exists() else []:
@@ -216,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         text = f"engines: {options.engines}\n" + text
     differing: list[int] = []
     if options.recheck:
-        differing = recheck(records, options.recheck, options.seed, directory)
+        differing = recheck(records, options.recheck, options.seed, directory,
+                            options.engines)
         text += (f"\nrecompiled in a fresh process: the first {options.recheck} passing "
                  f"programs, {len(differing)} with other StableHLO"
                  + (f": {differing}" if differing else ""))
