@@ -141,6 +141,35 @@ def test_iree_updates_in_place_where_xla_copies() -> None:
     assert outofplace.compile(kv_write, kv_args()).alias_problems("iree") == []
 
 
+def strided_columns(c, k):
+    c[:, 0:256:8] = k
+    return k.sum()
+
+
+def strided_two_dims(b, v):
+    b[1:9:2, :, 0:8:4] = v
+
+
+def index_copy_heads(c, idx, k):  # c: [batch, seq, heads, dim]
+    c.index_copy_(1, idx, k)
+    return c.sum(1)
+
+
+@needs_iree
+@pytest.mark.parametrize("f, args", [
+    (strided_columns, (torch.zeros(4, 256, 8), torch.randn(4, 32, 8))),
+    (strided_two_dims, (torch.zeros(10, 32, 8), torch.randn(4, 32, 2))),
+    (index_copy_heads, (torch.zeros(2, 256, 4, 8), torch.tensor([3, 200]),
+                        torch.randn(2, 2, 4, 8))),
+], ids=["strided_columns", "strided_two_dims", "index_copy_heads"])
+def test_windows_off_the_leading_dimension_are_in_place_on_iree(f, args) -> None:
+    """outofplace emits a scatter of whole windows, fastest on XLA; IREE copies the
+    operand for it when it indexes a dimension other than the first, so the IREE engine
+    scatters single elements instead, in place."""
+    compiled = assert_matches_eager(f, *args)
+    assert compiled.alias_problems("iree") == []
+
+
 @needs_xla
 def test_hlo_proto_aliases_are_checked_against_io_map() -> None:
     compiled = outofplace.compile(kv_step, kv_args())
