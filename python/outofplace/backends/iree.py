@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import warnings
 from typing import Any
 
 import torch
@@ -648,20 +647,10 @@ def _span(tensor: torch.Tensor) -> tuple[int, int]:
     return tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
 
 
-@functools.cache
-def _warn_experimental() -> None:
-    warnings.warn(
-        "the IREE engine is experimental: outofplace's widened fuzzer still finds programs "
-        "IREE 3.13 computes wrongly (about 1 in 150, docs/backends.md) where XLA and the "
-        "StableHLO interpreter match eager; check results against engine='xla'",
-        UserWarning, stacklevel=4)
-
-
 class Executable:
     """A StableHLO module compiled once for IREE's llvm-cpu backend."""
 
     def __init__(self, stablehlo: str, io_map: dict[int, int]) -> None:
-        _warn_experimental()
         self.io_map = dict(io_map)
         self.vmfb, self.alias_problems, self._passthrough, self._scratch = \
             compile_stablehlo(stablehlo, self.io_map)
