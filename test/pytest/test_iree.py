@@ -289,3 +289,14 @@ def test_one_element_strided_slice_written() -> None:
                                                  accumulate=True)
 
     assert_matches_eager(f, torch.tensor(0), torch.tensor([[2]]))
+
+
+def test_input_written_over_the_whole_tensor_then_updated() -> None:
+    """`x[:, pos] = w` covers all of a 5x1 x: IREE folded the update to w and wrote the
+    next update of x into w's buffer, though w is not consumed."""
+    def f(x, pos, w):
+        x[:, pos] = w
+        x.view(1, 5, 1)[0, -4, ::3][0] = 1
+
+    assert_matches_eager(f, torch.tensor([[1], [0], [3], [-1], [2]]), torch.tensor(-1),
+                         torch.tensor([-1, -2, 0, 1, 2]))
