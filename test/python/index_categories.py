@@ -561,3 +561,18 @@ def static_out_of_bounds():
         outofplace.compile(f, (arange(10),))
     except IndexError as error:
         print(f"IndexError: {error}")
+
+
+# A strided slice that keeps one element has no step: `y[-1::2]` of a 1-long y is
+# [0:1], not [0:1:2] (IREE 3.13 rejects the stepped form once it is reshaped).
+# CHECK-LABEL: TEST: one_element_strided_slice
+# CHECK:         stablehlo.slice %{{.*}} [0:1] : (tensor<1xi64>) -> tensor<1xi64>
+# CHECK:         stablehlo.slice %{{.*}} [0:3, 1:2] : (tensor<3x3xf32>) -> tensor<3x1xf32>
+@run
+def one_element_strided_slice():
+    def f(x, w, y):
+        y.unsqueeze(-1)[-1::2, None].index_put_((torch.tensor([0, 0]),), w,
+                                                 accumulate=True)
+        return x[:, 1::3] * 2
+    compile_and_show(f, arange(3, 3), torch.ones(1, 1, dtype=torch.int64),
+                     torch.tensor(0))

@@ -500,8 +500,8 @@ def _static_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     bounds (a crash), and the constant can appear only once torch-mlir canonicalises
     (`copy(x, literal)` is the literal):
 
-        %r = torch.aten.slice.Tensor %x, %int1, %int-1, %int9223372036854775807, %int3
-        =>  stablehlo.slice %x [0:1, 2:3:3]
+        %r = torch.aten.slice.Tensor %x, %int1, %int0, %int9223372036854775807, %int3
+        =>  stablehlo.slice %x [0:1, 0:7:3]           (x: 1x7)
     """
     self, dim_value, start_value, end_value, step_value = op.operands
     self_t, result_t = _static_tensor(self), _static_tensor(op.result)
@@ -521,6 +521,8 @@ def _static_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     start, end = bounds[0], max(bounds)
     if (end - start + step - 1) // step != result_t.sizes[dim]:
         return True
+    if result_t.sizes[dim] <= 1:  # no step between one element: IREE rejects [0:1:2]
+        end, step = start + result_t.sizes[dim], 1
     starts, limits, strides = [0] * rank, list(self_t.sizes), [1] * rank
     starts[dim], limits[dim], strides[dim] = start, end, step
     with rewriter.ip, unnamed(op.location):

@@ -1,0 +1,98 @@
+"""Canaries: IREE 3.13 bugs the IREE engine works around (backends/iree.py), pinned as
+IREE has them.
+
+Each test compiles a reduced StableHLO module with IREE's own `compile_str` (none of the
+engine's rewrites) and asserts the failure or the wrong answer. When a canary fails,
+IREE fixed the bug: delete the workaround it names and the canary with it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from outofplace.backends import iree as engine
+
+pytestmark = pytest.mark.skipif(not engine.available(), reason="needs the iree extra")
+
+
+def _compile(text: str) -> bytes:
+    from iree import compiler
+
+    return compiler.compile_str(text, extra_args=engine.FLAGS)
+
+
+def _run(text: str, *inputs: np.ndarray) -> list[np.ndarray]:
+    import iree.runtime as rt
+
+    context = rt.SystemContext(config=rt.Config(engine.DRIVER))
+    context.add_vm_module(rt.VmModule.copy_buffer(context.instance, _compile(text)))
+    results = context.modules.module.main(*inputs)
+    return [np.asarray(r) for r in (results if isinstance(results, (list, tuple))
+                                    else [results])]
+
+
+def test_gather_from_a_strided_slice_does_not_compile() -> None:
+    """Workaround: `_work_around_iree`, a barrier on a computed gather operand."""
+    with pytest.raises(Exception, match="unrealized_conversion_cast"):
+        _compile("""
+func.func @main(%x: tensor<4x3x1xf32>, %i: tensor<2x3xi64>) -> tensor<2xf32> {
+  %0 = stablehlo.slice %x [0:4, 2:3, 0:1] : (tensor<4x3x1xf32>) -> tensor<4x1x1xf32>
+  %1 = "stablehlo.gather"(%0, %i) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1, 2], start_index_map = [0, 1, 2], index_vector_dim = 1>, slice_sizes = array<i64: 1, 1, 1>}> : (tensor<4x1x1xf32>, tensor<2x3xi64>) -> tensor<2xf32>
+  return %1 : tensor<2xf32>
+}""")
+
+
+def test_adjacent_fills_of_one_constant_are_merged_wrongly() -> None:
+    """Workaround: `_work_around_iree`, a barrier on a constant update."""
+    with pytest.raises(Exception, match="invalid Write access range"):
+        _compile("""
+func.func @main(%x: tensor<7xf32>) -> tensor<7xf32> {
+  %c4 = stablehlo.constant dense<4> : tensor<i64>
+  %c5 = stablehlo.constant dense<5> : tensor<i64>
+  %zero = stablehlo.constant dense<0.000000e+00> : tensor<1xf32>
+  %0 = stablehlo.dynamic_update_slice %x, %zero, %c5 : (tensor<7xf32>, tensor<1xf32>, tensor<i64>) -> tensor<7xf32>
+  %1 = stablehlo.dynamic_update_slice %0, %zero, %c4 : (tensor<7xf32>, tensor<1xf32>, tensor<i64>) -> tensor<7xf32>
+  return %1 : tensor<7xf32>
+}""")
+
+
+def test_update_read_from_its_own_place_copies_a_buffer_onto_itself() -> None:
+    """Workaround: `_work_around_iree`, a barrier on an update read from its operand."""
+    with pytest.raises(Exception, match="ranges overlap"):
+        _run("""
+func.func @main(%x: tensor<1x5xf32>) -> tensor<1x5xf32> {
+  %c0 = stablehlo.constant dense<0> : tensor<i64>
+  %c3 = stablehlo.constant dense<3> : tensor<i64>
+  %one = stablehlo.constant dense<1.000000e+00> : tensor<1x5xf32>
+  %0 = stablehlo.add %one, %x : tensor<1x5xf32>
+  %1 = stablehlo.reshape %0 : (tensor<1x5xf32>) -> tensor<5xf32>
+  %2 = stablehlo.slice %1 [3:4] : (tensor<5xf32>) -> tensor<1xf32>
+  %3 = stablehlo.reshape %2 : (tensor<1xf32>) -> tensor<1x1xf32>
+  %4 = stablehlo.dynamic_update_slice %0, %3, %c0, %c3 : (tensor<1x5xf32>, tensor<1x1xf32>, tensor<i64>, tensor<i64>) -> tensor<1x5xf32>
+  return %4 : tensor<1x5xf32>
+}""", np.arange(5, dtype=np.float32).reshape(1, 5))
+
+
+def test_read_is_scheduled_after_the_in_place_update_beside_a_constant_result() -> None:
+    """r = x[1:] - 1 must read x before x[1, 0] *= 2.5 updates it; with a constant
+    result beside, IREE's concurrent schedule runs the update first. Workaround:
+    `_work_around_iree`, the module's `stream.partitioning` is `debug`."""
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    r, _, _ = _run("""
+func.func @main(%x: tensor<4x2xf32>) -> (tensor<3x2xf32>, tensor<1xi64>, tensor<4x2xf32>) {
+  %c0 = stablehlo.constant dense<0> : tensor<i64>
+  %c1 = stablehlo.constant dense<1> : tensor<i64>
+  %k = stablehlo.constant dense<0> : tensor<1xi64>
+  %two = stablehlo.constant dense<2.000000e+00> : tensor<4x2xf32>
+  %0 = stablehlo.multiply %x, %two : tensor<4x2xf32>
+  %1 = stablehlo.slice %0 [1:4, 0:2] : (tensor<4x2xf32>) -> tensor<3x2xf32>
+  %one = stablehlo.constant dense<1.000000e+00> : tensor<3x2xf32>
+  %2 = stablehlo.subtract %1, %one : tensor<3x2xf32>
+  %3 = stablehlo.slice %0 [1:2, 0:1] : (tensor<4x2xf32>) -> tensor<1x1xf32>
+  %f = stablehlo.constant dense<2.500000e+00> : tensor<1x1xf32>
+  %4 = stablehlo.multiply %3, %f : tensor<1x1xf32>
+  %5 = stablehlo.dynamic_update_slice %0, %4, %c1, %c0 : (tensor<4x2xf32>, tensor<1x1xf32>, tensor<i64>, tensor<i64>) -> tensor<4x2xf32>
+  return %2, %k, %5 : tensor<3x2xf32>, tensor<1xi64>, tensor<4x2xf32>
+}""", x)
+    assert r[0, 0] != x[1, 0] * 2 - 1, "IREE now reads before the update"
