@@ -31,6 +31,12 @@ def _tensor_types(types: list[ir.Type]) -> list[tuple[tuple[int, ...], torch.dty
             for t in map(torch_types.TensorType.of, types)]
 
 
+def _fits(shape: torch.Size, compiled: tuple[int, ...]) -> bool:
+    """A tensor's shape is one the program takes: -1 (a dynamic dimension) takes any size."""
+    return len(shape) == len(compiled) and all(n in (size, -1)
+                                               for size, n in zip(shape, compiled))
+
+
 def _layout(tensor: torch.Tensor) -> tuple:
     """What a traced program may depend on beyond shape and dtype (a `reshape` that
     views or copies, an `as_strided`): the strides of dimensions longer than 1, and the
@@ -176,7 +182,7 @@ class Compiled:
                 raise TypeError(f"argument '{name}' was compiled as a tensor, got "
                                 f"{type(value).__name__}")
             compiled, got = f"{dtype} {list(shape)}", f"{value.dtype} {list(value.shape)}"
-            if tuple(value.shape) != shape or value.dtype != dtype:
+            if not _fits(value.shape, shape) or value.dtype != dtype:
                 raise ValueError(f"argument '{name}' was compiled for a {compiled} tensor, "
                                  f"got {got}")
             if value.device.type != "cpu":
@@ -188,6 +194,7 @@ class Compiled:
                                  "and the program writes it in place, which eager refuses: "
                                  "call under torch.no_grad() or pass a tensor that does "
                                  "not require grad")
+        self.signature.symbolic_sizes.check(self.input_names, inputs)
         self.signature.refuse_written_inputs_sharing_memory(inputs)
         return inputs
 
@@ -293,7 +300,8 @@ def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:
 def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "auto",
             dump_ir: str | None = None, verify_each: bool | None = None,
             mesh: dict[str, int] | None = None,
-            shardings: dict[str, Any] | None = None) -> Compiled:
+            shardings: dict[str, Any] | None = None,
+            dynamic_shapes: Any = None) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
 
     `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
@@ -316,7 +324,8 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     if verify_each is None:
         verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
     context = make_context()
-    module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context)
+    module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context,
+                                                     dynamic_shapes)
     with context:
         if dump_ir:
             Path(dump_ir).mkdir(parents=True, exist_ok=True)

@@ -94,6 +94,10 @@ def interpret(module: ir.Module, inputs: list[torch.Tensor],
             f"the StableHLO reference interpreter cannot run {', '.join(unsupported)} "
             "(random ops); export the module and run it on XLA")
     with module.context:
+        if not all(ir.RankedTensorType(a.type).has_static_shape
+                   for a in main_function(module).arguments):
+            # The interpreter refines `?` sizes to the inputs' in the module it is given.
+            module = ir.Module.parse(module.operation.get_asm(binary=True), module.context)
         module = _bitcast_results(module, result_dtypes)
         attrs = [to_attribute(t) for t in inputs]
         results = _stablehlo.eval_module(module, attrs)

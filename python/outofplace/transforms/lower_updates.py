@@ -25,7 +25,7 @@ from torch_mlir import ir, rewrite
 
 from .. import torch_types
 from ..errors import warn_out_of_bounds_policy
-from ..ir_utils import constant_int, to_builtin, unnamed
+from ..ir_utils import builtin_shape, constant_int, to_builtin, unnamed
 
 
 
@@ -255,8 +255,25 @@ def _positions(indices: ir.Value) -> list[ir.Value | None] | None:
     return entries if any(e is not None for e in entries) else None
 
 
-def _start(position: ir.Value, size: int) -> ir.Value:
-    """A runtime position as a dynamic_update_slice start; negative counts from the end."""
+def _ranked_tensor(value: ir.Value) -> torch_types.TensorType | None:
+    """A tensor's type with known rank and dtype; -1 for a dynamic dimension."""
+    if not torch_types.is_tensor(value.type):
+        return None
+    t = torch_types.TensorType.of(value.type)
+    return None if t.sizes is None or t.dtype is None else t
+
+
+def _dimension_size(tensor: ir.Value, dim: int, element: ir.Type) -> ir.Value:
+    """The runtime size of a dynamic dimension, a 0-d tensor of `element`."""
+    size = _stablehlo("get_dimension_size", ir.RankedTensorType.get(
+        [], ir.IntegerType.get_signless(32)), tensor, dimension=ir.IntegerAttr.get(_i64(), dim))
+    return size if element == size.type.element_type else \
+        _stablehlo("convert", ir.RankedTensorType.get([], element), size)
+
+
+def _start(position: ir.Value, size: ir.Value) -> ir.Value:
+    """A runtime position as a dynamic_update_slice start; negative counts from the end
+    (`size`: the dimension's size, a 0-d i64 tensor)."""
     i64 = ir.RankedTensorType.get([], _i64())
     start = to_builtin(position)
     if start.type != i64:
@@ -265,7 +282,7 @@ def _start(position: ir.Value, size: int) -> ir.Value:
     negative = _stablehlo("compare", i1, start, _scalar_constant(_i64(), 0, None),
                           comparison_direction=ir.Attribute.parse(
                               "#stablehlo<comparison_direction LT>"))
-    wrapped = _stablehlo("add", i64, start, _scalar_constant(_i64(), size, None))
+    wrapped = _stablehlo("add", i64, start, size)
     return _stablehlo("select", i64, negative, wrapped, start)
 
 
@@ -274,41 +291,93 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
 
         %r = torch.aten.index_put %c, [%none, %pos], %k, %false
         =>  stablehlo.dynamic_update_slice %c, reshape(broadcast(%k)), %c0, select(%pos<0, ...)
+
+    When `c` has a dynamic dimension (`?`, from dynamic_shapes), the update would have
+    its runtime size there, which IREE does not take for dynamic_update_slice: the write
+    is then one scatter of `k` as a window at the positions (`_positions_scatter`).
     """
     self, indices, values, accumulate = op.operands
-    self_t, values_t = _static_tensor(self), _static_tensor(values)
+    self_t, values_t = _ranked_tensor(self), _ranked_tensor(values)
     positions = _positions(indices)
     if self_t is None or values_t is None or positions is None or \
             len(positions) > len(self_t.sizes) or _constant_bool(accumulate) is not False:
         return True
     positions = positions + [None] * (len(self_t.sizes) - len(positions))
-    warn_out_of_bounds_policy(op, "clamped into range")
     element = torch_types.element_type(self_t.dtype, signless=True)
     kept = [n for n, p in zip(self_t.sizes, positions) if p is None]
+    # Sizes `?` of both agree at run time: torch.export's guards (checked at the call).
     if len(values_t.sizes) > len(kept) or any(
             v not in (1, k) for v, k in zip(reversed(values_t.sizes), reversed(kept))):
         return True
+    dynamic = -1 in self_t.sizes
+    warn_out_of_bounds_policy(op, "dropped" if dynamic else "clamped into range")
     with rewriter.ip, unnamed(op.location):
+        dest = to_builtin(self)
         update = to_builtin(values)
         if values_t.dtype != self_t.dtype:
             update = _stablehlo("convert", ir.RankedTensorType.get(
-                list(values_t.sizes), element), update)
-        offset = len(kept) - len(values_t.sizes)
-        if list(values_t.sizes) != kept:
-            update = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(kept, element),
-                                update, broadcast_dimensions=ir.DenseI64ArrayAttr.get(
-                                    list(range(offset, len(kept)))))
-        box = [1 if p is not None else n for n, p in zip(self_t.sizes, positions)]
-        update = _stablehlo("reshape", ir.RankedTensorType.get(box, element), update)
-        starts = [_scalar_constant(_i64(), 0, None) if p is None else _start(p, n)
-                  for n, p in zip(self_t.sizes, positions)]
-        dest = to_builtin(self)
-        new = _stablehlo("dynamic_update_slice", dest.type, dest, update, *starts,
-                         loc=op.location)
+                builtin_shape(values_t.sizes), element), update)
+        starts = [None if p is None else
+                  _start(p, _dimension_size(dest, d, _i64()) if n == -1 else
+                         _scalar_constant(_i64(), n, None))
+                  for d, (n, p) in enumerate(zip(self_t.sizes, positions))]
+        if dynamic:
+            new = _positions_scatter(dest, update, starts, op.location)
+        else:
+            offset = len(kept) - len(values_t.sizes)
+            if list(values_t.sizes) != kept:
+                update = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(
+                    kept, element), update, broadcast_dimensions=ir.DenseI64ArrayAttr.get(
+                        list(range(offset, len(kept)))))
+            box = [1 if p is not None else n for n, p in zip(self_t.sizes, positions)]
+            update = _stablehlo("reshape", ir.RankedTensorType.get(box, element), update)
+            starts = [_scalar_constant(_i64(), 0, None) if s is None else s for s in starts]
+            new = _stablehlo("dynamic_update_slice", dest.type, dest, update, *starts,
+                             loc=op.location)
         result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
                                      operands=[new])
     rewriter.replace_op(op, result)
     return False
+
+
+def _positions_scatter(dest: ir.Value, update: ir.Value, starts: list[ir.Value | None],
+                       loc: ir.Location) -> ir.Value:
+    """`dest` with `update` written at `starts` (None: the whole dimension), as one
+    scatter whose window is the update, broadcast to the dimensions not indexed. Sizes
+    read with get_dimension_size make the broadcast of a dynamic update."""
+    dest_type = ir.RankedTensorType(dest.type)
+    element = dest_type.element_type
+    indexed = [d for d, s in enumerate(starts) if s is not None]
+    kept = [d for d, s in enumerate(starts) if s is None]
+    window = [dest_type.shape[d] for d in kept]
+    update_type = ir.RankedTensorType(update.type)
+    if update_type.shape != window:
+        i32 = ir.IntegerType.get_signless(32)
+        entry = ir.RankedTensorType.get([1], i32)
+        sizes = [_stablehlo("reshape", entry, _dimension_size(dest, d, i32))
+                 if dest_type.is_dynamic_dim(d) else
+                 _stablehlo("broadcast_in_dim", entry, _scalar_constant(
+                     i32, dest_type.shape[d], None),
+                     broadcast_dimensions=ir.DenseI64ArrayAttr.get([])) for d in kept]
+        shape = sizes[0] if len(sizes) == 1 else _stablehlo(
+            "concatenate", ir.RankedTensorType.get([len(sizes)], i32), *sizes,
+            dimension=ir.IntegerAttr.get(_i64(), 0))
+        offset = len(window) - update_type.rank
+        # The update's dynamic dimensions are the destination's (torch.export's guards).
+        same = [i for i in range(update_type.rank) if update_type.is_dynamic_dim(i)]
+        update = _stablehlo("dynamic_broadcast_in_dim",
+                            ir.RankedTensorType.get(window, element), update, shape,
+                            broadcast_dimensions=ir.DenseI64ArrayAttr.get(
+                                list(range(offset, len(window)))),
+                            known_nonexpanding_dimensions=ir.DenseI64ArrayAttr.get(same))
+    vector = ir.RankedTensorType.get([1], _i64())
+    columns = [_stablehlo("reshape", vector, starts[d]) for d in indexed]
+    indices = columns[0] if len(columns) == 1 else _stablehlo(
+        "concatenate", ir.RankedTensorType.get([len(columns)], _i64()), *columns,
+        dimension=ir.IntegerAttr.get(_i64(), 0))
+    numbers = _scatter_numbers(list(range(len(kept))), indexed, 0)
+    return _scatter(dest, indices, update, numbers, combine=None, unique=True,
+                    loc=loc).result
 
 
 def _index_tensors(indices: ir.Value, rank: int) -> list[ir.Value | None] | None:
