@@ -23,6 +23,10 @@ from .ir_utils import main_function
 from .transforms.pipelines import pipeline_elements
 from .transforms import sharding
 from .backends.interpreter import interpret
+from .transforms.specialize import specialize
+
+# Programs specialized to static shapes kept per dynamic program (for XLA).
+SHAPE_CACHE_SIZE = 16
 
 
 def _tensor_types(types: list[ir.Type]) -> list[tuple[tuple[int, ...], torch.dtype]]:
@@ -93,6 +97,34 @@ class Compiled:
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
     shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
     _spmd: Any = field(default=None, repr=False)  # backends/spmd.py, compiled on first use
+    _static: dict = field(default_factory=dict, repr=False)  # shapes -> Compiled (for XLA)
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the program has dynamic dimensions (`tensor<?x...>`, dynamic_shapes)."""
+        return any(-1 in shape for shape, _ in self.input_types)
+
+    def specialized(self, shapes: list[tuple[int, ...]]) -> "Compiled":
+        """The program for arguments of `shapes` (one per argument of main), its dynamic
+        dimensions made static (`stablehlo-refine-shapes`): what XLA runs, once per shape
+        (docs/shapes.md). The last SHAPE_CACHE_SIZE are kept."""
+        key = tuple(map(tuple, shapes))
+        if key not in self._static:
+            module = specialize(self.module, list(key))
+            function_type = ir.FunctionType(main_function(module).type)
+
+            def static(types: list[ir.Type], traced: list) -> list:
+                return [(tuple(ir.RankedTensorType(t).shape), dtype)
+                        for t, (_, dtype) in zip(types, traced)]
+
+            self._static[key] = Compiled(
+                module, self.io_map, self.input_names, self.signature, self.source,
+                static(function_type.inputs, self.input_types),
+                static(function_type.results, self.result_types),
+                self.layouts, self.program, self.engine)
+            if len(self._static) > SHAPE_CACHE_SIZE:
+                self._static.pop(next(iter(self._static)))
+        return self._static[key]
 
     @property
     def result_dtypes(self) -> list[torch.dtype]:
@@ -227,6 +259,10 @@ class Compiled:
         return self.run(args, kwargs, self.engine)
 
     def _xla_executable(self) -> xla.CpuExecutable:
+        if self.dynamic:
+            raise ValueError("XLA compiles static shapes: the program has dynamic dimensions "
+                             "(dynamic_shapes); calls on XLA run it specialized to their "
+                             "shapes, ask `.specialized(shapes)` for one of them")
         if self._xla is None:
             self._xla = xla.CpuExecutable(self.stablehlo, self.input_names, self.io_map,
                                           self.input_types, self.result_types)
@@ -246,6 +282,8 @@ class Compiled:
             return self._outputs(inputs, self._sharded()(inputs, self.result_dtypes))
         if engine == "auto":
             engine = "xla" if xla.available() else "interpreter"
+        if engine == "xla" and self.dynamic:  # XLA compiles static shapes: one per shape
+            return self.specialized([tuple(t.shape) for t in inputs]).run(args, kwargs, engine)
         if engine == "xla":  # updates the written inputs; None for their results
             results = self._xla_executable()(inputs)
         elif engine == "interpreter":

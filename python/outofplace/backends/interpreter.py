@@ -13,6 +13,7 @@ from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 
 from ..transforms import lowering
+from ..transforms.specialize import is_dynamic, specialize
 
 from .. import torch_types
 from ..ir_utils import all_operations, main_function, terminator
@@ -94,10 +95,8 @@ def interpret(module: ir.Module, inputs: list[torch.Tensor],
             f"the StableHLO reference interpreter cannot run {', '.join(unsupported)} "
             "(random ops); export the module and run it on XLA")
     with module.context:
-        if not all(ir.RankedTensorType(a.type).has_static_shape
-                   for a in main_function(module).arguments):
-            # The interpreter refines `?` sizes to the inputs' in the module it is given.
-            module = ir.Module.parse(module.operation.get_asm(binary=True), module.context)
+        if is_dynamic(module):  # the interpreter aborts on a type it cannot refine
+            module = specialize(module, [tuple(t.shape) for t in inputs])
         module = _bitcast_results(module, result_dtypes)
         attrs = [to_attribute(t) for t in inputs]
         results = _stablehlo.eval_module(module, attrs)

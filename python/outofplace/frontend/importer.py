@@ -504,12 +504,20 @@ def refuse_data_dependent_shapes(graph: torch.fx.Graph) -> None:
     torch-mlir would lower such an op to a program that computes the wrong values.
     Sizes that follow the arguments' dynamic dimensions (`dynamic_shapes`) are fine."""
     for node in graph.nodes:
-        if node.op == "call_function" and free_unbacked_symbols(node.meta.get("val")):
+        if node.op != "call_function":
+            continue
+        op = op_registry.mlir_name(node.target) if isinstance(
+            node.target, torch._ops.OpOverload) else str(node.target)
+        if free_unbacked_symbols(node.meta.get("val")):
             raise UnsupportedMutationError(
-                op_registry.mlir_name(node.target) if isinstance(
-                    node.target, torch._ops.OpOverload) else str(node.target),
-                "its result's shape depends on the data (a dynamic shape); outofplace "
+                op, "its result's shape depends on the data (a dynamic shape); outofplace "
                 "compiles shapes that follow the arguments' only", location=source_line(node))
+        if any(isinstance(a, torch.SymInt) for a in pytree.tree_leaves((node.args,
+                                                                         node.kwargs))):
+            raise UnsupportedMutationError(
+                op, "outofplace rewrote it with a size of a dynamic dimension "
+                "(dynamic_shapes) held as a number, which torch-mlir cannot import; "
+                "compile this program with static shapes", location=source_line(node))
 
 
 def mark_mutable_tensors(func: func_d.FuncOp) -> None:

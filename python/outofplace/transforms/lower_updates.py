@@ -24,7 +24,7 @@ import torch
 from torch_mlir import ir, rewrite
 
 from .. import torch_types
-from ..errors import warn_out_of_bounds_policy
+from ..errors import UnsupportedMutationError, warn_out_of_bounds_policy
 from ..ir_utils import builtin_shape, constant_int, to_builtin, unnamed
 
 
@@ -255,6 +255,9 @@ def _positions(indices: ir.Value) -> list[ir.Value | None] | None:
     return entries if any(e is not None for e in entries) else None
 
 
+_STATIC = torch_types.TensorType((), None, True)
+
+
 def _ranked_tensor(value: ir.Value) -> torch_types.TensorType | None:
     """A tensor's type with known rank and dtype; -1 for a dynamic dimension."""
     if not torch_types.is_tensor(value.type):
@@ -413,6 +416,13 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     ones were wrapped before import).
     """
     self, indices, values, accumulate = op.operands
+    at_positions = _positions(indices) is not None and _constant_bool(accumulate) is False
+    if not at_positions and any(
+            -1 in (_ranked_tensor(v) or _STATIC).sizes for v in (self, values)):
+        raise UnsupportedMutationError.at(
+            op, "a write at index tensors (or accumulating) into a tensor with a dynamic "
+            "dimension (dynamic_shapes): its scatter would need indices of runtime size; "
+            "assign at 0-d tensor positions (`c[:, pos] = k`) or compile static shapes")
     self_t, values_t = _static_tensor(self), _static_tensor(values)
     accumulating = _constant_bool(accumulate)
     if self_t is None or values_t is None or accumulating is None or \

@@ -38,63 +38,114 @@ def stablehlo_constants(module: ir.Operation) -> None:
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
 
 
-def _shape_entries(shape: ir.Value) -> list[ir.Value] | None:
-    """The 1-element tensors a shape operand concatenates (torch-mlir's shape of a
-    dynamic tensor, after shape-legalize-to-stablehlo), or None."""
-    if not isinstance(shape, ir.OpResult) or shape.owner.name != "stablehlo.concatenate":
-        return [shape] if ir.RankedTensorType(shape.type).shape == [1] else None
-    return list(shape.owner.operands)
+def _i64_size(value: ir.Value) -> ir.Value | None:
+    """A tensor<1xi64> StableHLO value for an i64 scalar torch-mlir computes from a size:
+    `arith.index_cast(tensor.dim %t, %c)` or an integer constant; None for others."""
+    i64 = ir.IntegerType.get_signless(64)
+    vector = ir.RankedTensorType.get([1], i64)
+    op = value.owner if isinstance(value, ir.OpResult) else None
+    if op is not None and op.name == "arith.constant":
+        return ir.Operation.create("stablehlo.constant", results=[vector], attributes={
+            "value": ir.DenseElementsAttr.get_splat(vector, ir.IntegerAttr.get(
+                i64, ir.IntegerAttr(op.attributes["value"]).value))}).result
+    if op is None or op.name != "arith.index_cast" or \
+            not isinstance(op.operands[0], ir.OpResult) or \
+            op.operands[0].owner.name != "tensor.dim":
+        return None
+    tensor, index = op.operands[0].owner.operands
+    if not isinstance(index, ir.OpResult) or index.owner.name != "arith.constant":
+        return None
+    dim = ir.IntegerAttr(index.owner.attributes["value"]).value
+    size = ir.Operation.create(
+        "stablehlo.get_dimension_size",
+        results=[ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))],
+        operands=[tensor], attributes={"dimension": ir.IntegerAttr.get(i64, dim)}).result
+    size = ir.Operation.create("stablehlo.convert", results=[ir.RankedTensorType.get(
+        [], i64)], operands=[size]).result
+    return ir.Operation.create("stablehlo.reshape", results=[vector], operands=[size]).result
 
 
-def _is_size_of(entry: ir.Value, tensor: ir.Value, dim: int) -> bool:
-    """`entry` (tensor<1xi32>) is the size of `tensor` at `dim`: a constant equal to a
-    static size, or a reshape of get_dimension_size of that dimension."""
-    size = ir.RankedTensorType(tensor.type).shape[dim]
-    if not isinstance(entry, ir.OpResult):
-        return False
-    op = entry.owner
-    if op.name == "stablehlo.constant":
-        value = ir.DenseElementsAttr(op.attributes["value"])
-        return not ir.ShapedType.is_dynamic_size(size) and value.is_splat and \
-            ir.IntegerAttr(value.get_splat_value()).value == size
-    if op.name == "stablehlo.reshape" and isinstance(op.operands[0], ir.OpResult):
-        read = op.operands[0].owner
-        return read.name == "stablehlo.get_dimension_size" and \
-            read.operands[0] == tensor and \
-            ir.IntegerAttr(read.attributes["dimension"]).value == dim
+def _sizes_from_elements(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """tensor.from_elements of sizes (`x.mean(0)` divides by one) as StableHLO:
+    get_dimension_size, convert, concatenate. Others are left to fail the purity check."""
+    with rewriter.ip, op.location:
+        entries = [_i64_size(v) for v in op.operands]
+        if any(e is None for e in entries) or \
+                ir.RankedTensorType(op.result.type).element_type != \
+                ir.IntegerType.get_signless(64):
+            for e in entries:
+                if e is not None:
+                    rewriter.erase_op(e.owner)
+            return True
+        new = entries[0] if len(entries) == 1 else ir.Operation.create(
+            "stablehlo.concatenate", results=[op.result.type], operands=entries,
+            attributes={"dimension": ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), 0)}).result
+    rewriter.replace_op(op, [new])
+    return False
+
+
+def _assume_broadcastable(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`shape.assuming (cstr_broadcastable %a, %b) { ... }` => its body: torch.export
+    traced the program with these shapes broadcasting (it guards its symbols, and the
+    call checks them), so the check holds."""
+    witness = op.operands[0]
+    if not isinstance(witness, ir.OpResult) or \
+            witness.owner.name != "shape.cstr_broadcastable":
+        return True
+    block = op.regions[0].blocks[0]
+    body = list(block.operations)
+    for inner in body[:-1]:
+        inner.move_before(op)
+    rewriter.replace_op(op, list(body[-1].operands))
     return False
 
 
 def _dynamic_broadcast(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     """torch-mlir broadcasts each operand of an elementwise op of dynamic shape to the
-    shape it computes: `dynamic_broadcast_in_dim %x, shape(%x)`. When every dynamic
-    dimension of the operand is provably kept (its entry in the shape is the operand's
-    own size), the broadcast is the operand itself if the types agree, else it is marked
-    `known_nonexpanding_dimensions` (IREE compiles no broadcast of a dynamic operand
-    without it)."""
-    operand, shape = op.operands[0], op.operands[1]
-    operand_type = ir.RankedTensorType(operand.type)
+    shape it computes (`dynamic_broadcast_in_dim %x, shape`). A dynamic dimension of a
+    program torch.export traced is never broadcast from 1: export assumes its symbols
+    are not 1 (and refuses a program that needs it). So every operand dimension but a
+    static 1 keeps its size: marked `known_nonexpanding_dimensions` (IREE compiles no
+    broadcast of a dynamic operand without it), and a broadcast to the operand's own type
+    is the operand."""
+    operand_type = ir.RankedTensorType(op.operands[0].type)
     if operand_type.has_static_shape or "known_nonexpanding_dimensions" in op.attributes:
         return True
     dims = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
-    entries = _shape_entries(shape)
-    if entries is None or len(entries) != ir.RankedTensorType(op.result.type).rank:
-        return True
-    kept = [i for i, d in enumerate(dims) if _is_size_of(entries[d], operand, i)]
-    if any(operand_type.is_dynamic_dim(i) and i not in kept for i in range(len(dims))):
-        return True  # a dynamic dimension that may expand: left as it is
-    if operand.type == op.result.type and dims == list(range(len(dims))):
-        rewriter.replace_op(op, [operand])
+    if op.operands[0].type == op.result.type and dims == list(range(len(dims))):
+        rewriter.replace_op(op, [op.operands[0]])
         return False
-    op.attributes["known_nonexpanding_dimensions"] = ir.DenseI64ArrayAttr.get(kept)
+    op.attributes["known_nonexpanding_dimensions"] = ir.DenseI64ArrayAttr.get(
+        [i for i, n in enumerate(operand_type.shape) if n != 1])
     return False
 
 
+def dynamic_shapes(module: ir.Operation) -> None:
+    """What torch-mlir leaves of the shape computations of a program with dynamic
+    dimensions, for shape-legalize-to-stablehlo: shape.assuming regions of broadcasts
+    inlined, sizes gathered into tensors made StableHLO."""
+    patterns = rewrite.RewritePatternSet(module.context)
+    patterns.add("shape.assuming", _assume_broadcastable)
+    patterns.add("tensor.from_elements", _sizes_from_elements)
+    rewrite.walk_and_apply_patterns(module, patterns.freeze())
+    _erase_unused_shape_ops(module)
+
+
+def _erase_unused_shape_ops(module: ir.Operation) -> None:
+    """The constraints, size reads and scalar constants the shape lowering left unused."""
+    for op in reversed(all_operations(module)):
+        if op.name in ("shape.cstr_broadcastable", "arith.index_cast", "tensor.dim",
+                       "arith.constant") and all(not list(r.uses) for r in op.results):
+            op.erase()
+
+
 def dynamic_broadcasts(module: ir.Operation) -> None:
-    """Removes or marks the broadcasts of dynamic operands that keep their sizes."""
+    """Removes or marks as non-expanding the broadcasts of dynamic operands."""
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("stablehlo.dynamic_broadcast_in_dim", _dynamic_broadcast)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
+    _erase_unused_shape_ops(module)
 
 
 def foreign_ops(module: ir.Operation) -> list[ir.Operation]:

@@ -56,9 +56,10 @@ for _argument, _fn, _description in [
          "Remove the constant shields and fold reshapes and broadcasts of constants"),
         ("outofplace-stablehlo-constants", lowering.stablehlo_constants,
          "Turn tensor arith.constant into stablehlo.constant"),
+        ("outofplace-dynamic-shapes", lowering.dynamic_shapes,
+         "Inline broadcast assumptions and make size tensors StableHLO (dynamic shapes)"),
         ("outofplace-dynamic-broadcasts", lowering.dynamic_broadcasts,
-         "Remove or mark as non-expanding the broadcasts of dynamic operands that keep "
-         "their sizes"),
+         "Remove or mark as non-expanding the broadcasts of dynamic operands"),
         ("outofplace-verify-stablehlo", lowering.check_pure_stablehlo,
          "Fail unless the module is pure StableHLO")]:
     register_pass(_argument, _description)(_fn)  # type: ignore[arg-type]
@@ -72,7 +73,8 @@ register_pipeline(
      "outofplace-shield-constants",
      *lowering.TORCH_TO_STABLEHLO,
      # dynamic dimensions: shape computations as StableHLO (get_dimension_size)
-     "func.func(shape-legalize-to-stablehlo)", "reconcile-unrealized-casts",
+     "outofplace-dynamic-shapes", "func.func(shape-legalize-to-stablehlo)",
+     "reconcile-unrealized-casts",
      "outofplace-dynamic-broadcasts",
      "outofplace-stablehlo-constants",
      "outofplace-strip-constant-shields",
