@@ -14,6 +14,7 @@ from typing import Any
 
 import sympy
 import torch
+from torch.utils._sympy.numbers import int_oo
 
 Size = int | sympy.Expr  # a static size, or the symbolic one export traced
 
@@ -34,7 +35,8 @@ class SymbolicSizes:
             shape = value.shape if isinstance(value, torch.Tensor) else ()
             sizes.append(tuple(d.node.expr if isinstance(d, torch.SymInt) else int(d)
                                for d in shape))
-        ranges = {expr: (int(r.lower), int(r.upper) if r.upper.is_finite else None)
+        ranges = {expr: (int(r.lower), None if r.upper in (int_oo, sympy.oo)
+                         else int(r.upper))
                   for expr, r in range_constraints.items()}
         return cls(sizes, ranges)
 
@@ -49,11 +51,13 @@ class SymbolicSizes:
         if not self.is_dynamic:
             return
         bound: dict[sympy.Symbol, int] = {}
+        where: dict[sympy.Symbol, str] = {}  # the argument and dimension that set it
         pending = []
         for name, value, shape in zip(names, inputs, self.sizes):
             for dim, (expr, size) in enumerate(zip(shape, value.shape)):
                 if isinstance(expr, sympy.Symbol) and expr not in bound:
                     bound[expr] = size
+                    where[expr] = f"argument '{name}' has {size} at dimension {dim}"
                 if not isinstance(expr, int):
                     pending.append((name, dim, expr, size))
         for name, dim, expr, size in pending:
@@ -64,10 +68,12 @@ class SymbolicSizes:
                 if solved:
                     bound[symbol] = int(solved[0])
             if expr.subs(bound) != size:
+                seen = "; ".join(where[s] for s in sorted(expr.free_symbols, key=str)
+                                 if s in where)
                 raise ValueError(
-                    f"argument '{name}' has size {size} at dimension {dim}, where the "
-                    f"program was exported for {expr} = {expr.subs(bound)} (the same "
-                    "dynamic dimension as another argument's)")
+                    f"argument '{name}' has size {size} at dimension {dim}, where {seen}: "
+                    f"the program was exported with these sizes related ({expr} = "
+                    f"{expr.subs(bound)}, dynamic_shapes)")
             low, high = self.ranges.get(expr, (0, None))
             if size < low or (high is not None and size > high):
                 raise ValueError(
