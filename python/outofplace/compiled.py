@@ -160,15 +160,24 @@ class Compiled:
         """Versioned StableHLO bytecode; the default target is what jaxlib 0.10.2 reads."""
         return export.portable_artifact(self.stablehlo, target)
 
+    def _refuse_dynamic(self, what: str) -> None:
+        if self.dynamic:
+            raise ValueError(f"{what} needs static shapes and the program has dynamic "
+                             "dimensions (dynamic_shapes): ask it of "
+                             "`.specialized(shapes)`, one argument shape per argument")
+
     def hlo_module_proto(self) -> bytes:
         """The serialized `xla.HloModuleProto` (what the Neuron compiler ingests), with
         `input_output_alias` for every mutated argument. Needs the xla extra."""
+        self._refuse_dynamic("an HLO module proto")
         return xla.hlo_module_proto(self.stablehlo)
 
     def save(self, directory: str, target: str = export.DEFAULT_TARGET, *,
              hlo_proto: bool = True) -> list:
         """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax, unless `hlo_proto` is
         False) and io_map.json."""
+        if hlo_proto:
+            self._refuse_dynamic("main.hlo.pb (save with hlo_proto=False for the rest)")
         names = export.io_map_json(self.input_names, len(self.result_dtypes), self.io_map)
         if self.mesh is not None:
             names["mesh"] = self.mesh
@@ -182,6 +191,8 @@ class Compiled:
         program), "xla" (XLA:CPU's optimized HLO) or "neuron" (the HLO module proto)."""
         if backend == "iree":
             return self._iree_executable().alias_problems
+        if backend in ("xla", "neuron"):
+            self._refuse_dynamic(f"the {backend} alias check")
         if backend == "xla":
             return xla.alias_problems(self.stablehlo, self.io_map)
         if backend == "neuron":

@@ -123,6 +123,9 @@ def test_xla_runs_each_shape_specialized_in_place():
     assert static.in_place_report == {"cache": "in place"}
     with pytest.raises(ValueError, match="XLA compiles static shapes"):
         compiled.in_place_report
+    with pytest.raises(ValueError, match="an HLO module proto needs static shapes"):
+        compiled.hlo_module_proto()
+    assert static.alias_problems("neuron") == []  # its proto has the cache's alias
 
 
 def test_iree_updates_the_dynamic_cache_in_its_own_memory():
