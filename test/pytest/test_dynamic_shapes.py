@@ -183,3 +183,38 @@ def test_exported_program_with_dynamic_shapes_compiles():
         assert torch.allclose(compiled(x), expected.sum()) and torch.equal(x, expected)
     with pytest.raises(ValueError, match="dynamic_shapes is for a program to export"):
         outofplace.compile(exported, (torch.randn(8, 4),), dynamic_shapes={"x": None})
+
+
+def zero_positive(x):
+    x[x > 0] = 0
+    return x.sum()
+
+
+def test_masked_write_into_a_dynamic_tensor_is_refused_at_its_line():
+    """The masked-values rewrite holds a size of x as a number, which torch-mlir's
+    importer cannot take when the size is symbolic: refused, not an importer crash."""
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        _compile(zero_positive, (torch.randn(5, 4),), {"x": {0: BATCH}})
+    assert "a size of a dynamic dimension (dynamic_shapes)" in info.value.reason
+    assert info.value.location.endswith(
+        f"{THIS_FILE}:{zero_positive.__code__.co_firstlineno + 1}")
+
+
+def prefill(cache, k):
+    cache[:, :k.shape[1]] = k  # a prompt of dynamic length into a static cache
+    return cache.sum(1)
+
+
+def test_prefill_of_dynamic_length_into_a_static_cache():
+    """The slice's end is the length, a runtime value torch-mlir's slice_scatter does not
+    take: one scatter of k as the window at 0."""
+    length = Dim("length", min=2, max=15)
+    compiled = _compile(prefill, (torch.zeros(2, 16, 4), torch.ones(2, 3, 4)),
+                        {"cache": None, "k": {1: length}})
+    assert "%k: tensor<2x?x4xf32>" in compiled.stablehlo
+    assert compiled.stablehlo.count('"stablehlo.scatter"(%cache') == 1
+    for engine in ENGINES:
+        for n in (2, 5, 9):
+            assert_call_matches_eager(compiled, prefill,
+                                      (torch.zeros(2, 16, 4), torch.randn(2, n, 4)), {},
+                                      engine)

@@ -508,16 +508,18 @@ def refuse_data_dependent_shapes(graph: torch.fx.Graph) -> None:
             continue
         op = op_registry.mlir_name(node.target) if isinstance(
             node.target, torch._ops.OpOverload) else str(node.target)
+        # A node of a rewrite of ours has no stack trace: the line of what it reads.
+        location = next(filter(None, map(source_line, [node, *node.all_input_nodes])), "")
         if free_unbacked_symbols(node.meta.get("val")):
             raise UnsupportedMutationError(
                 op, "its result's shape depends on the data (a dynamic shape); outofplace "
-                "compiles shapes that follow the arguments' only", location=source_line(node))
+                "compiles shapes that follow the arguments' only", location=location)
         if any(isinstance(a, torch.SymInt) for a in pytree.tree_leaves((node.args,
                                                                          node.kwargs))):
             raise UnsupportedMutationError(
                 op, "outofplace rewrote it with a size of a dynamic dimension "
                 "(dynamic_shapes) held as a number, which torch-mlir cannot import; "
-                "compile this program with static shapes", location=source_line(node))
+                "compile this program with static shapes", location=location)
 
 
 def mark_mutable_tensors(func: func_d.FuncOp) -> None:

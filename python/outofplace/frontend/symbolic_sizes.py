@@ -35,8 +35,12 @@ class SymbolicSizes:
             shape = value.shape if isinstance(value, torch.Tensor) else ()
             sizes.append(tuple(d.node.expr if isinstance(d, torch.SymInt) else int(d)
                                for d in shape))
-        ranges = {expr: (int(r.lower), None if r.upper in (int_oo, sympy.oo)
-                         else int(r.upper))
+
+        def bound(value: sympy.Expr) -> int | None:
+            return None if value in (int_oo, -int_oo, sympy.oo, -sympy.oo) else int(value)
+
+        # (Unbacked symbols, of `.item()` values, are in range_constraints too.)
+        ranges = {expr: (bound(r.lower) or 0, bound(r.upper))
                   for expr, r in range_constraints.items()}
         return cls(sizes, ranges)
 

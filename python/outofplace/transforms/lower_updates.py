@@ -255,9 +255,6 @@ def _positions(indices: ir.Value) -> list[ir.Value | None] | None:
     return entries if any(e is not None for e in entries) else None
 
 
-_STATIC = torch_types.TensorType((), None, True)
-
-
 def _ranked_tensor(value: ir.Value) -> torch_types.TensorType | None:
     """A tensor's type with known rank and dtype; -1 for a dynamic dimension."""
     if not torch_types.is_tensor(value.type):
@@ -417,8 +414,8 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     """
     self, indices, values, accumulate = op.operands
     at_positions = _positions(indices) is not None and _constant_bool(accumulate) is False
-    if not at_positions and any(
-            -1 in (_ranked_tensor(v) or _STATIC).sizes for v in (self, values)):
+    if not at_positions and any(-1 in (_ranked_tensor(v).sizes or ())
+                                for v in (self, values) if _ranked_tensor(v)):
         raise UnsupportedMutationError.at(
             op, "a write at index tensors (or accumulating) into a tensor with a dynamic "
             "dimension (dynamic_shapes): its scatter would need indices of runtime size; "
@@ -615,6 +612,53 @@ def _static_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     return False
 
 
+def _scatter_into_dimension(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`slice_scatter` (unit step) whose end is not a constant (`c[:, :L] = k` with L a
+    dynamic length, which torch-mlir does not lower) and `select_scatter` into a tensor
+    with a dynamic dimension, at a constant position: one scatter of the whole source as
+    the window at that position (IREE takes no dynamic_update_slice of a source of
+    runtime size).
+
+        %r = torch.aten.slice_scatter %c, %k, %int1, %int0, %L, %int1
+        =>  stablehlo.scatter(%c, [0], %k)  update_window_dims = [0, 1, 2],
+              inserted_window_dims = [], scatter_dims_to_operand_dims = [1]
+    """
+    select = op.name == "torch.aten.select_scatter"
+    self, src, dim_value, start_value = op.operands[:4]
+    self_t, src_t = _ranked_tensor(self), _ranked_tensor(src)
+    dim = constant_int(dim_value)
+    start = 0 if _is_none(start_value) else constant_int(start_value)
+    if self_t is None or src_t is None or dim is None or start is None or \
+            self_t.dtype != src_t.dtype:
+        return True
+    if not select and constant_int(op.operands[5]) != 1:
+        return True
+    # Else torch-mlir's lowering (IREE rejects this scatter for a slice of static
+    # length in a longer dimension: "mismatch in shape of indices and update value").
+    if not (-1 in self_t.sizes if select else constant_int(op.operands[4]) is None):
+        return True
+    dim %= len(self_t.sizes)
+    if start < 0 and self_t.sizes[dim] != -1:
+        start += self_t.sizes[dim]
+    if start < 0:
+        return True
+    with rewriter.ip, unnamed(op.location):
+        index = ir.RankedTensorType.get([1], _i64())
+        indices = _stablehlo("constant", index, value=ir.DenseElementsAttr.get_splat(
+            index, ir.IntegerAttr.get(_i64(), start)))
+        rank = len(src_t.sizes)
+        numbers = ir.Attribute.parse(
+            f"#stablehlo.scatter<update_window_dims = {list(range(rank))}, "
+            f"inserted_window_dims = {[dim] if select else []}, "
+            f"scatter_dims_to_operand_dims = [{dim}], index_vector_dim = 0>")
+        scatter = _scatter(to_builtin(self), indices, to_builtin(src), numbers,
+                           combine=None, unique=True, loc=op.location)
+        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
+                                     operands=[scatter.result])
+    rewriter.replace_op(op, result)
+    return False
+
+
 def _is_none(value: ir.Value) -> bool:
     return isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.none"
 
@@ -627,4 +671,6 @@ def lower_updates(module: ir.Operation) -> None:
     patterns.add("torch.aten.index_put", _index_put_with_tensors)
     patterns.add("torch.aten.scatter_reduce.two", _scatter_reduce)
     patterns.add("torch.aten.slice.Tensor", _static_slice)
+    patterns.add("torch.aten.slice_scatter", _scatter_into_dimension)
+    patterns.add("torch.aten.select_scatter", _scatter_into_dimension)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())

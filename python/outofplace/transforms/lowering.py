@@ -38,49 +38,77 @@ def stablehlo_constants(module: ir.Operation) -> None:
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
 
 
-def _i64_size(value: ir.Value) -> ir.Value | None:
-    """A tensor<1xi64> StableHLO value for an i64 scalar torch-mlir computes from a size:
-    `arith.index_cast(tensor.dim %t, %c)` or an integer constant; None for others."""
-    i64 = ir.IntegerType.get_signless(64)
-    vector = ir.RankedTensorType.get([1], i64)
+_ARITH_TO_STABLEHLO = {"arith.addi": "add", "arith.subi": "subtract",
+                       "arith.muli": "multiply", "arith.maxsi": "maximum",
+                       "arith.minsi": "minimum"}
+_CMPI = {0: "EQ", 1: "NE", 2: "LT", 3: "LE", 4: "GT", 5: "GE"}  # arith.cmpi's signed ones
+
+
+def _scalar_tensor(value: ir.Value, done: dict) -> ir.Value | None:
+    """A 0-d StableHLO tensor (i64, or i1 for a comparison) computing an integer scalar
+    torch-mlir computes from sizes with arith and tensor.dim (the clamped end of
+    `c[:, :L]`); None for anything else. Created before the op being rewritten."""
+    if value in done:
+        return done[value]
     op = value.owner if isinstance(value, ir.OpResult) else None
-    if op is not None and op.name == "arith.constant":
-        return ir.Operation.create("stablehlo.constant", results=[vector], attributes={
-            "value": ir.DenseElementsAttr.get_splat(vector, ir.IntegerAttr.get(
-                i64, ir.IntegerAttr(op.attributes["value"]).value))}).result
-    if op is None or op.name != "arith.index_cast" or \
-            not isinstance(op.operands[0], ir.OpResult) or \
-            op.operands[0].owner.name != "tensor.dim":
+    if op is None:
         return None
-    tensor, index = op.operands[0].owner.operands
-    if not isinstance(index, ir.OpResult) or index.owner.name != "arith.constant":
+    i64, i1 = ir.IntegerType.get_signless(64), ir.IntegerType.get_signless(1)
+    scalar = ir.RankedTensorType.get([], i64)
+
+    def create(name: str, result: ir.Type, *operands: ir.Value, **attributes) -> ir.Value:
+        return ir.Operation.create(f"stablehlo.{name}", results=[result],
+                                   operands=list(operands), attributes=attributes).result
+
+    operands = [_scalar_tensor(v, done) for v in op.operands] \
+        if op.name not in ("arith.constant", "tensor.dim") else []
+    if any(o is None for o in operands):
         return None
-    dim = ir.IntegerAttr(index.owner.attributes["value"]).value
-    size = ir.Operation.create(
-        "stablehlo.get_dimension_size",
-        results=[ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))],
-        operands=[tensor], attributes={"dimension": ir.IntegerAttr.get(i64, dim)}).result
-    size = ir.Operation.create("stablehlo.convert", results=[ir.RankedTensorType.get(
-        [], i64)], operands=[size]).result
-    return ir.Operation.create("stablehlo.reshape", results=[vector], operands=[size]).result
+    result = None
+    if op.name == "arith.constant" and isinstance(op.attributes["value"], ir.IntegerAttr):
+        result = create("constant", scalar, value=ir.DenseElementsAttr.get_splat(
+            scalar, ir.IntegerAttr.get(i64, ir.IntegerAttr(op.attributes["value"]).value)))
+    elif op.name == "tensor.dim":
+        index = op.operands[1]
+        if isinstance(index, ir.OpResult) and index.owner.name == "arith.constant":
+            size = create("get_dimension_size", ir.RankedTensorType.get(
+                [], ir.IntegerType.get_signless(32)), op.operands[0],
+                dimension=ir.IntegerAttr.get(i64, ir.IntegerAttr(
+                    index.owner.attributes["value"]).value))
+            result = create("convert", scalar, size)
+    elif op.name == "arith.index_cast":
+        result = operands[0]
+    elif op.name in _ARITH_TO_STABLEHLO:
+        result = create(_ARITH_TO_STABLEHLO[op.name], scalar, *operands)
+    elif op.name == "arith.cmpi" and \
+            ir.IntegerAttr(op.attributes["predicate"]).value in _CMPI:
+        direction = _CMPI[ir.IntegerAttr(op.attributes["predicate"]).value]
+        result = create("compare", ir.RankedTensorType.get([], i1), *operands,
+                        comparison_direction=ir.Attribute.parse(
+                            f"#stablehlo<comparison_direction {direction}>"))
+    elif op.name == "arith.select":
+        result = create("select", ir.RankedTensorType(operands[1].type), *operands)
+    done[value] = result
+    return result
 
 
 def _sizes_from_elements(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """tensor.from_elements of sizes (`x.mean(0)` divides by one) as StableHLO:
-    get_dimension_size, convert, concatenate. Others are left to fail the purity check."""
+    """tensor.from_elements of i64 scalars computed from sizes (`x.mean(0)` divides by
+    one, `c[:, :L]` clamps its end) as StableHLO on 0-d tensors, then reshape and
+    concatenate. Others are left to fail the purity check."""
+    i64 = ir.IntegerType.get_signless(64)
+    if ir.RankedTensorType(op.result.type).element_type != i64:
+        return True
     with rewriter.ip, op.location:
-        entries = [_i64_size(v) for v in op.operands]
-        if any(e is None for e in entries) or \
-                ir.RankedTensorType(op.result.type).element_type != \
-                ir.IntegerType.get_signless(64):
-            for e in entries:
-                if e is not None:
-                    rewriter.erase_op(e.owner)
-            return True
+        entries = [_scalar_tensor(v, {}) for v in op.operands]
+        if any(e is None for e in entries):
+            return True  # (the ops made for the others are left unused, then erased)
+        vector = ir.RankedTensorType.get([1], i64)
+        entries = [ir.Operation.create("stablehlo.reshape", results=[vector],
+                                       operands=[e]).result for e in entries]
         new = entries[0] if len(entries) == 1 else ir.Operation.create(
             "stablehlo.concatenate", results=[op.result.type], operands=entries,
-            attributes={"dimension": ir.IntegerAttr.get(
-                ir.IntegerType.get_signless(64), 0)}).result
+            attributes={"dimension": ir.IntegerAttr.get(i64, 0)}).result
     rewriter.replace_op(op, [new])
     return False
 
@@ -132,11 +160,22 @@ def dynamic_shapes(module: ir.Operation) -> None:
     _erase_unused_shape_ops(module)
 
 
+_PURE_SIZE_OPS = frozenset({"stablehlo.constant", "stablehlo.get_dimension_size",
+                            "stablehlo.convert", "stablehlo.reshape", "stablehlo.compare",
+                            "stablehlo.select", "shape.cstr_broadcastable", "tensor.dim",
+                            *_ARITH_TO_STABLEHLO, "arith.constant", "arith.index_cast",
+                            "arith.cmpi", "arith.select"})
+
+
 def _erase_unused_shape_ops(module: ir.Operation) -> None:
-    """The constraints, size reads and scalar constants the shape lowering left unused."""
-    for op in reversed(all_operations(module)):
-        if op.name in ("shape.cstr_broadcastable", "arith.index_cast", "tensor.dim",
-                       "arith.constant") and all(not list(r.uses) for r in op.results):
+    """The size computations the shape lowering left unused, in a program with dynamic
+    dimensions (static programs are left as they are)."""
+    ops = all_operations(module)
+    if not any(isinstance(r.type, ir.ShapedType) and not ir.ShapedType(r.type).has_static_shape
+               for op in ops for r in op.results):
+        return
+    for op in reversed(ops):
+        if op.name in _PURE_SIZE_OPS and all(not list(r.uses) for r in op.results):
             op.erase()
 
 
