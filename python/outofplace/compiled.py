@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -23,12 +24,22 @@ from .ir_utils import main_function
 from .transforms.pipelines import pipeline_elements
 from .transforms import sharding
 from .backends.interpreter import interpret
+from .transforms.specialize import specialize
+
+# Programs specialized to static shapes kept per dynamic program (for XLA).
+SHAPE_CACHE_SIZE = 16
 
 
 def _tensor_types(types: list[ir.Type]) -> list[tuple[tuple[int, ...], torch.dtype]]:
     """(shape, dtype) of each tensor type of main's arguments or results."""
     return [(tuple(t.sizes or ()), t.dtype or torch.float32)
             for t in map(torch_types.TensorType.of, types)]
+
+
+def _fits(shape: torch.Size, compiled: tuple[int, ...]) -> bool:
+    """A tensor's shape is one the program takes: -1 (a dynamic dimension) takes any size."""
+    return len(shape) == len(compiled) and all(n in (size, -1)
+                                               for size, n in zip(shape, compiled))
 
 
 def _layout(tensor: torch.Tensor) -> tuple:
@@ -88,6 +99,34 @@ class Compiled:
     shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
     _spmd: Any = field(default=None, repr=False)  # backends/spmd.py, compiled on first use
     _traced_strides: Any = field(default=None, repr=False)  # strides seen with `layouts`
+    _static: dict = field(default_factory=dict, repr=False)  # shapes -> Compiled (for XLA)
+
+    @functools.cached_property
+    def dynamic(self) -> bool:
+        """Whether the program has dynamic dimensions (`tensor<?x...>`, dynamic_shapes)."""
+        return any(-1 in shape for shape, _ in self.input_types)
+
+    def specialized(self, shapes: list[tuple[int, ...]]) -> "Compiled":
+        """The program for arguments of `shapes` (one per argument of main), its dynamic
+        dimensions made static (`stablehlo-refine-shapes`): what XLA runs, once per shape
+        (docs/shapes.md). The last SHAPE_CACHE_SIZE are kept."""
+        key = tuple(map(tuple, shapes))
+        if key not in self._static:
+            module = specialize(self.module, list(key))
+            function_type = ir.FunctionType(main_function(module).type)
+
+            def static(types: list[ir.Type], traced: list) -> list:
+                return [(tuple(ir.RankedTensorType(t).shape), dtype)
+                        for t, (_, dtype) in zip(types, traced)]
+
+            self._static[key] = Compiled(
+                module, self.io_map, self.input_names, self.signature, self.source,
+                static(function_type.inputs, self.input_types),
+                static(function_type.results, self.result_types),
+                self.layouts, self.program, self.engine)
+            if len(self._static) > SHAPE_CACHE_SIZE:
+                self._static.pop(next(iter(self._static)))
+        return self._static[key]
 
     @property
     def result_dtypes(self) -> list[torch.dtype]:
@@ -123,15 +162,24 @@ class Compiled:
         """Versioned StableHLO bytecode; the default target is what jaxlib 0.10.2 reads."""
         return export.portable_artifact(self.stablehlo, target)
 
+    def _refuse_dynamic(self, what: str) -> None:
+        if self.dynamic:
+            raise ValueError(f"{what} needs static shapes and the program has dynamic "
+                             "dimensions (dynamic_shapes): ask it of "
+                             "`.specialized(shapes)`, one argument shape per argument")
+
     def hlo_module_proto(self) -> bytes:
         """The serialized `xla.HloModuleProto` (what the Neuron compiler ingests), with
         `input_output_alias` for every mutated argument. Needs the xla extra."""
+        self._refuse_dynamic("an HLO module proto")
         return xla.hlo_module_proto(self.stablehlo)
 
     def save(self, directory: str, target: str = export.DEFAULT_TARGET, *,
              hlo_proto: bool = True) -> list:
         """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax, unless `hlo_proto` is
         False) and io_map.json."""
+        if hlo_proto:
+            self._refuse_dynamic("main.hlo.pb (save with hlo_proto=False for the rest)")
         names = export.io_map_json(self.input_names, len(self.result_dtypes), self.io_map)
         if self.mesh is not None:
             names["mesh"] = self.mesh
@@ -145,6 +193,8 @@ class Compiled:
         program), "xla" (XLA:CPU's optimized HLO) or "neuron" (the HLO module proto)."""
         if backend == "iree":
             return self._iree_executable().alias_problems
+        if backend in ("xla", "neuron"):
+            self._refuse_dynamic(f"the {backend} alias check")
         if backend == "xla":
             return xla.alias_problems(self.stablehlo, self.io_map)
         if backend == "neuron":
@@ -177,7 +227,8 @@ class Compiled:
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"argument '{name}' was compiled as a tensor, got "
                                 f"{type(value).__name__}")
-            if value.shape != shape or value.dtype != dtype:
+            if value.dtype != dtype or (value.shape != shape and
+                                        not _fits(value.shape, shape)):
                 raise ValueError(f"argument '{name}' was compiled for a {dtype} "
                                  f"{list(shape)} tensor, got {value.dtype} "
                                  f"{list(value.shape)}")
@@ -190,6 +241,7 @@ class Compiled:
                                  "and the program writes it in place, which eager refuses: "
                                  "call under torch.no_grad() or pass a tensor that does "
                                  "not require grad")
+        self.signature.symbolic_sizes.check(self.input_names, inputs)
         self.signature.refuse_written_inputs_sharing_memory(inputs)
         return inputs
 
@@ -226,6 +278,10 @@ class Compiled:
         return self.run(args, kwargs, self.engine)
 
     def _xla_executable(self) -> xla.CpuExecutable:
+        if self.dynamic:
+            raise ValueError("XLA compiles static shapes: the program has dynamic dimensions "
+                             "(dynamic_shapes); calls on XLA run it specialized to their "
+                             "shapes, ask `.specialized(shapes)` for one of them")
         if self._xla is None:
             self._xla = xla.CpuExecutable(self.stablehlo, self.input_names, self.io_map,
                                           self.input_types, self.result_types)
@@ -245,6 +301,8 @@ class Compiled:
             return self._outputs(inputs, self._sharded()(inputs, self.result_dtypes))
         if engine == "auto":
             engine = "xla" if xla.available() else "interpreter"
+        if engine == "xla" and self.dynamic:  # XLA compiles static shapes: one per shape
+            return self.specialized([tuple(t.shape) for t in inputs]).run(args, kwargs, engine)
         if engine == "xla":  # updates the written inputs; None for their results
             results = self._xla_executable()(inputs)
         elif engine == "interpreter":
@@ -299,7 +357,8 @@ def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:
 def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "auto",
             dump_ir: str | None = None, verify_each: bool | None = None,
             mesh: dict[str, int] | None = None,
-            shardings: dict[str, Any] | None = None) -> Compiled:
+            shardings: dict[str, Any] | None = None,
+            dynamic_shapes: Any = None) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
 
     `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
@@ -322,7 +381,8 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     if verify_each is None:
         verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
     context = make_context()
-    module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context)
+    module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context,
+                                                     dynamic_shapes)
     with context:
         if dump_ir:
             Path(dump_ir).mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -67,12 +67,17 @@ def unnamed(loc: ir.Location) -> ir.Location:
     return ir.NameLoc(loc).child_loc if loc.typeid == ir.NameLoc.static_typeid else loc
 
 
+def builtin_shape(sizes: Iterable[int]) -> list[int]:
+    """torch's sizes (-1 for a dynamic dimension) as a builtin tensor type's shape."""
+    return [ir.ShapedType.get_dynamic_size() if n == -1 else n for n in sizes]
+
+
 def to_builtin(value: ir.Value, loc: ir.Location | None = None,
                ip: ir.InsertionPoint | None = None) -> ir.Value:
-    """`torch_c.to_builtin_tensor`: a static-shaped `!torch.vtensor` as a builtin tensor."""
+    """`torch_c.to_builtin_tensor`: a ranked `!torch.vtensor` as a builtin tensor."""
     t = torch_types.TensorType.of(value.type)
     builtin = ir.RankedTensorType.get(
-        list(t.sizes), torch_types.element_type(t.dtype, signless=True), loc=loc)
+        builtin_shape(t.sizes), torch_types.element_type(t.dtype, signless=True), loc=loc)
     return ir.Operation.create("torch_c.to_builtin_tensor", results=[builtin],
                                operands=[value], loc=loc, ip=ip).result
 

@@ -13,6 +13,7 @@ from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 
 from ..transforms import lowering
+from ..transforms.specialize import is_dynamic, specialize
 
 from .. import torch_types
 from ..ir_utils import all_operations, main_function, terminator
@@ -94,6 +95,11 @@ def interpret(module: ir.Module, inputs: list[torch.Tensor],
             f"the StableHLO reference interpreter cannot run {', '.join(unsupported)} "
             "(random ops); export the module and run it on XLA")
     with module.context:
+        if is_dynamic(module):
+            # The interpreter refines the module it is given to the inputs' sizes, and
+            # aborts the process on a type it cannot refine: a copy, checked first.
+            specialize(module, [tuple(t.shape) for t in inputs])
+            module = ir.Module.parse(module.operation.get_asm(binary=True), module.context)
         module = _bitcast_results(module, result_dtypes)
         attrs = [to_attribute(t) for t in inputs]
         results = _stablehlo.eval_module(module, attrs)

@@ -392,8 +392,8 @@ def _old_value_read_elsewhere(module: Any, io_map: dict[int, int]) -> set[int]:
         if str(ir.RankedTensorType(value.type).element_type) == "i1":
             unsafe.add(argument)  # IREE 3.13 computes in-place boolean updates wrongly
             continue
-        while value != target:
-            uses = list(value.uses)
+        while value != target:  # (reading its size, with dynamic shapes, reads no data)
+            uses = [u for u in value.uses if u.owner.name != "stablehlo.get_dimension_size"]
             user = uses[0].owner if len(uses) == 1 else None
             if user is None or not (_same_places(user) or uses[0].operand_number == 0 and
                                     user.name in ("stablehlo.dynamic_update_slice",

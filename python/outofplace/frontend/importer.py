@@ -18,7 +18,8 @@ from typing import Any, Callable
 import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import (GuardOnDataDependentSymNode,
-                                                   PendingUnbackedSymbolNotFound)
+                                                   PendingUnbackedSymbolNotFound,
+                                                   free_unbacked_symbols)
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            DynamicOutputShapeException)
@@ -37,6 +38,7 @@ from .masked_values import MaskedValues
 from . import training
 from .runtime_positions import RuntimePositions, user_line
 from .shape_changes import InputShapeChanges
+from .symbolic_sizes import SymbolicSizes
 from ..ir_utils import operations, tensor_literal, terminator
 
 
@@ -62,6 +64,8 @@ class ProgramSignature:
     held: dict[str, Callable[[], torch.Tensor]] = field(default_factory=dict)
     # Parameters whose `.grad` the program clears (`opt.zero_grad()`): cleared after a call.
     cleared_grads: list[torch.Tensor] = field(default_factory=list)
+    # Per argument of main its sizes, symbolic where dynamic (dynamic_shapes), and ranges.
+    symbolic_sizes: SymbolicSizes = field(default_factory=SymbolicSizes)
 
     @functools.cached_property
     def _positional_tensors(self) -> int | None:
@@ -151,10 +155,11 @@ _INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a 
 
 
 def export(f: Any, args: tuple, kwargs: dict | None = None,
-           steps: training.OptimizerSteps | None = None) -> ExportedProgram:
+           steps: training.OptimizerSteps | None = None,
+           dynamic_shapes: Any = None) -> ExportedProgram:
     """Traces `f` to ATen with its mutations and views kept. Gradients are traced as
     eager computes them (`torch.autograd.grad`, `backward()`); `steps` is told where
-    the traced forward starts and ends."""
+    the traced forward starts and ends. `dynamic_shapes` is torch.export's spec."""
     if isinstance(f, ExportedProgram):
         return f
     module = f if isinstance(f, torch.nn.Module) else _function_module(f)
@@ -190,7 +195,8 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     modes = torch._C._len_torch_function_stack()
     try:
         with steps:
-            return torch.export.export(module, tuple(args), kwargs or {}, strict=False)
+            return torch.export.export(module, tuple(args), kwargs or {}, strict=False,
+                                       dynamic_shapes=dynamic_shapes)
     except _DATA_DEPENDENT as error:
         frames = traceback.extract_tb(error.__traceback__)
         raise UnsupportedMutationError(
@@ -339,7 +345,9 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None
     call_spec = ep.call_spec
     signature = ProgramSignature(input_names, state_targets, call_spec.in_spec,
                                  user_input_leaves, call_spec.out_spec, leaves, first_writes,
-                                 constant_inputs, {h.name: h for h in held.values()})
+                                 constant_inputs, {h.name: h for h in held.values()},
+                                 symbolic_sizes=SymbolicSizes.of(arguments,
+                                                                 ep.range_constraints))
     return gm, signature
 
 
@@ -446,6 +454,7 @@ def import_program(ep: ExportedProgram, context: ir.Context,
     reaches through Python objects is looked for from `roots` (training.program_roots)."""
     with torch.no_grad():  # fake values of the rewrites are values, not autograd steps
         gm, signature = _prepare_graph(ep, roots)
+    refuse_data_dependent_shapes(gm.graph)
     importer = FxImporter(context=context, hooks=_InlineConstants())
     func_op = importer.import_stateless_graph(gm.graph, func_name="main")
     module = importer.module
@@ -453,20 +462,23 @@ def import_program(ep: ExportedProgram, context: ir.Context,
         block = func_op.regions[0].blocks[0]
         for arg, name in zip(block.arguments, signature.input_names):
             arg.set_location(ir.Location.name(name, childLoc=arg.location))
-        refuse_dynamic_shapes(func_op.operation.opview, signature.input_names)
         mark_mutable_tensors(func_op.operation.opview)
         module.operation.verify()
     return module, signature
 
 
-def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Context
-                        ) -> tuple[ir.Module, ProgramSignature]:
-    """Exports and imports `f` called on `args`, `kwargs`."""
+def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Context,
+                        dynamic_shapes: Any = None) -> tuple[ir.Module, ProgramSignature]:
+    """Exports and imports `f` called on `args`, `kwargs`; `dynamic_shapes` (torch.export's
+    spec) makes the dimensions it names `?` in the IR."""
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else _function_module(f)
     roots = training.program_roots(f)
     steps = None if isinstance(f, ExportedProgram) else \
         training.OptimizerSteps(source, roots)
-    ep = export(source, args, kwargs, steps)
+    if dynamic_shapes is not None and isinstance(f, ExportedProgram):
+        raise ValueError("dynamic_shapes is for a program to export: an ExportedProgram "
+                         "has its dynamic dimensions already")
+    ep = export(source, args, kwargs, steps, dynamic_shapes)
     module, signature = import_program(ep, context, roots)
     if not isinstance(f, (torch.nn.Module, ExportedProgram)):
         for name in signature.state_targets:  # the function's modules' state, by name
@@ -504,33 +516,28 @@ def _copy_operands(op: ir.Operation, to_value: bool) -> None:
             op.operands[position] = copy.result
 
 
-def refuse_dynamic_shapes(func: func_d.FuncOp, names: list[str]) -> None:
-    """Refuses the first use of an argument with a symbolic size (an exported program with
-    dynamic shapes) and the first op whose result shape depends on the data (`x[mask]`,
-    `nonzero`): StableHLO needs static shapes, and torch-mlir would lower such an op to
-    a program that computes the wrong values."""
-    block = func.regions[0].blocks[0]
-    dynamic = [(arg, name) for arg, name in zip(block.arguments, names)
-               if _has_dynamic_size(arg)]
-    for op in operations(block):
-        for arg, name in dynamic:
-            if any(operand == arg for operand in op.operands):
-                raise UnsupportedMutationError.at(
-                    op, f"argument `{name}` has a dynamic size ({arg.type}), from the "
-                    "exported program's dynamic shapes; outofplace compiles static "
-                    "shapes only: export with the sizes fixed")
-        for result in op.results:
-            if _has_dynamic_size(result):
-                raise UnsupportedMutationError.at(
-                    op, "its result's shape depends on the data (a dynamic shape); "
-                    "outofplace compiles static shapes only")
-
-
-def _has_dynamic_size(value: ir.Value) -> bool:
-    if not torch_types.is_tensor(value.type):
-        return False
-    sizes = torch_types.TensorType.of(value.type).sizes
-    return sizes is None or any(d < 0 for d in sizes)
+def refuse_data_dependent_shapes(graph: torch.fx.Graph) -> None:
+    """Refuses the first op whose result shape depends on the data (`nonzero`): its size
+    is an unbacked symbol of the trace, which no argument's size determines, and
+    torch-mlir would lower such an op to a program that computes the wrong values.
+    Sizes that follow the arguments' dynamic dimensions (`dynamic_shapes`) are fine."""
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        op = op_registry.mlir_name(node.target) if isinstance(
+            node.target, torch._ops.OpOverload) else str(node.target)
+        # A node of a rewrite of ours has no stack trace: the line of what it reads.
+        location = next(filter(None, map(source_line, [node, *node.all_input_nodes])), "")
+        if free_unbacked_symbols(node.meta.get("val")):
+            raise UnsupportedMutationError(
+                op, "its result's shape depends on the data (a dynamic shape); outofplace "
+                "compiles shapes that follow the arguments' only", location=location)
+        if any(isinstance(a, torch.SymInt) for a in pytree.tree_leaves((node.args,
+                                                                         node.kwargs))):
+            raise UnsupportedMutationError(
+                op, "outofplace rewrote it with a size of a dynamic dimension "
+                "(dynamic_shapes) held as a number, which torch-mlir cannot import; "
+                "compile this program with static shapes", location=location)
 
 
 def mark_mutable_tensors(func: func_d.FuncOp) -> None:

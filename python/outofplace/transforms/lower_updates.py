@@ -24,8 +24,8 @@ import torch
 from torch_mlir import ir, rewrite
 
 from .. import torch_types
-from ..errors import warn_out_of_bounds_policy
-from ..ir_utils import constant_int, to_builtin, unnamed
+from ..errors import UnsupportedMutationError, warn_out_of_bounds_policy
+from ..ir_utils import builtin_shape, constant_int, to_builtin, unnamed
 
 
 
@@ -255,8 +255,25 @@ def _positions(indices: ir.Value) -> list[ir.Value | None] | None:
     return entries if any(e is not None for e in entries) else None
 
 
-def _start(position: ir.Value, size: int) -> ir.Value:
-    """A runtime position as a dynamic_update_slice start; negative counts from the end."""
+def _ranked_tensor(value: ir.Value) -> torch_types.TensorType | None:
+    """A tensor's type with known rank and dtype; -1 for a dynamic dimension."""
+    if not torch_types.is_tensor(value.type):
+        return None
+    t = torch_types.TensorType.of(value.type)
+    return None if t.sizes is None or t.dtype is None else t
+
+
+def _dimension_size(tensor: ir.Value, dim: int, element: ir.Type) -> ir.Value:
+    """The runtime size of a dynamic dimension, a 0-d tensor of `element`."""
+    size = _stablehlo("get_dimension_size", ir.RankedTensorType.get(
+        [], ir.IntegerType.get_signless(32)), tensor, dimension=ir.IntegerAttr.get(_i64(), dim))
+    return size if element == size.type.element_type else \
+        _stablehlo("convert", ir.RankedTensorType.get([], element), size)
+
+
+def _start(position: ir.Value, size: ir.Value) -> ir.Value:
+    """A runtime position as a dynamic_update_slice start; negative counts from the end
+    (`size`: the dimension's size, a 0-d i64 tensor)."""
     i64 = ir.RankedTensorType.get([], _i64())
     start = to_builtin(position)
     if start.type != i64:
@@ -265,7 +282,7 @@ def _start(position: ir.Value, size: int) -> ir.Value:
     negative = _stablehlo("compare", i1, start, _scalar_constant(_i64(), 0, None),
                           comparison_direction=ir.Attribute.parse(
                               "#stablehlo<comparison_direction LT>"))
-    wrapped = _stablehlo("add", i64, start, _scalar_constant(_i64(), size, None))
+    wrapped = _stablehlo("add", i64, start, size)
     return _stablehlo("select", i64, negative, wrapped, start)
 
 
@@ -274,41 +291,93 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
 
         %r = torch.aten.index_put %c, [%none, %pos], %k, %false
         =>  stablehlo.dynamic_update_slice %c, reshape(broadcast(%k)), %c0, select(%pos<0, ...)
+
+    When `c` has a dynamic dimension (`?`, from dynamic_shapes), the update would have
+    its runtime size there, which IREE does not take for dynamic_update_slice: the write
+    is then one scatter of `k` as a window at the positions (`_positions_scatter`).
     """
     self, indices, values, accumulate = op.operands
-    self_t, values_t = _static_tensor(self), _static_tensor(values)
+    self_t, values_t = _ranked_tensor(self), _ranked_tensor(values)
     positions = _positions(indices)
     if self_t is None or values_t is None or positions is None or \
             len(positions) > len(self_t.sizes) or _constant_bool(accumulate) is not False:
         return True
     positions = positions + [None] * (len(self_t.sizes) - len(positions))
-    warn_out_of_bounds_policy(op, "clamped into range")
     element = torch_types.element_type(self_t.dtype, signless=True)
     kept = [n for n, p in zip(self_t.sizes, positions) if p is None]
+    # Sizes `?` of both agree at run time: torch.export's guards (checked at the call).
     if len(values_t.sizes) > len(kept) or any(
             v not in (1, k) for v, k in zip(reversed(values_t.sizes), reversed(kept))):
         return True
+    dynamic = -1 in self_t.sizes
+    warn_out_of_bounds_policy(op, "dropped" if dynamic else "clamped into range")
     with rewriter.ip, unnamed(op.location):
+        dest = to_builtin(self)
         update = to_builtin(values)
         if values_t.dtype != self_t.dtype:
             update = _stablehlo("convert", ir.RankedTensorType.get(
-                list(values_t.sizes), element), update)
-        offset = len(kept) - len(values_t.sizes)
-        if list(values_t.sizes) != kept:
-            update = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(kept, element),
-                                update, broadcast_dimensions=ir.DenseI64ArrayAttr.get(
-                                    list(range(offset, len(kept)))))
-        box = [1 if p is not None else n for n, p in zip(self_t.sizes, positions)]
-        update = _stablehlo("reshape", ir.RankedTensorType.get(box, element), update)
-        starts = [_scalar_constant(_i64(), 0, None) if p is None else _start(p, n)
-                  for n, p in zip(self_t.sizes, positions)]
-        dest = to_builtin(self)
-        new = _stablehlo("dynamic_update_slice", dest.type, dest, update, *starts,
-                         loc=op.location)
+                builtin_shape(values_t.sizes), element), update)
+        starts = [None if p is None else
+                  _start(p, _dimension_size(dest, d, _i64()) if n == -1 else
+                         _scalar_constant(_i64(), n, None))
+                  for d, (n, p) in enumerate(zip(self_t.sizes, positions))]
+        if dynamic:
+            new = _positions_scatter(dest, update, starts, op.location)
+        else:
+            offset = len(kept) - len(values_t.sizes)
+            if list(values_t.sizes) != kept:
+                update = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(
+                    kept, element), update, broadcast_dimensions=ir.DenseI64ArrayAttr.get(
+                        list(range(offset, len(kept)))))
+            box = [1 if p is not None else n for n, p in zip(self_t.sizes, positions)]
+            update = _stablehlo("reshape", ir.RankedTensorType.get(box, element), update)
+            starts = [_scalar_constant(_i64(), 0, None) if s is None else s for s in starts]
+            new = _stablehlo("dynamic_update_slice", dest.type, dest, update, *starts,
+                             loc=op.location)
         result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
                                      operands=[new])
     rewriter.replace_op(op, result)
     return False
+
+
+def _positions_scatter(dest: ir.Value, update: ir.Value, starts: list[ir.Value | None],
+                       loc: ir.Location) -> ir.Value:
+    """`dest` with `update` written at `starts` (None: the whole dimension), as one
+    scatter whose window is the update, broadcast to the dimensions not indexed. Sizes
+    read with get_dimension_size make the broadcast of a dynamic update."""
+    dest_type = ir.RankedTensorType(dest.type)
+    element = dest_type.element_type
+    indexed = [d for d, s in enumerate(starts) if s is not None]
+    kept = [d for d, s in enumerate(starts) if s is None]
+    window = [dest_type.shape[d] for d in kept]
+    update_type = ir.RankedTensorType(update.type)
+    if update_type.shape != window:
+        i32 = ir.IntegerType.get_signless(32)
+        entry = ir.RankedTensorType.get([1], i32)
+        sizes = [_stablehlo("reshape", entry, _dimension_size(dest, d, i32))
+                 if dest_type.is_dynamic_dim(d) else
+                 _stablehlo("broadcast_in_dim", entry, _scalar_constant(
+                     i32, dest_type.shape[d], None),
+                     broadcast_dimensions=ir.DenseI64ArrayAttr.get([])) for d in kept]
+        shape = sizes[0] if len(sizes) == 1 else _stablehlo(
+            "concatenate", ir.RankedTensorType.get([len(sizes)], i32), *sizes,
+            dimension=ir.IntegerAttr.get(_i64(), 0))
+        offset = len(window) - update_type.rank
+        # The update's dynamic dimensions are the destination's (torch.export's guards).
+        same = [i for i in range(update_type.rank) if update_type.is_dynamic_dim(i)]
+        update = _stablehlo("dynamic_broadcast_in_dim",
+                            ir.RankedTensorType.get(window, element), update, shape,
+                            broadcast_dimensions=ir.DenseI64ArrayAttr.get(
+                                list(range(offset, len(window)))),
+                            known_nonexpanding_dimensions=ir.DenseI64ArrayAttr.get(same))
+    vector = ir.RankedTensorType.get([1], _i64())
+    columns = [_stablehlo("reshape", vector, starts[d]) for d in indexed]
+    indices = columns[0] if len(columns) == 1 else _stablehlo(
+        "concatenate", ir.RankedTensorType.get([len(columns)], _i64()), *columns,
+        dimension=ir.IntegerAttr.get(_i64(), 0))
+    numbers = _scatter_numbers(list(range(len(kept))), indexed, 0)
+    return _scatter(dest, indices, update, numbers, combine=None, unique=True,
+                    loc=loc).result
 
 
 def _index_tensors(indices: ir.Value, rank: int) -> list[ir.Value | None] | None:
@@ -344,6 +413,13 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     ones were wrapped before import).
     """
     self, indices, values, accumulate = op.operands
+    at_positions = _positions(indices) is not None and _constant_bool(accumulate) is False
+    if not at_positions and any(-1 in (_ranked_tensor(v).sizes or ())
+                                for v in (self, values) if _ranked_tensor(v)):
+        raise UnsupportedMutationError.at(
+            op, "a write at index tensors (or accumulating) into a tensor with a dynamic "
+            "dimension (dynamic_shapes): its scatter would need indices of runtime size; "
+            "assign at 0-d tensor positions (`c[:, pos] = k`) or compile static shapes")
     self_t, values_t = _static_tensor(self), _static_tensor(values)
     accumulating = _constant_bool(accumulate)
     if self_t is None or values_t is None or accumulating is None or \
@@ -538,6 +614,53 @@ def _static_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     return False
 
 
+def _scatter_into_dimension(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`slice_scatter` (unit step) whose end is not a constant (`c[:, :L] = k` with L a
+    dynamic length, which torch-mlir does not lower) and `select_scatter` into a tensor
+    with a dynamic dimension, at a constant position: one scatter of the whole source as
+    the window at that position (IREE takes no dynamic_update_slice of a source of
+    runtime size).
+
+        %r = torch.aten.slice_scatter %c, %k, %int1, %int0, %L, %int1
+        =>  stablehlo.scatter(%c, [0], %k)  update_window_dims = [0, 1, 2],
+              inserted_window_dims = [], scatter_dims_to_operand_dims = [1]
+    """
+    select = op.name == "torch.aten.select_scatter"
+    self, src, dim_value, start_value = op.operands[:4]
+    self_t, src_t = _ranked_tensor(self), _ranked_tensor(src)
+    dim = constant_int(dim_value)
+    start = 0 if _is_none(start_value) else constant_int(start_value)
+    if self_t is None or src_t is None or dim is None or start is None or \
+            self_t.dtype != src_t.dtype:
+        return True
+    if not select and constant_int(op.operands[5]) != 1:
+        return True
+    # Else torch-mlir's lowering (IREE rejects this scatter for a slice of static
+    # length in a longer dimension: "mismatch in shape of indices and update value").
+    if not (-1 in self_t.sizes if select else constant_int(op.operands[4]) is None):
+        return True
+    dim %= len(self_t.sizes)
+    if start < 0 and self_t.sizes[dim] != -1:
+        start += self_t.sizes[dim]
+    if start < 0:
+        return True
+    with rewriter.ip, unnamed(op.location):
+        index = ir.RankedTensorType.get([1], _i64())
+        indices = _stablehlo("constant", index, value=ir.DenseElementsAttr.get_splat(
+            index, ir.IntegerAttr.get(_i64(), start)))
+        rank = len(src_t.sizes)
+        numbers = ir.Attribute.parse(
+            f"#stablehlo.scatter<update_window_dims = {list(range(rank))}, "
+            f"inserted_window_dims = {[dim] if select else []}, "
+            f"scatter_dims_to_operand_dims = [{dim}], index_vector_dim = 0>")
+        scatter = _scatter(to_builtin(self), indices, to_builtin(src), numbers,
+                           combine=None, unique=True, loc=op.location)
+        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
+                                     operands=[scatter.result])
+    rewriter.replace_op(op, result)
+    return False
+
+
 def _is_none(value: ir.Value) -> bool:
     return isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.none"
 
@@ -550,4 +673,6 @@ def lower_updates(module: ir.Operation) -> None:
     patterns.add("torch.aten.index_put", _index_put_with_tensors)
     patterns.add("torch.aten.scatter_reduce.two", _scatter_reduce)
     patterns.add("torch.aten.slice.Tensor", _static_slice)
+    patterns.add("torch.aten.slice_scatter", _scatter_into_dimension)
+    patterns.add("torch.aten.select_scatter", _scatter_into_dimension)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())

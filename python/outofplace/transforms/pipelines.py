@@ -56,6 +56,10 @@ for _argument, _fn, _description in [
          "Remove the constant shields and fold reshapes and broadcasts of constants"),
         ("outofplace-stablehlo-constants", lowering.stablehlo_constants,
          "Turn tensor arith.constant into stablehlo.constant"),
+        ("outofplace-dynamic-shapes", lowering.dynamic_shapes,
+         "Inline broadcast assumptions and make size tensors StableHLO (dynamic shapes)"),
+        ("outofplace-dynamic-broadcasts", lowering.dynamic_broadcasts,
+         "Remove or mark as non-expanding the broadcasts of dynamic operands"),
         ("outofplace-verify-stablehlo", lowering.check_pure_stablehlo,
          "Fail unless the module is pure StableHLO")]:
     register_pass(_argument, _description)(_fn)  # type: ignore[arg-type]
@@ -68,6 +72,10 @@ register_pipeline(
      "outofplace-lower-updates", "outofplace-fold-constants",
      "outofplace-shield-constants",
      *lowering.TORCH_TO_STABLEHLO,
+     # dynamic dimensions: shape computations as StableHLO (get_dimension_size)
+     "outofplace-dynamic-shapes", "func.func(shape-legalize-to-stablehlo)",
+     "reconcile-unrealized-casts",
+     "outofplace-dynamic-broadcasts",
      "outofplace-stablehlo-constants",
      "outofplace-strip-constant-shields",
      "outofplace-verify-stablehlo"],

@@ -53,6 +53,9 @@ def _create(name: str, operands: list[ir.Value], like: ir.Value, loc: ir.Locatio
                                ip=ip).result
 
 
+_INT64_MAX = 2**63 - 1
+
+
 @_register("torch.aten.slice.Tensor")
 def _slice(view, base, src, loc, ip):
     """x[a:b:c] = src  =>  slice_scatter(x, src, dim, a, b, c), with constant bounds
@@ -70,6 +73,18 @@ def _slice(view, base, src, loc, ip):
                 value = torch_constant("int", bound, loc, ip)
             bounds.append(value)
         start_value, end_value = bounds
+    elif dim is not None and sizes is not None:  # a dynamic dimension (dynamic_shapes)
+        start, end, step = (constant_int(v) for v in (start_value, end_value, step_value))
+        if start is None or end is None or start < 0 or end < 0:
+            raise UnsupportedMutationError.at(
+                view, "writing through a slice of a dynamic dimension (dynamic_shapes) "
+                "with bounds that are negative or not constants")
+        if start == 0 and end >= _INT64_MAX and step == 1 and src.type == base.type:
+            return src  # the whole dimension
+        if end >= _INT64_MAX:  # an open end: the dimension's runtime size
+            end_value = ir.Operation.create(
+                "torch.aten.size.int", results=[ir.Type.parse("!torch.int")],
+                operands=[base, dim_value], loc=loc, ip=ip).result
     return _create("torch.aten.slice_scatter",
                    [base, src, dim_value, start_value, end_value, step_value], base, loc, ip)
 
