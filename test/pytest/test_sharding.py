@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import outofplace
+from outofplace.backends import spmd
 from outofplace.ir_utils import all_operations, main_function
 from outofplace.transforms.sharding import hlo_sharding
 from torch_mlir import ir
@@ -238,3 +239,115 @@ def test_returned_state_stays_sharded():
     # One result: the aliased new value of the cache, which the call returns as `cache`.
     assert shardings == ["{devices=[1,1,4,1]<=[4]}", "{replicated}", "{replicated}",
                          "{devices=[1,1,4,1]<=[4]}"]
+
+
+def _shard_pointers(compiled, tensor):
+    """Where each device holds the tensor's state between calls."""
+    (resident,) = [r for (_, key), r in compiled._sharded()._resident.items()
+                   if key == id(tensor)]
+    return [s.data.unsafe_buffer_pointer() for s in resident.array.addressable_shards]
+
+
+@DEVICES
+@pytest.mark.parametrize("over", SPECS)
+def test_state_stays_on_the_devices(over, devices):
+    """One cache over many calls: its shards stay on the devices, each call updates them
+    in place (the same buffers), and the caller's tensor gets the written region; a write
+    torch makes between calls, or another cache, is copied to the devices first."""
+    compiled = outofplace.compile(writes, _cache_calls([0])[0], mesh={"x": devices},
+                                  shardings={"cache": SPECS[over]})
+    cache, other = torch.randn(B, H, S, D), torch.randn(B, H, S, D)
+    mirror, other_mirror = cache.clone(), other.clone()
+    pointers = None
+    for step, p in enumerate([1, S // devices, S - 1, 3, 0]):
+        _, k, pos, idx = _cache_calls([p])[0]
+        expected = writes(mirror, k.clone(), pos.clone(), idx.clone())
+        assert_same(compiled(cache, k, pos, idx), expected, f"result of call {step}")
+        assert_same(cache, mirror, f"cache after call {step}")
+        if pointers is None:
+            pointers = _shard_pointers(compiled, cache)
+        assert _shard_pointers(compiled, cache) == pointers, "the state moved"
+        if step == 2:  # eager writes between calls: the devices' state is stale
+            cache[0, 0] += 1
+            mirror[0, 0] += 1
+            pointers = None
+        if step == 3:  # another cache through the same program
+            writes(other_mirror, k.clone(), pos.clone(), idx.clone())
+            compiled(other, k, pos, idx)
+            assert_same(other, other_mirror, "the other cache")
+    assert compiled._sharded().host_sync == {"cache": "its writes repeated"}
+
+
+def test_state_that_is_not_a_chain_of_writes_is_copied_back():
+    def decay_and_write(cache, k, pos):
+        cache.mul_(0.5)
+        cache[:, :, pos] = k
+
+    compiled = outofplace.compile(decay_and_write, _cache_calls([0])[0][:3],
+                                  mesh={"x": 4}, shardings={"cache": SPECS["heads"]})
+    assert compiled._sharded().host_sync == {"cache": "copied back"}
+    cache = torch.randn(B, H, S, D)
+    mirror = cache.clone()
+    for p in [2, 9, 15]:
+        _, k, pos, _ = _cache_calls([p])[0]
+        decay_and_write(mirror, k, pos)
+        compiled(cache, k, pos)
+        assert_same(cache, mirror, f"cache at {p}")
+    assert compiled.sharding_report().ok
+
+
+def test_scatter_at_one_place_twice_is_copied_back(monkeypatch):
+    """Two windows at one index: which one XLA writes is its choice, so the host takes the
+    devices' state rather than repeat the writes (the values here are equal, so eager's
+    result is defined)."""
+    def copy_rows(cache, rows, idx):
+        cache.index_copy_(2, idx, rows)
+
+    rows = torch.randn(B, H, 1, D).expand(B, H, 2, D).contiguous()
+    compiled = outofplace.compile(copy_rows, (torch.zeros(B, H, S, D), rows,
+                                              torch.tensor([1, 2])),
+                                  mesh={"x": 4}, shardings={"cache": SPECS["sequence"]})
+    assert compiled._sharded().host_sync == {"cache": "its writes repeated"}
+    copied = []
+    copy_back = spmd.ShardedExecutable._copy_back
+    monkeypatch.setattr(spmd.ShardedExecutable, "_copy_back",
+                        lambda self, *a: copied.append(1) or copy_back(self, *a))
+    cache = torch.randn(B, H, S, D)
+    mirror = cache.clone()
+    for idx, copies in (([4, 4], 1), ([3, 12], 1), ([15, 15], 2)):
+        idx = torch.tensor(idx)
+        copy_rows(mirror, rows, idx)
+        compiled(cache, rows, idx)
+        assert_same(cache, mirror, f"cache at {idx.tolist()}")
+        assert len(copied) == copies
+
+
+def test_memory_numpy_shares_is_copied_in_every_call():
+    """A write torch does not count (through NumPy) between calls is not lost: such a
+    tensor is not kept on the devices."""
+    compiled = outofplace.compile(writes, _cache_calls([0])[0], mesh={"x": 4},
+                                  shardings={"cache": SPECS["batch"]})
+    cache = torch.randn(B, H, S, D)
+    view = cache.numpy()
+    mirror = cache.clone()
+    for p in [3, 6, 4]:
+        _, k, pos, idx = _cache_calls([p])[0]
+        assert_same(compiled(cache, k, pos, idx), writes(mirror, k, pos, idx), f"at {p}")
+        assert_same(cache, mirror, f"cache at {p}")
+        view[0, 0, 1, 0] += 1  # a place the program reads and does not write
+        mirror[0, 0, 1, 0] += 1
+    assert not compiled._sharded()._resident
+
+
+def test_inference_tensors_are_copied_in_every_call():
+    compiled = outofplace.compile(writes, _cache_calls([0])[0], mesh={"x": 2},
+                                  shardings={"cache": SPECS["heads"]})
+    with torch.inference_mode():
+        cache = torch.randn(B, H, S, D)
+        mirror = cache.clone()
+        for p in [3, 6]:
+            _, k, pos, idx = _cache_calls([p])[0]
+            assert_same(compiled(cache, k, pos, idx), writes(mirror, k, pos, idx),
+                        f"at {p}")
+            assert_same(cache, mirror, f"cache at {p}")
+    assert not compiled._sharded()._resident

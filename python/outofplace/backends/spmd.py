@@ -3,9 +3,16 @@
 The StableHLO carries `mhlo.sharding` on every argument and result and
 `mhlo.num_partitions` (transforms/sharding.py). XLA partitions it with Shardy (jaxlib
 0.10.2's partitioner; it imports the HloShardings) into the program each device runs on
-its shard. A call copies each shard of an argument to its device once, and each shard of
-an updated argument back into the caller's tensor once; the donated shards are updated in
-place on the devices.
+its shard.
+
+State stays on the devices between calls. A written argument's shards are copied to the
+devices on its first call (or after torch has written the tensor since), and donated to
+every call after: each device updates its shard in place. The caller's tensor is kept
+equal to the state by repeating the program's writes on it: the engine's module also
+returns what each `dynamic_update_slice` or `scatter` of the state wrote (the update and
+where), and the host writes that region into the caller's tensor; a state whose new value
+is not such a chain of writes is copied back whole, a shard per device
+(docs/sharding.md, "Running").
 
 The report reads the partitioned module (converted back to MLIR by jaxlib): each device's
 buffer of sharded state, whether the alias survived, and which collective or copy reads
@@ -15,6 +22,8 @@ an aliased buffer. `docs/sharding.md` shows one.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +53,7 @@ class StateReport:
     aliased: bool  # the device program updates its shard in place (input_output_alias)
     moved_by: list[str] = field(default_factory=list)  # collectives/copies reading it
     written_by: str = ""  # the op that makes its new value on each device
+    host: str = ""  # how the caller's tensor gets it: "its writes repeated" or "copied back"
 
     @property
     def fraction(self) -> float:
@@ -78,12 +88,14 @@ class ShardingReport:
                 f"  {s.name}: {s.shape} -> {s.device_shape} per device "
                 f"({s.fraction:.3g}), {'aliased' if s.aliased else 'NOT aliased'}, "
                 f"written by {s.written_by or '?'}, "
+                f"{s.host + ' on the host, ' if s.host else ''}"
                 f"{'moved by ' + ', '.join(s.moved_by) if s.moved_by else 'not moved'}")
         return "\n".join(lines)
 
 
 class ShardedExecutable:
-    """A StableHLO module with shardings, compiled once for the mesh's devices."""
+    """A StableHLO module with shardings, compiled once for the mesh's devices; written
+    arguments stay on the devices between calls (the module docstring)."""
 
     def __init__(self, stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
                  io_map: dict[int, int], state: dict[int, int], input_names: list[str],
@@ -111,20 +123,21 @@ class ShardedExecutable:
         build = options.executable_build_options
         build.use_spmd_partitioning = True
         build.use_shardy_partitioner = True
-        # Copy insertion that sees the in-place update's regions: without it XLA:CPU
-        # copies a buffer that is read after the update that writes it.
-        options.env_option_overrides = [("xla_cpu_copy_insertion_use_region_analysis", True)]
+        options.env_option_overrides = list(xla.COMPILE_OPTIONS.items())
         options.device_assignment = xla_client.DeviceAssignment.create(
             np.array([[d.id for d in self._devices]]))
         backend = xla_bridge.get_backend("cpu")
         device_list = xla_client.DeviceList(tuple(self._devices))
-        text = shardy_module(stablehlo, mesh, specs, state)
+        text, self._writes = shardy_module(stablehlo, mesh, specs, state, io_map)
         self._executable = backend.compile_and_load(text, device_list, options)
         if any(xla._reads_updated_buffer_through_another_alias(m)
                for m in self._executable.hlo_modules()):  # see backends/xla.py
             options.env_option_overrides += [("xla_disable_hlo_passes", "fusion")]
             self._executable = backend.compile_and_load(text, device_list, options)
         self._report: ShardingReport | None = None
+        # (argument, id of the caller's tensor) -> its state on the devices
+        self._resident: dict[tuple[int, int], _Resident] = {}
+        self._lock = threading.Lock()
 
     def _sharding(self, index: int) -> Any:
         spec = self._specs.get(index, ())
@@ -133,28 +146,69 @@ class ShardedExecutable:
 
     def __call__(self, inputs: list[torch.Tensor], result_dtypes: list[torch.dtype]
                  ) -> list[torch.Tensor]:
-        """Runs on the devices; writes each updated shard into the caller's tensor and
-        returns that tensor for every result that is its new value."""
-        arrays = [self._jax.device_put(_to_numpy(t), self._sharding(i))
-                  for i, t in enumerate(inputs)]
-        outputs = self._executable.execute_sharded(arrays)
-        per_device = outputs.disassemble_into_single_device_arrays()
-        for arg, result in self._io_map.items():
-            target = inputs[arg]
-            host = _host_view(target)
-            slices = self._sharding(arg).devices_indices_map(tuple(target.shape))
-            written = set()
-            for shard in per_device[result]:
+        """Runs on the devices, the written arguments' shards donated; leaves each written
+        argument's tensor with its new value and returns that tensor for every result
+        that is its new value."""
+        with self._lock:
+            arrays = [self._on_devices(i, t) for i, t in enumerate(inputs)]
+            try:
+                per_device = self._executable.execute_sharded(arrays) \
+                    .disassemble_into_single_device_arrays()
+                self._jax.block_until_ready(per_device)
+            except Exception:
+                # a donated shard may be gone: the caller's tensor, untouched, is the state
+                for key in [k for k, r in self._resident.items() if r.array.is_deleted()]:
+                    del self._resident[key]
+                raise
+            for arg, result in self._io_map.items():
+                self._keep(arg, inputs[arg], per_device)
+            # a result that is state is the caller's tensor, as eager returns it; the
+            # others are replicated: any device holds all of it
+            return [inputs[self._state[i]] if i in self._state
+                    else xla._tensor_over(per_device[i][0], dtype)
+                    for i, dtype in enumerate(result_dtypes)]
+
+    def _on_devices(self, index: int, tensor: torch.Tensor) -> Any:
+        """An argument as a jax Array on the mesh: a written one the state left on the
+        devices by the last call, while the caller's tensor is as that call left it."""
+        sharding = self._sharding(index)
+        if index not in self._io_map:
+            return self._jax.device_put(xla._host(tensor.contiguous()), sharding)
+        resident = self._resident.pop((index, id(tensor)), None)
+        if resident is not None and resident.holds(tensor):
+            return resident.array
+        return _owned_copy(tensor, sharding)
+
+    def _keep(self, index: int, tensor: torch.Tensor, per_device: list[list[Any]]) -> None:
+        """Makes the caller's tensor the argument's new value, and keeps that value on the
+        devices for the next call."""
+        shards = per_device[self._io_map[index]]
+        array = self._jax.make_array_from_single_device_arrays(
+            tuple(tensor.shape), self._sharding(index), shards)
+        writes = self._writes.get(index)
+        if writes is None or not _repeat(tensor, writes, per_device):
+            self._copy_back(index, tensor, shards)
+        if _tracked(tensor):
+            key = (index, id(tensor))
+            self._resident[key] = _Resident(tensor, array, self._resident, key)
+
+    def _copy_back(self, index: int, tensor: torch.Tensor, shards: list[Any]) -> None:
+        """Each shard of the new value into the caller's tensor, at its slice."""
+        slices = self._sharding(index).devices_indices_map(tuple(tensor.shape))
+        written = set()
+        with torch.no_grad():
+            for shard in shards:
                 where = slices[next(iter(shard.devices()))]
                 key = tuple((s.start, s.stop) for s in where)
                 if key not in written:  # a replicated axis holds the same shard twice
                     written.add(key)
-                    host[where] = np.asarray(shard).view(host.dtype)
-        # a result that is state is the caller's tensor, as eager returns it; the others
-        # are replicated: any device holds all of it
-        return [inputs[self._state[i]] if i in self._state
-                else _from_numpy(np.asarray(shards[0]), dtype)
-                for i, (shards, dtype) in enumerate(zip(per_device, result_dtypes))]
+                    tensor[where].copy_(xla._tensor_over(shard, tensor.dtype))
+
+    @property
+    def host_sync(self) -> dict[str, str]:
+        """How each written argument's tensor gets its new value after a call."""
+        return {self._names[a]: "copied back" if self._writes.get(a) is None
+                else "its writes repeated" for a in sorted(self._io_map)}
 
     @property
     def report(self) -> ShardingReport:
@@ -163,9 +217,129 @@ class ShardedExecutable:
         return self._report
 
 
+class _Resident:
+    """A written argument's value on the devices, for the caller's tensor as the call
+    that made it left the tensor: the same tensor, memory and version counter (torch
+    counts every in-place write to a tensor and its views there)."""
+
+    __slots__ = ("tensor", "array", "version", "pointer")
+
+    def __init__(self, tensor: torch.Tensor, array: Any, table: dict, key: tuple) -> None:
+        self.tensor = weakref.ref(tensor, lambda _: table.pop(key, None))
+        self.array, self.version, self.pointer = array, _version(tensor), tensor.data_ptr()
+
+    def holds(self, tensor: torch.Tensor) -> bool:
+        return (self.tensor() is tensor and not self.array.is_deleted()
+                and self.version == _version(tensor) and self.pointer == tensor.data_ptr())
+
+
+def _tracked(tensor: torch.Tensor) -> bool:
+    """Whether every write to the tensor's memory counts in its version: not when NumPy,
+    DLPack or a memory map shares the memory (its storage is then not resizable), another
+    process (shared memory), or when it is an inference tensor (no version counter). Such
+    a tensor is copied to the devices on every call."""
+    storage = tensor.untyped_storage()
+    return _version(tensor) is not None and storage.resizable() and not storage.is_shared()
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    try:
+        return tensor._version
+    except RuntimeError:  # an inference tensor counts no versions
+        return None
+
+
+def _owned_copy(tensor: torch.Tensor, sharding: Any) -> Any:
+    """The tensor on the mesh in buffers XLA owns, so that it updates them in place when
+    they are donated (host memory it was lent is copied whole by each call that donates
+    it): one copy of each shard to its device."""
+    jax = xla._jax()
+    from jax._src.lib import xla_client
+
+    host = xla._host(tensor.contiguous())
+    slices = sharding.addressable_devices_indices_map(host.shape)
+    devices = list(slices)
+    array = xla_client.batched_device_put(
+        jax.core.ShapedArray(host.shape, host.dtype), sharding,
+        [np.ascontiguousarray(host[slices[d]]) for d in devices], devices, True, True,
+        xla_client.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+    array.block_until_ready()
+    return array
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A write of an aliased argument that the host repeats on the caller's tensor: a
+    `dynamic_update_slice` (results: the update, then a start per dimension) or a
+    `scatter` that replaces elements (results: the indices, then the updates)."""
+
+    op: str
+    results: tuple[int, ...]  # the engine module's results that hold what it wrote
+    # scatter: update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims,
+    # index_vector_dim
+    dimensions: tuple = ()
+
+
+def _repeat(tensor: torch.Tensor, writes: list[_Write], per_device: list[list[Any]]
+            ) -> bool:
+    """Writes into the tensor what the program wrote into its state, in order; False
+    (nothing written) when a scatter's writes are not plain (`_scatter_regions`)."""
+    regions = []
+    for write in writes:
+        values = [per_device[r][0] for r in write.results]  # replicated: any device's
+        if write.op == "dynamic_update_slice":
+            update = xla._tensor_over(values[0], tensor.dtype)
+            starts = [min(max(int(np.asarray(v)), 0), n - u)  # the op clamps its starts
+                      for v, n, u in zip(values[1:], tensor.shape, update.shape)]
+            regions.append((tuple(slice(s, s + u) for s, u in zip(starts, update.shape)),
+                            update))
+        else:
+            found = _scatter_regions(tuple(tensor.shape), np.asarray(values[0]),
+                                     xla._tensor_over(values[1], tensor.dtype),
+                                     write.dimensions)
+            if found is None:
+                return False
+            regions += found
+    with torch.no_grad():
+        for where, value in regions:
+            tensor[where].copy_(value)
+    return True
+
+
+def _scatter_regions(shape: tuple[int, ...], indices: np.ndarray, updates: torch.Tensor,
+                     dimensions: tuple) -> list[tuple[tuple[slice, ...], torch.Tensor]] | None:
+    """The windows a replacing scatter writes and their values, or None when one is out of
+    bounds (XLA skips it) or two are at one place (which XLA writes last is its choice).
+    The scattered dimensions are inserted ones (`_replaces`): one start, one window."""
+    window_dims, inserted, to_operand, vector_dim = dimensions
+    if vector_dim == indices.ndim:
+        indices = indices[..., None]
+    indices = np.moveaxis(indices, vector_dim, -1)
+    starts = indices.reshape(-1, indices.shape[-1]).tolist()
+    scattered = [d for d in range(updates.dim()) if d not in window_dims]
+    sizes = iter(updates.shape[d] for d in window_dims)
+    window = [1 if d in inserted else next(sizes) for d in range(len(shape))]
+    rows = updates.permute(*scattered, *window_dims).reshape(len(starts), *window)
+    if len({tuple(s) for s in starts}) != len(starts):
+        return None
+    regions = []
+    for start, row in zip(starts, rows):
+        corner = [0] * len(shape)
+        for k, d in enumerate(to_operand):
+            corner[d] = start[k]
+        if any(c < 0 or c + w > n for c, w, n in zip(corner, window, shape)):
+            return None
+        regions.append((tuple(slice(c, c + w) for c, w in zip(corner, window)), row))
+    return regions
+
+
 def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
-                  state: dict[int, int]) -> str:
-    """The module with Shardy's `sdy.sharding` in place of every `mhlo.sharding`.
+                  state: dict[int, int], io_map: dict[int, int]
+                  ) -> tuple[str, dict[int, list[_Write] | None]]:
+    """The module the engine compiles: Shardy's `sdy.sharding` in place of every
+    `mhlo.sharding`, and what the program writes into its state as results after its own
+    (`_expose_writes`); with, per written argument, those writes (None: not a chain of
+    writes the host can repeat).
 
     jaxlib 0.10.2 partitions a module with `mhlo.sharding` attributes with GSPMD (it
     warns that GSPMD propagation is deprecated and falls back from Shardy); with
@@ -181,6 +355,7 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
         module = ir.Module.parse(stablehlo)
         main = next(op for op in module.body.operations
                     if ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        writes = _expose_writes(main, io_map)
         axes = sdy.MeshAttr.get([sdy.MeshAxisAttr.get(n, s) for n, s in mesh.items()])
 
         def sharding(spec: tuple, rank: int) -> ir.Attribute:
@@ -201,15 +376,79 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
                 fields["sdy.sharding"] = sharding(spec, len(ir.RankedTensorType(type).shape))
                 entries.append(ir.DictAttr.get(fields))
             main.attributes[kind] = ir.ArrayAttr.get(entries)
-        return module.operation.get_asm()
+        return module.operation.get_asm(), writes
 
 
-def _host_view(tensor: torch.Tensor) -> np.ndarray:
-    """The tensor's own memory as a NumPy array (bfloat16 as int16)."""
-    data = tensor.detach()
-    if data.dtype == torch.bfloat16:
-        data = data.view(torch.int16)
-    return data.numpy()
+def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] | None]:
+    """For each written argument whose new value is a chain of `dynamic_update_slice`s and
+    replacing `scatter`s of it, returns each write's update and position (replicated
+    results after main's own); the chains by argument, None for the others."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import func, hlo
+
+    block = main.regions[0].blocks[0]
+    ret = block.operations[len(block.operations) - 1]
+    returned = list(ret.operands)
+    exposed: list[Any] = []
+    chains: dict[int, list[_Write] | None] = {}
+    for arg, result in sorted(io_map.items()):
+        ops, value = [], returned[result]
+        while value != block.arguments[arg]:
+            owner = value.owner
+            if isinstance(owner, ir.Block):  # another argument
+                break
+            if owner.name == "stablehlo.dynamic_update_slice" or (
+                    owner.name == "stablehlo.scatter" and _replaces(owner)):
+                ops.append(owner)
+                value = owner.operands[0]
+            else:
+                break
+        if value != block.arguments[arg]:
+            chains[arg] = None
+            continue
+        chains[arg] = []
+        for op in reversed(ops):
+            first = len(returned) + len(exposed)
+            if op.name == "stablehlo.dynamic_update_slice":
+                values = list(op.operands)[1:]
+                chains[arg].append(_Write(op.name[10:], tuple(range(first,
+                                                                    first + len(values)))))
+            else:
+                numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+                values = [op.operands[1], op.operands[2]]
+                chains[arg].append(_Write(op.name[10:], (first, first + 1), (
+                    tuple(numbers.update_window_dims), tuple(numbers.inserted_window_dims),
+                    tuple(numbers.scattered_dims_to_operand_dims),
+                    numbers.index_vector_dim)))
+            exposed += values
+    if exposed:
+        with ir.InsertionPoint(ret):
+            func.ReturnOp(returned + exposed, loc=ret.location)
+        ret.erase()
+        function = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            function.inputs, list(function.results) + [v.type for v in exposed]))
+        main.attributes["res_attrs"] = ir.ArrayAttr.get(
+            list(ir.ArrayAttr(main.attributes["res_attrs"]))
+            + [ir.DictAttr.get({})] * len(exposed))
+    return chains
+
+
+def _replaces(scatter: Any) -> bool:
+    """A scatter of one operand that writes its updates (no combining) with no batching
+    dimensions, each scattered dimension an inserted one: one window per index."""
+    from jax._src.lib.mlir.dialects import hlo
+
+    if len(scatter.operands) != 3:
+        return False
+    numbers = hlo.ScatterDimensionNumbers(scatter.attributes["scatter_dimension_numbers"])
+    if list(numbers.input_batching_dims) or \
+            not set(numbers.scattered_dims_to_operand_dims) <= set(numbers.inserted_window_dims):
+        return False
+    body = scatter.regions[0].blocks[0]
+    (ret, *rest) = list(body.operations)
+    return not rest and len(ret.operands) == 1 and ret.operands[0] == body.arguments[1]
+
 
 
 def _report(sharded: ShardedExecutable) -> ShardingReport:
@@ -245,7 +484,7 @@ def _report(sharded: ShardedExecutable) -> ShardingReport:
                 math.prod(sharded._axes[a] for axes in spec for a in axes),
                 list(sharded._shapes[arg]), list(ir.RankedTensorType(value.type).shape),
                 aliases.get(arg) == result, sorted(_moves(value)),
-                _writer(returned[result], ir)))
+                _writer(returned[result], ir), sharded.host_sync[sharded._names[arg]]))
     return ShardingReport(len(sharded._devices), state, stats.alias_size_in_bytes)
 
 
@@ -278,19 +517,3 @@ def _writer(value: Any, ir: Any) -> str:
         else:
             return owner.name
     return "parameter"
-
-
-def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A host copy of a tensor for device_put (bfloat16 as ml_dtypes')."""
-    data = tensor.detach().contiguous().cpu()
-    if data.dtype == torch.bfloat16:
-        import ml_dtypes  # a dependency of jax
-
-        return data.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return data.numpy()
-
-
-def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    if dtype == torch.bfloat16:
-        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(array.copy()).to(dtype)
