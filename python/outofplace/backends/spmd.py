@@ -138,11 +138,18 @@ class ShardedExecutable:
         # (argument, id of the caller's tensor) -> its state on the devices
         self._resident: dict[tuple[int, int], _Resident] = {}
         self._lock = threading.Lock()
+        self._placements: dict[int, _Placement] = {}
 
-    def _sharding(self, index: int) -> Any:
-        spec = self._specs.get(index, ())
-        return self._jax.sharding.NamedSharding(self._mesh, self._jax.sharding.PartitionSpec(
-            *(axes or None for axes in spec)))
+    def _placement(self, index: int) -> _Placement:
+        if index not in self._placements:
+            spec = self._specs.get(index, ())
+            sharding = self._jax.sharding.NamedSharding(
+                self._mesh, self._jax.sharding.PartitionSpec(*(axes or None for axes in spec)))
+            shape = tuple(self._shapes[index])
+            slices = sharding.devices_indices_map(shape)
+            self._placements[index] = _Placement(sharding, shape, list(slices),
+                                                 [slices[d] for d in slices])
+        return self._placements[index]
 
     def __call__(self, inputs: list[torch.Tensor], result_dtypes: list[torch.dtype]
                  ) -> list[torch.Tensor]:
@@ -171,20 +178,22 @@ class ShardedExecutable:
     def _on_devices(self, index: int, tensor: torch.Tensor) -> Any:
         """An argument as a jax Array on the mesh: a written one the state left on the
         devices by the last call, while the caller's tensor is as that call left it."""
-        sharding = self._sharding(index)
-        if index not in self._io_map:
-            return self._jax.device_put(xla._host(tensor.contiguous()), sharding)
+        placement = self._placement(index)
+        if index not in self._io_map:  # lent: XLA reads the tensor's memory
+            return placement.put(xla._host(tensor.contiguous()), owned=False)
         resident = self._resident.pop((index, id(tensor)), None)
         if resident is not None and resident.holds(tensor):
             return resident.array
-        return _owned_copy(tensor, sharding)
+        # XLA updates a donated buffer in place only when it owns it (host memory it was
+        # lent is copied whole by each call that donates it): one copy of each shard
+        return placement.put(xla._host(tensor.contiguous()), owned=True)
 
     def _keep(self, index: int, tensor: torch.Tensor, per_device: list[list[Any]]) -> None:
         """Makes the caller's tensor the argument's new value, and keeps that value on the
         devices for the next call."""
         shards = per_device[self._io_map[index]]
         array = self._jax.make_array_from_single_device_arrays(
-            tuple(tensor.shape), self._sharding(index), shards)
+            tuple(tensor.shape), self._placement(index).sharding, shards)
         writes = self._writes.get(index)
         if writes is None or not _repeat(tensor, writes, per_device):
             self._copy_back(index, tensor, shards)
@@ -194,7 +203,7 @@ class ShardedExecutable:
 
     def _copy_back(self, index: int, tensor: torch.Tensor, shards: list[Any]) -> None:
         """Each shard of the new value into the caller's tensor, at its slice."""
-        slices = self._sharding(index).devices_indices_map(tuple(tensor.shape))
+        slices = dict(zip(self._placement(index).devices, self._placement(index).slices))
         written = set()
         with torch.no_grad():
             for shard in shards:
@@ -249,22 +258,30 @@ def _version(tensor: torch.Tensor) -> int | None:
         return None
 
 
-def _owned_copy(tensor: torch.Tensor, sharding: Any) -> Any:
-    """The tensor on the mesh in buffers XLA owns, so that it updates them in place when
-    they are donated (host memory it was lent is copied whole by each call that donates
-    it): one copy of each shard to its device."""
-    jax = xla._jax()
-    from jax._src.lib import xla_client
+@dataclass
+class _Placement:
+    """How an argument lies on the mesh: its sharding, and each device's slice."""
 
-    host = xla._host(tensor.contiguous())
-    slices = sharding.addressable_devices_indices_map(host.shape)
-    devices = list(slices)
-    array = xla_client.batched_device_put(
-        jax.core.ShapedArray(host.shape, host.dtype), sharding,
-        [np.ascontiguousarray(host[slices[d]]) for d in devices], devices, True, True,
-        xla_client.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
-    array.block_until_ready()
-    return array
+    sharding: Any
+    shape: tuple[int, ...]
+    devices: list[Any]
+    slices: list[tuple[slice, ...]]
+
+    def put(self, host: np.ndarray, owned: bool) -> Any:
+        """The array on the devices, a shard each: in buffers XLA owns (copies), or over
+        `host` where XLA can read it in place (aligned, contiguous pieces)."""
+        jax = xla._jax()
+        from jax._src.lib import xla_client
+
+        semantics = xla_client.HostBufferSemantics
+        array = xla_client.batched_device_put(
+            jax.core.ShapedArray(self.shape, host.dtype), self.sharding,
+            [np.ascontiguousarray(host[where]) for where in self.slices], self.devices,
+            True, owned, semantics.IMMUTABLE_ONLY_DURING_CALL if owned
+            else semantics.ZERO_COPY)
+        if owned:
+            array.block_until_ready()
+        return array
 
 
 @dataclass(frozen=True)
