@@ -62,8 +62,9 @@ class StateReport:
 
     @property
     def ok(self) -> bool:
-        """1/shards of it per device, updated in place, read by no collective or copy."""
-        return (self.aliased and not self.moved_by
+        """1/shards of it per device, updated in place, read by no collective or copy,
+        and its new value not made by one (a copy into the aliased buffer)."""
+        return (self.aliased and not self.moved_by and self.written_by not in MOVES
                 and math.prod(self.device_shape) * self.shards == math.prod(self.shape))
 
 
@@ -287,39 +288,47 @@ class _Placement:
 @dataclass(frozen=True)
 class _Write:
     """A write of an aliased argument that the host repeats on the caller's tensor: a
-    `dynamic_update_slice` (results: the update, then a start per dimension) or a
-    `scatter` that replaces elements (results: the indices, then the updates)."""
+    `dynamic_update_slice` (results: the update, then a start per dimension), a `scatter`
+    that replaces elements (results: the indices, then the updates), or a `reshape` of
+    the state between them (dimensions: the new shape)."""
 
     op: str
     results: tuple[int, ...]  # the engine module's results that hold what it wrote
     # scatter: update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims,
-    # index_vector_dim
+    # index_vector_dim; reshape: the shape
     dimensions: tuple = ()
 
 
 def _repeat(tensor: torch.Tensor, writes: list[_Write], per_device: list[list[Any]]
             ) -> bool:
     """Writes into the tensor what the program wrote into its state, in order; False
-    (nothing written) when a scatter's writes are not plain (`_scatter_regions`)."""
-    regions = []
+    (nothing written) when a scatter's writes are not plain (`_scatter_regions`) or the
+    tensor's layout does not view as a shape the program reshapes the state to."""
+    regions, current = [], tensor
     for write in writes:
+        if write.op == "reshape":  # a paged cache's pages and slots merged, or split
+            try:
+                current = current.view(write.dimensions)
+            except RuntimeError:
+                return False
+            continue
         values = [per_device[r][0] for r in write.results]  # replicated: any device's
         if write.op == "dynamic_update_slice":
             update = xla._tensor_over(values[0], tensor.dtype)
             starts = [min(max(int(np.asarray(v)), 0), n - u)  # the op clamps its starts
-                      for v, n, u in zip(values[1:], tensor.shape, update.shape)]
-            regions.append((tuple(slice(s, s + u) for s, u in zip(starts, update.shape)),
-                            update))
+                      for v, n, u in zip(values[1:], current.shape, update.shape)]
+            regions.append((current, tuple(slice(s, s + u)
+                                           for s, u in zip(starts, update.shape)), update))
         else:
-            found = _scatter_regions(tuple(tensor.shape), np.asarray(values[0]),
+            found = _scatter_regions(tuple(current.shape), np.asarray(values[0]),
                                      xla._tensor_over(values[1], tensor.dtype),
                                      write.dimensions)
             if found is None:
                 return False
-            regions += found
+            regions += [(current, where, value) for where, value in found]
     with torch.no_grad():
-        for where, value in regions:
-            tensor[where].copy_(value)
+        for target, where, value in regions:
+            target[where].copy_(value)
     return True
 
 
@@ -397,9 +406,9 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
 
 
 def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] | None]:
-    """For each written argument whose new value is a chain of `dynamic_update_slice`s and
-    replacing `scatter`s of it, returns each write's update and position (replicated
-    results after main's own); the chains by argument, None for the others."""
+    """For each written argument whose new value is a chain of `dynamic_update_slice`s,
+    replacing `scatter`s and `reshape`s of it, returns each write's update and position
+    (replicated results after main's own); the chains by argument, None for the others."""
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import func, hlo
 
@@ -414,7 +423,7 @@ def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] 
             owner = value.owner
             if isinstance(owner, ir.Block):  # another argument
                 break
-            if owner.name == "stablehlo.dynamic_update_slice" or (
+            if owner.name in ("stablehlo.dynamic_update_slice", "stablehlo.reshape") or (
                     owner.name == "stablehlo.scatter" and _replaces(owner)):
                 ops.append(owner)
                 value = owner.operands[0]
@@ -426,6 +435,10 @@ def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] 
         chains[arg] = []
         for op in reversed(ops):
             first = len(returned) + len(exposed)
+            if op.name == "stablehlo.reshape":
+                shape = tuple(ir.RankedTensorType(op.results[0].type).shape)
+                chains[arg].append(_Write("reshape", (), shape))
+                continue
             if op.name == "stablehlo.dynamic_update_slice":
                 values = list(op.operands)[1:]
                 chains[arg].append(_Write(op.name[10:], tuple(range(first,
