@@ -158,16 +158,12 @@ class ShardedExecutable:
         argument's tensor with its new value and returns that tensor for every result
         that is its new value."""
         with self._lock:
+            # the written arguments' resident arrays leave the table here: should the call
+            # fail, the caller's tensors, not yet written, are the state again
             arrays = [self._on_devices(i, t) for i, t in enumerate(inputs)]
-            try:
-                per_device = self._executable.execute_sharded(arrays) \
-                    .disassemble_into_single_device_arrays()
-                self._jax.block_until_ready(per_device)
-            except Exception:
-                # a donated shard may be gone: the caller's tensor, untouched, is the state
-                for key in [k for k, r in self._resident.items() if r.array.is_deleted()]:
-                    del self._resident[key]
-                raise
+            per_device = self._executable.execute_sharded(arrays) \
+                .disassemble_into_single_device_arrays()
+            self._jax.block_until_ready(per_device)
             for arg, result in self._io_map.items():
                 self._keep(arg, inputs[arg], per_device)
             # a result that is state is the caller's tensor, as eager returns it; the
