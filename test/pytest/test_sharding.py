@@ -399,3 +399,27 @@ def test_paged_cache_writes(over, devices):
         assert state.written_by == "mhlo.copy" and not report.ok, str(report)
     else:
         assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int32])
+def test_resident_state_of_other_dtypes(dtype):
+    """The writes the host repeats are read as the state's dtype (bfloat16 as raw bits)."""
+    def write_and_read(cache, k, pos, idx):
+        writes(cache, k, pos, idx)
+        return cache[:, :, 1:3] * 2  # exact in any dtype, unlike writes' sum
+
+    def make(*shape):
+        if dtype.is_floating_point:
+            return torch.randn(*shape).to(dtype)
+        return torch.randint(-9, 9, shape, dtype=dtype)
+
+    compiled = outofplace.compile(write_and_read, (make(B, H, S, D), make(B, H, D),
+                                           torch.tensor(0), torch.tensor([1])),
+                                  mesh={"x": 4}, shardings={"cache": SPECS["sequence"]})
+    cache = make(B, H, S, D)
+    mirror = cache.clone()
+    for p in [2, 9, 15]:
+        k, pos, idx = make(B, H, D), torch.tensor(p), torch.tensor([(p + 3) % S])
+        assert_same(compiled(cache, k, pos, idx), write_and_read(mirror, k, pos, idx),
+                    f"at {p}")
+        assert_same(cache, mirror, f"cache at {p}")
