@@ -148,8 +148,10 @@ class ShardedExecutable:
                 self._mesh, self._jax.sharding.PartitionSpec(*(axes or None for axes in spec)))
             shape = tuple(self._shapes[index])
             slices = sharding.devices_indices_map(shape)
-            self._placements[index] = _Placement(sharding, shape, list(slices),
-                                                 [slices[d] for d in slices])
+            self._placements[index] = _Placement(
+                sharding, shape, list(slices),
+                [tuple(slice(*s.indices(n)[:2]) for s, n in zip(slices[d], shape))
+                 for d in slices])
         return self._placements[index]
 
     def __call__(self, inputs: list[torch.Tensor], result_dtypes: list[torch.dtype]
@@ -192,23 +194,36 @@ class ShardedExecutable:
         array = self._jax.make_array_from_single_device_arrays(
             tuple(tensor.shape), self._placement(index).sharding, shards)
         writes = self._writes.get(index)
-        if writes is None or not _repeat(tensor, writes, per_device):
-            self._copy_back(index, tensor, shards)
+        regions = None if writes is None else _written(tensor, writes, per_device)
+        if regions is None:  # all of it
+            regions = [(tensor, tuple(slice(0, n) for n in tensor.shape), None)]
+        self._copy_in(index, tensor, shards, regions)
         if _tracked(tensor):
             key = (index, id(tensor))
             self._resident[key] = _Resident(tensor, array, self._resident, key)
 
-    def _copy_back(self, index: int, tensor: torch.Tensor, shards: list[Any]) -> None:
-        """Each shard of the new value into the caller's tensor, at its slice."""
-        slices = dict(zip(self._placement(index).devices, self._placement(index).slices))
-        written = set()
+    def _copy_in(self, index: int, tensor: torch.Tensor, shards: list[Any],
+                 regions: list[Region]) -> None:
+        """Writes each region into the caller's tensor, in order: its value, or the part
+        of each device's new shard that holds it."""
+        placement = self._placement(index)
+        held = dict(zip(placement.devices, placement.slices))
+        pieces = {}  # a replicated axis holds the same shard twice: one of them
+        for shard in shards:
+            slices = held[next(iter(shard.devices()))]
+            pieces.setdefault(tuple((s.start, s.stop) for s in slices), (slices, shard))
         with torch.no_grad():
-            for shard in shards:
-                where = slices[next(iter(shard.devices()))]
-                key = tuple((s.start, s.stop) for s in where)
-                if key not in written:  # a replicated axis holds the same shard twice
-                    written.add(key)
-                    tensor[where].copy_(xla._tensor_over(shard, tensor.dtype))
+            for target, where, value in regions:
+                if value is not None:
+                    target[where].copy_(value)
+                    continue
+                for slices, shard in pieces.values():
+                    common = _overlap(where, slices)
+                    if common is not None:
+                        data = xla._tensor_over(shard, tensor.dtype)
+                        target[common].copy_(data[tuple(
+                            slice(c.start - s.start, c.stop - s.start)
+                            for c, s in zip(common, slices))])
 
     @property
     def host_sync(self) -> dict[str, str]:
@@ -283,76 +298,96 @@ class _Placement:
 
 @dataclass(frozen=True)
 class _Write:
-    """A write of an aliased argument that the host repeats on the caller's tensor: a
-    `dynamic_update_slice` (results: the update, then a start per dimension), a `scatter`
-    that replaces elements (results: the indices, then the updates), or a `reshape` of
-    the state between them (dimensions: the new shape)."""
+    """A write of an aliased argument in the program, which tells the host where the
+    caller's tensor changes: a `dynamic_update_slice` (results: a start per dimension),
+    a `scatter` that replaces elements (results: the indices), or a `reshape` of the state
+    between them (`dimensions`: the new shape). After a reshape the host cannot read the
+    region from the devices' shards (they are in the state's own shape): the results
+    then also hold the update, and the host writes it through a view of that shape."""
 
     op: str
-    results: tuple[int, ...]  # the engine module's results that hold what it wrote
+    results: tuple[int, ...]  # the engine module's results that say what it wrote
     # scatter: update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims,
     # index_vector_dim; reshape: the shape
     dimensions: tuple = ()
+    update: tuple[int, ...] = ()  # the update's (scatter: the updates') shape
+    with_update: bool = False  # the last result is the update (after a reshape)
+    starts: tuple[int | None, ...] = ()  # dynamic_update_slice: the constant starts, None
+    # for each start that is a result
 
 
-def _repeat(tensor: torch.Tensor, writes: list[_Write], per_device: list[list[Any]]
-            ) -> bool:
-    """Writes into the tensor what the program wrote into its state, in order; False
-    (nothing written) when a scatter's writes are not plain (`_scatter_regions`) or the
-    tensor's layout does not view as a shape the program reshapes the state to."""
-    regions, current = [], tensor
+Region = tuple[torch.Tensor, tuple[slice, ...], "torch.Tensor | None"]
+
+
+def _written(tensor: torch.Tensor, writes: list[_Write], per_device: list[list[Any]]
+             ) -> list[Region] | None:
+    """Where the call wrote the state, in order: (the caller's tensor or a view of it,
+    the region, its new value, or None to read it from the devices' shards). None when a
+    scatter's writes are not plain (`_scatter_windows`) or the tensor's layout does not
+    view as a shape the program reshapes the state to: the host then copies it all."""
+    regions: list[Region] = []
+    current = tensor
     for write in writes:
         if write.op == "reshape":  # a paged cache's pages and slots merged, or split
             try:
                 current = current.view(write.dimensions)
             except RuntimeError:
-                return False
+                return None
             continue
         values = [per_device[r][0] for r in write.results]  # replicated: any device's
+        update = xla._tensor_over(values.pop(), tensor.dtype) if write.with_update else None
         if write.op == "dynamic_update_slice":
-            update = xla._tensor_over(values[0], tensor.dtype)
-            starts = [min(max(int(np.asarray(v)), 0), n - u)  # the op clamps its starts
-                      for v, n, u in zip(values[1:], current.shape, update.shape)]
+            given = iter(values)
+            starts = [min(max(int(np.asarray(next(given))) if s is None else s, 0), n - u)
+                      for s, n, u in zip(write.starts, current.shape, write.update)]
+            # (the op clamps its starts)
             regions.append((current, tuple(slice(s, s + u)
-                                           for s, u in zip(starts, update.shape)), update))
-        else:
-            found = _scatter_regions(tuple(current.shape), np.asarray(values[0]),
-                                     xla._tensor_over(values[1], tensor.dtype),
-                                     write.dimensions)
-            if found is None:
-                return False
-            regions += [(current, where, value) for where, value in found]
-    with torch.no_grad():
-        for target, where, value in regions:
-            target[where].copy_(value)
-    return True
+                                           for s, u in zip(starts, write.update)), update))
+            continue
+        windows = _scatter_windows(tuple(current.shape), np.asarray(values[0]),
+                                   write.update, write.dimensions)
+        if windows is None:
+            return None
+        rows: list[Any] = [None] * len(windows)
+        if update is not None and windows:
+            window_dims = write.dimensions[0]
+            scattered = [d for d in range(update.dim()) if d not in window_dims]
+            rows = list(update.permute(*scattered, *window_dims).reshape(
+                len(windows), *[w.stop - w.start for w in windows[0]]))
+        regions += [(current, where, row) for where, row in zip(windows, rows)]
+    return regions
 
 
-def _scatter_regions(shape: tuple[int, ...], indices: np.ndarray, updates: torch.Tensor,
-                     dimensions: tuple) -> list[tuple[tuple[slice, ...], torch.Tensor]] | None:
-    """The windows a replacing scatter writes and their values, or None when one is out of
-    bounds (XLA skips it) or two are at one place (which XLA writes last is its choice).
-    The scattered dimensions are inserted ones (`_replaces`): one start, one window."""
+def _scatter_windows(shape: tuple[int, ...], indices: np.ndarray, updates: tuple[int, ...],
+                     dimensions: tuple) -> list[tuple[slice, ...]] | None:
+    """The windows a replacing scatter writes, in the order of its updates, or None when
+    one is out of bounds (XLA skips it) or two are at one place (which XLA writes last is
+    its choice). The scattered dimensions are inserted ones (`_replaces`): one start,
+    one window."""
     window_dims, inserted, to_operand, vector_dim = dimensions
     if vector_dim == indices.ndim:
         indices = indices[..., None]
     indices = np.moveaxis(indices, vector_dim, -1)
     starts = indices.reshape(-1, indices.shape[-1]).tolist()
-    scattered = [d for d in range(updates.dim()) if d not in window_dims]
-    sizes = iter(updates.shape[d] for d in window_dims)
+    sizes = iter(updates[d] for d in window_dims)
     window = [1 if d in inserted else next(sizes) for d in range(len(shape))]
-    rows = updates.permute(*scattered, *window_dims).reshape(len(starts), *window)
     if len({tuple(s) for s in starts}) != len(starts):
         return None
-    regions = []
-    for start, row in zip(starts, rows):
+    windows = []
+    for start in starts:
         corner = [0] * len(shape)
         for k, d in enumerate(to_operand):
             corner[d] = start[k]
         if any(c < 0 or c + w > n for c, w, n in zip(corner, window, shape)):
             return None
-        regions.append((tuple(slice(c, c + w) for c, w in zip(corner, window)), row))
-    return regions
+        windows.append(tuple(slice(c, c + w) for c, w in zip(corner, window)))
+    return windows
+
+
+def _overlap(a: tuple[slice, ...], b: tuple[slice, ...]) -> tuple[slice, ...] | None:
+    """The common part of two regions (slices with starts and stops), or None."""
+    common = tuple(slice(max(x.start, y.start), min(x.stop, y.stop)) for x, y in zip(a, b))
+    return None if any(c.start >= c.stop for c in common) else common
 
 
 def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
@@ -403,8 +438,9 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
 
 def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] | None]:
     """For each written argument whose new value is a chain of `dynamic_update_slice`s,
-    replacing `scatter`s and `reshape`s of it, returns each write's update and position
-    (replicated results after main's own); the chains by argument, None for the others."""
+    replacing `scatter`s and `reshape`s of it, returns where each write is (its starts or
+    indices, and after a reshape its update) as replicated results after main's own; the
+    chains by argument, None for the others."""
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import func, hlo
 
@@ -428,24 +464,30 @@ def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] 
         if value != block.arguments[arg]:
             chains[arg] = None
             continue
-        chains[arg] = []
+        chains[arg], reshaped = [], False
         for op in reversed(ops):
             first = len(returned) + len(exposed)
             if op.name == "stablehlo.reshape":
                 shape = tuple(ir.RankedTensorType(op.results[0].type).shape)
                 chains[arg].append(_Write("reshape", (), shape))
+                reshaped = True
                 continue
+            starts: tuple[int | None, ...] = ()
             if op.name == "stablehlo.dynamic_update_slice":
-                values = list(op.operands)[1:]
-                chains[arg].append(_Write(op.name[10:], tuple(range(first,
-                                                                    first + len(values)))))
+                update, dimensions = op.operands[1], ()
+                starts = tuple(map(_constant, list(op.operands)[2:]))
+                values = [v for v, c in zip(list(op.operands)[2:], starts) if c is None]
             else:
                 numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
-                values = [op.operands[1], op.operands[2]]
-                chains[arg].append(_Write(op.name[10:], (first, first + 1), (
-                    tuple(numbers.update_window_dims), tuple(numbers.inserted_window_dims),
-                    tuple(numbers.scattered_dims_to_operand_dims),
-                    numbers.index_vector_dim)))
+                update, values = op.operands[2], [op.operands[1]]
+                dimensions = (tuple(numbers.update_window_dims),
+                              tuple(numbers.inserted_window_dims),
+                              tuple(numbers.scattered_dims_to_operand_dims),
+                              numbers.index_vector_dim)
+            values += [update] if reshaped else []
+            chains[arg].append(_Write(
+                op.name[len("stablehlo."):], tuple(range(first, first + len(values))),
+                dimensions, tuple(ir.RankedTensorType(update.type).shape), reshaped, starts))
             exposed += values
     if exposed:
         with ir.InsertionPoint(ret):
@@ -458,6 +500,16 @@ def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] 
             list(ir.ArrayAttr(main.attributes["res_attrs"]))
             + [ir.DictAttr.get({})] * len(exposed))
     return chains
+
+
+def _constant(value: Any) -> int | None:
+    """A start index's value when it is a constant."""
+    from jax._src.lib.mlir import ir
+
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.name != "stablehlo.constant":
+        return None
+    return int(ir.DenseIntElementsAttr(owner.attributes["value"])[0])
 
 
 def _replaces(scatter: Any) -> bool:
