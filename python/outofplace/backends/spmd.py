@@ -8,10 +8,10 @@ its shard.
 State stays on the devices between calls. A written argument's shards are copied to the
 devices on its first call (or after torch has written the tensor since), and donated to
 every call after: each device updates its shard in place. The caller's tensor is kept
-equal to the state by repeating the program's writes on it: the engine's module also
-returns what each `dynamic_update_slice` or `scatter` of the state wrote (the update and
-where), and the host writes that region into the caller's tensor; a state whose new value
-is not such a chain of writes is copied back whole, a shard per device
+equal to the state by copying in only what the call wrote: the engine's module also
+returns where each `dynamic_update_slice` or `scatter` of the state wrote, and the host
+copies those regions from the devices' new shards into the caller's tensor; a state
+whose new value is not such a chain of writes is copied back whole, a shard per device
 (docs/sharding.md, "Running").
 
 The report reads the partitioned module (converted back to MLIR by jaxlib): each device's
