@@ -21,6 +21,7 @@ an aliased buffer. `docs/sharding.md` shows one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import weakref
@@ -103,7 +104,6 @@ class ShardedExecutable:
                  shapes: list[list[int]]) -> None:
         jax = xla._jax()
         from jax._src import xla_bridge
-        from jax._src.lib import xla_client
 
         count = math.prod(mesh.values())
         devices = xla_bridge.get_backend("cpu").local_devices()
@@ -119,27 +119,62 @@ class ShardedExecutable:
         self._specs, self._io_map, self._names = specs, io_map, input_names
         self._state = state
         self._shapes, self._axes = shapes, mesh
-        options = xla_client.CompileOptions()
-        options.num_replicas, options.num_partitions = 1, count
-        build = options.executable_build_options
-        build.use_spmd_partitioning = True
-        build.use_shardy_partitioner = True
-        options.env_option_overrides = list(xla.COMPILE_OPTIONS.items())
-        options.device_assignment = xla_client.DeviceAssignment.create(
-            np.array([[d.id for d in self._devices]]))
-        backend = xla_bridge.get_backend("cpu")
-        device_list = xla_client.DeviceList(tuple(self._devices))
         text, self._writes = shardy_module(stablehlo, mesh, specs, state, io_map)
-        self._executable = backend.compile_and_load(text, device_list, options)
-        if any(xla._reads_updated_buffer_through_another_alias(m)
-               for m in self._executable.hlo_modules()):  # see backends/xla.py
-            options.env_option_overrides += [("xla_disable_hlo_passes", "fusion")]
-            self._executable = backend.compile_and_load(text, device_list, options)
+        self._placements: dict[int, _Placement] = {}
+        self._compiled, self._order = self._jit(text)
+        self._executable = xla._executable_of(self._compiled)
         self._report: ShardingReport | None = None
         # (argument, id of the caller's tensor) -> its state on the devices
         self._resident: dict[tuple[int, int], _Resident] = {}
         self._lock = threading.Lock()
-        self._placements: dict[int, _Placement] = {}
+
+    def _jit(self, text: str) -> tuple[Any, list[int]]:
+        """The module as a jax `Compiled` for the mesh, whose call is jax's C++ dispatch:
+        wrapped in a `jax.export.Exported` (one exported from a stand-in of the same
+        signature and shardings, holding our module instead, as backends/xla.py does for
+        one device), called under `jax.jit` with the written arguments donated. jax pairs
+        each donated argument with the first result of its shape, dtype and sharding:
+        the aliased results come first, in their arguments' order (the returned order)."""
+        jax = self._jax
+        from jax import export as jax_export
+        from jax._src.interpreters import mlir as jax_mlir
+        from jax._src.lib.mlir import ir
+
+        with jax_mlir.make_ir_context():
+            module = ir.Module.parse(text)
+            module.operation.attributes["sym_name"] = ir.StringAttr.get("outofplace")
+            main = next(op for op in module.body.operations
+                        if ir.StringAttr(op.attributes["sym_name"]).value == "main")
+            function = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+            inputs, results = ([_aval(ir.RankedTensorType(t)) for t in types]
+                               for types in (function.inputs, function.results))
+            bytecode = jax_mlir.module_to_bytecode(module)
+        replicated = jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec())
+        in_shardings = [self._placement(i).sharding for i in range(len(inputs))]
+        out_shardings = [self._placement(self._state[r]).sharding if r in self._state
+                         else replicated for r in range(len(results))]
+        in_avals = [jax.ShapeDtypeStruct(s, d, sharding=h)
+                    for (s, d), h in zip(inputs, in_shardings)]
+        stand_in = jax_export.export(jax.jit(
+            lambda *_: tuple(jax.numpy.zeros(s, d) for s, d in results),
+            in_shardings=in_shardings, out_shardings=tuple(out_shardings)))(*in_avals)
+        exported = dataclasses.replace(stand_in, mlir_module_serialized=bytecode,
+                                       module_kept_var_idx=tuple(range(len(inputs))))
+        donated = sorted(self._io_map)
+        order = [self._io_map[a] for a in donated]
+        order += [r for r in range(len(results)) if r not in order]
+
+        def call(*args: Any) -> tuple:
+            values = exported.call(*args)
+            return tuple(values[r] for r in order)
+
+        lowered = jax.jit(call, donate_argnums=tuple(donated), keep_unused=True,
+                          in_shardings=tuple(in_shardings),
+                          out_shardings=tuple(out_shardings[r] for r in order)
+                          ).lower(*in_avals)
+        compiled = xla._without_misfusion(lambda o: lowered.compile(compiler_options=o),
+                                          xla.COMPILE_OPTIONS)
+        return compiled, order
 
     def _placement(self, index: int) -> _Placement:
         if index not in self._placements:
@@ -163,15 +198,16 @@ class ShardedExecutable:
             # the written arguments' resident arrays leave the table here: should the call
             # fail, the caller's tensors, not yet written, are the state again
             arrays = [self._on_devices(i, t) for i, t in enumerate(inputs)]
-            per_device = self._executable.execute_sharded(arrays) \
-                .disassemble_into_single_device_arrays()
-            self._jax.block_until_ready(per_device)
-            for arg, result in self._io_map.items():
-                self._keep(arg, inputs[arg], per_device)
+            returned = self._jax.block_until_ready(self._compiled(*arrays))
+            results = [None] * len(returned)
+            for position, r in enumerate(self._order):
+                results[r] = returned[position]
+            for arg in self._io_map:
+                self._keep(arg, inputs[arg], results)
             # a result that is state is the caller's tensor, as eager returns it; the
             # others are replicated: any device holds all of it
             return [inputs[self._state[i]] if i in self._state
-                    else xla._tensor_over(per_device[i][0], dtype)
+                    else xla._tensor_over(results[i].addressable_data(0), dtype)
                     for i, dtype in enumerate(result_dtypes)]
 
     def _on_devices(self, index: int, tensor: torch.Tensor) -> Any:
@@ -187,17 +223,15 @@ class ShardedExecutable:
         # lent is copied whole by each call that donates it): one copy of each shard
         return placement.put(xla._host(tensor.contiguous()), owned=True)
 
-    def _keep(self, index: int, tensor: torch.Tensor, per_device: list[list[Any]]) -> None:
+    def _keep(self, index: int, tensor: torch.Tensor, results: list[Any]) -> None:
         """Makes the caller's tensor the argument's new value, and keeps that value on the
         devices for the next call."""
-        shards = per_device[self._io_map[index]]
-        array = self._jax.make_array_from_single_device_arrays(
-            tuple(tensor.shape), self._placement(index).sharding, shards)
+        array = results[self._io_map[index]]
         writes = self._writes.get(index)
-        regions = None if writes is None else _written(tensor, writes, per_device)
+        regions = None if writes is None else _written(tensor, writes, results)
         if regions is None:  # all of it
             regions = [(tensor, tuple(slice(0, n) for n in tensor.shape), None)]
-        self._copy_in(index, tensor, shards, regions)
+        self._copy_in(index, tensor, [s.data for s in array.addressable_shards], regions)
         if _tracked(tensor):
             key = (index, id(tensor))
             self._resident[key] = _Resident(tensor, array, self._resident, key)
@@ -288,12 +322,16 @@ class _Placement:
         semantics = xla_client.HostBufferSemantics
         array = xla_client.batched_device_put(
             jax.core.ShapedArray(self.shape, host.dtype), self.sharding,
-            [np.ascontiguousarray(host[where]) for where in self.slices], self.devices,
+            [_contiguous(host[where + (...,)]) for where in self.slices], self.devices,
             True, owned, semantics.IMMUTABLE_ONLY_DURING_CALL if owned
             else semantics.ZERO_COPY)
         if owned:
             array.block_until_ready()
         return array
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    return array if array.flags.c_contiguous else array.copy(order="C")
 
 
 @dataclass(frozen=True)
@@ -319,7 +357,7 @@ class _Write:
 Region = tuple[torch.Tensor, tuple[slice, ...], "torch.Tensor | None"]
 
 
-def _written(tensor: torch.Tensor, writes: list[_Write], per_device: list[list[Any]]
+def _written(tensor: torch.Tensor, writes: list[_Write], results: list[Any]
              ) -> list[Region] | None:
     """Where the call wrote the state, in order: (the caller's tensor or a view of it,
     the region, its new value, or None to read it from the devices' shards). None when a
@@ -334,7 +372,8 @@ def _written(tensor: torch.Tensor, writes: list[_Write], per_device: list[list[A
             except RuntimeError:
                 return None
             continue
-        values = [per_device[r][0] for r in write.results]  # replicated: any device's
+        # replicated: any device's
+        values = [results[r].addressable_data(0) for r in write.results]
         update = xla._tensor_over(values.pop(), tensor.dtype) if write.with_update else None
         if write.op == "dynamic_update_slice":
             given = iter(values)
@@ -502,6 +541,23 @@ def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] 
     return chains
 
 
+def _aval(type: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and NumPy dtype of a ranked tensor type."""
+    element = str(type.element_type)
+    if element == "bf16":
+        import ml_dtypes  # a dependency of jax
+
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    elif element == "i1":
+        dtype = np.dtype(bool)
+    elif element.startswith("complex<"):
+        dtype = np.dtype(f"complex{2 * int(element[len('complex<f'):-1])}")
+    else:  # f16, f32, f64, iN, uiN
+        kind = {"f": "float", "i": "int", "ui": "uint"}[element.rstrip("0123456789")]
+        dtype = np.dtype(f"{kind}{element.lstrip('fiu')}")
+    return tuple(type.shape), dtype
+
+
 def _constant(value: Any) -> int | None:
     """A start index's value when it is a constant."""
     from jax._src.lib.mlir import ir
@@ -555,6 +611,7 @@ def _report(sharded: ShardedExecutable) -> ShardingReport:
         returned = list(block.operations[len(block.operations) - 1].operands)
         state = []
         for arg, result in sorted(sharded._io_map.items()):
+            result = sharded._order.index(result)  # the compiled program's result
             value = block.arguments[arg]
             spec = specs.get(arg, ())
             state.append(StateReport(
