@@ -246,6 +246,7 @@ class ShardedExecutable:
         for shard in shards:
             slices = held[next(iter(shard.devices()))]
             pieces.setdefault(tuple((s.start, s.stop) for s in slices), (slices, shard))
+        data: dict[int, torch.Tensor] = {}  # each shard's memory, viewed once
         with torch.no_grad():
             for target, where, value in regions:
                 if value is not None:
@@ -253,11 +254,13 @@ class ShardedExecutable:
                     continue
                 for slices, shard in pieces.values():
                     common = _overlap(where, slices)
-                    if common is not None:
-                        data = xla._tensor_over(shard, tensor.dtype)
-                        target[common].copy_(data[tuple(
-                            slice(c.start - s.start, c.stop - s.start)
-                            for c, s in zip(common, slices))])
+                    if common is None:
+                        continue
+                    if id(shard) not in data:
+                        data[id(shard)] = xla._tensor_over(shard, tensor.dtype)
+                    target[common].copy_(data[id(shard)][tuple(
+                        slice(c.start - s.start, c.stop - s.start)
+                        for c, s in zip(common, slices))])
 
     @property
     def host_sync(self) -> dict[str, str]:
