@@ -3,9 +3,16 @@
 The StableHLO carries `mhlo.sharding` on every argument and result and
 `mhlo.num_partitions` (transforms/sharding.py). XLA partitions it with Shardy (jaxlib
 0.10.2's partitioner; it imports the HloShardings) into the program each device runs on
-its shard. A call copies each shard of an argument to its device once, and each shard of
-an updated argument back into the caller's tensor once; the donated shards are updated in
-place on the devices.
+its shard.
+
+State stays on the devices between calls. A written argument's shards are copied to the
+devices on its first call (or after torch has written the tensor since), and donated to
+every call after: each device updates its shard in place. The caller's tensor is kept
+equal to the state by copying in only what the call wrote: the engine's module also
+returns where each `dynamic_update_slice` or `scatter` of the state wrote, and the host
+copies those regions from the devices' new shards into the caller's tensor; a state
+whose new value is not such a chain of writes is copied back whole, a shard per device
+(docs/sharding.md, "Running").
 
 The report reads the partitioned module (converted back to MLIR by jaxlib): each device's
 buffer of sharded state, whether the alias survived, and which collective or copy reads
@@ -14,7 +21,10 @@ an aliased buffer. `docs/sharding.md` shows one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +54,7 @@ class StateReport:
     aliased: bool  # the device program updates its shard in place (input_output_alias)
     moved_by: list[str] = field(default_factory=list)  # collectives/copies reading it
     written_by: str = ""  # the op that makes its new value on each device
+    host: str = ""  # how the caller's tensor gets it: "its writes repeated" or "copied back"
 
     @property
     def fraction(self) -> float:
@@ -52,8 +63,9 @@ class StateReport:
 
     @property
     def ok(self) -> bool:
-        """1/shards of it per device, updated in place, read by no collective or copy."""
-        return (self.aliased and not self.moved_by
+        """1/shards of it per device, updated in place, read by no collective or copy,
+        and its new value not made by one (a copy into the aliased buffer)."""
+        return (self.aliased and not self.moved_by and self.written_by not in MOVES
                 and math.prod(self.device_shape) * self.shards == math.prod(self.shape))
 
 
@@ -78,19 +90,20 @@ class ShardingReport:
                 f"  {s.name}: {s.shape} -> {s.device_shape} per device "
                 f"({s.fraction:.3g}), {'aliased' if s.aliased else 'NOT aliased'}, "
                 f"written by {s.written_by or '?'}, "
+                f"{s.host + ' on the host, ' if s.host else ''}"
                 f"{'moved by ' + ', '.join(s.moved_by) if s.moved_by else 'not moved'}")
         return "\n".join(lines)
 
 
 class ShardedExecutable:
-    """A StableHLO module with shardings, compiled once for the mesh's devices."""
+    """A StableHLO module with shardings, compiled once for the mesh's devices; written
+    arguments stay on the devices between calls (the module docstring)."""
 
     def __init__(self, stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
                  io_map: dict[int, int], state: dict[int, int], input_names: list[str],
                  shapes: list[list[int]]) -> None:
         jax = xla._jax()
         from jax._src import xla_bridge
-        from jax._src.lib import xla_client
 
         count = math.prod(mesh.values())
         devices = xla_bridge.get_backend("cpu").local_devices()
@@ -106,55 +119,154 @@ class ShardedExecutable:
         self._specs, self._io_map, self._names = specs, io_map, input_names
         self._state = state
         self._shapes, self._axes = shapes, mesh
-        options = xla_client.CompileOptions()
-        options.num_replicas, options.num_partitions = 1, count
-        build = options.executable_build_options
-        build.use_spmd_partitioning = True
-        build.use_shardy_partitioner = True
-        # Copy insertion that sees the in-place update's regions: without it XLA:CPU
-        # copies a buffer that is read after the update that writes it.
-        options.env_option_overrides = [("xla_cpu_copy_insertion_use_region_analysis", True)]
-        options.device_assignment = xla_client.DeviceAssignment.create(
-            np.array([[d.id for d in self._devices]]))
-        backend = xla_bridge.get_backend("cpu")
-        device_list = xla_client.DeviceList(tuple(self._devices))
-        text = shardy_module(stablehlo, mesh, specs, state)
-        self._executable = backend.compile_and_load(text, device_list, options)
-        if any(xla._reads_updated_buffer_through_another_alias(m)
-               for m in self._executable.hlo_modules()):  # see backends/xla.py
-            options.env_option_overrides += [("xla_disable_hlo_passes", "fusion")]
-            self._executable = backend.compile_and_load(text, device_list, options)
+        text, self._writes = shardy_module(stablehlo, mesh, specs, state, io_map)
+        self._placements: dict[int, _Placement] = {}
+        self._compiled, self._order = self._jit(text)
+        self._executable = xla._executable_of(self._compiled)
         self._report: ShardingReport | None = None
+        # (argument, id of the caller's tensor) -> its state on the devices
+        self._resident: dict[tuple[int, int], _Resident] = {}
+        self._lock = threading.Lock()
 
-    def _sharding(self, index: int) -> Any:
-        spec = self._specs.get(index, ())
-        return self._jax.sharding.NamedSharding(self._mesh, self._jax.sharding.PartitionSpec(
-            *(axes or None for axes in spec)))
+    def _jit(self, text: str) -> tuple[Any, list[int]]:
+        """The module as a jax `Compiled` for the mesh, whose call is jax's C++ dispatch:
+        wrapped in a `jax.export.Exported` (one exported from a stand-in of the same
+        signature and shardings, holding our module instead; the devices are jax's, so
+        the mesh runs on jax's client, not backends/xla.py's), called under `jax.jit` with the written arguments donated. jax pairs
+        each donated argument with the first result of its shape, dtype and sharding:
+        the aliased results come first, in their arguments' order (the returned order)."""
+        jax = self._jax
+        from jax import export as jax_export
+        from jax._src.interpreters import mlir as jax_mlir
+        from jax._src.lib.mlir import ir
+
+        with jax_mlir.make_ir_context():
+            module = ir.Module.parse(text)
+            module.operation.attributes["sym_name"] = ir.StringAttr.get("outofplace")
+            main = next(op for op in module.body.operations
+                        if ir.StringAttr(op.attributes["sym_name"]).value == "main")
+            function = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+            inputs, results = ([_aval(ir.RankedTensorType(t)) for t in types]
+                               for types in (function.inputs, function.results))
+            bytecode = jax_mlir.module_to_bytecode(module)
+        replicated = jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec())
+        in_shardings = [self._placement(i).sharding for i in range(len(inputs))]
+        out_shardings = [self._placement(self._state[r]).sharding if r in self._state
+                         else replicated for r in range(len(results))]
+        in_avals = [jax.ShapeDtypeStruct(s, d, sharding=h)
+                    for (s, d), h in zip(inputs, in_shardings)]
+        stand_in = jax_export.export(jax.jit(
+            lambda *_: tuple(jax.numpy.zeros(s, d) for s, d in results),
+            in_shardings=in_shardings, out_shardings=tuple(out_shardings)))(*in_avals)
+        exported = dataclasses.replace(stand_in, mlir_module_serialized=bytecode,
+                                       module_kept_var_idx=tuple(range(len(inputs))))
+        donated = sorted(self._io_map)
+        order = [self._io_map[a] for a in donated]
+        order += [r for r in range(len(results)) if r not in order]
+
+        def call(*args: Any) -> tuple:
+            values = exported.call(*args)
+            return tuple(values[r] for r in order)
+
+        lowered = jax.jit(call, donate_argnums=tuple(donated), keep_unused=True,
+                          in_shardings=tuple(in_shardings),
+                          out_shardings=tuple(out_shardings[r] for r in order)
+                          ).lower(*in_avals)
+        compiled = xla._without_misfusion(lambda o: lowered.compile(compiler_options=o),
+                                          xla.COMPILE_OPTIONS)
+        return compiled, order
+
+    def _placement(self, index: int) -> _Placement:
+        if index not in self._placements:
+            spec = self._specs.get(index, ())
+            sharding = self._jax.sharding.NamedSharding(
+                self._mesh, self._jax.sharding.PartitionSpec(*(axes or None for axes in spec)))
+            shape = tuple(self._shapes[index])
+            slices = sharding.devices_indices_map(shape)
+            self._placements[index] = _Placement(
+                sharding, shape, list(slices),
+                [tuple(slice(*s.indices(n)[:2]) for s, n in zip(slices[d], shape))
+                 for d in slices])
+        return self._placements[index]
 
     def __call__(self, inputs: list[torch.Tensor], result_dtypes: list[torch.dtype]
                  ) -> list[torch.Tensor]:
-        """Runs on the devices; writes each updated shard into the caller's tensor and
-        returns that tensor for every result that is its new value."""
-        arrays = [self._jax.device_put(_to_numpy(t), self._sharding(i))
-                  for i, t in enumerate(inputs)]
-        outputs = self._executable.execute_sharded(arrays)
-        per_device = outputs.disassemble_into_single_device_arrays()
-        for arg, result in self._io_map.items():
-            target = inputs[arg]
-            host = _host_view(target)
-            slices = self._sharding(arg).devices_indices_map(tuple(target.shape))
-            written = set()
-            for shard in per_device[result]:
-                where = slices[next(iter(shard.devices()))]
-                key = tuple((s.start, s.stop) for s in where)
-                if key not in written:  # a replicated axis holds the same shard twice
-                    written.add(key)
-                    host[where] = np.asarray(shard).view(host.dtype)
-        # a result that is state is the caller's tensor, as eager returns it; the others
-        # are replicated: any device holds all of it
-        return [inputs[self._state[i]] if i in self._state
-                else _from_numpy(np.asarray(shards[0]), dtype)
-                for i, (shards, dtype) in enumerate(zip(per_device, result_dtypes))]
+        """Runs on the devices, the written arguments' shards donated; leaves each written
+        argument's tensor with its new value and returns that tensor for every result
+        that is its new value."""
+        with self._lock:
+            # the written arguments' resident arrays leave the table here: should the call
+            # fail, the caller's tensors, not yet written, are the state again
+            arrays = [self._on_devices(i, t) for i, t in enumerate(inputs)]
+            returned = self._jax.block_until_ready(self._compiled(*arrays))
+            results = [None] * len(returned)
+            for position, r in enumerate(self._order):
+                results[r] = returned[position]
+            for arg in self._io_map:
+                self._keep(arg, inputs[arg], results)
+            # a result that is state is the caller's tensor, as eager returns it; the
+            # others are replicated: any device holds all of it
+            return [inputs[self._state[i]] if i in self._state
+                    else xla._tensor_over(results[i].addressable_data(0), dtype)
+                    for i, dtype in enumerate(result_dtypes)]
+
+    def _on_devices(self, index: int, tensor: torch.Tensor) -> Any:
+        """An argument as a jax Array on the mesh: a written one the state left on the
+        devices by the last call, while the caller's tensor is as that call left it."""
+        placement = self._placement(index)
+        if index not in self._io_map:  # lent: XLA reads the tensor's memory
+            return placement.put(xla._host(tensor.contiguous()), owned=False)
+        resident = self._resident.pop((index, id(tensor)), None)
+        if resident is not None and resident.holds(tensor):
+            return resident.array
+        # XLA updates a donated buffer in place only when it owns it (host memory it was
+        # lent is copied whole by each call that donates it): one copy of each shard
+        return placement.put(xla._host(tensor.contiguous()), owned=True)
+
+    def _keep(self, index: int, tensor: torch.Tensor, results: list[Any]) -> None:
+        """Makes the caller's tensor the argument's new value, and keeps that value on the
+        devices for the next call."""
+        array = results[self._io_map[index]]
+        writes = self._writes.get(index)
+        regions = None if writes is None else _written(tensor, writes, results)
+        if regions is None:  # all of it
+            regions = [(tensor, tuple(slice(0, n) for n in tensor.shape), None)]
+        self._copy_in(index, tensor, [s.data for s in array.addressable_shards], regions)
+        if _tracked(tensor):
+            key = (index, id(tensor))
+            self._resident[key] = _Resident(tensor, array, self._resident, key)
+
+    def _copy_in(self, index: int, tensor: torch.Tensor, shards: list[Any],
+                 regions: list[Region]) -> None:
+        """Writes each region into the caller's tensor, in order: its value, or the part
+        of each device's new shard that holds it."""
+        placement = self._placement(index)
+        held = dict(zip(placement.devices, placement.slices))
+        pieces = {}  # a replicated axis holds the same shard twice: one of them
+        for shard in shards:
+            slices = held[next(iter(shard.devices()))]
+            pieces.setdefault(tuple((s.start, s.stop) for s in slices), (slices, shard))
+        data: dict[int, torch.Tensor] = {}  # each shard's memory, viewed once
+        with torch.no_grad():
+            for target, where, value in regions:
+                if value is not None:
+                    target[where].copy_(value)
+                    continue
+                for slices, shard in pieces.values():
+                    common = _overlap(where, slices)
+                    if common is None:
+                        continue
+                    if id(shard) not in data:
+                        data[id(shard)] = xla._tensor_over(shard, tensor.dtype)
+                    target[common].copy_(data[id(shard)][tuple(
+                        slice(c.start - s.start, c.stop - s.start)
+                        for c, s in zip(common, slices))])
+
+    @property
+    def host_sync(self) -> dict[str, str]:
+        """How each written argument's tensor gets its new value after a call."""
+        return {self._names[a]: "copied back" if self._writes.get(a) is None
+                else "its writes repeated" for a in sorted(self._io_map)}
 
     @property
     def report(self) -> ShardingReport:
@@ -163,9 +275,170 @@ class ShardedExecutable:
         return self._report
 
 
+class _Resident:
+    """A written argument's value on the devices, for the caller's tensor as the call
+    that made it left the tensor: the same tensor, memory and version counter (torch
+    counts every in-place write to a tensor and its views there)."""
+
+    __slots__ = ("tensor", "array", "version", "pointer")
+
+    def __init__(self, tensor: torch.Tensor, array: Any, table: dict, key: tuple) -> None:
+        self.tensor = weakref.ref(tensor, lambda _: table.pop(key, None))
+        self.array, self.version, self.pointer = array, _version(tensor), tensor.data_ptr()
+
+    def holds(self, tensor: torch.Tensor) -> bool:
+        return (self.tensor() is tensor and not self.array.is_deleted()
+                and self.version == _version(tensor) and self.pointer == tensor.data_ptr())
+
+
+def _tracked(tensor: torch.Tensor) -> bool:
+    """Whether every write to the tensor's memory counts in its version: not when NumPy,
+    DLPack or a memory map shares the memory (its storage is then not resizable), another
+    process (shared memory), or when it is an inference tensor (no version counter). Such
+    a tensor is copied to the devices on every call."""
+    storage = tensor.untyped_storage()
+    return _version(tensor) is not None and storage.resizable() and not storage.is_shared()
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    try:
+        return tensor._version
+    except RuntimeError:  # an inference tensor counts no versions
+        return None
+
+
+@dataclass
+class _Placement:
+    """How an argument lies on the mesh: its sharding, and each device's slice."""
+
+    sharding: Any
+    shape: tuple[int, ...]
+    devices: list[Any]
+    slices: list[tuple[slice, ...]]
+
+    def put(self, host: np.ndarray, owned: bool) -> Any:
+        """The array on the devices, a shard each: in buffers XLA owns (copies), or over
+        `host` where XLA can read it in place (aligned, contiguous pieces)."""
+        jax = xla._jax()
+        from jax._src.lib import xla_client
+
+        semantics = xla_client.HostBufferSemantics
+        array = xla_client.batched_device_put(
+            jax.core.ShapedArray(self.shape, host.dtype), self.sharding,
+            [_contiguous(host[where + (...,)]) for where in self.slices], self.devices,
+            True, owned, semantics.IMMUTABLE_ONLY_DURING_CALL if owned
+            else semantics.ZERO_COPY)
+        if owned:
+            array.block_until_ready()
+        return array
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A write of an aliased argument in the program, which tells the host where the
+    caller's tensor changes: a `dynamic_update_slice` (results: a start per dimension),
+    a `scatter` that replaces elements (results: the indices), or a `reshape` of the state
+    between them (`dimensions`: the new shape). After a reshape the host cannot read the
+    region from the devices' shards (they are in the state's own shape): the results
+    then also hold the update, and the host writes it through a view of that shape."""
+
+    op: str
+    results: tuple[int, ...]  # the engine module's results that say what it wrote
+    # scatter: update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims,
+    # index_vector_dim; reshape: the shape
+    dimensions: tuple = ()
+    update: tuple[int, ...] = ()  # the update's (scatter: the updates') shape
+    with_update: bool = False  # the last result is the update (after a reshape)
+    starts: tuple[int | None, ...] = ()  # dynamic_update_slice: the constant starts, None
+    # for each start that is a result
+
+
+Region = tuple[torch.Tensor, tuple[slice, ...], "torch.Tensor | None"]
+
+
+def _written(tensor: torch.Tensor, writes: list[_Write], results: list[Any]
+             ) -> list[Region] | None:
+    """Where the call wrote the state, in order: (the caller's tensor or a view of it,
+    the region, its new value, or None to read it from the devices' shards). None when a
+    scatter's writes are not plain (`_scatter_windows`) or the tensor's layout does not
+    view as a shape the program reshapes the state to: the host then copies it all."""
+    regions: list[Region] = []
+    current = tensor
+    for write in writes:
+        if write.op == "reshape":  # a paged cache's pages and slots merged, or split
+            try:
+                current = current.view(write.dimensions)
+            except RuntimeError:
+                return None
+            continue
+        # replicated: any device's
+        values = [results[r].addressable_data(0) for r in write.results]
+        update = xla._tensor_over(values.pop(), tensor.dtype) if write.with_update else None
+        if write.op == "dynamic_update_slice":
+            given = iter(values)
+            starts = [min(max(int(np.asarray(next(given))) if s is None else s, 0), n - u)
+                      for s, n, u in zip(write.starts, current.shape, write.update)]
+            # (the op clamps its starts)
+            regions.append((current, tuple(slice(s, s + u)
+                                           for s, u in zip(starts, write.update)), update))
+            continue
+        windows = _scatter_windows(tuple(current.shape), np.asarray(values[0]),
+                                   write.update, write.dimensions)
+        if windows is None:
+            return None
+        rows: list[Any] = [None] * len(windows)
+        if update is not None and windows:
+            window_dims = write.dimensions[0]
+            scattered = [d for d in range(update.dim()) if d not in window_dims]
+            rows = list(update.permute(*scattered, *window_dims).reshape(
+                len(windows), *[w.stop - w.start for w in windows[0]]))
+        regions += [(current, where, row) for where, row in zip(windows, rows)]
+    return regions
+
+
+def _scatter_windows(shape: tuple[int, ...], indices: np.ndarray, updates: tuple[int, ...],
+                     dimensions: tuple) -> list[tuple[slice, ...]] | None:
+    """The windows a replacing scatter writes, in the order of its updates, or None when
+    one is out of bounds (XLA skips it) or two are at one place (which XLA writes last is
+    its choice). The scattered dimensions are inserted ones (`_replaces`): one start,
+    one window."""
+    window_dims, inserted, to_operand, vector_dim = dimensions
+    if vector_dim == indices.ndim:
+        indices = indices[..., None]
+    indices = np.moveaxis(indices, vector_dim, -1)
+    starts = indices.reshape(-1, indices.shape[-1]).tolist()
+    sizes = iter(updates[d] for d in window_dims)
+    window = [1 if d in inserted else next(sizes) for d in range(len(shape))]
+    if len({tuple(s) for s in starts}) != len(starts):
+        return None
+    windows = []
+    for start in starts:
+        corner = [0] * len(shape)
+        for k, d in enumerate(to_operand):
+            corner[d] = start[k]
+        if any(c < 0 or c + w > n for c, w, n in zip(corner, window, shape)):
+            return None
+        windows.append(tuple(slice(c, c + w) for c, w in zip(corner, window)))
+    return windows
+
+
+def _overlap(a: tuple[slice, ...], b: tuple[slice, ...]) -> tuple[slice, ...] | None:
+    """The common part of two regions (slices with starts and stops), or None."""
+    common = tuple(slice(max(x.start, y.start), min(x.stop, y.stop)) for x, y in zip(a, b))
+    return None if any(c.start >= c.stop for c in common) else common
+
+
 def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
-                  state: dict[int, int]) -> str:
-    """The module with Shardy's `sdy.sharding` in place of every `mhlo.sharding`.
+                  state: dict[int, int], io_map: dict[int, int]
+                  ) -> tuple[str, dict[int, list[_Write] | None]]:
+    """The module the engine compiles: Shardy's `sdy.sharding` in place of every
+    `mhlo.sharding`, and what the program writes into its state as results after its own
+    (`_expose_writes`); with, per written argument, those writes (None: not a chain of
+    writes the host can repeat).
 
     jaxlib 0.10.2 partitions a module with `mhlo.sharding` attributes with GSPMD (it
     warns that GSPMD propagation is deprecated and falls back from Shardy); with
@@ -181,6 +454,7 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
         module = ir.Module.parse(stablehlo)
         main = next(op for op in module.body.operations
                     if ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        writes = _expose_writes(main, io_map)
         axes = sdy.MeshAttr.get([sdy.MeshAxisAttr.get(n, s) for n, s in mesh.items()])
 
         def sharding(spec: tuple, rank: int) -> ir.Attribute:
@@ -201,15 +475,117 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
                 fields["sdy.sharding"] = sharding(spec, len(ir.RankedTensorType(type).shape))
                 entries.append(ir.DictAttr.get(fields))
             main.attributes[kind] = ir.ArrayAttr.get(entries)
-        return module.operation.get_asm()
+        return module.operation.get_asm(), writes
 
 
-def _host_view(tensor: torch.Tensor) -> np.ndarray:
-    """The tensor's own memory as a NumPy array (bfloat16 as int16)."""
-    data = tensor.detach()
-    if data.dtype == torch.bfloat16:
-        data = data.view(torch.int16)
-    return data.numpy()
+def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] | None]:
+    """For each written argument whose new value is a chain of `dynamic_update_slice`s,
+    replacing `scatter`s and `reshape`s of it, returns where each write is (its starts or
+    indices, and after a reshape its update) as replicated results after main's own; the
+    chains by argument, None for the others."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import func, hlo
+
+    block = main.regions[0].blocks[0]
+    ret = block.operations[len(block.operations) - 1]
+    returned = list(ret.operands)
+    exposed: list[Any] = []
+    chains: dict[int, list[_Write] | None] = {}
+    for arg, result in sorted(io_map.items()):
+        ops, value = [], returned[result]
+        while value != block.arguments[arg]:
+            owner = value.owner
+            if isinstance(owner, ir.Block):  # another argument
+                break
+            if owner.name in ("stablehlo.dynamic_update_slice", "stablehlo.reshape") or (
+                    owner.name == "stablehlo.scatter" and _replaces(owner)):
+                ops.append(owner)
+                value = owner.operands[0]
+            else:
+                break
+        if value != block.arguments[arg]:
+            chains[arg] = None
+            continue
+        chains[arg], reshaped = [], False
+        for op in reversed(ops):
+            first = len(returned) + len(exposed)
+            if op.name == "stablehlo.reshape":
+                shape = tuple(ir.RankedTensorType(op.results[0].type).shape)
+                chains[arg].append(_Write("reshape", (), shape))
+                reshaped = True
+                continue
+            starts: tuple[int | None, ...] = ()
+            if op.name == "stablehlo.dynamic_update_slice":
+                update, dimensions = op.operands[1], ()
+                starts = tuple(map(_constant, list(op.operands)[2:]))
+                values = [v for v, c in zip(list(op.operands)[2:], starts) if c is None]
+            else:
+                numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+                update, values = op.operands[2], [op.operands[1]]
+                dimensions = (tuple(numbers.update_window_dims),
+                              tuple(numbers.inserted_window_dims),
+                              tuple(numbers.scattered_dims_to_operand_dims),
+                              numbers.index_vector_dim)
+            values += [update] if reshaped else []
+            chains[arg].append(_Write(
+                op.name[len("stablehlo."):], tuple(range(first, first + len(values))),
+                dimensions, tuple(ir.RankedTensorType(update.type).shape), reshaped, starts))
+            exposed += values
+    if exposed:
+        with ir.InsertionPoint(ret):
+            func.ReturnOp(returned + exposed, loc=ret.location)
+        ret.erase()
+        function = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            function.inputs, list(function.results) + [v.type for v in exposed]))
+        main.attributes["res_attrs"] = ir.ArrayAttr.get(
+            list(ir.ArrayAttr(main.attributes["res_attrs"]))
+            + [ir.DictAttr.get({})] * len(exposed))
+    return chains
+
+
+def _aval(type: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and NumPy dtype of a ranked tensor type."""
+    element = str(type.element_type)
+    if element == "bf16":
+        import ml_dtypes  # a dependency of jax
+
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    elif element == "i1":
+        dtype = np.dtype(bool)
+    elif element.startswith("complex<"):
+        dtype = np.dtype(f"complex{2 * int(element[len('complex<f'):-1])}")
+    else:  # f16, f32, f64, iN, uiN
+        kind = {"f": "float", "i": "int", "ui": "uint"}[element.rstrip("0123456789")]
+        dtype = np.dtype(f"{kind}{element.lstrip('fiu')}")
+    return tuple(type.shape), dtype
+
+
+def _constant(value: Any) -> int | None:
+    """A start index's value when it is a constant."""
+    from jax._src.lib.mlir import ir
+
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.name != "stablehlo.constant":
+        return None
+    return int(ir.DenseIntElementsAttr(owner.attributes["value"])[0])
+
+
+def _replaces(scatter: Any) -> bool:
+    """A scatter of one operand that writes its updates (no combining) with no batching
+    dimensions, each scattered dimension an inserted one: one window per index."""
+    from jax._src.lib.mlir.dialects import hlo
+
+    if len(scatter.operands) != 3:
+        return False
+    numbers = hlo.ScatterDimensionNumbers(scatter.attributes["scatter_dimension_numbers"])
+    if list(numbers.input_batching_dims) or \
+            not set(numbers.scattered_dims_to_operand_dims) <= set(numbers.inserted_window_dims):
+        return False
+    body = scatter.regions[0].blocks[0]
+    (ret, *rest) = list(body.operations)
+    return not rest and len(ret.operands) == 1 and ret.operands[0] == body.arguments[1]
+
 
 
 def _report(sharded: ShardedExecutable) -> ShardingReport:
@@ -238,6 +614,7 @@ def _report(sharded: ShardedExecutable) -> ShardingReport:
         returned = list(block.operations[len(block.operations) - 1].operands)
         state = []
         for arg, result in sorted(sharded._io_map.items()):
+            result = sharded._order.index(result)  # the compiled program's result
             value = block.arguments[arg]
             spec = specs.get(arg, ())
             state.append(StateReport(
@@ -245,7 +622,7 @@ def _report(sharded: ShardedExecutable) -> ShardingReport:
                 math.prod(sharded._axes[a] for axes in spec for a in axes),
                 list(sharded._shapes[arg]), list(ir.RankedTensorType(value.type).shape),
                 aliases.get(arg) == result, sorted(_moves(value)),
-                _writer(returned[result], ir)))
+                _writer(returned[result], ir), sharded.host_sync[sharded._names[arg]]))
     return ShardingReport(len(sharded._devices), state, stats.alias_size_in_bytes)
 
 
@@ -278,19 +655,3 @@ def _writer(value: Any, ir: Any) -> str:
         else:
             return owner.name
     return "parameter"
-
-
-def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A host copy of a tensor for device_put (bfloat16 as ml_dtypes')."""
-    data = tensor.detach().contiguous().cpu()
-    if data.dtype == torch.bfloat16:
-        import ml_dtypes  # a dependency of jax
-
-        return data.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return data.numpy()
-
-
-def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    if dtype == torch.bfloat16:
-        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(array.copy()).to(dtype)

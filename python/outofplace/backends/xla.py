@@ -312,6 +312,11 @@ class _Viewer:
         return tensor.view(self.dtype) if self.as_dtype else tensor
 
 
+def _tensor_over(array: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor over an array's buffer, no copy (the tensor keeps the array)."""
+    return _Viewer(tuple(array.shape), dtype)(array)
+
+
 class _Stage:
     """The kept, XLA-owned buffer a small read-only argument is copied into at each call,
     and the tensor over it."""
