@@ -174,6 +174,10 @@ def _windows_off_the_lead(scatter: Any) -> bool:
     exactly when each of its elements is)."""
     from torch_mlir._mlir_libs import _stablehlo
 
+    from torch_mlir import ir as mlir
+
+    if not all(mlir.RankedTensorType(v.type).has_static_shape for v in scatter.operands):
+        return False  # a dynamic program: its indices would need an iota of runtime size
     numbers = _stablehlo.ScatterDimensionNumbers(
         scatter.attributes["scatter_dimension_numbers"])
     indexed = list(numbers.scattered_dims_to_operand_dims)
