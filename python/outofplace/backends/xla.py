@@ -201,6 +201,8 @@ class _Holder:
         if shape is None:
             self.nbytes = array.nbytes
             shape = (self.nbytes,)
+        else:  # a typestr ends with the element's size in bytes ("<f4")
+            self.nbytes = math.prod(shape) * int(typestr[2:])
         self.__array_interface__ = {"shape": shape, "typestr": typestr,
                                     "data": (self.ptr, False), "version": 3}
 
