@@ -38,6 +38,7 @@ from .. import op_registry, torch_types
 from ..context import load_torch_conversion
 from ..errors import UnsupportedMutationError
 from ..ir_utils import operations, terminator, torch_constant
+from .registry import register_pass
 
 ALIASING_OUTPUT = "tf.aliasing_output"
 
@@ -430,6 +431,10 @@ def _twin_result_type(op: ir.Operation, twin: torch._ops.OpOverload,
     return self_type.with_dtype(result.dtype)
 
 
+@register_pass(
+    "inplace-to-outofplace",
+    "Rewrite in-place ops and writes through views to value semantics",
+    'mutable torch IR to value semantics; mutated arguments become aliased results')
 def inplace_to_outofplace(module: ir.Module | ir.Operation) -> dict[int, int]:
     """Rewrites every function of `module` to value semantics, in place.
 

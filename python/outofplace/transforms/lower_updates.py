@@ -26,7 +26,7 @@ from torch_mlir import ir, rewrite
 from .. import torch_types
 from ..errors import warn_out_of_bounds_policy
 from ..ir_utils import constant_int, to_builtin, unnamed
-
+from .registry import Option, register_pass
 
 
 def _i64() -> ir.Type:
@@ -191,8 +191,10 @@ def _count(shape: list[int]) -> int:
     return total
 
 
-def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """tensor.insert_slice with static offsets, sizes and strides -> StableHLO."""
+def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter,
+                  strided: str = "cheaper") -> bool:
+    """tensor.insert_slice with static offsets, sizes and strides -> StableHLO; a strided
+    box as a scatter or pad+select, by `strided` ("cheaper" chooses by bytes touched)."""
     if len(op.operands) != 2:
         return True  # runtime offsets: not matched
     source, dest = op.operands[0], op.operands[1]
@@ -205,7 +207,8 @@ def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     with rewriter.ip, op.location:
         if all(s == 1 for s in strides):
             new = _dynamic_update_slice(dest, source, offsets, op.location)
-        elif _scatter_is_cheaper(dest, source, offsets, strides):
+        elif strided == "scatter" or strided == "cheaper" and \
+                _scatter_is_cheaper(dest, source, offsets, strides):
             new = _strided_scatter(dest, source, offsets, strides, op.location)
         else:
             new = _strided_select(dest, source, offsets, strides, op.location)
@@ -540,10 +543,25 @@ def _is_none(value: ir.Value) -> bool:
     return isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.none"
 
 
-def lower_updates(module: ir.Operation) -> None:
+@register_pass(
+    "outofplace-lower-updates",
+    "Lower update ops to dynamic_update_slice, scatter or pad+select",
+    '`tensor.insert_slice` → `dynamic_update_slice` (unit stride), or (strided) a '
+    '`scatter` at iota positions or pad+select, whichever touches fewer bytes; '
+    '`index_put` at 0-d runtime positions → `dynamic_update_slice` with runtime '
+    'starts; `index_put` with integer index tensors on any dimensions → one `scatter` '
+    'of whole slices of the others; `scatter_reduce` (sum, prod, amax, amin; '
+    'torch-mlir has no lowering) → a `scatter` whose body reduces; a slice with constant '
+    "bounds → `stablehlo.slice` (torch-mlir's folder of a strided slice of a constant "
+    'crashes); an insert of the whole destination → its source',
+    options=[Option("strided", "cheaper", ("cheaper", "scatter", "select"),
+                    "how a strided box is written: whichever touches fewer bytes, or "
+                    "always a scatter, or always pad+select")])
+def lower_updates(module: ir.Operation, strided: str = "cheaper") -> None:
     """Rewrites every update op of `module` into StableHLO."""
     patterns = rewrite.RewritePatternSet(module.context)
-    patterns.add("tensor.insert_slice", _insert_slice)
+    patterns.add("tensor.insert_slice",
+                 lambda op, rewriter: _insert_slice(op, rewriter, strided))
     patterns.add("torch.aten.index_put", _index_put_at_positions)
     patterns.add("torch.aten.index_put", _index_put_with_tensors)
     patterns.add("torch.aten.scatter_reduce.two", _scatter_reduce)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from torch_mlir import ir, rewrite
 
 from ..ir_utils import all_operations
+from .registry import register_pass
 
 TORCH_TO_STABLEHLO = ("torchdynamo-export-to-torch-backend-pipeline",
                       "torch-backend-to-stablehlo-backend-pipeline")
@@ -31,6 +32,9 @@ def _arith_constant_to_stablehlo(op: ir.Operation, rewriter: rewrite.PatternRewr
     return False
 
 
+@register_pass(
+    "outofplace-stablehlo-constants", "Turn tensor arith.constant into stablehlo.constant",
+    'tensor `arith.constant` → `stablehlo.constant`')
 def stablehlo_constants(module: ir.Operation) -> None:
     """Replaces tensor `arith.constant` ops with `stablehlo.constant`."""
     patterns = rewrite.RewritePatternSet(module.context)
@@ -48,6 +52,9 @@ class NotStableHLOError(Exception):
     """The lowered module still holds ops outside StableHLO."""
 
 
+@register_pass(
+    "outofplace-verify-stablehlo", "Fail unless the module is pure StableHLO",
+    'fails unless only StableHLO (and func/module) ops remain')
 def check_pure_stablehlo(module: ir.Operation) -> None:
     """Raises NotStableHLOError naming the first foreign ops, if any."""
     foreign = foreign_ops(module)
