@@ -81,11 +81,18 @@ func.func @position(%c: !torch.vtensor<[2,4],f32>, %k: !torch.vtensor<[2],f32>, 
 
 // -----
 
-// b[:, i] = v: one scatter of whole rows of dimension 0 at the columns i.
+// b[:, i] = v: one scatter of whole rows of dimension 0 at the columns i, a negative i
+// counted from the end: where(i < 0, i + 4, i).
 // CHECK-LABEL: func.func @columns(
 // CHECK-SAME:    %[[B:[^:]*]]: !torch.vtensor<[2,4],f32>, %[[I:[^:]*]]: !torch.vtensor<[2],si64>, %[[V:[^:]*]]: !torch.vtensor<[2,2],f32>
 // CHECK:         %[[VB:.*]] = torch_c.to_builtin_tensor %[[V]]
-// CHECK:         %[[IB:.*]] = torch_c.to_builtin_tensor %[[I]]
+// CHECK-DAG:     %[[ZERO:.*]] = torch.constant.int 0
+// CHECK-DAG:     %[[ONE:.*]] = torch.constant.int 1
+// CHECK-DAG:     %[[FOUR:.*]] = torch.constant.int 4
+// CHECK:         %[[NEGATIVE:.*]] = torch.aten.lt.Scalar %[[I]], %[[ZERO]]
+// CHECK:         %[[SHIFTED:.*]] = torch.aten.add.Scalar %[[I]], %[[FOUR]], %[[ONE]]
+// CHECK:         %[[WRAPPED:.*]] = torch.aten.where.self %[[NEGATIVE]], %[[SHIFTED]], %[[I]]
+// CHECK:         %[[IB:.*]] = torch_c.to_builtin_tensor %[[WRAPPED]]
 // CHECK:         %[[AT:.*]] = stablehlo.reshape %[[IB]] : (tensor<2xi64>) -> tensor<2x1xi64>
 // CHECK:         %[[BB:.*]] = torch_c.to_builtin_tensor %[[B]]
 // CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%[[BB]], %[[AT]], %[[VB]])
@@ -153,4 +160,91 @@ func.func @slice(%x: !torch.vtensor<[1,3],f32>) -> !torch.vtensor<[1,1],f32> {
   %end = torch.constant.int 9223372036854775807
   %0 = torch.aten.slice.Tensor %x, %int1, %intm1, %end, %int3 : !torch.vtensor<[1,3],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[1,1],f32>
   return %0 : !torch.vtensor<[1,1],f32>
+}
+
+// -----
+
+// index_copy (no op of torch-mlir's: a torch.operator) is the index_put at [:, i]: one
+// scatter of whole slices of dimensions 0 and 2.
+// CHECK-LABEL: func.func @index_copy(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[2,8,3],f32>, %[[I:[^:]*]]: !torch.vtensor<[2],si64>, %[[SRC:[^:]*]]: !torch.vtensor<[2,2,3],f32>
+// CHECK:         %[[SB:.*]] = torch_c.to_builtin_tensor %[[SRC]]
+// CHECK:         %[[EIGHT:.*]] = torch.constant.int 8
+// CHECK:         %[[NEGATIVE:.*]] = torch.aten.lt.Scalar %[[I]]
+// CHECK:         %[[SHIFTED:.*]] = torch.aten.add.Scalar %[[I]], %[[EIGHT]]
+// CHECK:         %[[WRAPPED:.*]] = torch.aten.where.self %[[NEGATIVE]], %[[SHIFTED]], %[[I]]
+// CHECK:         %[[IB:.*]] = torch_c.to_builtin_tensor %[[WRAPPED]]
+// CHECK:         %[[AT:.*]] = stablehlo.reshape %[[IB]] : (tensor<2xi64>) -> tensor<2x1xi64>
+// CHECK:         %[[XB:.*]] = torch_c.to_builtin_tensor %[[X]]
+// CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%[[XB]], %[[AT]], %[[SB]])
+// CHECK-SAME:      update_window_dims = [0, 2], inserted_window_dims = [1], scatter_dims_to_operand_dims = [1], index_vector_dim = 1
+// CHECK-NEXT:    ^bb0(%{{.*}}: tensor<f32>, %[[NEWER:.*]]: tensor<f32>):
+// CHECK-NEXT:      stablehlo.return %[[NEWER]]
+// CHECK:         %[[RESULT:.*]] = torch_c.from_builtin_tensor %[[NEW]]
+// CHECK-NOT:     torch.operator
+// CHECK:         return %[[RESULT]]
+func.func @index_copy(%x: !torch.vtensor<[2,8,3],f32>, %i: !torch.vtensor<[2],si64>, %src: !torch.vtensor<[2,2,3],f32>) -> !torch.vtensor<[2,8,3],f32> {
+  %int1 = torch.constant.int 1
+  %0 = torch.operator "torch.aten.index_copy"(%x, %int1, %i, %src) : (!torch.vtensor<[2,8,3],f32>, !torch.int, !torch.vtensor<[2],si64>, !torch.vtensor<[2,2,3],f32>) -> !torch.vtensor<[2,8,3],f32>
+  return %0 : !torch.vtensor<[2,8,3],f32>
+}
+
+// -----
+
+// index_fill on dimension -1 with a number: the number broadcast to the update b[:, i].
+// CHECK-LABEL: func.func @index_fill(
+// CHECK:         %[[THREE:.*]] = stablehlo.constant dense<3> : tensor<i64>
+// CHECK:         %[[FILL:.*]] = stablehlo.broadcast_in_dim %[[THREE]], dims = [] : (tensor<i64>) -> tensor<4x2xi64>
+// CHECK:         %[[AT:.*]] = stablehlo.reshape %{{.*}} : (tensor<2xi64>) -> tensor<2x1xi64>
+// CHECK:         "stablehlo.scatter"(%{{.*}}, %[[AT]], %[[FILL]])
+// CHECK-SAME:      update_window_dims = [0], inserted_window_dims = [1], scatter_dims_to_operand_dims = [1], index_vector_dim = 1
+// CHECK-NOT:     torch.operator
+func.func @index_fill(%x: !torch.vtensor<[4,3],si64>, %i: !torch.vtensor<[2],si64>) -> !torch.vtensor<[4,3],si64> {
+  %intm1 = torch.constant.int -1
+  %int3 = torch.constant.int 3
+  %0 = torch.operator "torch.aten.index_fill.int_Scalar"(%x, %intm1, %i, %int3) : (!torch.vtensor<[4,3],si64>, !torch.int, !torch.vtensor<[2],si64>, !torch.int) -> !torch.vtensor<[4,3],si64>
+  return %0 : !torch.vtensor<[4,3],si64>
+}
+
+// -----
+
+// index_add with alpha 2 and a 0-d index (one index of one element): the source times
+// 2, added by the scatter's body.
+// CHECK-LABEL: func.func @index_add(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[5,3],f32>, %[[I:[^:]*]]: !torch.vtensor<[],si64>, %[[SRC:[^:]*]]: !torch.vtensor<[1,3],f32>
+// CHECK:         %[[SB:.*]] = torch_c.to_builtin_tensor %[[SRC]]
+// CHECK:         %[[TWO:.*]] = stablehlo.constant dense<2.000000e+00> : tensor<f32>
+// CHECK:         %[[TWOS:.*]] = stablehlo.broadcast_in_dim %[[TWO]], dims = [] : (tensor<f32>) -> tensor<1x3xf32>
+// CHECK:         %[[SCALED:.*]] = stablehlo.multiply %[[SB]], %[[TWOS]]
+// CHECK:         %[[AT:.*]] = stablehlo.reshape %{{.*}} : (tensor<i64>) -> tensor<1x1xi64>
+// CHECK:         "stablehlo.scatter"(%{{.*}}, %[[AT]], %[[SCALED]])
+// CHECK-SAME:      update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1
+// CHECK-NEXT:    ^bb0(%[[OLD:.*]]: tensor<f32>, %[[NEW:.*]]: tensor<f32>):
+// CHECK-NEXT:      %[[SUM:.*]] = stablehlo.add %[[OLD]], %[[NEW]]
+// CHECK-NEXT:      stablehlo.return %[[SUM]]
+func.func @index_add(%x: !torch.vtensor<[5,3],f32>, %i: !torch.vtensor<[],si64>, %src: !torch.vtensor<[1,3],f32>) -> !torch.vtensor<[5,3],f32> {
+  %int0 = torch.constant.int 0
+  %float2 = torch.constant.float 2.0
+  %0 = torch.operator "torch.aten.index_add"(%x, %int0, %i, %src, %float2) : (!torch.vtensor<[5,3],f32>, !torch.int, !torch.vtensor<[],si64>, !torch.vtensor<[1,3],f32>, !torch.float) -> !torch.vtensor<[5,3],f32>
+  return %0 : !torch.vtensor<[5,3],f32>
+}
+
+// -----
+
+// A read left to torch-mlir (whose gather clamps a negative index to 0) gets its index
+// wrapped too.
+// CHECK-LABEL: func.func @read(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[4,5],f32>, %[[I:[^:]*]]: !torch.vtensor<[3],si64>
+// CHECK:         %[[NONE:.*]] = torch.constant.none
+// CHECK:         %[[FIVE:.*]] = torch.constant.int 5
+// CHECK:         %[[NEGATIVE:.*]] = torch.aten.lt.Scalar %[[I]]
+// CHECK:         %[[SHIFTED:.*]] = torch.aten.add.Scalar %[[I]], %[[FIVE]]
+// CHECK:         %[[WRAPPED:.*]] = torch.aten.where.self %[[NEGATIVE]], %[[SHIFTED]], %[[I]]
+// CHECK:         %[[LIST:.*]] = torch.prim.ListConstruct %[[NONE]], %[[WRAPPED]]
+// CHECK:         torch.aten.index.Tensor %[[X]], %[[LIST]]
+func.func @read(%x: !torch.vtensor<[4,5],f32>, %i: !torch.vtensor<[3],si64>) -> !torch.vtensor<[4,3],f32> {
+  %none = torch.constant.none
+  %list = torch.prim.ListConstruct %none, %i : (!torch.none, !torch.vtensor<[3],si64>) -> !torch.list<optional<vtensor>>
+  %0 = torch.aten.index.Tensor %x, %list : !torch.vtensor<[4,5],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[4,3],f32>
+  return %0 : !torch.vtensor<[4,3],f32>
 }

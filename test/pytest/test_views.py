@@ -105,6 +105,14 @@ def index_fill_int(cache):
     cache.index_fill_(0, torch.tensor([0, 2]), 3)
 
 
+def index_ops_functional_and_negative(x, i, s):
+    """The functional forms, a 0-d index (refused by torch-mlir's lowering before the
+    scatter builder took index_add), a negative index_fill index and a runtime read."""
+    x.index_add_(1, torch.tensor(2), s[:, :1], alpha=2)
+    x.index_fill_(0, torch.tensor([-1]), torch.tensor(5.0))
+    return torch.index_copy(x, 0, i, s), x.index_add(0, i, s), x.index_fill(1, i, 2.5), x[i]
+
+
 MASK = torch.tensor([True, False, True, False])
 
 
@@ -477,6 +485,8 @@ CASES = [
     (index_copy, (torch.randn(2, 8, 3), torch.randn(2, 2, 3))),
     (index_fill, (torch.randn(2, 8, 3),)),
     (index_fill_int, (torch.arange(12).reshape(4, 3),)),
+    (index_ops_functional_and_negative, (torch.randn(4, 4), torch.tensor([1, 3, 0, 2]),
+                                         torch.randn(4, 4))),
     (set_int, (torch.randn(8, 4), torch.randn(4))),
     (set_tuple_of_slices, (torch.randn(8, 4), torch.randn(2, 2))),
     (set_none_and_slice, (torch.randn(6, 2), torch.randn(2, 2))),

@@ -1,8 +1,7 @@
 """Decompositions on the exported FX graph: ops torch-mlir cannot express or lower,
 rewritten as ops it can, one table from op to function (`DECOMPOSITIONS`).
 
-Besides the table: scalar operands the importer would mistype become 0-d tensors, and
-negative integer-tensor indices wrap as in eager.
+Besides the table: scalar operands the importer would mistype become 0-d tensors.
 """
 
 from __future__ import annotations
@@ -46,47 +45,6 @@ def decompose(graph: torch.fx.Graph) -> None:
         replacement.meta = dict(node.meta)
         node.replace_all_uses_with(replacement)
         graph.erase_node(node)
-
-
-def _indices_at(node: torch.fx.Node, dim: int, index: Any) -> list[Any]:
-    """`[None] * dim + [index]`: indexing dimension `dim` of self by `index`."""
-    rank = node.args[0].meta["val"].dim()
-    return [None] * (dim % max(rank, 1)) + [index]
-
-
-@_decomposes(torch.ops.aten.index_copy_.default)
-def _index_copy(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """self.index_copy_(d, i, src)  =>  self.index_put_([None] * d + [i], src)"""
-    self, dim, index, source = node.args
-    return graph.call_function(torch.ops.aten.index_put_.default,
-                               (self, _indices_at(node, dim, index), source))
-
-
-@_decomposes(torch.ops.aten.index_fill_.int_Scalar, torch.ops.aten.index_fill_.int_Tensor)
-def _index_fill(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """self.index_fill_(d, i, v)  =>  self.index_put_([None] * d + [i], tensor(v))"""
-    self, dim, index, value = node.args
-    if not isinstance(value, torch.fx.Node):
-        self_val = self.meta["val"]
-        scalar = graph.call_function(torch.ops.aten.scalar_tensor.default, (value,),
-                                     {"dtype": self_val.dtype})
-        with self_val.fake_mode:
-            scalar.meta["val"] = torch.scalar_tensor(value, dtype=self_val.dtype)
-        value = scalar
-    return graph.call_function(torch.ops.aten.index_put_.default,
-                               (self, _indices_at(node, dim, index), value))
-
-
-@_decomposes(torch.ops.aten.index_add_.default)
-def _index_add(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """self.index_add_(d, i, src, alpha=a)  =>  self.index_put_([None] * d + [i], src * a,
-    accumulate=True)"""
-    self, dim, index, source = node.args[:4]
-    alpha = node.args[4] if len(node.args) > 4 else node.kwargs.get("alpha", 1)
-    if alpha != 1:
-        source = call(graph, torch.ops.aten.mul.Scalar, source, alpha)
-    return graph.call_function(torch.ops.aten.index_put_.default,
-                               (self, _indices_at(node, dim, index), source, True))
 
 
 @_decomposes(torch.ops.aten.addcmul_.default, torch.ops.aten.addcdiv_.default,
@@ -513,42 +471,3 @@ def _fmod_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     target = torch.ops.aten.fmod_.Tensor if node.target is torch.ops.aten.fmod_.Scalar \
         else torch.ops.aten.fmod.Tensor
     return call(graph, target, a, divisor)
-
-
-_INDEXING = (torch.ops.aten.index.Tensor, torch.ops.aten.index_put_.default,
-             torch.ops.aten.index_put.default)
-
-
-def wrap_negative_indices(graph: torch.fx.Graph) -> None:
-    """`b[idx]` with negative entries in an integer index tensor counts from the end, as
-    in eager; torch-mlir's lowering of index / index_put drops them instead. Each such
-    index becomes `where(idx < 0, idx + size, idx)`."""
-    for node in list(graph.nodes):
-        if node.target not in _INDEXING:
-            continue
-        self, indices = node.args[0], list(node.args[1])
-        sizes = self.meta["val"].shape
-        accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate")
-        # A write at 0-d positions becomes a dynamic_update_slice, whose lowering wraps
-        # them (lower_updates._start).
-        positions_lowered = node.target is not torch.ops.aten.index.Tensor and not accumulate
-        dim = 0
-        for position, index in enumerate(indices):
-            if index is None:
-                dim += 1
-                continue
-            index_val = index.meta["val"]
-            if index_val.dtype == torch.bool:
-                dim += index_val.dim()
-                continue
-            if positions_lowered and index_val.dim() == 0:
-                dim += 1
-                continue
-            with graph.inserting_before(node):
-                negative = call(graph, torch.ops.aten.lt.Scalar, index, 0)
-                shifted = call(graph, torch.ops.aten.add.Scalar, index, int(sizes[dim]))
-                indices[position] = call(graph, torch.ops.aten.where.self, negative,
-                                         shifted, index)
-            dim += 1
-        node.args = (self, indices, *node.args[2:])
-

@@ -346,6 +346,10 @@ def _set_aliasing_attributes(func: func_d.FuncOp, io_map: dict[int, int]) -> Non
 
 def _create(name: str, operands: list[ir.Value], result: torch_types.TensorType,
             loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
+    if name in op_registry.OPERATOR_TWINS:  # no op of torch-mlir's: as its importer writes it
+        return ir.Operation.create("torch.operator", results=[result.to_ir()],
+                                   operands=operands, loc=loc, ip=ip, attributes={
+                                       "name": ir.StringAttr.get(name)}).result
     return ir.Operation.create(name, results=[result.to_ir()], operands=operands,
                                loc=loc, ip=ip).result
 

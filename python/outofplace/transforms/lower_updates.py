@@ -15,6 +15,7 @@ everything else (torch-mlir leaves StableHLO between torch_c casts alone):
     =>  stablehlo.dynamic_update_slice %c, %k', %c0, %pos'
 
     torch.aten.index_put %b, [%none, %i, %j], %v        (integer index tensors)
+    torch.operator "torch.aten.index_copy"(%b, %int1, %i, %v)   (index_fill, index_add)
     =>  stablehlo.scatter of whole slices of the other dimensions
 """
 
@@ -24,8 +25,9 @@ import torch
 from torch_mlir import ir, rewrite
 
 from .. import torch_types
+from ..op_registry import OPERATOR_TWINS, aten_name
 from ..errors import warn_out_of_bounds_policy
-from ..ir_utils import constant_int, to_builtin, unnamed
+from ..ir_utils import all_operations, constant_int, to_builtin, torch_constant, unnamed
 from .registry import Option, register_pass
 
 
@@ -330,34 +332,111 @@ def _constant_bool(value: ir.Value) -> bool | None:
 
 
 def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """`b[:, idx] = v`, `b[i, j] = v`, `index_copy_`, `index_add_`: index tensors on one
-    dimension or the leading ones, as one scatter whose windows are whole slices of the
-    other dimensions (what JAX emits for `b.at[:, idx].set(v)`):
+    """`b[:, idx] = v`, `b[i, j] = v`, `b.index_put_((i,), v, accumulate=True)`:
 
         %r = torch.aten.index_put %b, [%none, %i, %j], %v, %accumulate
-        =>  stablehlo.scatter(%b, concatenate(broadcast(%i), broadcast(%j)), %v)
-              update_window_dims = [0, ...], inserted_window_dims = [1, 2]
-              ({ return %new }, or { add %old, %new } when accumulating)
+        =>  one scatter (`_scatter_at_indices`)
+    """
+    self, indices, values, accumulate = op.operands
+    self_t = _static_tensor(self)
+    entries = _index_tensors(indices, len(self_t.sizes)) if self_t is not None else None
+    accumulating = _constant_bool(accumulate)
+    if entries is None or accumulating is None:
+        return True
+    return _scatter_at_indices(op, rewriter, entries, values, accumulating)
+
+
+def _index_op(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`index_copy`, `index_fill`, `index_add` (torch-mlir has no op for them: they are
+    `torch.operator`s, op_registry.OPERATOR_TWINS) as the index_put they are, indices on
+    one dimension, then one scatter (`_scatter_at_indices`):
+
+        torch.operator "torch.aten.index_copy"(%x, %int1, %i, %src)
+        =>  index_put %x, [%none, %i], %src             (index_fill: the value, broadcast;
+                                                          index_add: %src * alpha, adding)
+    """
+    name = aten_name(op)
+    if name not in OPERATOR_TWINS:
+        return True
+    self, dim_value, index = op.operands[:3]
+    self_t, index_t, dim = _static_tensor(self), _static_tensor(index), \
+        constant_int(dim_value)
+    if self_t is None or index_t is None or dim is None or not self_t.sizes or \
+            len(index_t.sizes) > 1:
+        return True
+    entries: list[ir.Value | None] = [None] * len(self_t.sizes)
+    entries[dim % len(self_t.sizes)] = index
+    value: ir.Value | int | float = op.operands[3]
+    if name == "torch.aten.index_fill.int_Scalar":
+        value = _constant_number(value)
+        if value is None:
+            return True
+    alpha = _constant_number(op.operands[4]) if name == "torch.aten.index_add" else 1
+    if alpha is None:
+        return True
+    return _scatter_at_indices(op, rewriter, entries, value,
+                               accumulating=name == "torch.aten.index_add", alpha=alpha,
+                               one_dimensional=True)
+
+
+def _constant_number(value: ir.Value) -> int | float | None:
+    if isinstance(value, ir.OpResult) and value.owner.name in ("torch.constant.int",
+                                                               "torch.constant.float"):
+        attribute = value.owner.attributes["value"]
+        return ir.IntegerAttr(attribute).value \
+            if value.owner.name == "torch.constant.int" else ir.FloatAttr(attribute).value
+    return None
+
+
+def _wrapped(index: ir.Value, size: int) -> ir.Value:
+    """`where(index < 0, index + size, index)`: a negative index counts from the end, as
+    in eager (torch-mlir's lowerings and StableHLO's scatter drop it instead). Torch ops,
+    which outofplace-fold-constants folds for a constant index."""
+    t = torch_types.TensorType.of(index.type)
+    if not t.dtype.is_signed:
+        return index
+    loc, ip = ir.Location.current, ir.InsertionPoint.current
+    zero, one, bound = (torch_constant("int", v, loc, ip) for v in (0, 1, size))
+    negative = ir.Operation.create(
+        "torch.aten.lt.Scalar", results=[t.with_dtype(torch.bool).to_ir()],
+        operands=[index, zero]).result
+    shifted = ir.Operation.create("torch.aten.add.Scalar", results=[index.type],
+                                  operands=[index, bound, one]).result
+    return ir.Operation.create("torch.aten.where.self", results=[index.type],
+                               operands=[negative, shifted, index]).result
+
+
+def _scatter_at_indices(op: ir.Operation, rewriter: rewrite.PatternRewriter,
+                        entries: list[ir.Value | None], values: ir.Value | int | float,
+                        accumulating: bool, alpha: int | float = 1,
+                        one_dimensional: bool = False) -> bool:
+    """Writes `values` (a tensor, or a number) at `self[entries]` (op.operands[0]; one
+    entry per dimension, None or an integer index tensor) as one scatter whose windows
+    are whole slices of the other dimensions (what JAX emits for `b.at[:, idx].set(v)`):
+
+        stablehlo.scatter(%b, concatenate(broadcast(%i), broadcast(%j)), %v)
+          update_window_dims = [0, ...], inserted_window_dims = [1, 2]
+          ({ return %new }, or { add %old, %new } when accumulating)
 
     The index tensors broadcast together to the batch shape B. As in eager, B takes the
     place of the indexed dimensions in the shape of `b[indices]` (the shape `v` is
     broadcast to) when they are adjacent, and goes first when a slice separates them.
     On other sets of dimensions (`b[:, i, j]`, `b[i, :, j]`) each element of that shape
-    gets its own index (`_indexed_windows`). Out-of-range indices are dropped (negative
-    ones were wrapped before import).
+    gets its own index (`_indexed_windows`). Negative indices count from the end
+    (`_wrapped`); indices out of range are dropped. `one_dimensional`: a 0-d index
+    counts as one of one element (index_copy's, index_fill's, index_add's). The update
+    is `values * alpha`.
     """
-    self, indices, values, accumulate = op.operands
-    self_t, values_t = _static_tensor(self), _static_tensor(values)
-    accumulating = _constant_bool(accumulate)
-    if self_t is None or values_t is None or accumulating is None or \
-            self_t.dtype == torch.bool and accumulating:
+    self = op.operands[0]
+    self_t = _static_tensor(self)
+    values_t = _static_tensor(values) if isinstance(values, ir.Value) else \
+        torch_types.TensorType((), self_t.dtype if self_t is not None else None, True)
+    if self_t is None or values_t is None or self_t.dtype == torch.bool and accumulating:
         return True
     shape, rank = list(self_t.sizes), len(self_t.sizes)
-    entries = _index_tensors(indices, rank)
-    if entries is None:
-        return True
     indexed = [d for d, e in enumerate(entries) if e is not None]
-    index_shapes = [list(torch_types.TensorType.of(entries[d].type).sizes) for d in indexed]
+    index_shapes = [list(torch_types.TensorType.of(entries[d].type).sizes) or
+                    ([1] if one_dimensional else []) for d in indexed]
     try:
         batch = list(torch.broadcast_shapes(*index_shapes))
     except RuntimeError:
@@ -375,10 +454,17 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
         return True
     element = torch_types.element_type(self_t.dtype, signless=True)
     with rewriter.ip, unnamed(op.location):
-        update = to_builtin(values)
-        if values_t.dtype != self_t.dtype:
-            update = _stablehlo("convert", ir.RankedTensorType.get(
-                list(values_t.sizes), element), update)
+        if isinstance(values, ir.Value):
+            update = to_builtin(values)
+            if values_t.dtype != self_t.dtype:
+                update = _stablehlo("convert", ir.RankedTensorType.get(
+                    list(values_t.sizes), element), update)
+        else:
+            update = _scalar_constant(element, values, None)
+        if alpha != 1:
+            update = _stablehlo("multiply", update.type, update, _stablehlo(
+                "broadcast_in_dim", update.type, _scalar_constant(element, alpha, None),
+                broadcast_dimensions=ir.DenseI64ArrayAttr.get([])))
         if list(values_t.sizes) != update_shape:
             update = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(
                 update_shape, element), update, broadcast_dimensions=ir.DenseI64ArrayAttr.get(
@@ -396,9 +482,10 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
                 columns.append(_iota_column(update_shape, position, 0, 1))
                 continue
             sizes = index_shapes[indexed.index(d)]
-            column = to_builtin(entries[d])
+            column = to_builtin(_wrapped(entries[d], shape[d]))
             if ir.RankedTensorType(column.type).element_type != _i64():
-                column = _stablehlo("convert", ir.RankedTensorType.get(sizes, _i64()), column)
+                column = _stablehlo("convert", ir.RankedTensorType.get(
+                    ir.RankedTensorType(column.type).shape, _i64()), column)
             if sizes == rows:
                 column = _stablehlo("reshape", column_type, column)
             else:
@@ -413,7 +500,7 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
         scatter = _scatter(dest, _index_vectors(columns, rows), update, numbers,
                            combine="add" if accumulating else None,
                            unique=False, loc=op.location)
-        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
+        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
                                      operands=[scatter.result])
     rewriter.replace_op(op, result)
     return False
@@ -550,7 +637,10 @@ def _is_none(value: ir.Value) -> bool:
     '`scatter` at iota positions or pad+select, whichever touches fewer bytes; '
     '`index_put` at 0-d runtime positions → `dynamic_update_slice` with runtime '
     'starts; `index_put` with integer index tensors on any dimensions → one `scatter` '
-    'of whole slices of the others; `scatter_reduce` (sum, prod, amax, amin; '
+    'of whole slices of the others, as are `index_copy`, `index_fill` and `index_add` '
+    "(torch-mlir has no op for them: `torch.operator`s); negative index tensors count "
+    "from the end (wrapped also in the reads left to torch-mlir, whose gather clamps "
+    "them); `scatter_reduce` (sum, prod, amax, amin; "
     'torch-mlir has no lowering) → a `scatter` whose body reduces; a slice with constant '
     "bounds → `stablehlo.slice` (torch-mlir's folder of a strided slice of a constant "
     'crashes); an insert of the whole destination → its source',
@@ -564,6 +654,42 @@ def lower_updates(module: ir.Operation, strided: str = "cheaper") -> None:
                  lambda op, rewriter: _insert_slice(op, rewriter, strided))
     patterns.add("torch.aten.index_put", _index_put_at_positions)
     patterns.add("torch.aten.index_put", _index_put_with_tensors)
+    patterns.add("torch.operator", _index_op)
     patterns.add("torch.aten.scatter_reduce.two", _scatter_reduce)
     patterns.add("torch.aten.slice.Tensor", _static_slice)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
+    _wrap_negative_indices(module)
+
+
+_INDEXING = frozenset({"torch.aten.index.Tensor", "torch.aten.index.Tensor_hacked_twin",
+                       "torch.aten.index_put", "torch.aten.index_put.hacked_twin"})
+
+
+def _wrap_negative_indices(module: ir.Operation) -> None:
+    """The integer index tensors of the reads (and writes) left for torch-mlir to lower,
+    wrapped (`_wrapped`): its gather clamps a negative index to 0 where eager counts it
+    from the end."""
+    for op in all_operations(module):
+        if op.name not in _INDEXING:
+            continue
+        self_t, indices = _static_tensor(op.operands[0]), op.operands[1]
+        if self_t is None or not isinstance(indices, ir.OpResult) or \
+                indices.owner.name != "torch.prim.ListConstruct":
+            continue
+        items, dim = [], 0
+        with ir.InsertionPoint(op), unnamed(op.location):
+            for item in indices.owner.operands:
+                index_t = _static_tensor(item)
+                if index_t is None:  # None: a whole dimension
+                    items.append(item)
+                    dim += 1
+                    continue
+                items.append(item if index_t.dtype == torch.bool
+                             else _wrapped(item, self_t.sizes[dim]))
+                dim += len(index_t.sizes) if index_t.dtype == torch.bool else 1
+            if items != list(indices.owner.operands):
+                op.operands[1] = ir.Operation.create(
+                    "torch.prim.ListConstruct", results=[indices.type],
+                    operands=items).result
+                if not list(indices.uses):
+                    indices.owner.erase()
