@@ -248,3 +248,46 @@ func.func @read(%x: !torch.vtensor<[4,5],f32>, %i: !torch.vtensor<[3],si64>) -> 
   %0 = torch.aten.index.Tensor %x, %list : !torch.vtensor<[4,5],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[4,3],f32>
   return %0 : !torch.vtensor<[4,3],f32>
 }
+
+// -----
+
+// b[m] = v with a row of v per true element: a select over the whole of b, the k-th
+// true row taking row k of v, found by a running count of the trues (no nonzero).
+// CHECK-LABEL: func.func @mask_rows(
+// CHECK-SAME:    %[[B:[^:]*]]: !torch.vtensor<[4,3],f32>, %[[M:[^:]*]]: !torch.vtensor<[4],i1>, %[[V:[^:]*]]: !torch.vtensor<[2,3],f32>
+// CHECK:         %[[FLAT:.*]] = torch.aten.view %[[M]], %{{.*}} -> !torch.vtensor<[4],i1>
+// CHECK:         %[[COUNT:.*]] = torch.aten.cumsum %[[FLAT]], %{{.*}}, %{{.*}} -> !torch.vtensor<[4],si64>
+// CHECK:         %[[BEFORE:.*]] = torch.aten.sub.Scalar %[[COUNT]]
+// CHECK:         %[[ROW:.*]] = torch.aten.clamp_min %[[BEFORE]]
+// CHECK:         %[[VALUES:.*]] = torch.aten.view %[[V]], %{{.*}} -> !torch.vtensor<[2,3],f32>
+// CHECK:         %[[PICKED:.*]] = torch.aten.index_select %[[VALUES]], %{{.*}}, %[[ROW]] : {{.*}} -> !torch.vtensor<[4,3],f32>
+// CHECK:         %[[SHAPED:.*]] = torch.aten.view %[[PICKED]], %{{.*}} -> !torch.vtensor<[4,3],f32>
+// CHECK:         %[[COND:.*]] = torch.aten.view %[[M]], %{{.*}} -> !torch.vtensor<[4,1],i1>
+// CHECK:         %[[NEW:.*]] = torch.aten.where.self %[[COND]], %[[SHAPED]], %[[B]]
+// CHECK-NOT:     torch.aten.index_put
+// CHECK:         return %[[NEW]]
+func.func @mask_rows(%b: !torch.vtensor<[4,3],f32>, %m: !torch.vtensor<[4],i1>, %v: !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[4,3],f32> {
+  %false = torch.constant.bool false
+  %list = torch.prim.ListConstruct %m : (!torch.vtensor<[4],i1>) -> !torch.list<optional<vtensor>>
+  %0 = torch.aten.index_put %b, %list, %v, %false : !torch.vtensor<[4,3],f32>, !torch.list<optional<vtensor>>, !torch.vtensor<[2,3],f32>, !torch.bool -> !torch.vtensor<[4,3],f32>
+  return %0 : !torch.vtensor<[4,3],f32>
+}
+
+// -----
+
+// b[:, m] += v with a 0-d v of another dtype: cast, added to b, selected where m is true.
+// CHECK-LABEL: func.func @mask_accumulate_scalar(
+// CHECK-SAME:    %[[B:[^:]*]]: !torch.vtensor<[2,4],f32>, %[[M:[^:]*]]: !torch.vtensor<[4],i1>, %[[V:[^:]*]]: !torch.vtensor<[],f64>
+// CHECK:         %[[CAST:.*]] = torch.aten.to.dtype %[[V]], {{.*}} -> !torch.vtensor<[],f32>
+// CHECK:         %[[ONE:.*]] = torch.aten.view %[[CAST]], %{{.*}} -> !torch.vtensor<[1,1],f32>
+// CHECK:         %[[SUM:.*]] = torch.aten.add.Tensor %[[B]], %[[ONE]], %{{.*}} -> !torch.vtensor<[2,4],f32>
+// CHECK:         %[[COND:.*]] = torch.aten.view %[[M]], %{{.*}} -> !torch.vtensor<[4],i1>
+// CHECK:         %[[NEW:.*]] = torch.aten.where.self %[[COND]], %[[SUM]], %[[B]]
+// CHECK:         return %[[NEW]]
+func.func @mask_accumulate_scalar(%b: !torch.vtensor<[2,4],f32>, %m: !torch.vtensor<[4],i1>, %v: !torch.vtensor<[],f64>) -> !torch.vtensor<[2,4],f32> {
+  %none = torch.constant.none
+  %true = torch.constant.bool true
+  %list = torch.prim.ListConstruct %none, %m : (!torch.none, !torch.vtensor<[4],i1>) -> !torch.list<optional<vtensor>>
+  %0 = torch.aten.index_put %b, %list, %v, %true : !torch.vtensor<[2,4],f32>, !torch.list<optional<vtensor>>, !torch.vtensor<[],f64>, !torch.bool -> !torch.vtensor<[2,4],f32>
+  return %0 : !torch.vtensor<[2,4],f32>
+}

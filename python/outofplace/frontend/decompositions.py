@@ -251,55 +251,6 @@ def scalars_as_tensors(graph: torch.fx.Graph) -> None:
         graph.erase_node(node)
 
 
-@_decomposes(torch.ops.aten.index_put_.default)
-def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
-                         ) -> torch.fx.Node | None:
-    """b[mask] = v, a select over the whole buffer (never nonzero, shapes stay static):
-
-        b.copy_(where(mask, v, b))                       v broadcast over the masked rows
-        b.copy_(where(mask, v[cumsum(mask) - 1], b))     v holds one row per true element
-    """
-    self, indices, values = node.args[:3]
-    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
-    masks = [(k, i) for k, i in enumerate(indices) if i is not None]
-    if len(masks) > 1 and any(i.meta["val"].dtype == torch.bool for _, i in masks):
-        raise UnsupportedMutationError(
-            "torch.aten.index_put_", "a bool mask together with other index tensors in "
-            "one index (the positions of its trues, as many as the data says, would "
-            "broadcast with the other indices)", location=source_line(node))
-    if len(masks) != 1 or not isinstance(values, torch.fx.Node):
-        return None
-    k, mask = masks[0]
-    mask_val, self_val = mask.meta["val"], self.meta["val"]
-    if mask_val.dtype != torch.bool or any(i is not None for i in indices[k + 1:]):
-        return None
-    if values.meta["val"].numel() == 0:  # eager accepted it: the mask selects nothing
-        return graph.call_function(torch.ops.aten.alias.default, (self,))
-    before, after = list(self_val.shape[:k]), list(self_val.shape[k + mask_val.dim():])
-    values = call(graph, torch.ops.aten.to.dtype, values, self_val.dtype)
-    rows_dim = len(before)  # where the masked elements are counted in b[mask]
-    wide = [1] * (len(before) + 1 + len(after) - values.meta["val"].dim()) + \
-        list(values.meta["val"].shape)
-    values = call(graph, torch.ops.aten.view.default, values, wide)
-    if wide[rows_dim] == 1:
-        picked = call(graph, torch.ops.aten.view.default, values,
-                      wide[:rows_dim] + [1] * mask_val.dim() + wide[rows_dim + 1:])
-    else:
-        flat = call(graph, torch.ops.aten.view.default, mask, [-1])
-        count = call(graph, torch.ops.aten.cumsum.default, flat, 0, dtype=torch.int64)
-        position = call(graph, torch.ops.aten.clamp_min.default,
-                        call(graph, torch.ops.aten.sub.Scalar, count, 1), 0)
-        rows = call(graph, torch.ops.aten.index_select.default, values, rows_dim, position)
-        picked = call(graph, torch.ops.aten.view.default, rows,
-                      wide[:rows_dim] + list(mask_val.shape) + wide[rows_dim + 1:])
-    if accumulate:
-        picked = call(graph, torch.ops.aten.add.Tensor, self, picked)
-    cond = call(graph, torch.ops.aten.view.default, mask,
-                list(mask_val.shape) + [1] * len(after))
-    new = call(graph, torch.ops.aten.where.self, cond, picked, self)
-    return call(graph, torch.ops.aten.copy_.default, self, new)
-
-
 def _normalize(graph: torch.fx.Graph, x: torch.fx.Node, mean: torch.fx.Node,
                var: torch.fx.Node, eps: float, weight: Any, bias: Any,
                per_channel: list[int]) -> torch.fx.Node:

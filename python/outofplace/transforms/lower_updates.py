@@ -17,16 +17,20 @@ everything else (torch-mlir leaves StableHLO between torch_c casts alone):
     torch.aten.index_put %b, [%none, %i, %j], %v        (integer index tensors)
     torch.operator "torch.aten.index_copy"(%b, %int1, %i, %v)   (index_fill, index_add)
     =>  stablehlo.scatter of whole slices of the other dimensions
+
+    torch.aten.index_put %b, [%mask], %v                 (a bool mask)
+    =>  torch.aten.where.self %mask, %v', %b
 """
 
 from __future__ import annotations
 
 import torch
 from torch_mlir import ir, rewrite
+from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
 from .. import torch_types
 from ..op_registry import OPERATOR_TWINS, aten_name
-from ..errors import warn_out_of_bounds_policy
+from ..errors import UnsupportedMutationError, warn_out_of_bounds_policy
 from ..ir_utils import all_operations, constant_int, to_builtin, torch_constant, unnamed
 from .registry import Option, register_pass
 
@@ -506,6 +510,103 @@ def _scatter_at_indices(op: ir.Operation, rewriter: rewrite.PatternRewriter,
     return False
 
 
+def _mask_entries(indices: ir.Value) -> list[ir.Value | None] | None:
+    """The entries of an index list holding a bool mask: None or a static tensor; None
+    if the list is anything else or has no bool tensor."""
+    owner = indices.owner
+    if not isinstance(indices, ir.OpResult) or owner.name != "torch.prim.ListConstruct":
+        return None
+    entries = [None if _is_none(item) else item for item in owner.operands]
+    tensors = [_static_tensor(e) for e in entries if e is not None]
+    if None in tensors or not any(t.dtype == torch.bool for t in tensors):
+        return None
+    return entries
+
+
+def _torch(name: str, result: torch_types.TensorType, *operands: ir.Value) -> ir.Value:
+    return ir.Operation.create(f"torch.aten.{name}", results=[result.to_ir()],
+                               operands=operands).result
+
+
+def _view(value: ir.Value, sizes: list[int]) -> ir.Value:
+    loc, ip = ir.Location.current, ir.InsertionPoint.current
+    shape = ir.Operation.create(
+        "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
+        operands=[torch_constant("int", n, loc, ip) for n in sizes]).result
+    t = torch_types.TensorType.of(value.type)
+    return _torch("view", torch_types.TensorType(tuple(sizes), t.dtype, True), value, shape)
+
+
+def _index_put_with_mask(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`b[mask] = v` (index_put with one bool mask), a select over the whole of b; never
+    nonzero, so shapes stay static. The value of the k-th true element is row k of v,
+    found by a running count of the trues:
+
+        %r = torch.aten.index_put %b, [%mask], %v, %false
+        =>  where(mask, v, b)                                v broadcast over the trues
+        =>  where(mask, index_select(v, cumsum(mask) - 1), b)   v holds a row per true
+
+    (accumulating: where(mask, b + ..., b)). Torch ops, lowered by torch-mlir.
+    """
+    self, indices, values, accumulate = op.operands
+    self_t, values_t = _static_tensor(self), _static_tensor(values)
+    entries = _mask_entries(indices)
+    accumulating = _constant_bool(accumulate)
+    if self_t is None or values_t is None or entries is None or accumulating is None:
+        return True
+    masks = [k for k, e in enumerate(entries) if e is not None]
+    if len(masks) > 1:
+        raise UnsupportedMutationError.at(
+            op, "a bool mask together with other index tensors in one index (the "
+            "positions of its trues, as many as the data says, would broadcast with the "
+            "other indices)")
+    k = masks[0]
+    mask = entries[k]
+    mask_sizes = list(torch_types.TensorType.of(mask.type).sizes)
+    shape = list(self_t.sizes)
+    before, after = shape[:k], shape[k + len(mask_sizes):]
+    if shape[k:k + len(mask_sizes)] != mask_sizes:
+        return True
+    if 0 in values_t.sizes:  # eager accepted it: the mask selects nothing
+        rewriter.replace_op(op, [self])
+        return False
+    rows_dim = len(before)  # where the true elements are counted in b[mask]
+    wide = [1] * (len(before) + 1 + len(after) - len(values_t.sizes)) + list(values_t.sizes)
+    if len(wide) != len(before) + 1 + len(after):
+        return True
+    with rewriter.ip, unnamed(op.location):
+        loc, ip = ir.Location.current, ir.InsertionPoint.current
+        if values_t.dtype != self_t.dtype:
+            none, false = torch_constant("none", None, loc, ip), \
+                torch_constant("bool", False, loc, ip)
+            values = _torch("to.dtype", values_t.with_dtype(self_t.dtype), values,
+                            torch_constant("int", TORCH_DTYPE_TO_INT[self_t.dtype], loc, ip),
+                            false, false, none)
+        if wide[rows_dim] == 1:
+            picked = _view(values, wide[:rows_dim] + [1] * len(mask_sizes) +
+                           wide[rows_dim + 1:])
+        else:
+            flat = _view(mask, [_count(mask_sizes)])
+            counts = torch_types.TensorType((_count(mask_sizes),), torch.int64, True)
+            count = _torch("cumsum", counts, flat, torch_constant("int", 0, loc, ip),
+                           torch_constant("int", TORCH_DTYPE_TO_INT[torch.int64], loc, ip))
+            one, zero = torch_constant("int", 1, loc, ip), torch_constant("int", 0, loc, ip)
+            position = _torch("clamp_min", counts, _torch("sub.Scalar", counts, count, one,
+                                                          one), zero)
+            rows = _torch("index_select", torch_types.TensorType(
+                tuple(wide[:rows_dim] + [_count(mask_sizes)] + wide[rows_dim + 1:]),
+                self_t.dtype, True), _view(values, wide),
+                torch_constant("int", rows_dim, loc, ip), position)
+            picked = _view(rows, wide[:rows_dim] + mask_sizes + wide[rows_dim + 1:])
+        if accumulating:
+            picked = _torch("add.Tensor", self_t.with_value_semantics(), self, picked,
+                            torch_constant("int", 1, loc, ip))
+        condition = _view(mask, mask_sizes + [1] * len(after))
+        new = _torch("where.self", self_t.with_value_semantics(), condition, picked, self)
+    rewriter.replace_op(op, [new])
+    return False
+
+
 _REDUCTIONS = {"sum": "add", "prod": "multiply", "amax": "maximum", "amin": "minimum"}
 
 
@@ -640,7 +741,8 @@ def _is_none(value: ir.Value) -> bool:
     'of whole slices of the others, as are `index_copy`, `index_fill` and `index_add` '
     "(torch-mlir has no op for them: `torch.operator`s); negative index tensors count "
     "from the end (wrapped also in the reads left to torch-mlir, whose gather clamps "
-    "them); `scatter_reduce` (sum, prod, amax, amin; "
+    "them); `index_put` with one bool mask → `where(mask, v, b)`, v's rows picked by "
+    "a running count of the trues (never `nonzero`); `scatter_reduce` (sum, prod, amax, amin; "
     'torch-mlir has no lowering) → a `scatter` whose body reduces; a slice with constant '
     "bounds → `stablehlo.slice` (torch-mlir's folder of a strided slice of a constant "
     'crashes); an insert of the whole destination → its source',
@@ -654,6 +756,7 @@ def lower_updates(module: ir.Operation, strided: str = "cheaper") -> None:
                  lambda op, rewriter: _insert_slice(op, rewriter, strided))
     patterns.add("torch.aten.index_put", _index_put_at_positions)
     patterns.add("torch.aten.index_put", _index_put_with_tensors)
+    patterns.add("torch.aten.index_put", _index_put_with_mask)
     patterns.add("torch.operator", _index_op)
     patterns.add("torch.aten.scatter_reduce.two", _scatter_reduce)
     patterns.add("torch.aten.slice.Tensor", _static_slice)
