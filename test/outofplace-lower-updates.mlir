@@ -291,3 +291,32 @@ func.func @mask_accumulate_scalar(%b: !torch.vtensor<[2,4],f32>, %m: !torch.vten
   %0 = torch.aten.index_put %b, %list, %v, %true : !torch.vtensor<[2,4],f32>, !torch.list<optional<vtensor>>, !torch.vtensor<[],f64>, !torch.bool -> !torch.vtensor<[2,4],f32>
   return %0 : !torch.vtensor<[2,4],f32>
 }
+
+// -----
+
+// scatter_reduce "mean" of integers without self: the targets cleared, the sources
+// summed, divided by how many reached each element (at least 1), rounded down.
+// CHECK-LABEL: func.func @scatter_mean(
+// CHECK:         %[[AT:.*]] = stablehlo.reshape %{{.*}} : (tensor<3xi64>) -> tensor<3x1xi64>
+// CHECK:         %[[CLEARED:.*]] = "stablehlo.scatter"(%{{.*}}, %[[AT]], %{{.*}})
+// CHECK:         %[[TOTAL:.*]] = "stablehlo.scatter"(%[[CLEARED]], %[[AT]], %{{.*}})
+// CHECK:           stablehlo.add
+// CHECK:         %[[ZERO:.*]] = stablehlo.constant dense<0> : tensor<i64>
+// CHECK:         %[[ZEROS:.*]] = stablehlo.broadcast_in_dim %[[ZERO]], dims = [] : (tensor<i64>) -> tensor<4xi64>
+// CHECK:         %[[ONES:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [] : (tensor<i64>) -> tensor<3xi64>
+// CHECK:         %[[COUNT:.*]] = "stablehlo.scatter"(%[[ZEROS]], %[[AT]], %[[ONES]])
+// CHECK:           stablehlo.add
+// CHECK:         %[[AT_LEAST_1:.*]] = stablehlo.maximum %[[COUNT]], %{{.*}} : tensor<4xi64>
+// CHECK:         %[[QUOTIENT:.*]] = stablehlo.divide %[[TOTAL]], %[[AT_LEAST_1]]
+// CHECK:         %[[REST:.*]] = stablehlo.remainder %[[TOTAL]], %[[AT_LEAST_1]]
+// CHECK:         %[[BELOW:.*]] = stablehlo.compare LT, %[[REST]], %{{.*}}
+// CHECK:         %[[LOWER:.*]] = stablehlo.subtract %[[QUOTIENT]], %{{.*}}
+// CHECK:         %[[MEAN:.*]] = stablehlo.select %[[BELOW]], %[[LOWER]], %[[QUOTIENT]]
+// CHECK:         torch_c.from_builtin_tensor %[[MEAN]]
+func.func @scatter_mean(%x: !torch.vtensor<[4],si64>, %i: !torch.vtensor<[3],si64>, %s: !torch.vtensor<[3],si64>) -> !torch.vtensor<[4],si64> {
+  %int0 = torch.constant.int 0
+  %str = torch.constant.str "mean"
+  %false = torch.constant.bool false
+  %0 = torch.aten.scatter_reduce.two %x, %int0, %i, %s, %str, %false : !torch.vtensor<[4],si64>, !torch.int, !torch.vtensor<[3],si64>, !torch.vtensor<[3],si64>, !torch.str, !torch.bool -> !torch.vtensor<[4],si64>
+  return %0 : !torch.vtensor<[4],si64>
+}

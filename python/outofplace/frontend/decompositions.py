@@ -11,7 +11,6 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from .. import op_registry
 from ..errors import UnsupportedMutationError
 from .fx_graph import call, source_line, view_roots
 
@@ -64,42 +63,6 @@ def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
                               torch.ops.aten.addcdiv_.default)
     add = torch.ops.aten.add_.Tensor if inplace else torch.ops.aten.add.Tensor
     return graph.call_function(add, (self, term))
-
-
-@_decomposes(torch.ops.aten.scatter_reduce_.two, torch.ops.aten.scatter_reduce.two)
-def _scatter_reduce_mean(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    """scatter_reduce with reduce="mean" as a sum divided by a count (lower_updates
-    lowers sum, prod, amax and amin), as eager computes it:
-
-        total = x.scatter_reduce(d, i, src, "sum", include_self)
-        count = (ones_like(x) if include_self else zeros_like(x)).scatter_add(d, i, 1)
-        x = total / count.clamp_min(1)          (floor division for integer x)
-    """
-    self, dim, index, src = node.args[:4]
-    reduce = node.args[4] if len(node.args) > 4 else node.kwargs.get("reduce")
-    include_self = node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)
-    if reduce != "mean":
-        return None
-    if self.meta["val"].dtype == torch.bool:  # no bool count to divide by
-        raise UnsupportedMutationError(
-            op_registry.mlir_name(node.target), 'reduce="mean" of a bool tensor, which '
-            "eager does not implement either (scatter_gather_tensor_cpu_reduce_mean is "
-            "not implemented for 'Bool')", location=source_line(node))
-    total = call(graph, torch.ops.aten.scatter_reduce.two, self, dim, index, src, "sum",
-                 include_self=include_self)
-    start = torch.ops.aten.ones_like.default if include_self else \
-        torch.ops.aten.zeros_like.default
-    count = call(graph, torch.ops.aten.scatter_add.default, call(graph, start, self), dim,
-                 index, call(graph, torch.ops.aten.ones_like.default, src,
-                             dtype=self.meta["val"].dtype))
-    count = call(graph, torch.ops.aten.clamp_min.default, count, 1)
-    if self.meta["val"].is_floating_point():
-        mean = call(graph, torch.ops.aten.div.Tensor, total, count)
-    else:
-        mean = call(graph, torch.ops.aten.div.Tensor_mode, total, count, rounding_mode="floor")
-    if node.target is torch.ops.aten.scatter_reduce_.two:
-        return call(graph, torch.ops.aten.copy_.default, self, mean)
-    return mean
 
 
 _TRANSPOSE_LAST = (torch.ops.aten.mT.default, torch.ops.aten.mH.default,

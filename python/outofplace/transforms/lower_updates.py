@@ -622,6 +622,12 @@ def _neutral(reduce: str, dtype: torch.dtype) -> int | float | bool:
     return info.min if reduce == "amax" else info.max
 
 
+def _splat(element: ir.Type, value: int | float | bool, shape: list[int]) -> ir.Value:
+    return _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(shape, element),
+                      _scalar_constant(element, value, None),
+                      broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
+
+
 def _constant_str(value: ir.Value) -> str | None:
     if isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.str":
         return ir.StringAttr(value.owner.attributes["value"]).value
@@ -636,13 +642,21 @@ def _scatter_reduce(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool
         =>  stablehlo.scatter(%x, [iota..., idx, iota...], %src) ({ maximum })
 
     Without include_self the targets are first set to the reduction's neutral element.
+    "mean" is a sum divided by a count, as eager computes it (floor division for
+    integers): the count scatter-adds ones into ones (include_self) or zeros, at least 1.
     """
     self, dim_value, index, src, reduce_value, include_value = op.operands
     self_t, index_t, src_t = (_static_tensor(v) for v in (self, index, src))
     dim, reduce = constant_int(dim_value), _constant_str(reduce_value)
     include_self = _constant_bool(include_value)
-    if None in (self_t, index_t, src_t, dim, include_self) or reduce not in _REDUCTIONS:
+    if None in (self_t, index_t, src_t, dim, include_self) or \
+            reduce not in _REDUCTIONS and reduce != "mean":
         return True
+    if reduce == "mean" and self_t.dtype == torch.bool:
+        raise UnsupportedMutationError.at(
+            op, 'reduce="mean" of a bool tensor, which eager does not implement either '
+            "(scatter_gather_tensor_cpu_reduce_mean is not implemented for 'Bool')")
+    combined = "sum" if reduce == "mean" else reduce  # what the scatter's body does
     rank = len(self_t.sizes)
     dim %= max(rank, 1)
     shape = list(index_t.sizes)
@@ -671,16 +685,31 @@ def _scatter_reduce(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool
             f"scatter_dims_to_operand_dims = {list(range(rank))}, index_vector_dim = {rank}>")
         dest = to_builtin(self)
         if not include_self:
-            neutral = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(shape, element),
-                                 _scalar_constant(element, _neutral(reduce, self_t.dtype),
-                                                  None),
-                                 broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
+            neutral = _splat(element, _neutral(combined, self_t.dtype), shape)
             dest = _scatter(dest, indices, neutral, numbers, combine=None, unique=False,
                             loc=unnamed(op.location)).result
-        scatter = _scatter(dest, indices, updates, numbers, combine=_REDUCTIONS[reduce],
-                           unique=False, loc=op.location)
+        scatter = _scatter(dest, indices, updates, numbers,
+                           combine=_REDUCTIONS[combined], unique=False,
+                           loc=unnamed(op.location) if reduce == "mean" else op.location)
+        new = scatter.result
+        if reduce == "mean":
+            full = list(self_t.sizes)
+            count = _scatter(_splat(element, int(include_self), full), indices,
+                             _splat(element, 1, shape), numbers, combine="add",
+                             unique=False, loc=unnamed(op.location)).result
+            count = _stablehlo("maximum", count.type, count, _splat(element, 1, full))
+            new = _stablehlo("divide", count.type, new, count, loc=op.location)
+            if not self_t.dtype.is_floating_point:  # floor, where divide truncates
+                rest = _stablehlo("remainder", count.type, scatter.result, count)
+                below = _stablehlo("compare", ir.RankedTensorType.get(
+                    full, ir.IntegerType.get_signless(1)), rest, _splat(element, 0, full),
+                    comparison_direction=ir.Attribute.parse(
+                        "#stablehlo<comparison_direction LT>"))
+                new = _stablehlo("select", count.type, below, _stablehlo(
+                    "subtract", count.type, new, _splat(element, 1, full)), new,
+                    loc=op.location)
         result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
-                                     operands=[scatter.result])
+                                     operands=[new])
     rewriter.replace_op(op, result)
     return False
 
@@ -742,7 +771,7 @@ def _is_none(value: ir.Value) -> bool:
     "(torch-mlir has no op for them: `torch.operator`s); negative index tensors count "
     "from the end (wrapped also in the reads left to torch-mlir, whose gather clamps "
     "them); `index_put` with one bool mask → `where(mask, v, b)`, v's rows picked by "
-    "a running count of the trues (never `nonzero`); `scatter_reduce` (sum, prod, amax, amin; "
+    "a running count of the trues (never `nonzero`); `scatter_reduce` (sum, prod, amax, amin, mean; "
     'torch-mlir has no lowering) → a `scatter` whose body reduces; a slice with constant '
     "bounds → `stablehlo.slice` (torch-mlir's folder of a strided slice of a constant "
     'crashes); an insert of the whole destination → its source',
