@@ -148,22 +148,6 @@ func.func @scatter_amax(%x: !torch.vtensor<[4],f32>, %i: !torch.vtensor<[3],si64
 
 // -----
 
-// A slice with constant bounds: stablehlo.slice, bounds clamped as eager clamps them.
-// CHECK-LABEL: func.func @slice(
-// CHECK:         %[[X:.*]] = torch_c.to_builtin_tensor
-// CHECK:         %[[S:.*]] = stablehlo.slice %[[X]] [0:1, 2:3:3] : (tensor<1x3xf32>) -> tensor<1x1xf32>
-// CHECK:         torch_c.from_builtin_tensor %[[S]]
-func.func @slice(%x: !torch.vtensor<[1,3],f32>) -> !torch.vtensor<[1,1],f32> {
-  %int1 = torch.constant.int 1
-  %int3 = torch.constant.int 3
-  %intm1 = torch.constant.int -1
-  %end = torch.constant.int 9223372036854775807
-  %0 = torch.aten.slice.Tensor %x, %int1, %intm1, %end, %int3 : !torch.vtensor<[1,3],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[1,1],f32>
-  return %0 : !torch.vtensor<[1,1],f32>
-}
-
-// -----
-
 // index_copy (no op of torch-mlir's: a torch.operator) is the index_put at [:, i]: one
 // scatter of whole slices of dimensions 0 and 2.
 // CHECK-LABEL: func.func @index_copy(
@@ -227,26 +211,6 @@ func.func @index_add(%x: !torch.vtensor<[5,3],f32>, %i: !torch.vtensor<[],si64>,
   %float2 = torch.constant.float 2.0
   %0 = torch.operator "torch.aten.index_add"(%x, %int0, %i, %src, %float2) : (!torch.vtensor<[5,3],f32>, !torch.int, !torch.vtensor<[],si64>, !torch.vtensor<[1,3],f32>, !torch.float) -> !torch.vtensor<[5,3],f32>
   return %0 : !torch.vtensor<[5,3],f32>
-}
-
-// -----
-
-// A read left to torch-mlir (whose gather clamps a negative index to 0) gets its index
-// wrapped too.
-// CHECK-LABEL: func.func @read(
-// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[4,5],f32>, %[[I:[^:]*]]: !torch.vtensor<[3],si64>
-// CHECK:         %[[NONE:.*]] = torch.constant.none
-// CHECK:         %[[FIVE:.*]] = torch.constant.int 5
-// CHECK:         %[[NEGATIVE:.*]] = torch.aten.lt.Scalar %[[I]]
-// CHECK:         %[[SHIFTED:.*]] = torch.aten.add.Scalar %[[I]], %[[FIVE]]
-// CHECK:         %[[WRAPPED:.*]] = torch.aten.where.self %[[NEGATIVE]], %[[SHIFTED]], %[[I]]
-// CHECK:         %[[LIST:.*]] = torch.prim.ListConstruct %[[NONE]], %[[WRAPPED]]
-// CHECK:         torch.aten.index.Tensor %[[X]], %[[LIST]]
-func.func @read(%x: !torch.vtensor<[4,5],f32>, %i: !torch.vtensor<[3],si64>) -> !torch.vtensor<[4,3],f32> {
-  %none = torch.constant.none
-  %list = torch.prim.ListConstruct %none, %i : (!torch.none, !torch.vtensor<[3],si64>) -> !torch.list<optional<vtensor>>
-  %0 = torch.aten.index.Tensor %x, %list : !torch.vtensor<[4,5],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[4,3],f32>
-  return %0 : !torch.vtensor<[4,3],f32>
 }
 
 // -----

@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _arguments() -> argparse.ArgumentParser:
-    passes = "\n".join(f"  {entry.argument:34} {entry.summary}"
+    passes = "\n".join(f"  {entry.argument:42} {entry.summary}"
                        for entry in in_pipeline_order())
     parser = _Parser(
         prog="outofplace-opt",

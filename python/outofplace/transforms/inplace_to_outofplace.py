@@ -233,7 +233,7 @@ class _FunctionRewriter:
 
         def build(loc: ir.Location) -> ir.Value:
             ip = ir.InsertionPoint(op)
-            name, twin_operands = _lowerable_twin(twin, operands, op.location, ip)
+            name, twin_operands = op_registry.mlir_name(twin), operands
             if result_type == self_type:
                 return _create(name, twin_operands, self_type, loc, ip)
             wide = _create(name, twin_operands, result_type, op.location, ip)
@@ -352,19 +352,6 @@ def _create(name: str, operands: list[ir.Value], result: torch_types.TensorType,
                                        "name": ir.StringAttr.get(name)}).result
     return ir.Operation.create(name, results=[result.to_ir()], operands=operands,
                                loc=loc, ip=ip).result
-
-
-def _lowerable_twin(twin: torch._ops.OpOverload, operands: list[ir.Value],
-                    loc: ir.Location, ip: ir.InsertionPoint) -> tuple[str, list[ir.Value]]:
-    """The twin as an op torch-mlir can lower to StableHLO.
-
-    torch-mlir has no StableHLO lowering for `aten.fill.Tensor` (`b[3] = 0` traces to
-    `fill_.Tensor` with a 0-d value); `aten.copy(self, value)` means the same thing, the
-    value broadcast to self's shape and cast to its dtype.
-    """
-    if twin._schema.name == "aten::fill" and twin._overloadname == "Tensor":
-        return "torch.aten.copy", [*operands, torch_constant("bool", False, loc, ip)]
-    return op_registry.mlir_name(twin), operands
 
 
 def _cast(value: ir.Value, to: torch_types.TensorType, loc: ir.Location,

@@ -31,7 +31,7 @@ from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 from .. import torch_types
 from ..op_registry import OPERATOR_TWINS, aten_name
 from ..errors import UnsupportedMutationError, warn_out_of_bounds_policy
-from ..ir_utils import all_operations, constant_int, to_builtin, torch_constant, unnamed
+from ..ir_utils import constant_int, to_builtin, torch_constant, unnamed
 from .registry import Option, register_pass
 
 
@@ -714,48 +714,6 @@ def _scatter_reduce(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool
     return False
 
 
-def _static_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """A slice with constant bounds as `stablehlo.slice`, its bounds clamped as eager
-    clamps them. torch-mlir's folder of a slice of a constant with step > 1 reads out of
-    bounds (a crash), and the constant can appear only once torch-mlir canonicalises
-    (`copy(x, literal)` is the literal):
-
-        %r = torch.aten.slice.Tensor %x, %int1, %int-1, %int9223372036854775807, %int3
-        =>  stablehlo.slice %x [0:1, 2:3:3]
-    """
-    self, dim_value, start_value, end_value, step_value = op.operands
-    self_t, result_t = _static_tensor(self), _static_tensor(op.result)
-    dim, step = constant_int(dim_value), constant_int(step_value)
-    if self_t is None or result_t is None or dim is None or step is None or step < 1 or \
-            not self_t.sizes:
-        return True
-    rank = len(self_t.sizes)
-    dim %= rank
-    size = self_t.sizes[dim]
-    bounds = []
-    for value, default in ((start_value, 0), (end_value, size)):
-        bound = default if _is_none(value) else constant_int(value)
-        if bound is None:
-            return True
-        bounds.append(min(max(bound + size if bound < 0 else bound, 0), size))
-    start, end = bounds[0], max(bounds)
-    if (end - start + step - 1) // step != result_t.sizes[dim]:
-        return True
-    starts, limits, strides = [0] * rank, list(self_t.sizes), [1] * rank
-    starts[dim], limits[dim], strides[dim] = start, end, step
-    with rewriter.ip, unnamed(op.location):
-        result_type = ir.RankedTensorType.get(
-            list(result_t.sizes), torch_types.element_type(result_t.dtype, signless=True))
-        sliced = _stablehlo("slice", result_type, to_builtin(self),
-                            start_indices=ir.DenseI64ArrayAttr.get(starts),
-                            limit_indices=ir.DenseI64ArrayAttr.get(limits),
-                            strides=ir.DenseI64ArrayAttr.get(strides), loc=op.location)
-        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
-                                     operands=[sliced])
-    rewriter.replace_op(op, result)
-    return False
-
-
 def _is_none(value: ir.Value) -> bool:
     return isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.none"
 
@@ -769,12 +727,10 @@ def _is_none(value: ir.Value) -> bool:
     'starts; `index_put` with integer index tensors on any dimensions → one `scatter` '
     'of whole slices of the others, as are `index_copy`, `index_fill` and `index_add` '
     "(torch-mlir has no op for them: `torch.operator`s); negative index tensors count "
-    "from the end (wrapped also in the reads left to torch-mlir, whose gather clamps "
-    "them); `index_put` with one bool mask → `where(mask, v, b)`, v's rows picked by "
+    "from the end; `index_put` with one bool mask → `where(mask, v, b)`, v's rows picked by "
     "a running count of the trues (never `nonzero`); `scatter_reduce` (sum, prod, amax, amin, mean; "
-    'torch-mlir has no lowering) → a `scatter` whose body reduces; a slice with constant '
-    "bounds → `stablehlo.slice` (torch-mlir's folder of a strided slice of a constant "
-    'crashes); an insert of the whole destination → its source',
+    'torch-mlir has no lowering) → a `scatter` whose body reduces; an insert of the whole '
+    'destination → its source',
     options=[Option("strided", "cheaper", ("cheaper", "scatter", "select"),
                     "how a strided box is written: whichever touches fewer bytes, or "
                     "always a scatter, or always pad+select")])
@@ -788,40 +744,4 @@ def lower_updates(module: ir.Operation, strided: str = "cheaper") -> None:
     patterns.add("torch.aten.index_put", _index_put_with_mask)
     patterns.add("torch.operator", _index_op)
     patterns.add("torch.aten.scatter_reduce.two", _scatter_reduce)
-    patterns.add("torch.aten.slice.Tensor", _static_slice)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
-    _wrap_negative_indices(module)
-
-
-_INDEXING = frozenset({"torch.aten.index.Tensor", "torch.aten.index.Tensor_hacked_twin",
-                       "torch.aten.index_put", "torch.aten.index_put.hacked_twin"})
-
-
-def _wrap_negative_indices(module: ir.Operation) -> None:
-    """The integer index tensors of the reads (and writes) left for torch-mlir to lower,
-    wrapped (`_wrapped`): its gather clamps a negative index to 0 where eager counts it
-    from the end."""
-    for op in all_operations(module):
-        if op.name not in _INDEXING:
-            continue
-        self_t, indices = _static_tensor(op.operands[0]), op.operands[1]
-        if self_t is None or not isinstance(indices, ir.OpResult) or \
-                indices.owner.name != "torch.prim.ListConstruct":
-            continue
-        items, dim = [], 0
-        with ir.InsertionPoint(op), unnamed(op.location):
-            for item in indices.owner.operands:
-                index_t = _static_tensor(item)
-                if index_t is None:  # None: a whole dimension
-                    items.append(item)
-                    dim += 1
-                    continue
-                items.append(item if index_t.dtype == torch.bool
-                             else _wrapped(item, self_t.sizes[dim]))
-                dim += len(index_t.sizes) if index_t.dtype == torch.bool else 1
-            if items != list(indices.owner.operands):
-                op.operands[1] = ir.Operation.create(
-                    "torch.prim.ListConstruct", results=[indices.type],
-                    operands=items).result
-                if not list(indices.uses):
-                    indices.owner.erase()

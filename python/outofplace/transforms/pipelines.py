@@ -11,15 +11,19 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (constant_folding, constant_shields, diagonal, empty_tensors,  # noqa: F401
-               inplace_to_outofplace, lower_updates, lowering)  # (they register their passes)
+from . import (constant_folding, diagonal, empty_tensors,  # noqa: F401 (they register
+               inplace_to_outofplace, lower_updates, lowering)  # their passes)
+from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
+                       static_slices)
 from ..context import load_torch_conversion
 from .registry import PASSES, PIPELINES, Pass, register_pass, register_pipeline  # noqa: F401
 
 register_pipeline(
     "outofplace-lower-to-stablehlo",
     ["outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
-     "outofplace-lower-updates", "outofplace-fold-constants",
+     "outofplace-lower-updates", "outofplace-upstream-static-slices",
+     "outofplace-upstream-wrap-negative-indices", "outofplace-upstream-fill-tensor",
+     "outofplace-fold-constants",
      "outofplace-shield-constants",
      *lowering.TORCH_TO_STABLEHLO,
      "outofplace-stablehlo-constants",

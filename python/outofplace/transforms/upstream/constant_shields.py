@@ -35,9 +35,9 @@ from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 from torch_mlir.dialects import func as func_d
 
-from .. import torch_types
-from ..ir_utils import all_operations, unnamed
-from .registry import register_pass
+from ... import torch_types
+from ...ir_utils import all_operations, unnamed
+from ..registry import register_pass
 
 SHIELD = "outofplace.constant_shield"
 
