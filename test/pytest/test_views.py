@@ -124,6 +124,12 @@ def mask_compacted_values(b, m, v):
     b[m] = v
 
 
+def mask_pointwise_tagged(b, m):
+    """sinh and cosh are PyTorch pointwise ops the hand list of elementwise names lacked
+    (refused before it was read from torch.Tag.pointwise)."""
+    b[m] = torch.sinh(b[m]) * 2 + b[m].cosh()
+
+
 def mask_functional(b, m, v):
     """The functional index_put with a mask (torch-mlir's own lowering failed on it)."""
     return torch.index_put(b, (m,), v), torch.index_put(b, (m,), v[0], accumulate=True)
@@ -478,6 +484,7 @@ CASES = [
     (mask_compacted_values, (torch.randn(6), MASK.repeat(2)[:6], torch.randn(3))),
     (mask_broadcast_row, (torch.randn(4, 3), MASK, torch.randn(3))),
     (mask_functional, (torch.randn(4, 3), MASK, torch.randn(2, 3))),
+    (mask_pointwise_tagged, (torch.randn(4, 3), MASK)),
     (mask_columns, (torch.randn(2, 4), MASK)),
     (mask_accumulate, (torch.randn(4, 3), MASK, torch.randn(2, 3))),
     (mask_scalar, (torch.arange(12).reshape(4, 3), MASK)),
