@@ -383,13 +383,18 @@ def _index_op(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
                                one_dimensional=True)
 
 
-def _constant_number(value: ir.Value) -> int | float | None:
-    if isinstance(value, ir.OpResult) and value.owner.name in ("torch.constant.int",
-                                                               "torch.constant.float"):
-        attribute = value.owner.attributes["value"]
-        return ir.IntegerAttr(attribute).value \
-            if value.owner.name == "torch.constant.int" else ir.FloatAttr(attribute).value
-    return None
+def _constant_number(value: ir.Value) -> int | float | bool | None:
+    if not isinstance(value, ir.OpResult):
+        return None
+    if value.owner.name == "torch.aten.Int.bool":  # a bool the importer passed as an int
+        flag = _constant_number(value.owner.operands[0])
+        return None if flag is None else int(flag)
+    attribute = value.owner.attributes["value"] if "value" in value.owner.attributes \
+        else None
+    return {"torch.constant.int": lambda: ir.IntegerAttr(attribute).value,
+            "torch.constant.float": lambda: ir.FloatAttr(attribute).value,
+            "torch.constant.bool": lambda: ir.BoolAttr(attribute).value
+            }.get(value.owner.name, lambda: None)()
 
 
 def _wrapped(index: ir.Value, size: int) -> ir.Value:
@@ -435,7 +440,7 @@ def _scatter_at_indices(op: ir.Operation, rewriter: rewrite.PatternRewriter,
     self_t = _static_tensor(self)
     values_t = _static_tensor(values) if isinstance(values, ir.Value) else \
         torch_types.TensorType((), self_t.dtype if self_t is not None else None, True)
-    if self_t is None or values_t is None or self_t.dtype == torch.bool and accumulating:
+    if self_t is None or values_t is None:
         return True
     shape, rank = list(self_t.sizes), len(self_t.sizes)
     indexed = [d for d, e in enumerate(entries) if e is not None]
@@ -502,7 +507,8 @@ def _scatter_at_indices(op: ir.Operation, rewriter: rewrite.PatternRewriter,
         numbers = _scatter_numbers([], list(range(rank)), len(rows)) if per_element \
             else _scatter_numbers(windows, indexed, len(rows))
         scatter = _scatter(dest, _index_vectors(columns, rows), update, numbers,
-                           combine="add" if accumulating else None,
+                           combine=None if not accumulating else
+                           "or" if self_t.dtype == torch.bool else "add",
                            unique=False, loc=op.location)
         result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
                                      operands=[scatter.result])
