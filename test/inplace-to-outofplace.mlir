@@ -35,6 +35,18 @@ func.func @names$versions(%x: !torch.tensor<[4],f32> loc("x"), %y: !torch.vtenso
 
 // -----
 
+// fill_.Tensor becomes its true twin, fill.Tensor (torch-mlir cannot lower it: the
+// workaround is a pass of its own, outofplace-upstream-fill-tensor).
+// CHECK-LABEL: func.func @fill$tensor(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[4],f32> {tf.aliasing_output = 0 : i32}, %[[V:[^:]*]]: !torch.vtensor<[],f32>
+// CHECK:         %[[NEW:.*]] = torch.aten.fill.Tensor %[[X]], %[[V]] : !torch.vtensor<[4],f32>, !torch.vtensor<[],f32> -> !torch.vtensor<[4],f32>
+// CHECK:         return %[[NEW]]
+func.func @fill$tensor(%x: !torch.tensor<[4],f32>, %v: !torch.vtensor<[],f32>) {
+  %0 = torch.copy.to_tensor %v : !torch.tensor<[],f32>
+  %1 = torch.aten.fill_.Tensor %x, %0 : !torch.tensor<[4],f32>, !torch.tensor<[],f32> -> !torch.tensor<[4],f32>
+  return
+}
+
 // Reads before and after a write see the version current at that point.
 // CHECK-LABEL: func.func @reads$interleaved(
 // CHECK-SAME:    %[[X:.*]]: !torch.vtensor<[4],f32> {tf.aliasing_output = 2 : i32}

@@ -101,6 +101,7 @@ def _find_twin(namespace: str, name: str, overload: str,
 def aten_name(op: ir.Operation) -> str:
     """The ATen name of an op; torch-mlir wraps ops it has no definition for in
     `torch.operator` with the name as an attribute."""
+    op = op.operation  # an OpView of torch.operator has a `name` of its own: the attribute
     if op.name == "torch.operator":
         return ir.StringAttr(op.attributes["name"]).value
     return op.name
@@ -130,6 +131,14 @@ def effects(mlir_op_name: str) -> OpEffects | None:
                      torch.Tag.inplace_view in overload.tags)
 
 
+# Functional twins torch-mlir has no op for, written as `torch.operator "<name>"`, that
+# outofplace-lower-updates lowers (to one scatter; test/outofplace-lower-updates.mlir).
+OPERATOR_TWINS = frozenset({"torch.aten.index_copy", "torch.aten.index_fill.int_Scalar",
+                            "torch.aten.index_fill.int_Tensor", "torch.aten.index_add"})
+
+
 def twin_is_available(twin: torch._ops.OpOverload, context: ir.Context) -> bool:
-    """True when torch-mlir can express (and so lower) the functional twin."""
-    return context.is_registered_operation(mlir_name(twin))
+    """True when torch-mlir can express (and so lower) the functional twin, or
+    outofplace lowers it (OPERATOR_TWINS)."""
+    name = mlir_name(twin)
+    return context.is_registered_operation(name) or name in OPERATOR_TWINS

@@ -12,3 +12,11 @@ func.func @truncated(%x: !torch.tensor<[4],f32>
 // MISSING: outofplace-opt: error: cannot read '{{.*}}does-not-exist'
 // RUN: not outofplace-opt --no-such-flag 2>&1 | FileCheck %s --check-prefix=FLAG
 // FLAG: outofplace-opt: error: unrecognized arguments: --no-such-flag
+// RUN: not outofplace-opt %s --pass-pipeline='builtin.module(outofplace-lower-updates{strided=diagonal})' 2>&1 | FileCheck %s --check-prefix=VALUE
+// VALUE: outofplace-opt: error: option 'strided' of 'outofplace-lower-updates' is one of cheaper, scatter, select, not 'diagonal'
+// RUN: not outofplace-opt %s --pass-pipeline='builtin.module(outofplace-lower-updates{nope=1})' 2>&1 | FileCheck %s --check-prefix=OPTION
+// OPTION: outofplace-opt: error: 'outofplace-lower-updates' has no option 'nope=1' (it takes strided)
+// RUN: not outofplace-opt %s --pass-pipeline='builtin.module(outofplace-fold-constants{strided=scatter})' 2>&1 | FileCheck %s --check-prefix=NONE
+// NONE: outofplace-opt: error: 'outofplace-fold-constants' has no option 'strided=scatter' (it takes no options)
+// RUN: not outofplace-opt %s --pass-pipeline='builtin.module(inplace-to-stablehlo-pipeline{x=1})' 2>&1 | FileCheck %s --check-prefix=PIPELINE
+// PIPELINE: outofplace-opt: error: 'inplace-to-stablehlo-pipeline' takes no options

@@ -191,11 +191,11 @@ def zero_positive(x):
 
 
 def test_masked_write_into_a_dynamic_tensor_is_refused_at_its_line():
-    """The masked-values rewrite holds a size of x as a number, which torch-mlir's
-    importer cannot take when the size is symbolic: refused, not an importer crash."""
+    """A write at a bool mask counts the mask's trues over all of x, a running count of
+    runtime size: refused, not torch-mlir's lowering failure."""
     with pytest.raises(outofplace.UnsupportedMutationError) as info:
         _compile(zero_positive, (torch.randn(5, 4),), {"x": {0: BATCH}})
-    assert "a size of a dynamic dimension (dynamic_shapes)" in info.value.reason
+    assert "a tensor with a dynamic dimension (dynamic_shapes)" in info.value.reason
     assert info.value.location.endswith(
         f"{THIS_FILE}:{zero_positive.__code__.co_firstlineno + 1}")
 

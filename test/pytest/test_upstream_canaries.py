@@ -13,6 +13,8 @@ import subprocess
 import sys
 
 TORCH_MLIR_OPT = os.path.join(os.path.dirname(sys.executable), "torch-mlir-opt")
+TO_STABLEHLO = ("builtin.module(torchdynamo-export-to-torch-backend-pipeline, "
+                "torch-backend-to-stablehlo-backend-pipeline)")
 
 
 def _canonicalize(text: str) -> subprocess.CompletedProcess:
@@ -20,11 +22,16 @@ def _canonicalize(text: str) -> subprocess.CompletedProcess:
                           capture_output=True, timeout=120)
 
 
+def _to_stablehlo(text: str) -> subprocess.CompletedProcess:
+    return subprocess.run([TORCH_MLIR_OPT, f"--pass-pipeline={TO_STABLEHLO}", "-"],
+                          input=text, text=True, capture_output=True, timeout=120)
+
+
 def test_comparison_folder_reads_float_storage_as_int() -> None:
     """comparisonScaleFolder: `gt.Scalar` of a float literal and an int scalar takes the
     integer path and reads the float elements as an APInt: a segfault here (for a splat,
     an address-dependent answer). torch-mlir's decompositions of trunc and sgn create
-    this pattern. Workaround: transforms/constant_shields.py (no literal reaches the
+    this pattern. Workaround: transforms/upstream/constant_shields.py (no literal reaches the
     folders) and `_FACTORIES_LIKE` in transforms/constant_folding.py."""
     result = _canonicalize("""
 func.func @f() -> !torch.vtensor<[3],i1> {
@@ -39,7 +46,7 @@ func.func @f() -> !torch.vtensor<[3],i1> {
 
 def test_div_tensor_mode_folder_divides_as_unsigned() -> None:
     """AtenDivTensorModeOp::fold divides int64 as uint64: `arange(5) // -2` folds to
-    zeros (eager: [0, -1, -1, -2, -2]). Workaround: transforms/constant_shields.py, and
+    zeros (eager: [0, -1, -1, -2, -2]). Workaround: transforms/upstream/constant_shields.py, and
     constant_folding folding `NumToTensor` scalars and `torch.constant.str` modes."""
     result = _canonicalize("""
 func.func @f() -> !torch.vtensor<[5],si64> {
@@ -52,3 +59,49 @@ func.func @f() -> !torch.vtensor<[5],si64> {
     assert result.returncode == 0, result.stderr
     assert "torch.vtensor.literal(dense<0> : tensor<5xsi64>)" in result.stdout, \
         f"div.Tensor_mode's folder changed:\n{result.stdout}"
+
+
+def test_strided_slice_of_a_constant_crashes_the_folder() -> None:
+    """The folder of `slice.Tensor` with step > 1 of a literal reads out of bounds.
+    Workaround: transforms/upstream/static_slices.py (outofplace-upstream-static-slices)."""
+    result = _canonicalize("""
+func.func @f() -> !torch.vtensor<[1,1],f32> {
+  %0 = torch.vtensor.literal(dense<[[1.0, 2.0, 3.0]]> : tensor<1x3xf32>) : !torch.vtensor<[1,3],f32>
+  %int1 = torch.constant.int 1
+  %int3 = torch.constant.int 3
+  %intm1 = torch.constant.int -1
+  %end = torch.constant.int 9223372036854775807
+  %1 = torch.aten.slice.Tensor %0, %int1, %intm1, %end, %int3 : !torch.vtensor<[1,3],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[1,1],f32>
+  return %1 : !torch.vtensor<[1,1],f32>
+}""")
+    assert result.returncode != 0 and "Stack dump" in result.stderr, \
+        f"a strided slice of a literal no longer crashes the folder:\n{result.stdout}"
+
+
+def test_index_tensor_gathers_negative_indices_as_given() -> None:
+    """The StableHLO lowering of `index.Tensor` passes the indices to the gather as they
+    are (no wrap of negatives: the gather clamps them to 0). Workaround:
+    transforms/upstream/negative_indices.py (outofplace-upstream-wrap-negative-indices)."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[4],f32>, %i: !torch.vtensor<[2],si64>) -> !torch.vtensor<[2],f32> {
+  %list = torch.prim.ListConstruct %i : (!torch.vtensor<[2],si64>) -> !torch.list<optional<vtensor>>
+  %0 = torch.aten.index.Tensor %x, %list : !torch.vtensor<[4],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[2],f32>
+  return %0 : !torch.vtensor<[2],f32>
+}""")
+    assert result.returncode == 0, result.stderr
+    assert '"stablehlo.gather"(%arg0, %0)' in result.stdout and \
+        "stablehlo.select" not in result.stdout and "stablehlo.compare" not in result.stdout, \
+        f"index.Tensor's lowering now treats negative indices:\n{result.stdout}"
+
+
+def test_fill_tensor_has_no_lowering() -> None:
+    """`aten.fill.Tensor` has no StableHLO lowering (fill.Scalar has). Workaround:
+    transforms/upstream/fill_tensor.py (outofplace-upstream-fill-tensor)."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[4],f32>, %v: !torch.vtensor<[],f32>) -> !torch.vtensor<[4],f32> {
+  %0 = torch.aten.fill.Tensor %x, %v : !torch.vtensor<[4],f32>, !torch.vtensor<[],f32> -> !torch.vtensor<[4],f32>
+  return %0 : !torch.vtensor<[4],f32>
+}""")
+    assert result.returncode != 0 and \
+        "failed to legalize operation 'torch.aten.fill.Tensor'" in result.stderr, \
+        f"fill.Tensor lowers now:\n{result.stdout}"

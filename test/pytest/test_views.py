@@ -105,6 +105,14 @@ def index_fill_int(cache):
     cache.index_fill_(0, torch.tensor([0, 2]), 3)
 
 
+def index_ops_functional_and_negative(x, i, s):
+    """The functional forms, a 0-d index (refused by torch-mlir's lowering before the
+    scatter builder took index_add), a negative index_fill index and a runtime read."""
+    x.index_add_(1, torch.tensor(2), s[:, :1], alpha=2)
+    x.index_fill_(0, torch.tensor([-1]), torch.tensor(5.0))
+    return torch.index_copy(x, 0, i, s), x.index_add(0, i, s), x.index_fill(1, i, 2.5), x[i]
+
+
 MASK = torch.tensor([True, False, True, False])
 
 
@@ -114,6 +122,17 @@ def mask_scalar(b, m):
 
 def mask_compacted_values(b, m, v):
     b[m] = v
+
+
+def mask_pointwise_tagged(b, m):
+    """sinh and cosh are PyTorch pointwise ops the hand list of elementwise names lacked
+    (refused before it was read from torch.Tag.pointwise)."""
+    b[m] = torch.sinh(b[m]) * 2 + b[m].cosh()
+
+
+def mask_functional(b, m, v):
+    """The functional index_put with a mask (torch-mlir's own lowering failed on it)."""
+    return torch.index_put(b, (m,), v), torch.index_put(b, (m,), v[0], accumulate=True)
 
 
 def mask_broadcast_row(b, m, v):
@@ -464,6 +483,8 @@ CASES = [
     (mask_compacted_values, (torch.randn(4, 3), MASK, torch.randn(2, 3))),
     (mask_compacted_values, (torch.randn(6), MASK.repeat(2)[:6], torch.randn(3))),
     (mask_broadcast_row, (torch.randn(4, 3), MASK, torch.randn(3))),
+    (mask_functional, (torch.randn(4, 3), MASK, torch.randn(2, 3))),
+    (mask_pointwise_tagged, (torch.randn(4, 3), MASK)),
     (mask_columns, (torch.randn(2, 4), MASK)),
     (mask_accumulate, (torch.randn(4, 3), MASK, torch.randn(2, 3))),
     (mask_scalar, (torch.arange(12).reshape(4, 3), MASK)),
@@ -477,6 +498,8 @@ CASES = [
     (index_copy, (torch.randn(2, 8, 3), torch.randn(2, 2, 3))),
     (index_fill, (torch.randn(2, 8, 3),)),
     (index_fill_int, (torch.arange(12).reshape(4, 3),)),
+    (index_ops_functional_and_negative, (torch.randn(4, 4), torch.tensor([1, 3, 0, 2]),
+                                         torch.randn(4, 4))),
     (set_int, (torch.randn(8, 4), torch.randn(4))),
     (set_tuple_of_slices, (torch.randn(8, 4), torch.randn(2, 2))),
     (set_none_and_slice, (torch.randn(6, 2), torch.randn(2, 2))),

@@ -290,8 +290,8 @@ def int_tensor_columns():
 # CHECK-LABEL: TEST: int_tensor_pairs
 # CHECK:       func.func @main(%b: tensor<4x6xf32> {tf.aliasing_output = 0 : i32}, %i: tensor<2xi64>, %j: tensor<2xi64>) -> tensor<4x6xf32>
 # CHECK:         stablehlo.compare LT, %i, %{{.*}}, SIGNED
-# CHECK:         stablehlo.compare LT, %j, %{{.*}}, SIGNED
 # CHECK:         %[[I:.*]] = stablehlo.reshape %{{.*}} : (tensor<2xi64>) -> tensor<2x1xi64>
+# CHECK:         stablehlo.compare LT, %j, %{{.*}}, SIGNED
 # CHECK:         %[[J:.*]] = stablehlo.reshape %{{.*}} : (tensor<2xi64>) -> tensor<2x1xi64>
 # CHECK:         %[[IDX:.*]] = stablehlo.concatenate %[[I]], %[[J]], dim = 1 : (tensor<2x1xi64>, tensor<2x1xi64>) -> tensor<2x2xi64>
 # CHECK:         %[[NEW:.*]] = "stablehlo.scatter"(%b, %[[IDX]], %{{.*}})

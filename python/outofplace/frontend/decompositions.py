@@ -1,8 +1,7 @@
 """Decompositions on the exported FX graph: ops torch-mlir cannot express or lower,
 rewritten as ops it can, one table from op to function (`DECOMPOSITIONS`).
 
-Besides the table: scalar operands the importer would mistype become 0-d tensors, and
-negative integer-tensor indices wrap as in eager.
+Besides the table: scalar operands the importer would mistype become 0-d tensors.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from .. import op_registry
 from ..errors import UnsupportedMutationError
 from .fx_graph import call, source_line, view_roots
 
@@ -48,47 +46,6 @@ def decompose(graph: torch.fx.Graph) -> None:
         graph.erase_node(node)
 
 
-def _indices_at(node: torch.fx.Node, dim: int, index: Any) -> list[Any]:
-    """`[None] * dim + [index]`: indexing dimension `dim` of self by `index`."""
-    rank = node.args[0].meta["val"].dim()
-    return [None] * (dim % max(rank, 1)) + [index]
-
-
-@_decomposes(torch.ops.aten.index_copy_.default)
-def _index_copy(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """self.index_copy_(d, i, src)  =>  self.index_put_([None] * d + [i], src)"""
-    self, dim, index, source = node.args
-    return graph.call_function(torch.ops.aten.index_put_.default,
-                               (self, _indices_at(node, dim, index), source))
-
-
-@_decomposes(torch.ops.aten.index_fill_.int_Scalar, torch.ops.aten.index_fill_.int_Tensor)
-def _index_fill(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """self.index_fill_(d, i, v)  =>  self.index_put_([None] * d + [i], tensor(v))"""
-    self, dim, index, value = node.args
-    if not isinstance(value, torch.fx.Node):
-        self_val = self.meta["val"]
-        scalar = graph.call_function(torch.ops.aten.scalar_tensor.default, (value,),
-                                     {"dtype": self_val.dtype})
-        with self_val.fake_mode:
-            scalar.meta["val"] = torch.scalar_tensor(value, dtype=self_val.dtype)
-        value = scalar
-    return graph.call_function(torch.ops.aten.index_put_.default,
-                               (self, _indices_at(node, dim, index), value))
-
-
-@_decomposes(torch.ops.aten.index_add_.default)
-def _index_add(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """self.index_add_(d, i, src, alpha=a)  =>  self.index_put_([None] * d + [i], src * a,
-    accumulate=True)"""
-    self, dim, index, source = node.args[:4]
-    alpha = node.args[4] if len(node.args) > 4 else node.kwargs.get("alpha", 1)
-    if alpha != 1:
-        source = call(graph, torch.ops.aten.mul.Scalar, source, alpha)
-    return graph.call_function(torch.ops.aten.index_put_.default,
-                               (self, _indices_at(node, dim, index), source, True))
-
-
 @_decomposes(torch.ops.aten.addcmul_.default, torch.ops.aten.addcdiv_.default,
              torch.ops.aten.addcmul.default, torch.ops.aten.addcdiv.default)
 def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
@@ -106,42 +63,6 @@ def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
                               torch.ops.aten.addcdiv_.default)
     add = torch.ops.aten.add_.Tensor if inplace else torch.ops.aten.add.Tensor
     return graph.call_function(add, (self, term))
-
-
-@_decomposes(torch.ops.aten.scatter_reduce_.two, torch.ops.aten.scatter_reduce.two)
-def _scatter_reduce_mean(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    """scatter_reduce with reduce="mean" as a sum divided by a count (lower_updates
-    lowers sum, prod, amax and amin), as eager computes it:
-
-        total = x.scatter_reduce(d, i, src, "sum", include_self)
-        count = (ones_like(x) if include_self else zeros_like(x)).scatter_add(d, i, 1)
-        x = total / count.clamp_min(1)          (floor division for integer x)
-    """
-    self, dim, index, src = node.args[:4]
-    reduce = node.args[4] if len(node.args) > 4 else node.kwargs.get("reduce")
-    include_self = node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)
-    if reduce != "mean":
-        return None
-    if self.meta["val"].dtype == torch.bool:  # no bool count to divide by
-        raise UnsupportedMutationError(
-            op_registry.mlir_name(node.target), 'reduce="mean" of a bool tensor, which '
-            "eager does not implement either (scatter_gather_tensor_cpu_reduce_mean is "
-            "not implemented for 'Bool')", location=source_line(node))
-    total = call(graph, torch.ops.aten.scatter_reduce.two, self, dim, index, src, "sum",
-                 include_self=include_self)
-    start = torch.ops.aten.ones_like.default if include_self else \
-        torch.ops.aten.zeros_like.default
-    count = call(graph, torch.ops.aten.scatter_add.default, call(graph, start, self), dim,
-                 index, call(graph, torch.ops.aten.ones_like.default, src,
-                             dtype=self.meta["val"].dtype))
-    count = call(graph, torch.ops.aten.clamp_min.default, count, 1)
-    if self.meta["val"].is_floating_point():
-        mean = call(graph, torch.ops.aten.div.Tensor, total, count)
-    else:
-        mean = call(graph, torch.ops.aten.div.Tensor_mode, total, count, rounding_mode="floor")
-    if node.target is torch.ops.aten.scatter_reduce_.two:
-        return call(graph, torch.ops.aten.copy_.default, self, mean)
-    return mean
 
 
 _TRANSPOSE_LAST = (torch.ops.aten.mT.default, torch.ops.aten.mH.default,
@@ -291,55 +212,6 @@ def scalars_as_tensors(graph: torch.fx.Graph) -> None:
         replacement.meta = dict(node.meta)
         node.replace_all_uses_with(replacement)
         graph.erase_node(node)
-
-
-@_decomposes(torch.ops.aten.index_put_.default)
-def _index_put_bool_mask(graph: torch.fx.Graph, node: torch.fx.Node
-                         ) -> torch.fx.Node | None:
-    """b[mask] = v, a select over the whole buffer (never nonzero, shapes stay static):
-
-        b.copy_(where(mask, v, b))                       v broadcast over the masked rows
-        b.copy_(where(mask, v[cumsum(mask) - 1], b))     v holds one row per true element
-    """
-    self, indices, values = node.args[:3]
-    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
-    masks = [(k, i) for k, i in enumerate(indices) if i is not None]
-    if len(masks) > 1 and any(i.meta["val"].dtype == torch.bool for _, i in masks):
-        raise UnsupportedMutationError(
-            "torch.aten.index_put_", "a bool mask together with other index tensors in "
-            "one index (the positions of its trues, as many as the data says, would "
-            "broadcast with the other indices)", location=source_line(node))
-    if len(masks) != 1 or not isinstance(values, torch.fx.Node):
-        return None
-    k, mask = masks[0]
-    mask_val, self_val = mask.meta["val"], self.meta["val"]
-    if mask_val.dtype != torch.bool or any(i is not None for i in indices[k + 1:]):
-        return None
-    if values.meta["val"].numel() == 0:  # eager accepted it: the mask selects nothing
-        return graph.call_function(torch.ops.aten.alias.default, (self,))
-    before, after = list(self_val.shape[:k]), list(self_val.shape[k + mask_val.dim():])
-    values = call(graph, torch.ops.aten.to.dtype, values, self_val.dtype)
-    rows_dim = len(before)  # where the masked elements are counted in b[mask]
-    wide = [1] * (len(before) + 1 + len(after) - values.meta["val"].dim()) + \
-        list(values.meta["val"].shape)
-    values = call(graph, torch.ops.aten.view.default, values, wide)
-    if wide[rows_dim] == 1:
-        picked = call(graph, torch.ops.aten.view.default, values,
-                      wide[:rows_dim] + [1] * mask_val.dim() + wide[rows_dim + 1:])
-    else:
-        flat = call(graph, torch.ops.aten.view.default, mask, [-1])
-        count = call(graph, torch.ops.aten.cumsum.default, flat, 0, dtype=torch.int64)
-        position = call(graph, torch.ops.aten.clamp_min.default,
-                        call(graph, torch.ops.aten.sub.Scalar, count, 1), 0)
-        rows = call(graph, torch.ops.aten.index_select.default, values, rows_dim, position)
-        picked = call(graph, torch.ops.aten.view.default, rows,
-                      wide[:rows_dim] + list(mask_val.shape) + wide[rows_dim + 1:])
-    if accumulate:
-        picked = call(graph, torch.ops.aten.add.Tensor, self, picked)
-    cond = call(graph, torch.ops.aten.view.default, mask,
-                list(mask_val.shape) + [1] * len(after))
-    new = call(graph, torch.ops.aten.where.self, cond, picked, self)
-    return call(graph, torch.ops.aten.copy_.default, self, new)
 
 
 def _normalize(graph: torch.fx.Graph, x: torch.fx.Node, mean: torch.fx.Node,
@@ -513,42 +385,3 @@ def _fmod_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     target = torch.ops.aten.fmod_.Tensor if node.target is torch.ops.aten.fmod_.Scalar \
         else torch.ops.aten.fmod.Tensor
     return call(graph, target, a, divisor)
-
-
-_INDEXING = (torch.ops.aten.index.Tensor, torch.ops.aten.index_put_.default,
-             torch.ops.aten.index_put.default)
-
-
-def wrap_negative_indices(graph: torch.fx.Graph) -> None:
-    """`b[idx]` with negative entries in an integer index tensor counts from the end, as
-    in eager; torch-mlir's lowering of index / index_put drops them instead. Each such
-    index becomes `where(idx < 0, idx + size, idx)`."""
-    for node in list(graph.nodes):
-        if node.target not in _INDEXING:
-            continue
-        self, indices = node.args[0], list(node.args[1])
-        sizes = self.meta["val"].shape
-        accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate")
-        # A write at 0-d positions becomes a dynamic_update_slice, whose lowering wraps
-        # them (lower_updates._start).
-        positions_lowered = node.target is not torch.ops.aten.index.Tensor and not accumulate
-        dim = 0
-        for position, index in enumerate(indices):
-            if index is None:
-                dim += 1
-                continue
-            index_val = index.meta["val"]
-            if index_val.dtype == torch.bool:
-                dim += index_val.dim()
-                continue
-            if positions_lowered and index_val.dim() == 0:
-                dim += 1
-                continue
-            with graph.inserting_before(node):
-                negative = call(graph, torch.ops.aten.lt.Scalar, index, 0)
-                shifted = call(graph, torch.ops.aten.add.Scalar, index, int(sizes[dim]))
-                indices[position] = call(graph, torch.ops.aten.where.self, negative,
-                                         shifted, index)
-            dim += 1
-        node.args = (self, indices, *node.args[2:])
-

@@ -37,7 +37,6 @@ def rewrite(graph: torch.fx.Graph) -> None:
     upstream_decompositions.decompose_unregistered(graph)
     shape_changes.local_shape_changes(graph)  # those decompositions made (quantile)
     optimizer_ops.scalars_read_as_tensors(graph)
-    decompositions.wrap_negative_indices(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)
     strided_views.strided_views_of_roots(graph)

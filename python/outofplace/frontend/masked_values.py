@@ -19,6 +19,7 @@ full-shape stand-in would differ from eager's compacted tensor.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,27 +29,36 @@ import torch.utils._pytree as pytree
 from ..errors import UnsupportedMutationError
 from .runtime_positions import describe_index, user_line
 
-# Ops whose result element i depends only on element i of each operand.
-_ELEMENTWISE = frozenset(
-    [f"__{op}__" for op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv",
-                            "rtruediv", "floordiv", "rfloordiv", "mod", "rmod", "pow",
-                            "rpow", "and", "rand", "or", "ror", "xor", "rxor", "neg",
-                            "abs", "invert", "lt", "le", "gt", "ge", "eq", "ne",
-                            "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",
-                            "ipow", "iand", "ior", "ixor", "ilshift", "irshift",
-                            "lshift", "rshift")] +
-    [name + suffix for name in (
-        "add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod",
-        "pow", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh",
-        "sigmoid", "relu", "clamp", "clamp_min", "clamp_max", "clip", "maximum",
-        "minimum", "floor", "ceil", "round", "trunc", "sign", "reciprocal", "square",
-        "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_and",
-        "logical_or", "logical_not", "logical_xor", "lerp", "addcmul", "addcdiv",
-        "fill", "zero", "copy", "where", "masked_fill", "float", "half", "bfloat16",
-        "double", "long", "int", "bool", "to", "type_as", "clone", "detach",
-        "contiguous", "nan_to_num", "exp2", "expm1", "log1p", "log2", "erf", "atan",
-        "atan2", "frac", "copysign", "lt", "le", "gt", "ge", "eq", "ne")
-     for suffix in ("", "_")])
+# What Python names (`x.add_`, `torch.where`, `x.__iadd__`) are elementwise: a result
+# element depends only on the same element of each operand. PyTorch's pointwise ops
+# (torch.Tag.pointwise, not random), and casts, copies and fills, which carry no tag.
+_UNTAGGED = frozenset({"floor_divide", "copy", "fill", "zero", "to", "type_as", "clone",
+                       "contiguous", "detach", "float", "half", "bfloat16", "double",
+                       "long", "int", "bool"})
+_REFLECTED = frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and",
+                        "or", "xor", "lshift", "rshift"})
+_DUNDERS = {"truediv": "div", "floordiv": "floor_divide", "mod": "remainder",
+            "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
+            "invert": "bitwise_not", "lshift": "bitwise_left_shift",
+            "rshift": "bitwise_right_shift"}
+
+
+@functools.cache
+def _is_elementwise(name: str) -> bool:
+    if name.startswith("__") and name.endswith("__"):  # __iadd__, __radd__ -> add
+        name = name[2:-2]
+        if name[:1] in ("i", "r") and name[1:] in _REFLECTED:
+            name = name[1:]
+        name = _DUNDERS.get(name, name)
+    elif name.endswith("_"):  # in place
+        name = name[:-1]
+    if name in _UNTAGGED:
+        return True
+    packet = getattr(torch.ops.aten, name, None)
+    tags = [getattr(packet, o).tags for o in packet.overloads()] if packet is not None \
+        else []
+    return any(torch.Tag.pointwise in t for t in tags) and \
+        not any(torch.Tag.nondeterministic_seeded in t for t in tags)
 
 
 @dataclass
@@ -166,7 +176,7 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
                      tracked: list[tuple[torch.Tensor, _Selection]]) -> Any:
         name = getattr(func, "__name__", str(func))
         selection = tracked[0][1]
-        if name not in _ELEMENTWISE or not all(s.same_as(selection) for _, s in tracked):
+        if not _is_elementwise(name) or not all(s.same_as(selection) for _, s in tracked):
             raise _refusal(list(selection.key), f"here it is used by {name}")
         inplace = name.startswith("__i") or name.endswith("_") and not name.endswith("__")
         if "out" in kwargs or inplace and self._selection(args[0]) is None:

@@ -3,13 +3,16 @@
     outofplace-opt in.mlir --pass-pipeline='builtin.module(inplace-to-outofplace)'
     outofplace-opt - --pass-pipeline='builtin.module(inplace-to-stablehlo-pipeline)' -o out.mlir
 
-Bad input gives one line on stderr and exit code 1, never a traceback.
+Bad input gives one line on stderr and exit code 1, never a traceback. A refusal (a
+`UserError`) or a pass's diagnostic is the input's to fix; any other exception is a bug of
+ours, reported as an internal error with the command that reproduces it.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from typing import Callable, Sequence
 
 from torch_mlir import ir
@@ -19,8 +22,8 @@ from ..context import make_context
 from ..errors import UserError
 from ..ir_utils import all_operations, constant_int
 from ..transforms.lowering import NotStableHLOError
-from ..transforms.pipelines import (PASSES, PIPELINES, PipelineError, build_pass_manager,
-                         run_pipeline)
+from ..transforms.pipelines import (PipelineError, build_pass_manager, in_pipeline_order,
+                                    run_pipeline)
 
 SPLIT_MARKER = "// -----"
 
@@ -31,8 +34,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _arguments() -> argparse.ArgumentParser:
-    passes = "\n".join(f"  {name:34} {description}"
-                       for name, (_, description) in {**PASSES, **PIPELINES}.items())
+    passes = "\n".join(f"  {entry.argument:42} {entry.summary}"
+                       for entry in in_pipeline_order())
     parser = _Parser(
         prog="outofplace-opt",
         description="Run outofplace, torch-mlir and MLIR passes on an MLIR file.",
@@ -77,11 +80,22 @@ def _run_chunk(text: str, options: argparse.Namespace, first_line: int) -> str:
         except (PipelineError, UserError, NotStableHLOError) as error:
             raise _ChunkError(str(error)) from None
         except Exception as error:  # a bug of ours: still one line, never a traceback
-            raise _ChunkError(f"internal error ({type(error).__name__}): {error}; please "
-                              "report it with this input") from None
+            raise _ChunkError(_internal_error(error, text, options.pass_pipeline)
+                              ) from None
         return module.operation.get_asm(
             use_name_loc_as_prefix=options.use_name_loc_as_prefix,
             enable_debug_info=options.mlir_print_debuginfo)
+
+
+def _internal_error(error: Exception, text: str, pipeline: str) -> str:
+    """One line for a bug of ours (any exception but a UserError or a pass's diagnostic):
+    the input chunk is written out and the command that reproduces the failure named."""
+    with tempfile.NamedTemporaryFile("w", prefix="outofplace-opt-", suffix=".mlir",
+                                     delete=False, encoding="utf-8") as file:
+        file.write(text)
+    return (f"internal error ({type(error).__name__}): {error}; a bug of outofplace's, "
+            f"please report it with the input; reproduce with: outofplace-opt "
+            f"{file.name} --pass-pipeline='{pipeline}'")
 
 
 _DIM_ARGUMENTS = ("dim", "dim0", "dim1", "dim2")

@@ -34,6 +34,7 @@ from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 from .. import op_registry, torch_types
 
 from ..ir_utils import all_operations, constant_int, tensor_literal, torch_constant
+from .registry import register_pass
 
 _MAX_ELEMENTS = 1 << 16  # larger results stay computed at run time, unless splats
 _DTYPES = {number: dtype for dtype, number in TORCH_DTYPE_TO_INT.items()}
@@ -209,6 +210,15 @@ def _float_scalars(op: ir.Operation) -> None:
                                                    ir.InsertionPoint(op))
 
 
+@register_pass(
+    "outofplace-fold-constants",
+    "Fold constant tensor computations with PyTorch (torch-mlir folds some wrongly)",
+    'ATen ops whose tensor operands are all constants (scalars traced as 0-d tensors, '
+    '`NumToTensor`, included), a `copy` of a constant, and '
+    '`zeros_like`/`ones_like`/`full_like`/`new_zeros`/`new_ones`/`new_full` of '
+    "anything → literals computed by PyTorch; torch-mlir's folders turn a negative "
+    'int scalar into 2**64 - 1, misread half-precision constants and fold `sign(0)` '
+    'to 1')
 def fold_constants(module: ir.Operation) -> None:
     """Replaces each constant tensor computation by its value, in program order."""
     known: dict[ir.Value, Any] = {}

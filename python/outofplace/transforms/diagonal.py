@@ -22,6 +22,7 @@ from torch_mlir import ir
 from .. import torch_types
 from ..errors import UnsupportedMutationError
 from ..ir_utils import all_operations, constant_int, int_list, torch_constant
+from .registry import register_pass
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,10 @@ def write_back(op: ir.Operation, base: ir.Value, src: ir.Value, loc: ir.Location
                torch_types.value_type(base.type), loc, ip)
 
 
+@register_pass(
+    "outofplace-decompose-diagonal", "Rewrite diagonal as permute, view and a strided slice",
+    '`diagonal` → `permute`, `view` and a strided `slice.Tensor` (torch-mlir does not '
+    'lower `diagonal`)')
 def decompose_diagonal(module: ir.Operation) -> None:
     """Every value-semantic `torch.aten.diagonal` as permute, view and strided slice."""
     for op in all_operations(module):

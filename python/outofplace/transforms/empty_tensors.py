@@ -16,6 +16,7 @@ from torch_mlir import ir
 
 from .. import torch_types
 from ..ir_utils import all_operations
+from .registry import register_pass
 
 # Ops that already are constants, or whose results must stay (their tensors are not data).
 _KEPT = frozenset({"torch.vtensor.literal", "torch.tensor.literal"})
@@ -37,6 +38,11 @@ def _zero(element: ir.Type) -> ir.Attribute:
     return ir.FloatAttr.get(element, 0.0)
 
 
+@register_pass(
+    "outofplace-fold-empty-tensors", "Replace tensors without elements by empty literals",
+    'a tensor op result without elements (`x[2:2]`, `x[[]]`) → an empty '
+    '`torch.vtensor.literal`; torch-mlir lowers some of these reads to invalid '
+    'StableHLO')
 def fold_empty_tensors(module: ir.Operation) -> None:
     """Replaces every op result that is a static empty `!torch.vtensor` by a literal."""
     for op in all_operations(module):

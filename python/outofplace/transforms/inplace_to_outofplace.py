@@ -38,6 +38,7 @@ from .. import op_registry, torch_types
 from ..context import load_torch_conversion
 from ..errors import UnsupportedMutationError
 from ..ir_utils import operations, terminator, torch_constant
+from .registry import register_pass
 
 ALIASING_OUTPUT = "tf.aliasing_output"
 
@@ -232,7 +233,7 @@ class _FunctionRewriter:
 
         def build(loc: ir.Location) -> ir.Value:
             ip = ir.InsertionPoint(op)
-            name, twin_operands = _lowerable_twin(twin, operands, op.location, ip)
+            name, twin_operands = op_registry.mlir_name(twin), operands
             if result_type == self_type:
                 return _create(name, twin_operands, self_type, loc, ip)
             wide = _create(name, twin_operands, result_type, op.location, ip)
@@ -345,21 +346,12 @@ def _set_aliasing_attributes(func: func_d.FuncOp, io_map: dict[int, int]) -> Non
 
 def _create(name: str, operands: list[ir.Value], result: torch_types.TensorType,
             loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
+    if name in op_registry.OPERATOR_TWINS:  # no op of torch-mlir's: as its importer writes it
+        return ir.Operation.create("torch.operator", results=[result.to_ir()],
+                                   operands=operands, loc=loc, ip=ip, attributes={
+                                       "name": ir.StringAttr.get(name)}).result
     return ir.Operation.create(name, results=[result.to_ir()], operands=operands,
                                loc=loc, ip=ip).result
-
-
-def _lowerable_twin(twin: torch._ops.OpOverload, operands: list[ir.Value],
-                    loc: ir.Location, ip: ir.InsertionPoint) -> tuple[str, list[ir.Value]]:
-    """The twin as an op torch-mlir can lower to StableHLO.
-
-    torch-mlir has no StableHLO lowering for `aten.fill.Tensor` (`b[3] = 0` traces to
-    `fill_.Tensor` with a 0-d value); `aten.copy(self, value)` means the same thing, the
-    value broadcast to self's shape and cast to its dtype.
-    """
-    if twin._schema.name == "aten::fill" and twin._overloadname == "Tensor":
-        return "torch.aten.copy", [*operands, torch_constant("bool", False, loc, ip)]
-    return op_registry.mlir_name(twin), operands
 
 
 def _cast(value: ir.Value, to: torch_types.TensorType, loc: ir.Location,
@@ -430,6 +422,10 @@ def _twin_result_type(op: ir.Operation, twin: torch._ops.OpOverload,
     return self_type.with_dtype(result.dtype)
 
 
+@register_pass(
+    "inplace-to-outofplace",
+    "Rewrite in-place ops and writes through views to value semantics",
+    'mutable torch IR to value semantics; mutated arguments become aliased results')
 def inplace_to_outofplace(module: ir.Module | ir.Operation) -> dict[int, int]:
     """Rewrites every function of `module` to value semantics, in place.
 

@@ -15,18 +15,24 @@ everything else (torch-mlir leaves StableHLO between torch_c casts alone):
     =>  stablehlo.dynamic_update_slice %c, %k', %c0, %pos'
 
     torch.aten.index_put %b, [%none, %i, %j], %v        (integer index tensors)
+    torch.operator "torch.aten.index_copy"(%b, %int1, %i, %v)   (index_fill, index_add)
     =>  stablehlo.scatter of whole slices of the other dimensions
+
+    torch.aten.index_put %b, [%mask], %v                 (a bool mask)
+    =>  torch.aten.where.self %mask, %v', %b
 """
 
 from __future__ import annotations
 
 import torch
 from torch_mlir import ir, rewrite
+from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
 from .. import torch_types
+from ..op_registry import OPERATOR_TWINS, aten_name
 from ..errors import UnsupportedMutationError, warn_out_of_bounds_policy
-from ..ir_utils import builtin_shape, constant_int, to_builtin, unnamed
-
+from ..ir_utils import builtin_shape, constant_int, to_builtin, torch_constant, unnamed
+from .registry import Option, register_pass
 
 
 def _i64() -> ir.Type:
@@ -191,8 +197,10 @@ def _count(shape: list[int]) -> int:
     return total
 
 
-def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """tensor.insert_slice with static offsets, sizes and strides -> StableHLO."""
+def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter,
+                  strided: str = "cheaper") -> bool:
+    """tensor.insert_slice with static offsets, sizes and strides -> StableHLO; a strided
+    box as a scatter or pad+select, by `strided` ("cheaper" chooses by bytes touched)."""
     if len(op.operands) != 2:
         return True  # runtime offsets: not matched
     source, dest = op.operands[0], op.operands[1]
@@ -205,7 +213,8 @@ def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     with rewriter.ip, op.location:
         if all(s == 1 for s in strides):
             new = _dynamic_update_slice(dest, source, offsets, op.location)
-        elif _scatter_is_cheaper(dest, source, offsets, strides):
+        elif strided == "scatter" or strided == "cheaper" and \
+                _scatter_is_cheaper(dest, source, offsets, strides):
             new = _strided_scatter(dest, source, offsets, strides, op.location)
         else:
             new = _strided_select(dest, source, offsets, strides, op.location)
@@ -396,41 +405,125 @@ def _constant_bool(value: ir.Value) -> bool | None:
 
 
 def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """`b[:, idx] = v`, `b[i, j] = v`, `index_copy_`, `index_add_`: index tensors on one
-    dimension or the leading ones, as one scatter whose windows are whole slices of the
-    other dimensions (what JAX emits for `b.at[:, idx].set(v)`):
+    """`b[:, idx] = v`, `b[i, j] = v`, `b.index_put_((i,), v, accumulate=True)`:
 
         %r = torch.aten.index_put %b, [%none, %i, %j], %v, %accumulate
-        =>  stablehlo.scatter(%b, concatenate(broadcast(%i), broadcast(%j)), %v)
-              update_window_dims = [0, ...], inserted_window_dims = [1, 2]
-              ({ return %new }, or { add %old, %new } when accumulating)
+        =>  one scatter (`_scatter_at_indices`)
+    """
+    self, indices, values, accumulate = op.operands
+    self_t = _ranked_tensor(self)
+    entries = _index_tensors(indices, len(self_t.sizes)) if self_t is not None else None
+    accumulating = _constant_bool(accumulate)
+    if entries is None or accumulating is None:
+        return True
+    return _scatter_at_indices(op, rewriter, entries, values, accumulating)
+
+
+def _index_op(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`index_copy`, `index_fill`, `index_add` (torch-mlir has no op for them: they are
+    `torch.operator`s, op_registry.OPERATOR_TWINS) as the index_put they are, indices on
+    one dimension, then one scatter (`_scatter_at_indices`):
+
+        torch.operator "torch.aten.index_copy"(%x, %int1, %i, %src)
+        =>  index_put %x, [%none, %i], %src             (index_fill: the value, broadcast;
+                                                          index_add: %src * alpha, adding)
+    """
+    name = aten_name(op)
+    if name not in OPERATOR_TWINS:
+        return True
+    self, dim_value, index = op.operands[:3]
+    self_t, index_t, dim = _ranked_tensor(self), _ranked_tensor(index), \
+        constant_int(dim_value)
+    if self_t is None or index_t is None or dim is None or not self_t.sizes or \
+            len(index_t.sizes) > 1:
+        return True
+    entries: list[ir.Value | None] = [None] * len(self_t.sizes)
+    entries[dim % len(self_t.sizes)] = index
+    value: ir.Value | int | float = op.operands[3]
+    if name == "torch.aten.index_fill.int_Scalar":
+        value = _constant_number(value)
+        if value is None:
+            return True
+    alpha = _constant_number(op.operands[4]) if name == "torch.aten.index_add" else 1
+    if alpha is None:
+        return True
+    return _scatter_at_indices(op, rewriter, entries, value,
+                               accumulating=name == "torch.aten.index_add", alpha=alpha,
+                               one_dimensional=True)
+
+
+def _constant_number(value: ir.Value) -> int | float | bool | None:
+    if not isinstance(value, ir.OpResult):
+        return None
+    if value.owner.name == "torch.aten.Int.bool":  # a bool the importer passed as an int
+        flag = _constant_number(value.owner.operands[0])
+        return None if flag is None else int(flag)
+    attribute = value.owner.attributes["value"] if "value" in value.owner.attributes \
+        else None
+    return {"torch.constant.int": lambda: ir.IntegerAttr(attribute).value,
+            "torch.constant.float": lambda: ir.FloatAttr(attribute).value,
+            "torch.constant.bool": lambda: ir.BoolAttr(attribute).value
+            }.get(value.owner.name, lambda: None)()
+
+
+def _wrapped(index: ir.Value, size: int) -> ir.Value:
+    """`where(index < 0, index + size, index)`: a negative index counts from the end, as
+    in eager (torch-mlir's lowerings and StableHLO's scatter drop it instead). Torch ops,
+    which outofplace-fold-constants folds for a constant index."""
+    t = torch_types.TensorType.of(index.type)
+    if not t.dtype.is_signed:
+        return index
+    loc, ip = ir.Location.current, ir.InsertionPoint.current
+    zero, one, bound = (torch_constant("int", v, loc, ip) for v in (0, 1, size))
+    negative = ir.Operation.create(
+        "torch.aten.lt.Scalar", results=[t.with_dtype(torch.bool).to_ir()],
+        operands=[index, zero]).result
+    shifted = ir.Operation.create("torch.aten.add.Scalar", results=[index.type],
+                                  operands=[index, bound, one]).result
+    return ir.Operation.create("torch.aten.where.self", results=[index.type],
+                               operands=[negative, shifted, index]).result
+
+
+def _scatter_at_indices(op: ir.Operation, rewriter: rewrite.PatternRewriter,
+                        entries: list[ir.Value | None], values: ir.Value | int | float,
+                        accumulating: bool, alpha: int | float = 1,
+                        one_dimensional: bool = False) -> bool:
+    """Writes `values` (a tensor, or a number) at `self[entries]` (op.operands[0]; one
+    entry per dimension, None or an integer index tensor) as one scatter whose windows
+    are whole slices of the other dimensions (what JAX emits for `b.at[:, idx].set(v)`):
+
+        stablehlo.scatter(%b, concatenate(broadcast(%i), broadcast(%j)), %v)
+          update_window_dims = [0, ...], inserted_window_dims = [1, 2]
+          ({ return %new }, or { add %old, %new } when accumulating)
 
     The index tensors broadcast together to the batch shape B. As in eager, B takes the
     place of the indexed dimensions in the shape of `b[indices]` (the shape `v` is
     broadcast to) when they are adjacent, and goes first when a slice separates them.
     On other sets of dimensions (`b[:, i, j]`, `b[i, :, j]`) each element of that shape
-    gets its own index (`_indexed_windows`). Out-of-range indices are dropped (negative
-    ones were wrapped before import).
+    gets its own index (`_indexed_windows`). Negative indices count from the end
+    (`_wrapped`); indices out of range are dropped. `one_dimensional`: a 0-d index
+    counts as one of one element (index_copy's, index_fill's, index_add's). The update
+    is `values * alpha`.
     """
-    self, indices, values, accumulate = op.operands
-    at_positions = _positions(indices) is not None and _constant_bool(accumulate) is False
-    if not at_positions and any(-1 in (_ranked_tensor(v).sizes or ())
-                                for v in (self, values) if _ranked_tensor(v)):
+    self = op.operands[0]
+    at_positions = op.name == "torch.aten.index_put" and not accumulating and \
+        _positions(op.operands[1]) is not None
+    if not at_positions and any(
+            isinstance(v, ir.Value) and -1 in (getattr(_ranked_tensor(v), "sizes", ()) or ())
+            for v in (self, values, *entries)):
         raise UnsupportedMutationError.at(
             op, "a write at index tensors (or accumulating) into a tensor with a dynamic "
             "dimension (dynamic_shapes): its scatter would need indices of runtime size; "
             "assign at 0-d tensor positions (`c[:, pos] = k`) or compile static shapes")
-    self_t, values_t = _static_tensor(self), _static_tensor(values)
-    accumulating = _constant_bool(accumulate)
-    if self_t is None or values_t is None or accumulating is None or \
-            self_t.dtype == torch.bool and accumulating:
+    self_t = _static_tensor(self)
+    values_t = _static_tensor(values) if isinstance(values, ir.Value) else \
+        torch_types.TensorType((), self_t.dtype if self_t is not None else None, True)
+    if self_t is None or values_t is None:
         return True
     shape, rank = list(self_t.sizes), len(self_t.sizes)
-    entries = _index_tensors(indices, rank)
-    if entries is None:
-        return True
     indexed = [d for d, e in enumerate(entries) if e is not None]
-    index_shapes = [list(torch_types.TensorType.of(entries[d].type).sizes) for d in indexed]
+    index_shapes = [list(torch_types.TensorType.of(entries[d].type).sizes) or
+                    ([1] if one_dimensional else []) for d in indexed]
     try:
         batch = list(torch.broadcast_shapes(*index_shapes))
     except RuntimeError:
@@ -448,10 +541,17 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
         return True
     element = torch_types.element_type(self_t.dtype, signless=True)
     with rewriter.ip, unnamed(op.location):
-        update = to_builtin(values)
-        if values_t.dtype != self_t.dtype:
-            update = _stablehlo("convert", ir.RankedTensorType.get(
-                list(values_t.sizes), element), update)
+        if isinstance(values, ir.Value):
+            update = to_builtin(values)
+            if values_t.dtype != self_t.dtype:
+                update = _stablehlo("convert", ir.RankedTensorType.get(
+                    list(values_t.sizes), element), update)
+        else:
+            update = _scalar_constant(element, values, None)
+        if alpha != 1:
+            update = _stablehlo("multiply", update.type, update, _stablehlo(
+                "broadcast_in_dim", update.type, _scalar_constant(element, alpha, None),
+                broadcast_dimensions=ir.DenseI64ArrayAttr.get([])))
         if list(values_t.sizes) != update_shape:
             update = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(
                 update_shape, element), update, broadcast_dimensions=ir.DenseI64ArrayAttr.get(
@@ -469,9 +569,10 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
                 columns.append(_iota_column(update_shape, position, 0, 1))
                 continue
             sizes = index_shapes[indexed.index(d)]
-            column = to_builtin(entries[d])
+            column = to_builtin(_wrapped(entries[d], shape[d]))
             if ir.RankedTensorType(column.type).element_type != _i64():
-                column = _stablehlo("convert", ir.RankedTensorType.get(sizes, _i64()), column)
+                column = _stablehlo("convert", ir.RankedTensorType.get(
+                    ir.RankedTensorType(column.type).shape, _i64()), column)
             if sizes == rows:
                 column = _stablehlo("reshape", column_type, column)
             else:
@@ -484,11 +585,117 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
         numbers = _scatter_numbers([], list(range(rank)), len(rows)) if per_element \
             else _scatter_numbers(windows, indexed, len(rows))
         scatter = _scatter(dest, _index_vectors(columns, rows), update, numbers,
-                           combine="add" if accumulating else None,
+                           combine=None if not accumulating else
+                           "or" if self_t.dtype == torch.bool else "add",
                            unique=False, loc=op.location)
-        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
+        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
                                      operands=[scatter.result])
     rewriter.replace_op(op, result)
+    return False
+
+
+def _mask_entries(indices: ir.Value) -> list[ir.Value | None] | None:
+    """The entries of an index list holding a bool mask: None or a ranked tensor; None
+    if the list is anything else or has no bool tensor."""
+    owner = indices.owner
+    if not isinstance(indices, ir.OpResult) or owner.name != "torch.prim.ListConstruct":
+        return None
+    entries = [None if _is_none(item) else item for item in owner.operands]
+    tensors = [_ranked_tensor(e) for e in entries if e is not None]
+    if None in tensors or not any(t.dtype == torch.bool for t in tensors):
+        return None
+    return entries
+
+
+def _torch(name: str, result: torch_types.TensorType, *operands: ir.Value) -> ir.Value:
+    return ir.Operation.create(f"torch.aten.{name}", results=[result.to_ir()],
+                               operands=operands).result
+
+
+def _view(value: ir.Value, sizes: list[int]) -> ir.Value:
+    loc, ip = ir.Location.current, ir.InsertionPoint.current
+    shape = ir.Operation.create(
+        "torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
+        operands=[torch_constant("int", n, loc, ip) for n in sizes]).result
+    t = torch_types.TensorType.of(value.type)
+    return _torch("view", torch_types.TensorType(tuple(sizes), t.dtype, True), value, shape)
+
+
+def _index_put_with_mask(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """`b[mask] = v` (index_put with one bool mask), a select over the whole of b; never
+    nonzero, so shapes stay static. The value of the k-th true element is row k of v,
+    found by a running count of the trues:
+
+        %r = torch.aten.index_put %b, [%mask], %v, %false
+        =>  where(mask, v, b)                                v broadcast over the trues
+        =>  where(mask, index_select(v, cumsum(mask) - 1), b)   v holds a row per true
+
+    (accumulating: where(mask, b + ..., b)). Torch ops, lowered by torch-mlir.
+    """
+    self, indices, values, accumulate = op.operands
+    self_t, values_t = _static_tensor(self), _static_tensor(values)
+    entries = _mask_entries(indices)
+    accumulating = _constant_bool(accumulate)
+    if entries is not None and any(-1 in _ranked_tensor(v).sizes for v in (
+            self, *filter(None, entries)) if _ranked_tensor(v) is not None):
+        raise UnsupportedMutationError.at(
+            op, "a write at a bool mask into a tensor with a dynamic dimension "
+            "(dynamic_shapes): the running count of its trues would be of runtime size; "
+            "write `torch.where(mask, v, x)` or compile static shapes")
+    if self_t is None or values_t is None or entries is None or accumulating is None:
+        return True
+    masks = [k for k, e in enumerate(entries) if e is not None]
+    if len(masks) > 1:
+        raise UnsupportedMutationError.at(
+            op, "a bool mask together with other index tensors in one index (the "
+            "positions of its trues, as many as the data says, would broadcast with the "
+            "other indices)")
+    k = masks[0]
+    mask = entries[k]
+    if _static_tensor(mask) is None:
+        return True
+    mask_sizes = list(torch_types.TensorType.of(mask.type).sizes)
+    shape = list(self_t.sizes)
+    before, after = shape[:k], shape[k + len(mask_sizes):]
+    if shape[k:k + len(mask_sizes)] != mask_sizes:
+        return True
+    if 0 in values_t.sizes:  # eager accepted it: the mask selects nothing
+        rewriter.replace_op(op, [self])
+        return False
+    rows_dim = len(before)  # where the true elements are counted in b[mask]
+    wide = [1] * (len(before) + 1 + len(after) - len(values_t.sizes)) + list(values_t.sizes)
+    if len(wide) != len(before) + 1 + len(after):
+        return True
+    with rewriter.ip, unnamed(op.location):
+        loc, ip = ir.Location.current, ir.InsertionPoint.current
+        if values_t.dtype != self_t.dtype:
+            none, false = torch_constant("none", None, loc, ip), \
+                torch_constant("bool", False, loc, ip)
+            values = _torch("to.dtype", values_t.with_dtype(self_t.dtype), values,
+                            torch_constant("int", TORCH_DTYPE_TO_INT[self_t.dtype], loc, ip),
+                            false, false, none)
+        if wide[rows_dim] == 1:
+            picked = _view(values, wide[:rows_dim] + [1] * len(mask_sizes) +
+                           wide[rows_dim + 1:])
+        else:
+            flat = _view(mask, [_count(mask_sizes)])
+            counts = torch_types.TensorType((_count(mask_sizes),), torch.int64, True)
+            count = _torch("cumsum", counts, flat, torch_constant("int", 0, loc, ip),
+                           torch_constant("int", TORCH_DTYPE_TO_INT[torch.int64], loc, ip))
+            one, zero = torch_constant("int", 1, loc, ip), torch_constant("int", 0, loc, ip)
+            position = _torch("clamp_min", counts, _torch("sub.Scalar", counts, count, one,
+                                                          one), zero)
+            rows = _torch("index_select", torch_types.TensorType(
+                tuple(wide[:rows_dim] + [_count(mask_sizes)] + wide[rows_dim + 1:]),
+                self_t.dtype, True), _view(values, wide),
+                torch_constant("int", rows_dim, loc, ip), position)
+            picked = _view(rows, wide[:rows_dim] + mask_sizes + wide[rows_dim + 1:])
+        if accumulating:
+            picked = _torch("add.Tensor", self_t.with_value_semantics(), self, picked,
+                            torch_constant("int", 1, loc, ip))
+        condition = _view(mask, mask_sizes + [1] * len(after))
+        new = _torch("where.self", self_t.with_value_semantics(), condition, picked, self)
+    rewriter.replace_op(op, [new])
     return False
 
 
@@ -507,6 +714,12 @@ def _neutral(reduce: str, dtype: torch.dtype) -> int | float | bool:
     return info.min if reduce == "amax" else info.max
 
 
+def _splat(element: ir.Type, value: int | float | bool, shape: list[int]) -> ir.Value:
+    return _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(shape, element),
+                      _scalar_constant(element, value, None),
+                      broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
+
+
 def _constant_str(value: ir.Value) -> str | None:
     if isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.str":
         return ir.StringAttr(value.owner.attributes["value"]).value
@@ -521,13 +734,21 @@ def _scatter_reduce(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool
         =>  stablehlo.scatter(%x, [iota..., idx, iota...], %src) ({ maximum })
 
     Without include_self the targets are first set to the reduction's neutral element.
+    "mean" is a sum divided by a count, as eager computes it (floor division for
+    integers): the count scatter-adds ones into ones (include_self) or zeros, at least 1.
     """
     self, dim_value, index, src, reduce_value, include_value = op.operands
     self_t, index_t, src_t = (_static_tensor(v) for v in (self, index, src))
     dim, reduce = constant_int(dim_value), _constant_str(reduce_value)
     include_self = _constant_bool(include_value)
-    if None in (self_t, index_t, src_t, dim, include_self) or reduce not in _REDUCTIONS:
+    if None in (self_t, index_t, src_t, dim, include_self) or \
+            reduce not in _REDUCTIONS and reduce != "mean":
         return True
+    if reduce == "mean" and self_t.dtype == torch.bool:
+        raise UnsupportedMutationError.at(
+            op, 'reduce="mean" of a bool tensor, which eager does not implement either '
+            "(scatter_gather_tensor_cpu_reduce_mean is not implemented for 'Bool')")
+    combined = "sum" if reduce == "mean" else reduce  # what the scatter's body does
     rank = len(self_t.sizes)
     dim %= max(rank, 1)
     shape = list(index_t.sizes)
@@ -556,60 +777,31 @@ def _scatter_reduce(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool
             f"scatter_dims_to_operand_dims = {list(range(rank))}, index_vector_dim = {rank}>")
         dest = to_builtin(self)
         if not include_self:
-            neutral = _stablehlo("broadcast_in_dim", ir.RankedTensorType.get(shape, element),
-                                 _scalar_constant(element, _neutral(reduce, self_t.dtype),
-                                                  None),
-                                 broadcast_dimensions=ir.DenseI64ArrayAttr.get([]))
+            neutral = _splat(element, _neutral(combined, self_t.dtype), shape)
             dest = _scatter(dest, indices, neutral, numbers, combine=None, unique=False,
                             loc=unnamed(op.location)).result
-        scatter = _scatter(dest, indices, updates, numbers, combine=_REDUCTIONS[reduce],
-                           unique=False, loc=op.location)
+        scatter = _scatter(dest, indices, updates, numbers,
+                           combine=_REDUCTIONS[combined], unique=False,
+                           loc=unnamed(op.location) if reduce == "mean" else op.location)
+        new = scatter.result
+        if reduce == "mean":
+            full = list(self_t.sizes)
+            count = _scatter(_splat(element, int(include_self), full), indices,
+                             _splat(element, 1, shape), numbers, combine="add",
+                             unique=False, loc=unnamed(op.location)).result
+            count = _stablehlo("maximum", count.type, count, _splat(element, 1, full))
+            new = _stablehlo("divide", count.type, new, count, loc=op.location)
+            if not self_t.dtype.is_floating_point:  # floor, where divide truncates
+                rest = _stablehlo("remainder", count.type, scatter.result, count)
+                below = _stablehlo("compare", ir.RankedTensorType.get(
+                    full, ir.IntegerType.get_signless(1)), rest, _splat(element, 0, full),
+                    comparison_direction=ir.Attribute.parse(
+                        "#stablehlo<comparison_direction LT>"))
+                new = _stablehlo("select", count.type, below, _stablehlo(
+                    "subtract", count.type, new, _splat(element, 1, full)), new,
+                    loc=op.location)
         result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
-                                     operands=[scatter.result])
-    rewriter.replace_op(op, result)
-    return False
-
-
-def _static_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """A slice with constant bounds as `stablehlo.slice`, its bounds clamped as eager
-    clamps them. torch-mlir's folder of a slice of a constant with step > 1 reads out of
-    bounds (a crash), and the constant can appear only once torch-mlir canonicalises
-    (`copy(x, literal)` is the literal):
-
-        %r = torch.aten.slice.Tensor %x, %int1, %int0, %int9223372036854775807, %int3
-        =>  stablehlo.slice %x [0:1, 0:7:3]           (x: 1x7)
-    """
-    self, dim_value, start_value, end_value, step_value = op.operands
-    self_t, result_t = _static_tensor(self), _static_tensor(op.result)
-    dim, step = constant_int(dim_value), constant_int(step_value)
-    if self_t is None or result_t is None or dim is None or step is None or step < 1 or \
-            not self_t.sizes:
-        return True
-    rank = len(self_t.sizes)
-    dim %= rank
-    size = self_t.sizes[dim]
-    bounds = []
-    for value, default in ((start_value, 0), (end_value, size)):
-        bound = default if _is_none(value) else constant_int(value)
-        if bound is None:
-            return True
-        bounds.append(min(max(bound + size if bound < 0 else bound, 0), size))
-    start, end = bounds[0], max(bounds)
-    if (end - start + step - 1) // step != result_t.sizes[dim]:
-        return True
-    if result_t.sizes[dim] <= 1:  # no step between one element: IREE rejects [0:1:2]
-        end, step = start + result_t.sizes[dim], 1
-    starts, limits, strides = [0] * rank, list(self_t.sizes), [1] * rank
-    starts[dim], limits[dim], strides[dim] = start, end, step
-    with rewriter.ip, unnamed(op.location):
-        result_type = ir.RankedTensorType.get(
-            list(result_t.sizes), torch_types.element_type(result_t.dtype, signless=True))
-        sliced = _stablehlo("slice", result_type, to_builtin(self),
-                            start_indices=ir.DenseI64ArrayAttr.get(starts),
-                            limit_indices=ir.DenseI64ArrayAttr.get(limits),
-                            strides=ir.DenseI64ArrayAttr.get(strides), loc=op.location)
-        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
-                                     operands=[sliced])
+                                     operands=[new])
     rewriter.replace_op(op, result)
     return False
 
@@ -665,14 +857,33 @@ def _is_none(value: ir.Value) -> bool:
     return isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.none"
 
 
-def lower_updates(module: ir.Operation) -> None:
+@register_pass(
+    "outofplace-lower-updates",
+    "Lower update ops to dynamic_update_slice, scatter or pad+select",
+    '`tensor.insert_slice` → `dynamic_update_slice` (unit stride), or (strided) a '
+    '`scatter` at iota positions or pad+select, whichever touches fewer bytes; '
+    '`index_put` at 0-d runtime positions → `dynamic_update_slice` with runtime '
+    'starts; `index_put` with integer index tensors on any dimensions → one `scatter` '
+    'of whole slices of the others, as are `index_copy`, `index_fill` and `index_add` '
+    "(torch-mlir has no op for them: `torch.operator`s); negative index tensors count "
+    "from the end; `index_put` with one bool mask → `where(mask, v, b)`, v's rows picked by "
+    "a running count of the trues (never `nonzero`); `scatter_reduce` (sum, prod, amax, amin, mean; "
+    'torch-mlir has no lowering) → a `scatter` whose body reduces; `slice_scatter` with a '
+    'runtime end and `select_scatter` into a dynamic dimension → one `scatter` of the '
+    'whole source; an insert of the whole destination → its source',
+    options=[Option("strided", "cheaper", ("cheaper", "scatter", "select"),
+                    "how a strided box is written: whichever touches fewer bytes, or "
+                    "always a scatter, or always pad+select")])
+def lower_updates(module: ir.Operation, strided: str = "cheaper") -> None:
     """Rewrites every update op of `module` into StableHLO."""
     patterns = rewrite.RewritePatternSet(module.context)
-    patterns.add("tensor.insert_slice", _insert_slice)
+    patterns.add("tensor.insert_slice",
+                 lambda op, rewriter: _insert_slice(op, rewriter, strided))
     patterns.add("torch.aten.index_put", _index_put_at_positions)
     patterns.add("torch.aten.index_put", _index_put_with_tensors)
+    patterns.add("torch.aten.index_put", _index_put_with_mask)
+    patterns.add("torch.operator", _index_op)
     patterns.add("torch.aten.scatter_reduce.two", _scatter_reduce)
-    patterns.add("torch.aten.slice.Tensor", _static_slice)
     patterns.add("torch.aten.slice_scatter", _scatter_into_dimension)
     patterns.add("torch.aten.select_scatter", _scatter_into_dimension)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())

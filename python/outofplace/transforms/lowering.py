@@ -10,6 +10,7 @@ from __future__ import annotations
 from torch_mlir import ir, rewrite
 
 from ..ir_utils import all_operations
+from .registry import register_pass
 
 TORCH_TO_STABLEHLO = ("torchdynamo-export-to-torch-backend-pipeline",
                       "torch-backend-to-stablehlo-backend-pipeline")
@@ -31,6 +32,9 @@ def _arith_constant_to_stablehlo(op: ir.Operation, rewriter: rewrite.PatternRewr
     return False
 
 
+@register_pass(
+    "outofplace-stablehlo-constants", "Turn tensor arith.constant into stablehlo.constant",
+    'tensor `arith.constant` → `stablehlo.constant`')
 def stablehlo_constants(module: ir.Operation) -> None:
     """Replaces tensor `arith.constant` ops with `stablehlo.constant`."""
     patterns = rewrite.RewritePatternSet(module.context)
@@ -149,6 +153,12 @@ def _dynamic_broadcast(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> b
     return False
 
 
+@register_pass(
+    "outofplace-dynamic-shapes",
+    "Inline broadcast assumptions and make size tensors StableHLO (dynamic shapes)",
+    "what torch-mlir leaves of a dynamic program's shape computations: `shape.assuming` "
+    "regions inlined, sizes gathered by `tensor.from_elements` → StableHLO, for "
+    "`shape-legalize-to-stablehlo`; unused size computations erased")
 def dynamic_shapes(module: ir.Operation) -> None:
     """What torch-mlir leaves of the shape computations of a program with dynamic
     dimensions, for shape-legalize-to-stablehlo: shape.assuming regions of broadcasts
@@ -179,6 +189,12 @@ def _erase_unused_shape_ops(module: ir.Operation) -> None:
             op.erase()
 
 
+@register_pass(
+    "outofplace-dynamic-broadcasts",
+    "Remove or mark as non-expanding the broadcasts of dynamic operands",
+    "`stablehlo.dynamic_broadcast_in_dim` to the operand's own shape → its operand; "
+    "others gain `known_nonexpanding_dimensions` (IREE and XLA then need no runtime "
+    "broadcast check)")
 def dynamic_broadcasts(module: ir.Operation) -> None:
     """Removes or marks as non-expanding the broadcasts of dynamic operands."""
     patterns = rewrite.RewritePatternSet(module.context)
@@ -197,6 +213,9 @@ class NotStableHLOError(Exception):
     """The lowered module still holds ops outside StableHLO."""
 
 
+@register_pass(
+    "outofplace-verify-stablehlo", "Fail unless the module is pure StableHLO",
+    'fails unless only StableHLO (and func/module) ops remain')
 def check_pure_stablehlo(module: ir.Operation) -> None:
     """Raises NotStableHLOError naming the first foreign ops, if any."""
     foreign = foreign_ops(module)

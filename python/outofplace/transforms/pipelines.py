@@ -11,65 +11,19 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import lowering
+from . import (constant_folding, diagonal, empty_tensors,  # noqa: F401 (they register
+               inplace_to_outofplace, lower_updates, lowering)  # their passes)
+from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
+                       static_slices)
 from ..context import load_torch_conversion
-from .diagonal import decompose_diagonal
-from .empty_tensors import fold_empty_tensors
-from .constant_folding import fold_constants
-from .constant_shields import shield_constants, strip_constant_shields
-from .inplace_to_outofplace import inplace_to_outofplace
-from .lower_updates import lower_updates
-
-PassFn = Callable[[ir.Operation], None]
-
-PASSES: dict[str, tuple[PassFn, str]] = {}
-PIPELINES: dict[str, tuple[list[str], str]] = {}
-
-
-def register_pass(argument: str, description: str) -> Callable[[PassFn], PassFn]:
-    def register(fn: PassFn) -> PassFn:
-        PASSES[argument] = (fn, description)
-        return fn
-    return register
-
-
-def register_pipeline(argument: str, elements: list[str], description: str) -> None:
-    PIPELINES[argument] = (elements, description)
-
-
-# Our passes, in pipeline order; each takes the module operation. (inplace_to_outofplace
-# also returns the io_map, which a pass has no use for.)
-for _argument, _fn, _description in [
-        ("inplace-to-outofplace", inplace_to_outofplace,
-         "Rewrite in-place ops and writes through views to value semantics"),
-        ("outofplace-fold-empty-tensors", fold_empty_tensors,
-         "Replace tensors without elements by empty literals"),
-        ("outofplace-decompose-diagonal", decompose_diagonal,
-         "Rewrite diagonal as permute, view and a strided slice"),
-        ("outofplace-lower-updates", lower_updates,
-         "Lower update ops to dynamic_update_slice, scatter or pad+select"),
-        ("outofplace-fold-constants", fold_constants,
-         "Fold constant tensor computations with PyTorch (torch-mlir folds some wrongly)"),
-        ("outofplace-shield-constants", shield_constants,
-         "Hide tensor literals from torch-mlir's folders behind optimization barriers"),
-        ("outofplace-strip-constant-shields", strip_constant_shields,
-         "Remove the constant shields and fold reshapes and broadcasts of constants"),
-        ("outofplace-stablehlo-constants", lowering.stablehlo_constants,
-         "Turn tensor arith.constant into stablehlo.constant"),
-        ("outofplace-dynamic-shapes", lowering.dynamic_shapes,
-         "Inline broadcast assumptions and make size tensors StableHLO (dynamic shapes)"),
-        ("outofplace-dynamic-broadcasts", lowering.dynamic_broadcasts,
-         "Remove or mark as non-expanding the broadcasts of dynamic operands"),
-        ("outofplace-verify-stablehlo", lowering.check_pure_stablehlo,
-         "Fail unless the module is pure StableHLO")]:
-    register_pass(_argument, _description)(_fn)  # type: ignore[arg-type]
-del _argument, _fn, _description
-
+from .registry import PASSES, PIPELINES, Pass, register_pass, register_pipeline  # noqa: F401
 
 register_pipeline(
     "outofplace-lower-to-stablehlo",
     ["outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
-     "outofplace-lower-updates", "outofplace-fold-constants",
+     "outofplace-lower-updates", "outofplace-upstream-static-slices",
+     "outofplace-upstream-wrap-negative-indices", "outofplace-upstream-fill-tensor",
+     "outofplace-fold-constants",
      "outofplace-shield-constants",
      *lowering.TORCH_TO_STABLEHLO,
      # dynamic dimensions: shape computations as StableHLO (get_dimension_size)
@@ -84,6 +38,15 @@ register_pipeline(
     "inplace-to-stablehlo-pipeline",
     ["inplace-to-outofplace", "outofplace-lower-to-stablehlo"],
     "Mutable torch IR all the way to StableHLO with input/output aliases")
+
+
+def in_pipeline_order() -> list:
+    """Our passes in the order the whole pipeline runs them, then the others, then the
+    pipelines: the order of `outofplace-opt --help` and docs/passes.md."""
+    order = [e for e in pipeline_elements("builtin.module(inplace-to-stablehlo-pipeline)")
+             if e in PASSES]
+    return [PASSES[name] for name in order] + \
+        [p for name, p in PASSES.items() if name not in order] + list(PIPELINES.values())
 
 
 class PipelineError(Exception):
@@ -125,23 +88,50 @@ def _expand(elements: list[str]) -> list[str]:
     expanded: list[str] = []
     for element in elements:
         if element in PIPELINES:
-            expanded.extend(_expand(PIPELINES[element][0]))
+            expanded.extend(_expand(PIPELINES[element].elements))
         else:
             expanded.append(element)
     return expanded
 
 
-def _python_pass(fn: PassFn, argument: str, failures: list[BaseException]
-                 ) -> Callable[[ir.Operation, object], None]:
+def _python_pass(registered: Pass, options: dict[str, str],
+                 failures: list[BaseException]) -> Callable[[ir.Operation, object], None]:
     def run(op: ir.Operation, pass_: object) -> None:
         try:
             with op.context:  # a pass may run outside the caller's `with context`
-                fn(op.operation)
+                registered.run(op.operation, options)
         except Exception as error:  # reported after PassManager.run returns
             failures.append(error)
             pass_.signal_pass_failure()  # type: ignore[attr-defined]
-    run.__name__ = argument
+    run.__name__ = registered.argument
     return run
+
+
+def _our_element(element: str) -> tuple[Pass, dict[str, str]] | None:
+    """Our pass named by `element` (`name` or `name{option=value ...}`) with its options;
+    None for any other pass."""
+    name = element.split("(")[0].split("{")[0].strip()
+    if name in PIPELINES:  # (a pipeline's plain name was expanded)
+        raise PipelineError(f"'{name}' takes no options")
+    if name not in PASSES:
+        return None
+    registered = PASSES[name]
+    _, brace, rest = element.partition("{")
+    if "(" in element or brace and not rest.rstrip().endswith("}"):
+        raise PipelineError(f"malformed options of '{name}': '{element}'")
+    known = {option.name: option for option in registered.options}
+    options = {}
+    for item in rest.rstrip()[:-1].split() if brace else []:
+        key, equals, value = item.partition("=")
+        option = known.get(key)
+        if option is None or not equals:
+            takes = ", ".join(known) or "no options"
+            raise PipelineError(f"'{name}' has no option '{item}' (it takes {takes})")
+        if value not in option.choices:
+            raise PipelineError(f"option '{key}' of '{name}' is one of "
+                                f"{', '.join(option.choices)}, not '{value}'")
+        options[key] = value
+    return registered, options
 
 
 def build_pass_manager(text: str, context: ir.Context, failures: list[BaseException]
@@ -151,13 +141,12 @@ def build_pass_manager(text: str, context: ir.Context, failures: list[BaseExcept
     with context:
         pm = passmanager.PassManager("builtin.module")
         for element in pipeline_elements(text):
-            if element in PASSES:
-                fn, _ = PASSES[element]
-                pm.add(_python_pass(fn, element, failures), name=element, argument=element)
+            ours = _our_element(element)
+            if ours is not None:
+                registered, options = ours
+                pm.add(_python_pass(registered, options, failures),
+                       name=registered.argument, argument=registered.argument)
                 continue
-            name = element.split("(")[0].split("{")[0].strip()
-            if name in PASSES or name in PIPELINES:
-                raise PipelineError(f"'{name}' takes no options")
             try:
                 pm.add(element)
             except ValueError as error:

@@ -35,8 +35,9 @@ from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 from torch_mlir.dialects import func as func_d
 
-from .. import torch_types
-from ..ir_utils import all_operations, unnamed
+from ... import torch_types
+from ...ir_utils import all_operations, unnamed
+from ..registry import register_pass
 
 SHIELD = "outofplace.constant_shield"
 
@@ -62,6 +63,15 @@ def _builtin_value(literal: ir.Operation) -> ir.DenseElementsAttr:
                                     shape=list(t.sizes))
 
 
+@register_pass(
+    "outofplace-shield-constants",
+    "Hide tensor literals from torch-mlir's folders behind optimization barriers",
+    'every `torch.vtensor.literal` → '
+    '`torch_c.from_builtin_tensor(stablehlo.optimization_barrier '
+    '{outofplace.constant_shield} (stablehlo.constant))`: a workaround of torch-mlir '
+    'folder bugs (its comparison folder reads float constants as integers: a segfault '
+    'or an address-dependent result; its `div.Tensor_mode` folder divides int64 as '
+    'unsigned), pinned in test/pytest/test_upstream_canaries.py')
 def shield_constants(module: ir.Operation) -> None:
     """Every `torch.vtensor.literal` as a StableHLO constant behind an optimization
     barrier, brought back into torch IR by `torch_c.from_builtin_tensor`."""
@@ -136,6 +146,13 @@ def _fold_move(op: ir.Operation) -> bool:
     return True
 
 
+@register_pass(
+    "outofplace-strip-constant-shields",
+    "Remove the constant shields and fold reshapes and broadcasts of constants",
+    'removes the barriers `outofplace-shield-constants` put, then folds `reshape`, '
+    '`broadcast_in_dim`, `transpose`, `slice`, `convert` and `concatenate` of '
+    "`stablehlo.constant`s (by StableHLO's reference interpreter; splats of any size, "
+    'others up to 65,536 elements)')
 def strip_constant_shields(module: ir.Operation) -> None:
     """Removes the barriers `shield_constants` put, then folds the moves of constants."""
     for op in all_operations(module):

@@ -1,0 +1,15 @@
+"""Workarounds of torch-mlir bugs and gaps, kept apart from the core passes.
+
+Each module is a pass of its own (registered like the others, run by
+outofplace-lower-to-stablehlo), says what upstream does wrong with a minimal reproducer
+or the upstream issue, and is pinned by a canary in test/pytest/test_upstream_canaries.py
+that runs torch-mlir on that reproducer and fails once upstream is fixed: then delete the
+module, its pass from the pipeline and its canary.
+
+| module | pass | torch-mlir's fault |
+|---|---|---|
+| `constant_shields.py` | outofplace-shield-constants, outofplace-strip-constant-shields | folders misread constants (float storage read as int, int64 divided as unsigned) |
+| `static_slices.py` | outofplace-upstream-static-slices | the folder of a strided slice of a constant reads out of bounds (a crash) |
+| `negative_indices.py` | outofplace-upstream-wrap-negative-indices | the StableHLO lowering of `index.Tensor` gathers at a negative index as given (clamped to 0) |
+| `fill_tensor.py` | outofplace-upstream-fill-tensor | no StableHLO lowering of `aten.fill.Tensor` |
+"""

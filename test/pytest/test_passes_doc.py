@@ -1,0 +1,34 @@
+"""docs/passes.md's table is the pass registry's: regenerate it after changing a
+registration (`python -m outofplace.tools.passes_doc`)."""
+
+from pathlib import Path
+
+from outofplace.tools import passes_doc
+from outofplace.transforms.pipelines import PASSES, PIPELINES
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "passes.md"
+
+
+def test_passes_md_is_generated_from_the_registry():
+    assert passes_doc.main([str(DOC), "--check"]) == 0, \
+        "docs/passes.md is stale: run python -m outofplace.tools.passes_doc"
+
+
+def test_a_changed_registration_makes_the_doc_stale(tmp_path):
+    copy = tmp_path / "passes.md"
+    copy.write_text(DOC.read_text())
+    registered = PASSES["outofplace-verify-stablehlo"]
+    PASSES["outofplace-verify-stablehlo"] = type(registered)(
+        registered.argument, registered.fn, registered.summary, "something else")
+    try:
+        assert passes_doc.main([str(copy), "--check"]) == 1
+        assert passes_doc.main([str(copy)]) == 0
+        assert "| `outofplace-verify-stablehlo` | pass | something else |" in copy.read_text()
+    finally:
+        PASSES["outofplace-verify-stablehlo"] = registered
+
+
+def test_every_pass_and_pipeline_has_a_row():
+    text = DOC.read_text()
+    for name in [*PASSES, *PIPELINES]:
+        assert f"| `{name}` |" in text
