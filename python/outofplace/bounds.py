@@ -1,0 +1,125 @@
+"""The checked mode, `outofplace.compile(..., check_bounds=True)`: a call whose runtime
+indices are out of range raises IndexError naming the statement, before anything runs.
+
+The frontend (frontend/bounds_checks.py) computes, next to each op with runtime index
+tensors, whether all its indices are in range, and returns the flags as one more result
+of `main`. After lowering, `split` takes that result off `main` (whose flag computation is
+then dead and removed: the main program is the unchecked one) and makes a program of its
+own of it, `main` with the flags as its only result and nothing aliased, the rest dead.
+A call runs that program first, on the same engine and inputs; only when every flag is
+set does the main program run. On XLA and IREE the main program updates the written
+arguments in the caller's memory (donated buffers), so a check after it would come too
+late; a check first leaves the caller's tensors as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch_mlir import ir
+
+from .backends import iree, xla
+from .backends.interpreter import interpret
+from .errors import UserIndexError
+from .frontend.bounds_checks import Check
+from .ir_utils import main_function, operations, terminator
+from .transforms.inplace_to_outofplace import ALIASING_OUTPUT
+
+# StableHLO ops with effects beyond their results: never removed as dead.
+_EFFECTS = frozenset({"stablehlo.custom_call", "stablehlo.send", "stablehlo.recv",
+                      "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.rng",
+                      "stablehlo.rng_bit_generator"})
+
+
+def _remove_dead_ops(block: ir.Block) -> None:
+    """Erases the ops whose results nothing uses, last first (so a value's users go
+    before it)."""
+    for op in reversed(operations(block)):
+        if op.results and op.name not in _EFFECTS and \
+                all(not list(r.uses) for r in op.results):
+            op.erase()
+
+
+def _keep_results(module: ir.Module, kept: list[int], aliases: bool) -> None:
+    """Makes `main` return only the results `kept` (in that order), renumbering the
+    `tf.aliasing_output` of its arguments, or dropping them all when `aliases` is False,
+    then removes what became dead."""
+    main = main_function(module)
+    block = main.regions[0].blocks[0]
+    ret = terminator(block)
+    values = [ret.operands[i] for i in kept]
+    ir.Operation.create("func.return", operands=values, loc=ret.location,
+                        ip=ir.InsertionPoint(ret))
+    ret.erase()
+    new_index = {old: new for new, old in enumerate(kept)}
+    context = module.context
+    if "arg_attrs" in main.attributes:
+        i32 = ir.IntegerType.get_signless(32, context)
+        arg_attrs = []
+        for attrs in main.arg_attrs:
+            entries = {n.name: n.attr for n in ir.DictAttr(attrs)}
+            if ALIASING_OUTPUT in entries:
+                old = ir.IntegerAttr(entries.pop(ALIASING_OUTPUT)).value
+                if aliases:
+                    entries[ALIASING_OUTPUT] = ir.IntegerAttr.get(i32, new_index[old])
+            arg_attrs.append(ir.DictAttr.get(entries, context=context))
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get(arg_attrs, context=context)
+    if "res_attrs" in main.attributes:
+        res_attrs = list(ir.ArrayAttr(main.attributes["res_attrs"]))
+        main.attributes["res_attrs"] = ir.ArrayAttr.get([res_attrs[i] for i in kept],
+                                                        context=context)
+    main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], [v.type for v in values], context=context))
+    _remove_dead_ops(block)
+
+
+def split(module: ir.Module, result: int) -> ir.Module:
+    """Takes result `result` (the flags) off `main` of the lowered `module` and returns
+    the program computing it alone, without aliased arguments."""
+    with module.context:
+        check = ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
+        count = len(terminator(main_function(module).regions[0].blocks[0]).operands)
+        _keep_results(module, [i for i in range(count) if i != result], aliases=True)
+        _keep_results(check, [result], aliases=False)
+    return check
+
+
+class BoundsCheck:
+    """The flags program of a `Compiled` and what each flag checks; calling it on a
+    call's inputs raises IndexError for the first check that fails."""
+
+    def __init__(self, module: ir.Module, checks: list[Check], names: list[str],
+                 input_types: list[tuple[tuple[int, ...], torch.dtype]]) -> None:
+        self.module, self.checks = module, checks
+        self.names, self.input_types = names, input_types
+        self._result_types = [((len(checks),), torch.bool)]
+        self._engines: dict[str, Any] = {}
+
+    @property
+    def stablehlo(self) -> str:
+        return self.module.operation.get_asm(use_name_loc_as_prefix=True)
+
+    def flags(self, inputs: list[torch.Tensor], engine: str) -> torch.Tensor:
+        """Runs the check program on `engine` ("xla", "iree" or "interpreter")."""
+        if engine == "interpreter":
+            return interpret(self.module, inputs, [torch.bool])[0]
+        if engine not in self._engines:
+            if engine == "xla":
+                self._engines[engine] = xla.CpuExecutable(
+                    self.stablehlo, self.names, {}, self.input_types, self._result_types)
+            elif engine == "iree":
+                self._engines[engine] = iree.Executable(self.stablehlo, {})
+            else:
+                raise ValueError(f"unknown engine '{engine}'")
+        if engine == "xla":
+            return self._engines[engine](inputs)[0]
+        return self._engines[engine](inputs, [torch.bool])[0]
+
+    def __call__(self, inputs: list[torch.Tensor], engine: str) -> None:
+        """Raises IndexError (outofplace.UserIndexError) naming the first statement whose
+        runtime indices are out of range for these inputs."""
+        flags = self.flags(inputs, engine)
+        if not bool(flags.all()):
+            failed = int((~flags).nonzero()[0, 0])
+            raise UserIndexError(self.checks[failed].message())
