@@ -74,25 +74,46 @@ def _keep_results(module: ir.Module, kept: list[int], aliases: bool) -> None:
     _remove_dead_ops(block)
 
 
-def split(module: ir.Module, result: int) -> ir.Module:
-    """Takes result `result` (the flags) off `main` of the lowered `module` and returns
-    the program computing it alone, without aliased arguments."""
+def _drop_unused_arguments(module: ir.Module) -> list[int]:
+    """Erases the arguments of `main` nothing reads; returns the positions of the rest."""
+    main = main_function(module)
+    block = main.regions[0].blocks[0]
+    used = [i for i, a in enumerate(block.arguments) if list(a.uses)]
+    attrs = list(main.arg_attrs) if "arg_attrs" in main.attributes else None
+    for i in reversed(range(len(block.arguments))):
+        if i not in used:
+            block.erase_argument(i)
+    if attrs is not None:
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get([attrs[i] for i in used])
+    results = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results
+    main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], results))
+    return used
+
+
+def split(module: ir.Module, result: int) -> tuple[ir.Module, list[int]]:
+    """Takes result `result` (the flags) off `main` of the lowered `module`; returns the
+    program computing it alone, without aliased arguments, and the arguments of main it
+    takes (the ones the flags read)."""
     with module.context:
         check = ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
         count = len(terminator(main_function(module).regions[0].blocks[0]).operands)
         _keep_results(module, [i for i in range(count) if i != result], aliases=True)
         _keep_results(check, [result], aliases=False)
-    return check
+        return check, _drop_unused_arguments(check)
 
 
 class BoundsCheck:
     """The flags program of a `Compiled` and what each flag checks; calling it on a
     call's inputs raises IndexError for the first check that fails."""
 
-    def __init__(self, module: ir.Module, checks: list[Check], names: list[str],
-                 input_types: list[tuple[tuple[int, ...], torch.dtype]]) -> None:
-        self.module, self.checks = module, checks
-        self.names, self.input_types = names, input_types
+    def __init__(self, split: tuple[ir.Module, list[int]], checks: list[Check],
+                 names: list[str], input_types: list[tuple[tuple[int, ...], torch.dtype]]
+                 ) -> None:
+        self.module, self.arguments = split  # the program, the arguments of main it takes
+        self.checks = checks
+        self.names = [names[i] for i in self.arguments]
+        self.input_types = [input_types[i] for i in self.arguments]
         self._result_types = [((len(checks),), torch.bool)]
         self._engines: dict[str, Any] = {}
 
@@ -101,7 +122,9 @@ class BoundsCheck:
         return self.module.operation.get_asm(use_name_loc_as_prefix=True)
 
     def flags(self, inputs: list[torch.Tensor], engine: str) -> torch.Tensor:
-        """Runs the check program on `engine` ("xla", "iree" or "interpreter")."""
+        """Runs the check program on `engine` ("xla", "iree" or "interpreter") for the
+        arguments of main `inputs`."""
+        inputs = [inputs[i] for i in self.arguments]
         if engine == "interpreter":
             return interpret(self.module, inputs, [torch.bool])[0]
         if engine not in self._engines:
