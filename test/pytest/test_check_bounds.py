@@ -190,3 +190,18 @@ def test_main_program_is_the_unchecked_one():
     assert _ops(checked.module) == _ops(unchecked.module)
     assert checked.io_map == unchecked.io_map == {0: 1}
     assert "tf.aliasing_output" not in checked.bounds_check.stablehlo
+
+
+def test_checked_mode_on_a_mesh():
+    """Sharded, the check runs before the partitioned program too."""
+    args = (torch.zeros(2, 8), torch.tensor(3), torch.ones(2))
+    compiled = outofplace.compile(position_write, args, check_bounds=True, mesh={"x": 2},
+                                  shardings={"cache": ("x", None)})
+    cache = torch.arange(16.).view(2, 8)
+    with pytest.raises(IndexError, match=_line_of(position_write, "cache[:, pos]")):
+        compiled(cache, torch.tensor(-9), torch.ones(2))
+    assert torch.equal(cache, torch.arange(16.).view(2, 8))
+    expected = torch.arange(16.).view(2, 8)
+    assert_same(compiled(cache, torch.tensor(-8), torch.ones(2)),
+                position_write(expected, torch.tensor(-8), torch.ones(2)), "output", "xla")
+    assert_same(cache, expected, "cache", "xla")
