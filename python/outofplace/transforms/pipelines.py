@@ -79,7 +79,12 @@ register_pipeline(
 
 
 class PipelineError(Exception):
-    """A pipeline that cannot be parsed or that failed while running."""
+    """A pipeline that cannot be parsed or that failed while running; `diagnostic` is the
+    first error diagnostic of a failed run (its `.location`, `.message`), else None."""
+
+    def __init__(self, message: str, diagnostic: object = None) -> None:
+        super().__init__(message)
+        self.diagnostic = diagnostic
 
 
 def split_top_level(text: str) -> list[str]:
@@ -172,7 +177,9 @@ def run_pipeline(module: ir.Module | ir.Operation, text: str,
     except ir.MLIRError as error:
         if failures:
             raise failures[0] from None
-        raise PipelineError(_first_diagnostic(error)) from None
+        diagnostics = getattr(error, "error_diagnostics", None)
+        raise PipelineError(_first_diagnostic(error),
+                            diagnostics[0] if diagnostics else None) from None
     if failures:
         raise failures[0]
 
