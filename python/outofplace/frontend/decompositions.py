@@ -15,6 +15,7 @@ import torch.fx
 from .. import op_registry
 from ..errors import UnsupportedMutationError
 from .fx_graph import call, source_line, view_roots
+from .inline import inline, trace
 
 
 Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
@@ -51,7 +52,44 @@ def decompose(graph: torch.fx.Graph) -> None:
 def _indices_at(node: torch.fx.Node, dim: int, index: Any) -> list[Any]:
     """`[None] * dim + [index]`: indexing dimension `dim` of self by `index`."""
     rank = node.args[0].meta["val"].dim()
-    return [None] * (dim % max(rank, 1)) + [index]
+    if rank == 0:  # eager takes a 0-d self as one element; index_put_ would not
+        raise UnsupportedMutationError(
+            op_registry.mlir_name(node.target), "it indexes a 0-d tensor along a dimension "
+            "(eager takes it as one element); view it as x.view(1) first",
+            location=source_line(node))
+    return [None] * (dim % rank) + [index]
+
+
+def _log_add_exp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """log(exp(a) + exp(b)) without overflow: max + log1p(exp(-|a - b|)); an infinite max
+    is the answer (where a - b is nan)."""
+    high = torch.maximum(a, b)
+    return torch.where(torch.isinf(high), high,
+                       high + torch.log1p(torch.exp(-(a - b).abs())))
+
+
+def _log_cum_sum_exp(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Prefix log-sum-exp along `dim` as ceil(log2(n)) doubling steps, each one
+    `_log_add_exp` of the running result and itself shifted by a power of two (padded with
+    -inf): as exact as eager's, where log(cumsum(exp(x))) overflows at exp(89)."""
+    if x.dim() == 0:
+        return x.clone()
+    n, shift = x.shape[dim], 1
+    while shift < n:
+        padding = torch.full_like(x.narrow(dim, 0, shift), float("-inf"))
+        x = _log_add_exp(x, torch.cat([padding, x.narrow(dim, 0, n - shift)], dim))
+        shift *= 2
+    return x
+
+
+@_decomposes(torch.ops.aten.logcumsumexp.default)
+def _logcumsumexp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """x.logcumsumexp(d)  =>  the doubling scan of `_log_cum_sum_exp`: torch-mlir's own
+    decomposition, log(cumsum(exp(x))), gave inf for x = 1e4 where eager gives 1e4."""
+    if not node.meta["val"].is_floating_point():
+        return None
+    gm, inputs = trace(graph, _log_cum_sum_exp, node.args, node.kwargs)
+    return inline(graph, gm, inputs, node.meta.get("stack_trace"))
 
 
 @_decomposes(torch.ops.aten.index_copy_.default)

@@ -137,6 +137,8 @@ def _element_view(graph: torch.fx.Graph, item: torch.fx.Node, base: torch.fx.Nod
     dim %= max(base_val.dim(), 1)
     offset = item_val.storage_offset() - base_val.storage_offset()
     stride = base_val.stride(dim)
+    if not isinstance(offset, int) or not isinstance(stride, int):
+        return None  # sizes the data decides (symbolic): refused as dynamic shapes
     if item_val.dim() == base_val.dim():
         if stride == 0 or offset % stride:
             return None

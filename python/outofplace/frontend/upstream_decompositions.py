@@ -47,7 +47,7 @@ def _torch_context() -> ir.Context:
 NOT_LOWERED = frozenset({
     "aten.clamp_max.Tensor", "aten.clamp_min.Tensor", "aten.alias_copy.default",
     "aten.expand_copy.default", "aten.diag.default", "aten.diag_embed.default",
-    "aten.diagonal_copy.default",
+    "aten.diagonal_copy.default", "aten.cross_entropy_loss.default", "aten.einsum.default",
 })
 
 
@@ -80,7 +80,10 @@ def decompose_unregistered(graph: torch.fx.Graph) -> None:
         table = dict(get_decomposition_table())
         if node.target in decomposition_table:
             table[node.target] = decomposition_table[node.target]
-        gm, inputs = trace(graph, node.target, node.args, node.kwargs, table)
+        try:
+            gm, inputs = trace(graph, node.target, node.args, node.kwargs, table)
+        except Exception:  # noqa: BLE001 - one that reads tensor data: refused below
+            continue
         recorded = [n.target for n in gm.graph.nodes if n.op == "call_function"]
         if recorded == [node.target]:
             continue  # nothing decomposed it
@@ -116,5 +119,6 @@ def refuse_undefined(graph: torch.fx.Graph) -> None:
         if any(isinstance(v, torch.Tensor) for v in values):
             raise UnsupportedMutationError(
                 str(node.target.overloadpacket), "torch-mlir has no definition of this op "
-                "and neither torch-mlir's nor PyTorch's decomposition tables decompose it, "
-                "so it cannot be lowered to StableHLO", location=source_line(node))
+                "and no decomposition of it could be traced (none in torch-mlir's or "
+                "PyTorch's tables, or one reading tensor data), so it cannot be lowered to "
+                "StableHLO", location=source_line(node))

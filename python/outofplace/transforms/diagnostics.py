@@ -63,22 +63,24 @@ _ATEN = ("torch.aten.", "torch.prims.")
 
 def _not_lowered(error: PipelineError, before: ir.Operation
                  ) -> UnsupportedMutationError | None:
-    """A lowering that failed on an op torch-mlir cannot lower to StableHLO, as the
-    refusal of the ops of the user's statement it came from (a leftover constant is named
-    by the ops of its line), or None for any other failure."""
+    """A torch-mlir pass that failed on a user's statement (no pattern to lower an op, or
+    a check of its own), as the refusal of that statement's op, or None for a failure
+    without a source line. An op the diagnostic names is the op; a leftover operand (a
+    constant) is named by the ops of its line."""
     diagnostic = error.diagnostic
-    if diagnostic is None or _NOT_LEGALIZED not in diagnostic.message:
+    line = source_line(diagnostic.location) if diagnostic is not None else ""
+    if not line:
         return None
-    line = source_line(diagnostic.location)
-    named = re.search(r"failed to legalize operation '([\w.]+)'", diagnostic.message)
-    if named and named.group(1).startswith(_ATEN):
-        ops, which = [named.group(1)], "it"
-    else:  # a leftover operand (a constant) of the op that was not lowered
-        ops = sorted({aten_name(op) for op in all_operations(before)
-                      if op.name.startswith((*_ATEN, "torch.operator"))
-                      and source_line(op.location) == line}) if line else []
+    message = diagnostic.message.splitlines()[0][:200]
+    named = re.search(r"failed to legalize operation '([\w.]+)'", message)
+    ops = [named.group(1)] if named and named.group(1).startswith(_ATEN) else sorted(
+        {aten_name(op) for op in all_operations(before)
+         if op.name.startswith((*_ATEN, "torch.operator"))
+         and source_line(op.location) == line})
+    if _NOT_LEGALIZED in message:
         which = "it" if len(ops) == 1 else "one of these ops of the statement"
-    return UnsupportedMutationError(
-        ", ".join(ops) or "torch-mlir's lowering", f"torch-mlir's lowering to StableHLO "
-        f"has no pattern for {which} ({diagnostic.message.splitlines()[0][:200]})",
-        location=line)
+        reason = f"torch-mlir's lowering to StableHLO has no pattern for {which}"
+    else:
+        reason = "torch-mlir's lowering to StableHLO fails on this statement"
+    return UnsupportedMutationError(", ".join(ops) or "torch-mlir's lowering",
+                                    f"{reason} ({message})", location=line)

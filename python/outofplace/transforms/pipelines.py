@@ -56,6 +56,8 @@ for _argument, _fn, _description in [
          "Remove the constant shields and fold reshapes and broadcasts of constants"),
         ("outofplace-stablehlo-constants", lowering.stablehlo_constants,
          "Turn tensor arith.constant into stablehlo.constant"),
+        ("outofplace-refuse-unknown-shapes", lowering.refuse_unknown_shapes,
+         "Refuse tensors of unknown rank or size before the lowering to StableHLO"),
         ("outofplace-verify-stablehlo", lowering.check_pure_stablehlo,
          "Fail unless the module is pure StableHLO")]:
     register_pass(_argument, _description)(_fn)  # type: ignore[arg-type]
@@ -67,7 +69,8 @@ register_pipeline(
     ["outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
      "outofplace-lower-updates", "outofplace-fold-constants",
      "outofplace-shield-constants",
-     *lowering.TORCH_TO_STABLEHLO,
+     lowering.TORCH_TO_STABLEHLO[0], "outofplace-refuse-unknown-shapes",
+     lowering.TORCH_TO_STABLEHLO[1],
      "outofplace-stablehlo-constants",
      "outofplace-strip-constant-shields",
      "outofplace-verify-stablehlo"],
