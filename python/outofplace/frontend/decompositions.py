@@ -49,6 +49,21 @@ def decompose(graph: torch.fx.Graph) -> None:
         graph.erase_node(node)
 
 
+# Conjugation and negation views that are the tensor itself on real tensors (eager
+# returns self); torch-mlir defines none of them.
+_SELF_ON_REAL = {torch.ops.aten.resolve_conj.default, torch.ops.aten.resolve_neg.default,
+                 torch.ops.aten.conj_physical_.default}
+
+
+def real_conjugations(graph: torch.fx.Graph) -> None:
+    """`x.resolve_conj()`, `x.resolve_neg()`, `x.conj_physical_()` of a real `x`  =>  `x`."""
+    for node in list(graph.nodes):
+        if node.target in _SELF_ON_REAL and isinstance(node.args[0], torch.fx.Node) and \
+                not node.args[0].meta["val"].is_complex():
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+
+
 def _indices_at(node: torch.fx.Node, dim: int, index: Any) -> list[Any]:
     """`[None] * dim + [index]`: indexing dimension `dim` of self by `index`."""
     rank = node.args[0].meta["val"].dim()

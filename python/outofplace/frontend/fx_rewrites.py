@@ -32,6 +32,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     refusals.refuse_stale_position_reads(graph)
     optimizer_ops.decompose(graph)
     out_arguments.functional_out_writes(graph)
+    decompositions.real_conjugations(graph)
     decompositions.scalars_as_tensors(graph)
     decompositions.decompose(graph)
     upstream_decompositions.decompose_unregistered(graph)
