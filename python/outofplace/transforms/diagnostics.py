@@ -63,22 +63,29 @@ _ATEN = ("torch.aten.", "torch.prims.")
 
 def _not_lowered(error: PipelineError, before: ir.Operation
                  ) -> UnsupportedMutationError | None:
-    """A torch-mlir pass that failed on a user's statement (no pattern to lower an op, or
-    a check of its own), as the refusal of that statement's op, or None for a failure
-    without a source line. An op the diagnostic names is the op; a leftover operand (a
-    constant) is named by the ops of its line."""
+    """A torch-mlir pass that failed on the program (no pattern to lower an op, or a check
+    of its own), as the refusal of the op at fault, or None for a failure that names no
+    op. An op the diagnostic names is the op; a leftover operand (a constant) is named by
+    the ops of its line, and one without a location (made by torch-mlir's decompositions)
+    by the ops of the program, with their line when they have one."""
     diagnostic = error.diagnostic
-    line = source_line(diagnostic.location) if diagnostic is not None else ""
-    if not line:
+    if diagnostic is None:
         return None
     message = diagnostic.message.splitlines()[0][:200]
+    line = source_line(diagnostic.location)
+    if not line and _NOT_LEGALIZED not in message:
+        return None
+    ops_at: dict[str, set[str]] = {}
+    for op in all_operations(before):
+        if op.name.startswith((*_ATEN, "torch.operator")):
+            ops_at.setdefault(source_line(op.location), set()).add(aten_name(op))
+    if not line and len(ops_at) == 1:
+        line = next(iter(ops_at))
     named = re.search(r"failed to legalize operation '([\w.]+)'", message)
     ops = [named.group(1)] if named and named.group(1).startswith(_ATEN) else sorted(
-        {aten_name(op) for op in all_operations(before)
-         if op.name.startswith((*_ATEN, "torch.operator"))
-         and source_line(op.location) == line})
+        ops_at.get(line, set()) if line else set().union(*ops_at.values()))
     if _NOT_LEGALIZED in message:
-        which = "it" if len(ops) == 1 else "one of these ops of the statement"
+        which = "it" if len(ops) == 1 else "one of these ops"
         reason = f"torch-mlir's lowering to StableHLO has no pattern for {which}"
     else:
         reason = "torch-mlir's lowering to StableHLO fails on this statement"
