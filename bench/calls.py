@@ -6,8 +6,9 @@ called as a user calls it, per call, beside eager PyTorch:
 - `torch.compile(step, backend="outofplace")`;
 - the executable alone: the same XLA executable's `execute`, the cache fed back;
 - `jax.jit(lambda c, p, k: c.at[:, p].set(k), donate_argnums=0)` called as a JAX user does.
-Then the peak resident memory of a call against the cache's size, and update patterns that
-also read the cache (a slice before or after the write, the whole cache, attention).
+Then the peak resident memory of a call against the cache's size, update patterns that
+also read the cache (a slice before or after the write, the whole cache, attention), and
+the cost of the checked mode (`check_bounds=True`: the flags program run before the step).
 """
 
 from __future__ import annotations
@@ -83,6 +84,13 @@ class ReaderRow:
     times: dict[str, float] = field(default_factory=dict)
     report: dict[str, str] = field(default_factory=dict)
     correct: bool | None = None
+
+
+@dataclass
+class CheckedRow:
+    cache_bytes: int
+    times: dict[str, float] = field(default_factory=dict)
+    correct: bool | None = None  # in range: eager's cache; out of range: IndexError, kept
 
 
 def median_time(fn: Callable[[], Any], seconds: float = 1.0, warmup: int = 2,
@@ -233,6 +241,39 @@ def measure_reader(name: str, cache_bytes: int, floor: float, log: Callable[[str
     return row
 
 
+def measure_checked(cache_bytes: int, log: Callable[[str], None]) -> CheckedRow:
+    """`step` compiled with and without check_bounds=True, called alternately on the
+    same cache, and the flags program alone (bounds.py)."""
+    import outofplace
+
+    seq = cache_bytes // SEQ_BYTES
+    row = CheckedRow(cache_bytes)
+    cache, pos, k = _args(seq)
+    plain = outofplace.compile(step, _args(seq))
+    checked = outofplace.compile(step, _args(seq), check_bounds=True)
+    checked(cache, pos, k)
+    ok = bool(torch.equal(cache[:, seq // 2], k))
+    before = cache[:, :2].clone()
+    try:
+        checked(cache, torch.tensor(seq), torch.zeros_like(k))
+        ok = False
+    except IndexError:
+        ok = ok and bool(torch.equal(cache[:, :2], before)) and \
+            bool(torch.equal(cache[:, seq // 2], k))
+    row.correct = ok
+    inputs = [cache, pos, k]
+    for _ in range(3):  # alternated, so that load on the machine falls on both alike
+        for name, call in (("compiled(...)", lambda: plain(cache, pos, k)),
+                           ("check_bounds=True", lambda: checked(cache, pos, k)),
+                           ("flags program alone",
+                            lambda: checked.bounds_check.flags(inputs, "xla"))):
+            row.times.setdefault(name, []).append(median_time(call, seconds=0.3))
+    row.times = {name: statistics.median(t) for name, t in row.times.items()}
+    log(f"  check_bounds at {cache_bytes >> 20} MiB: {row.times['check_bounds=True'] * 1e6:.1f}"
+        f" µs against {row.times['compiled(...)'] * 1e6:.1f} µs")
+    return row
+
+
 def floor_time() -> float:
     """The per-call floor of `compiled(...)`: the same step on a 1-position cache."""
     import outofplace
@@ -243,12 +284,13 @@ def floor_time() -> float:
     return median_time(lambda: compiled(*args))
 
 
-def run(sizes: list[int], log: Callable[[str], None]) -> tuple[list[SizeRow], list[ReaderRow],
-                                                            float]:
+def run(sizes: list[int], log: Callable[[str], None]
+        ) -> tuple[list[SizeRow], list[ReaderRow], float, list[CheckedRow]]:
     warnings.filterwarnings("ignore")
     floor = floor_time()
     log(f"calls: per-call floor {floor * 1e6:.1f} µs")
     rows = [measure_size(s, log) for s in sizes]
     readers = [measure_reader(name, s, floor, log) for name in READERS for s in sizes
                if s <= 256 << 20]
-    return rows, readers, floor
+    checked = [measure_checked(s, log) for s in sizes]
+    return rows, readers, floor, checked

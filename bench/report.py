@@ -511,8 +511,30 @@ def _compile_section(w: Any, rows: list[compile_time.Stages],
     w("")
 
 
+def _checked_section(w: Any, rows: list[call_bench.CheckedRow]) -> None:
+    w("### The checked mode\n")
+    w("`step` compiled with `check_bounds=True` (docs/api.md): each call first runs the "
+      "flags program (`pos` in range), then the step. **compiled(...)** is the unchecked "
+      "program, **check_bounds=True** the checked one on the same cache, **flags program "
+      "alone** its check; medians of three alternating rounds. Correct: the cache after an "
+      "in-range call is eager's, and a call with `pos` = seq raises IndexError and leaves "
+      "the cache as it was.\n")
+    w("| cache | compiled(...) | check_bounds=True | flags program alone | cost of the "
+      "check per call | checked / unchecked | correct |")
+    w("|---|---|---|---|---|---|---|")
+    for r in rows:
+        t = r.times
+        w(f"| {fmt_bytes(r.cache_bytes)} | {fmt_time(t['compiled(...)'])} | "
+          f"{fmt_time(t['check_bounds=True'])} | {fmt_time(t['flags program alone'])} | "
+          f"{fmt_time(t['check_bounds=True'] - t['compiled(...)'])} | "
+          f"{fmt_ratio(t['check_bounds=True'] / t['compiled(...)'])} | "
+          f"{'yes' if r.correct else '**no**'} |")
+    w("")
+
+
 def _calls_section(w: Any, rows: list[call_bench.SizeRow],
-                   readers: list[call_bench.ReaderRow], floor: float) -> None:
+                   readers: list[call_bench.ReaderRow], floor: float,
+                   checked: list[call_bench.CheckedRow] = ()) -> None:
     w("## The user's path: one call of a compiled KV-cache step\n")
     w("`step(cache, pos, k)`: `cache[:, pos] = k; return k.sum()` on a float32 cache "
       f"[{pat.B}, seq, {pat.H}, {pat.D}], `pos` a 0-d int64 tensor, called as a user calls "
@@ -560,6 +582,8 @@ def _calls_section(w: Any, rows: list[call_bench.SizeRow],
               f"{fmt_ratio(t['jax.jit, donated'] / t['compiled(...)'])} | "
               f"{', '.join(f'{k}: {v}' for k, v in r.report.items())} |")
         w("")
+    if checked:
+        _checked_section(w, checked)
     w("### Targets\n")
     by = {r.cache_bytes: r.times for r in rows}
     small, large = min(by), max(by)

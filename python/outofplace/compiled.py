@@ -14,10 +14,12 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch_mlir import ir
 
+from . import bounds
 from .backends import export, hlo_proto, iree, spmd, xla
 from .frontend import importer
 from . import torch_types
 from .context import make_context
+from .errors import OutOfBoundsPolicyWarning
 from .transforms.diagnostics import run_stage
 from .transforms.inplace_to_outofplace import io_map_of
 from .ir_utils import main_function
@@ -98,6 +100,8 @@ class Compiled:
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
     shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
     _spmd: Any = field(default=None, repr=False)  # backends/spmd.py, compiled on first use
+    check_bounds: bool = False
+    bounds_check: bounds.BoundsCheck | None = None  # run before main (bounds.py)
     _traced_strides: Any = field(default=None, repr=False)  # strides seen with `layouts`
     _static: dict = field(default_factory=dict, repr=False)  # shapes -> Compiled (for XLA)
 
@@ -269,7 +273,7 @@ class Compiled:
                              "tensors with the traced layout (for example .contiguous())")
         warnings.warn(f"{what}: compiling it again for this layout", stacklevel=4)
         other = compile(self.program, args, kwargs, engine=self.engine, mesh=self.mesh,
-                        shardings=self.shardings or None)
+                        shardings=self.shardings or None, check_bounds=self.check_bounds)
         self._relaid[tuple(layouts)] = other
         return other
 
@@ -297,12 +301,14 @@ class Compiled:
         other = self._other_layout(args, kwargs, inputs)
         if other is not None:
             return other.run(args, kwargs, engine)
-        if self.mesh is not None:  # aliased shards are written into the caller's tensors
-            return self._outputs(inputs, self._sharded()(inputs, self.result_dtypes))
         if engine == "auto":
             engine = "xla" if xla.available() else "interpreter"
+        if self.bounds_check is not None:  # raises before anything is written
+            self.bounds_check(inputs, engine)
         if engine == "xla" and self.dynamic:  # XLA compiles static shapes: one per shape
             return self.specialized([tuple(t.shape) for t in inputs]).run(args, kwargs, engine)
+        if self.mesh is not None:  # aliased shards are written into the caller's tensors
+            return self._outputs(inputs, self._sharded()(inputs, self.result_dtypes))
         if engine == "xla":  # updates the written inputs; None for their results
             results = self._xla_executable()(inputs)
         elif engine == "interpreter":
@@ -358,7 +364,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
             dump_ir: str | None = None, verify_each: bool | None = None,
             mesh: dict[str, int] | None = None,
             shardings: dict[str, Any] | None = None,
-            dynamic_shapes: Any = None) -> Compiled:
+            dynamic_shapes: Any = None, check_bounds: bool = False) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
 
     `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
@@ -377,12 +383,16 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     devices through the SPMD partitioner; `shardings` maps an argument name (as in
     `input_names`) to one entry per dimension: a mesh axis, a tuple of axes or None.
     Arguments not named are replicated (docs/sharding.md).
+
+    `check_bounds=True` makes a call whose runtime index tensors are out of range raise
+    IndexError naming the statement, before anything is written (bounds.py); by default
+    such indices are clamped or dropped (docs/api.md).
     """
     if verify_each is None:
         verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
     context = make_context()
     module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context,
-                                                     dynamic_shapes)
+                                                     dynamic_shapes, check_bounds)
     with context:
         if dump_ir:
             Path(dump_ir).mkdir(parents=True, exist_ok=True)
@@ -396,8 +406,16 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
         lowering = "outofplace-lower-to-stablehlo"
         stages = pipeline_elements(f"builtin.module({lowering})") if verify_each \
             else [lowering]
-        for number, stage in enumerate(stages, 2):
-            run_stage(module, number, stage, dump_ir)
+        with warnings.catch_warnings():
+            if signature.bounds_result is not None:  # checked, not clamped
+                warnings.simplefilter("ignore", OutOfBoundsPolicyWarning)
+            for number, stage in enumerate(stages, 2):
+                run_stage(module, number, stage, dump_ir)
+        flags = None
+        if signature.bounds_result is not None:  # the flags: a program of their own
+            flags = bounds.split(module, signature.bounds_result)
+            io_map = io_map_of(main_function(module))
+            del result_types[signature.bounds_result]
         specs = {}
         if mesh is not None:
             mesh = dict(mesh)
@@ -412,4 +430,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     program = None if isinstance(f, ExportedProgram) else f
     return Compiled(module, io_map, signature.input_names, signature, source,
                     input_types, result_types, layouts, program, engine, mesh=mesh,
-                    shardings={signature.input_names[i]: s for i, s in specs.items()})
+                    shardings={signature.input_names[i]: s for i, s in specs.items()},
+                    check_bounds=check_bounds, bounds_check=None if flags is None else
+                    bounds.BoundsCheck(flags, signature.bounds_checks,
+                                       signature.input_names, input_types))

@@ -75,5 +75,6 @@ def warn_out_of_bounds_policy(operation: ir.Operation, policy: str) -> None:
 
     where = source_line(operation.location)
     warnings.warn(f"{where + ': ' if where else ''}a runtime position out of bounds is "
-                  f"{policy} by the compiled program; eager raises IndexError",
+                  f"{policy} by the compiled program; eager raises IndexError (so does "
+                  "outofplace.compile(..., check_bounds=True))",
                   OutOfBoundsPolicyWarning, stacklevel=2)

@@ -172,17 +172,33 @@ def test_random_op_refuses_to_run_in_the_interpreter() -> None:
 
 
 def test_failing_stage_writes_a_reproducer(tmp_path):
-    """A pipeline failure names the outofplace-opt command that reproduces it."""
+    """A lowering that fails on an op torch-mlir defines but cannot lower is refused at
+    the user's line, naming the op, with the outofplace-opt command that reproduces it."""
     def f(x):
-        return torch.special.zeta(x, x)  # torch-mlir has no StableHLO lowering for zeta
+        return x.cumprod(0) * 2  # torch-mlir has no StableHLO lowering for cumprod
 
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(outofplace.UnsupportedMutationError) as caught:
         outofplace.compile(f, [torch.randn(3, 3)], dump_ir=str(tmp_path), verify_each=False)
+    assert "torch.aten.cumprod" in caught.value.op.split(", ")
+    assert caught.value.location.endswith(f":{f.__code__.co_firstlineno + 1}")
     notes = "\n".join(getattr(caught.value, "__notes__", []))
     before = tmp_path / "2-before-outofplace-lower-to-stablehlo.mlir"
     assert f"outofplace-opt {before} --pass-pipeline='builtin.module(" \
            "outofplace-lower-to-stablehlo)'" in notes
     assert before.exists() and (tmp_path / "0-torch-mutable.mlir").exists()
+
+
+def test_op_torch_mlir_does_not_define_is_refused_at_its_line():
+    """An op torch-mlir has no definition of, and no table decomposes, is refused before
+    the lowering (which would fail on its `torch.operator`)."""
+    def f(x):
+        return torch.special.zeta(x, x) + 1
+
+    with pytest.raises(outofplace.UnsupportedMutationError) as caught:
+        outofplace.compile(f, [torch.randn(3, 3)])
+    assert caught.value.op == "prims.zeta"  # what PyTorch decomposes special_zeta into
+    assert "no definition" in caught.value.reason
+    assert caught.value.location.endswith(f":{f.__code__.co_firstlineno + 1}")
 
 
 MASK = torch.tensor([True, False, True, True])

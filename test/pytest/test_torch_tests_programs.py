@@ -365,6 +365,40 @@ def test_complex_tensors_are_refused_at_their_line() -> None:
     assert info.value.location.endswith(f":{complex_scale.__code__.co_firstlineno + 1}")
 
 
+def conj_view_write(x):
+    x.conj().mul_(2)  # writes conj(conj(x) * 2) into x
+
+
+def conj_physical_write(x):
+    x.conj_physical_()
+
+
+def view_as_real_write(x):
+    torch.view_as_real(x)[..., 1].zero_()
+
+
+@pytest.mark.parametrize("f", [conj_view_write, conj_physical_write, view_as_real_write])
+def test_complex_writes_are_refused_at_their_line(f) -> None:
+    """Complex `conj` writes: refused at the statement, with what blocks them (eager runs
+    them; see docs/reliability.md)."""
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(f, (torch.randn(3, dtype=torch.complex64),))
+    assert "torch-mlir's lowering to StableHLO takes only integer and floating-point" \
+        in info.value.reason
+    assert info.value.location.endswith(f":{f.__code__.co_firstlineno + 1}")
+
+
+def real_conjugations(x):
+    y = x.conj()
+    y.mul_(2)
+    x.conj_physical_()
+    return x.resolve_conj().resolve_neg() + 1
+
+
+def test_conjugation_of_real_tensors_is_the_tensor() -> None:
+    assert_matches_eager(real_conjugations, torch.randn(3))
+
+
 def test_quantile_whose_decomposition_squeezes_a_local_in_place() -> None:
     assert_matches_eager(lambda x: torch.quantile(x, 0.3), torch.randn(7))
 

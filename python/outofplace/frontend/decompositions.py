@@ -13,6 +13,7 @@ import torch.fx
 
 from ..errors import UnsupportedMutationError
 from .fx_graph import call, source_line, view_roots
+from .inline import inline, trace
 
 
 Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
@@ -44,6 +45,53 @@ def decompose(graph: torch.fx.Graph) -> None:
         replacement.meta = dict(node.meta)
         node.replace_all_uses_with(replacement)
         graph.erase_node(node)
+
+
+# Conjugation and negation views that are the tensor itself on real tensors (eager
+# returns self); torch-mlir defines none of them.
+_SELF_ON_REAL = {torch.ops.aten.resolve_conj.default, torch.ops.aten.resolve_neg.default,
+                 torch.ops.aten.conj_physical_.default}
+
+
+def real_conjugations(graph: torch.fx.Graph) -> None:
+    """`x.resolve_conj()`, `x.resolve_neg()`, `x.conj_physical_()` of a real `x`  =>  `x`."""
+    for node in list(graph.nodes):
+        if node.target in _SELF_ON_REAL and isinstance(node.args[0], torch.fx.Node) and \
+                not node.args[0].meta["val"].is_complex():
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+
+
+def _log_add_exp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """log(exp(a) + exp(b)) without overflow: max + log1p(exp(-|a - b|)); an infinite max
+    is the answer (where a - b is nan)."""
+    high = torch.maximum(a, b)
+    return torch.where(torch.isinf(high), high,
+                       high + torch.log1p(torch.exp(-(a - b).abs())))
+
+
+def _log_cum_sum_exp(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Prefix log-sum-exp along `dim` as ceil(log2(n)) doubling steps, each one
+    `_log_add_exp` of the running result and itself shifted by a power of two (padded with
+    -inf): as exact as eager's, where log(cumsum(exp(x))) overflows at exp(89)."""
+    if x.dim() == 0:
+        return x.clone()
+    n, shift = x.shape[dim], 1
+    while shift < n:
+        padding = torch.full_like(x.narrow(dim, 0, shift), float("-inf"))
+        x = _log_add_exp(x, torch.cat([padding, x.narrow(dim, 0, n - shift)], dim))
+        shift *= 2
+    return x
+
+
+@_decomposes(torch.ops.aten.logcumsumexp.default)
+def _logcumsumexp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """x.logcumsumexp(d)  =>  the doubling scan of `_log_cum_sum_exp`: torch-mlir's own
+    decomposition, log(cumsum(exp(x))), gave inf for x = 1e4 where eager gives 1e4."""
+    if not node.meta["val"].is_floating_point():
+        return None
+    gm, inputs = trace(graph, _log_cum_sum_exp, node.args, node.kwargs)
+    return inline(graph, gm, inputs, node.meta.get("stack_trace"))
 
 
 @_decomposes(torch.ops.aten.addcmul_.default, torch.ops.aten.addcdiv_.default,

@@ -32,6 +32,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     refusals.refuse_stale_position_reads(graph)
     optimizer_ops.decompose(graph)
     out_arguments.functional_out_writes(graph)
+    decompositions.real_conjugations(graph)
     decompositions.scalars_as_tensors(graph)
     decompositions.decompose(graph)
     upstream_decompositions.decompose_unregistered(graph)
@@ -43,6 +44,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     strided_views.writes_through_strided_views(graph)
     strided_views.as_strided_read_at_each_use(graph)
     strided_views.refuse_as_strided_of_written(graph)
+    upstream_decompositions.refuse_undefined(graph)
 
 
 def _fake_constants(graph: torch.fx.Graph) -> None:
@@ -135,6 +137,8 @@ def _element_view(graph: torch.fx.Graph, item: torch.fx.Node, base: torch.fx.Nod
     dim %= max(base_val.dim(), 1)
     offset = item_val.storage_offset() - base_val.storage_offset()
     stride = base_val.stride(dim)
+    if not isinstance(offset, int) or not isinstance(stride, int):
+        return None  # sizes the data decides (symbolic): refused as dynamic shapes
     if item_val.dim() == base_val.dim():
         if stride == 0 or offset % stride:
             return None

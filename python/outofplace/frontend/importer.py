@@ -29,7 +29,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import fx_rewrites, higher_order
+from . import bounds_checks, fx_rewrites, higher_order
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
@@ -66,6 +66,10 @@ class ProgramSignature:
     cleared_grads: list[torch.Tensor] = field(default_factory=list)
     # Per argument of main its sizes, symbolic where dynamic (dynamic_shapes), and ranges.
     symbolic_sizes: SymbolicSizes = field(default_factory=SymbolicSizes)
+    # With check_bounds: what each flag of the bounds-check result checks (bounds_checks.py)
+    # and main's result holding the flags (the last before the written arguments').
+    bounds_checks: list[bounds_checks.Check] = field(default_factory=list)
+    bounds_result: int | None = None
 
     @functools.cached_property
     def _positional_tensors(self) -> int | None:
@@ -248,7 +252,8 @@ def _propagate_fake_values(gm: torch.fx.GraphModule) -> None:
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
 
 
-def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None
+def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
+                   check_bounds: bool = False
                    ) -> tuple[torch.fx.GraphModule, ProgramSignature]:
     """A copy of the exported graph whose placeholders are exactly main's arguments.
 
@@ -337,6 +342,9 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None
             leaves.append(("argument", *alias))
         else:
             leaves.append(("result", kept.setdefault(value, len(kept))))
+    flags, checks = bounds_checks.add_checks(graph) if check_bounds else (None, [])
+    if flags is not None:
+        kept[flags] = len(kept)
     output.args = (tuple(kept),)
     fx_rewrites.rewrite(graph)
     _one_use_per_constant(graph)
@@ -347,7 +355,9 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None
                                  user_input_leaves, call_spec.out_spec, leaves, first_writes,
                                  constant_inputs, {h.name: h for h in held.values()},
                                  symbolic_sizes=SymbolicSizes.of(arguments,
-                                                                 ep.range_constraints))
+                                                                 ep.range_constraints),
+                                 bounds_checks=checks,
+                                 bounds_result=None if flags is None else kept[flags])
     return gm, signature
 
 
@@ -448,12 +458,13 @@ class _InlineConstants(FxImporterHooks):
 
 
 def import_program(ep: ExportedProgram, context: ir.Context,
-                   roots: dict[str, Any] | None = None
+                   roots: dict[str, Any] | None = None, check_bounds: bool = False
                    ) -> tuple[ir.Module, ProgramSignature]:
     """Imports an exported program into mutable torch IR with named arguments; state it
-    reaches through Python objects is looked for from `roots` (training.program_roots)."""
+    reaches through Python objects is looked for from `roots` (training.program_roots).
+    `check_bounds` adds the flags of frontend/bounds_checks.py as a result."""
     with torch.no_grad():  # fake values of the rewrites are values, not autograd steps
-        gm, signature = _prepare_graph(ep, roots)
+        gm, signature = _prepare_graph(ep, roots, check_bounds)
     refuse_data_dependent_shapes(gm.graph)
     importer = FxImporter(context=context, hooks=_InlineConstants())
     func_op = importer.import_stateless_graph(gm.graph, func_name="main")
@@ -468,9 +479,11 @@ def import_program(ep: ExportedProgram, context: ir.Context,
 
 
 def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Context,
-                        dynamic_shapes: Any = None) -> tuple[ir.Module, ProgramSignature]:
+                        dynamic_shapes: Any = None, check_bounds: bool = False
+                        ) -> tuple[ir.Module, ProgramSignature]:
     """Exports and imports `f` called on `args`, `kwargs`; `dynamic_shapes` (torch.export's
-    spec) makes the dimensions it names `?` in the IR."""
+    spec) makes the dimensions it names `?` in the IR; `check_bounds` adds the flags of
+    frontend/bounds_checks.py as a result."""
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else _function_module(f)
     roots = training.program_roots(f)
     steps = None if isinstance(f, ExportedProgram) else \
@@ -479,7 +492,7 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
         raise ValueError("dynamic_shapes is for a program to export: an ExportedProgram "
                          "has its dynamic dimensions already")
     ep = export(source, args, kwargs, steps, dynamic_shapes)
-    module, signature = import_program(ep, context, roots)
+    module, signature = import_program(ep, context, roots, check_bounds)
     if not isinstance(f, (torch.nn.Module, ExportedProgram)):
         for name in signature.state_targets:  # the function's modules' state, by name
             if name not in signature.held:

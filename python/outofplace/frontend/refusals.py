@@ -217,5 +217,7 @@ def refuse_complex(graph: torch.fx.Graph) -> None:
             name = op_registry.mlir_name(node.target) if isinstance(
                 node.target, torch._ops.OpOverload) else str(node.target)
             raise UnsupportedMutationError(
-                name, "a complex tensor: torch-mlir lowers only floating-point and "
-                "integer tensors to StableHLO", location=source_line(node))
+                name, "a complex tensor: torch-mlir's lowering to StableHLO takes only "
+                "integer and floating-point element types (no pattern for complex "
+                "arithmetic, real/imag, view_as_real or conj), though StableHLO, XLA and "
+                "IREE have complex64; docs/reliability.md", location=source_line(node))

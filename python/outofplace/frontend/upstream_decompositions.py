@@ -1,5 +1,6 @@
-"""Ops torch-mlir has no definition of (`vdot`, `block_diag`, `lift`, ...), decomposed
-with PyTorch's decompositions as torch-mlir's own default path does: its table
+"""Ops torch-mlir has no definition of (`vdot`, `block_diag`, `lift`, ...), or defines but
+cannot lower to StableHLO (`NOT_LOWERED`), decomposed with PyTorch's decompositions as
+torch-mlir's own default path does: its table
 (`torch_mlir.extras.fx_decomp_util.get_decomposition_table`, core ATen's decompositions
 less those it cannot lower), then PyTorch's full table (`torch._decomp`) for the op
 itself, then the op's CompositeImplicitAutograd kernel. The decomposition is traced on
@@ -7,7 +8,8 @@ the node's fake values and inlined.
 
 An op that writes is left to the pass, which refuses it without a twin. A view is
 decomposed (into a copy) only where no write reaches its base: nothing can tell the
-copy from the view then.
+copy from the view then. What remains that torch-mlir does not define is refused at its
+line (`refuse_undefined`), before torch-mlir's lowering fails on it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
 from .. import op_registry
-from .fx_graph import op_effects, replace_node, view_roots
+from ..errors import UnsupportedMutationError
+from .fx_graph import call, op_effects, replace_node, source_line, view_roots
 from .inline import inline, trace
 
 
@@ -38,6 +41,24 @@ def _torch_context() -> ir.Context:
     return context
 
 
+# Ops torch-mlir defines whose lowering to StableHLO fails ("failed to legalize"), found
+# by test/fuzz/op_db_sweep.py; each is in torch-mlir's or PyTorch's decomposition table,
+# which torch-mlir's default path applies before lowering.
+NOT_LOWERED = frozenset({
+    "aten.clamp_max.Tensor", "aten.clamp_min.Tensor", "aten.alias_copy.default",
+    "aten.expand_copy.default", "aten.diag.default", "aten.diag_embed.default",
+    "aten.diagonal_copy.default", "aten.cross_entropy_loss.default", "aten.einsum.default",
+})
+
+
+def _lowered(op: torch._ops.OpOverload) -> bool:
+    """Whether torch-mlir defines `op` and, as far as we know, lowers it, or outofplace
+    lowers it (OPERATOR_TWINS, the twins of `index_copy_` and its kind)."""
+    name = op_registry.mlir_name(op)
+    return _registered(name) and str(op) not in NOT_LOWERED or \
+        name in op_registry.OPERATOR_TWINS
+
+
 def _decomposable(op: torch._ops.OpOverload) -> bool:
     return op in get_decomposition_table() or op in decomposition_table or \
         op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
@@ -49,18 +70,58 @@ def decompose_unregistered(graph: torch.fx.Graph) -> None:
     roots, written = view_roots(graph)
     for node in list(graph.nodes):
         effects = op_effects(node)
-        if effects is None or effects.written or _registered(
-                op_registry.mlir_name(node.target)) or not _decomposable(node.target):
+        if effects is not None and effects.written == (0,) and effects.twin is not None and \
+                not _lowered(effects.twin) and _decomposable(effects.twin) and \
+                torch.Tag.nondeterministic_seeded not in node.target.tags:
+            node = _as_twin_and_copy(graph, node, effects.twin)
+            effects = op_effects(node)
+        if effects is None or effects.written or _lowered(node.target) or \
+                not _decomposable(node.target):
             continue
         if effects.is_view and roots.get(node, node) in written:
             continue
         table = dict(get_decomposition_table())
         if node.target in decomposition_table:
             table[node.target] = decomposition_table[node.target]
-        gm, inputs = trace(graph, node.target, node.args, node.kwargs, table)
+        try:
+            gm, inputs = trace(graph, node.target, node.args, node.kwargs, table)
+        except Exception:  # noqa: BLE001 - one that reads tensor data: refused below
+            continue
         recorded = [n.target for n in gm.graph.nodes if n.op == "call_function"]
         if recorded == [node.target]:
             continue  # nothing decomposed it
         with graph.inserting_before(node):
             result = inline(graph, gm, inputs, node.meta.get("stack_trace"))
         replace_node(graph, node, result)
+
+
+def _as_twin_and_copy(graph: torch.fx.Graph, node: torch.fx.Node,
+                      twin: torch._ops.OpOverload) -> torch.fx.Node:
+    """`x.op_(*args)` whose twin torch-mlir cannot lower  =>  `x.copy_(op(x, *args))`;
+    returns the twin's node, to be decomposed."""
+    with graph.inserting_before(node):
+        value = call(graph, twin, *node.args, **node.kwargs)
+        value.meta["stack_trace"] = node.meta.get("stack_trace")
+        copy = call(graph, torch.ops.aten.copy_.default, node.args[0], value)
+        copy.meta["stack_trace"] = node.meta.get("stack_trace")
+    replace_node(graph, node, copy)
+    return value
+
+
+def refuse_undefined(graph: torch.fx.Graph) -> None:
+    """Refuses the first op making a tensor that torch-mlir does not define and nothing
+    decomposed: its importer would keep it as a `torch.operator`, which no lowering
+    accepts (a write is the pass's to refuse, with its reason)."""
+    for node in graph.nodes:
+        effects = op_effects(node)
+        if effects is None or effects.written or _lowered(node.target) or _registered(
+                op_registry.mlir_name(node.target)):
+            continue
+        values = node.meta.get("val")
+        values = values if isinstance(values, (list, tuple)) else [values]
+        if any(isinstance(v, torch.Tensor) for v in values):
+            raise UnsupportedMutationError(
+                str(node.target.overloadpacket), "torch-mlir has no definition of this op "
+                "and no decomposition of it could be traced (none in torch-mlir's or "
+                "PyTorch's tables, or one reading tensor data), so it cannot be lowered to "
+                "StableHLO", location=source_line(node))

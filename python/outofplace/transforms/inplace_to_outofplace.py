@@ -185,7 +185,8 @@ class _FunctionRewriter:
 
     def visit_reader(self, op: ir.Operation, fresh: list[ir.Value]) -> None:
         """Any other op reads the current values; a tensor it makes may be mutated later."""
-        if op.name == "torch.operator" or any(len(r.blocks) for r in op.regions):
+        if op.name == "torch.operator" and op_registry.aten_name(op) not in \
+                op_registry.OPERATOR_TWINS or any(len(r.blocks) for r in op.regions):
             raise UnsupportedMutationError.at(
                 op, "a mutated tensor is used by an op outofplace cannot see into")
         for position, value in enumerate(op.operands):

@@ -434,8 +434,11 @@ def _index_op(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     self, dim_value, index = op.operands[:3]
     self_t, index_t, dim = _ranked_tensor(self), _ranked_tensor(index), \
         constant_int(dim_value)
-    if self_t is None or index_t is None or dim is None or not self_t.sizes or \
-            len(index_t.sizes) > 1:
+    if self_t is not None and not self_t.sizes:  # eager: one element; index_put: none
+        raise UnsupportedMutationError.at(
+            op, "it indexes a 0-d tensor along a dimension (eager takes it as one "
+            "element); view it as x.view(1) first")
+    if self_t is None or index_t is None or dim is None or len(index_t.sizes) > 1:
         return True
     entries: list[ir.Value | None] = [None] * len(self_t.sizes)
     entries[dim % len(self_t.sizes)] = index

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from torch_mlir import ir, rewrite
 
+from .. import torch_types
+from ..errors import UnsupportedMutationError
 from ..ir_utils import all_operations
 from .registry import register_pass
 
@@ -32,13 +34,33 @@ def _arith_constant_to_stablehlo(op: ir.Operation, rewriter: rewrite.PatternRewr
     return False
 
 
+def _empty_as_zeros(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """tensor.empty() : tensor<2x3xf32>  =>  stablehlo.constant dense<0.0> : tensor<2x3xf32>
+    (`torch.empty` and its kind: eager leaves the values unspecified, zeros are some)."""
+    tensor_type = ir.RankedTensorType(op.result.type)
+    if not tensor_type.has_static_shape:
+        return True
+    element = tensor_type.element_type
+    zero = ir.FloatAttr.get(element, 0.0, loc=op.location) \
+        if isinstance(element, ir.FloatType) else ir.IntegerAttr.get(element, 0)
+    with rewriter.ip:
+        new = ir.Operation.create(
+            "stablehlo.constant", results=[tensor_type], loc=op.location,
+            attributes={"value": ir.DenseElementsAttr.get_splat(tensor_type, zero)})
+    rewriter.replace_op(op, new)
+    return False
+
+
 @register_pass(
     "outofplace-stablehlo-constants", "Turn tensor arith.constant into stablehlo.constant",
-    'tensor `arith.constant` → `stablehlo.constant`')
+    'tensor `arith.constant` → `stablehlo.constant`; `tensor.empty` of static shape (what '
+    'torch-mlir makes of `torch.empty`) → zeros')
 def stablehlo_constants(module: ir.Operation) -> None:
-    """Replaces tensor `arith.constant` ops with `stablehlo.constant`."""
+    """Replaces tensor `arith.constant` ops with `stablehlo.constant`, and `tensor.empty`
+    (what torch-mlir makes of `torch.empty`) with zeros."""
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("arith.constant", _arith_constant_to_stablehlo)
+    patterns.add("tensor.empty", _empty_as_zeros)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
 
 
@@ -201,6 +223,26 @@ def dynamic_broadcasts(module: ir.Operation) -> None:
     patterns.add("stablehlo.dynamic_broadcast_in_dim", _dynamic_broadcast)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
     _erase_unused_shape_ops(module)
+
+
+
+@register_pass(
+    "outofplace-refuse-unknown-shapes",
+    "Refuse tensors of unknown rank before the lowering to StableHLO",
+    "refuses the first op whose result has no known rank after torch-mlir's "
+    "decompositions (its einsum and cross_entropy_loss patterns have left unranked "
+    "tensors, on which its StableHLO conversion aborts the process)")
+def refuse_unknown_shapes(module: ir.Operation) -> None:
+    """Refuses the first op whose result has no known rank after torch-mlir's
+    decompositions: its StableHLO conversion crashes the process on them. (Unknown
+    sizes of a known rank it lowers: batch_norm's decomposition makes some.)"""
+    for op in all_operations(module):
+        for result in op.results:
+            if torch_types.is_tensor(result.type) and \
+                    torch_types.TensorType.of(result.type).sizes is None:
+                raise UnsupportedMutationError.at(
+                    op, "torch-mlir's decompositions left a tensor of unknown rank "
+                    f"({result.type}), which its lowering to StableHLO cannot take")
 
 
 def foreign_ops(module: ir.Operation) -> list[ir.Operation]:

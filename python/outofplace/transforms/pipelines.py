@@ -25,12 +25,13 @@ register_pipeline(
      "outofplace-upstream-wrap-negative-indices", "outofplace-upstream-fill-tensor",
      "outofplace-fold-constants",
      "outofplace-shield-constants",
-     *lowering.TORCH_TO_STABLEHLO,
+     lowering.TORCH_TO_STABLEHLO[0], "outofplace-refuse-unknown-shapes",
+     lowering.TORCH_TO_STABLEHLO[1],
+     "outofplace-stablehlo-constants",
      # dynamic dimensions: shape computations as StableHLO (get_dimension_size)
      "outofplace-dynamic-shapes", "func.func(shape-legalize-to-stablehlo)",
      "reconcile-unrealized-casts",
      "outofplace-dynamic-broadcasts",
-     "outofplace-stablehlo-constants",
      "outofplace-strip-constant-shields",
      "outofplace-verify-stablehlo"],
     "Lower value-semantic torch IR to pure StableHLO")
@@ -50,7 +51,13 @@ def in_pipeline_order() -> list:
 
 
 class PipelineError(Exception):
-    """A pipeline that cannot be parsed or that failed while running."""
+    """A pipeline that cannot be parsed or that failed while running; `diagnostic` is the
+    first error diagnostic (its `.location`, `.message`) of a failure in MLIR's or
+    torch-mlir's passes, None for one of ours (each is verified as it ends)."""
+
+    def __init__(self, message: str, diagnostic: object = None) -> None:
+        super().__init__(message)
+        self.diagnostic = diagnostic
 
 
 def split_top_level(text: str) -> list[str]:
@@ -100,6 +107,11 @@ def _python_pass(registered: Pass, options: dict[str, str],
         try:
             with op.context:  # a pass may run outside the caller's `with context`
                 registered.run(op.operation, options)
+                try:  # here, so that invalid IR is ours, not the next (torch-mlir) pass's
+                    op.operation.verify()
+                except ir.MLIRError as error:
+                    raise PipelineError(f"'{registered.argument}' left invalid IR: "
+                                        f"{_first_diagnostic(error)}") from None
         except Exception as error:  # reported after PassManager.run returns
             failures.append(error)
             pass_.signal_pass_failure()  # type: ignore[attr-defined]
@@ -169,7 +181,9 @@ def run_pipeline(module: ir.Module | ir.Operation, text: str,
     except ir.MLIRError as error:
         if failures:
             raise failures[0] from None
-        raise PipelineError(_first_diagnostic(error)) from None
+        diagnostics = getattr(error, "error_diagnostics", None)
+        raise PipelineError(_first_diagnostic(error),
+                            diagnostics[0] if diagnostics else None) from None
     if failures:
         raise failures[0]
 

@@ -1,0 +1,102 @@
+"""Ops PyTorch's op database (test/fuzz/op_db_sweep.py) found reaching torch-mlir's
+lowering and failing there with a raw error, or aborting the process: each now compiles
+and matches eager (decomposed by PyTorch's or torch-mlir's tables, or by ours), or is
+refused as an UnsupportedMutationError naming the op and the user's line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import outofplace
+from differential import assert_matches_eager
+
+
+def einsum_to_scalar(x):
+    return torch.einsum("i->", x)  # torch-mlir's decomposition left an unranked sum: abort
+
+
+def cross_entropy(x, target):
+    return F.cross_entropy(x, target)  # aborted the same way
+
+
+def clamp_max_tensor(x, bound):
+    return x.clamp_max(bound) + 1
+
+
+def clamp_max_tensor_(x, bound):
+    x.clamp_max_(bound)  # the twin, clamp_max.Tensor, has no lowering: decomposed
+
+
+def diag_embed(x):
+    return torch.diag_embed(x) * 2
+
+
+def logcumsumexp(x):
+    return x.logcumsumexp(0)  # torch-mlir's log(cumsum(exp(x))) overflowed to inf
+
+
+def empty_then_written(x):
+    y = torch.empty_like(x)
+    y[1:] = x[1:]
+    y[0] = 0
+    return y
+
+
+def empty_read_and_written(x):  # nothing of the empty tensor reaches the output
+    z = torch.empty(3)
+    return z.mul_(0).add_(x)
+
+
+COMPILED = [
+    (einsum_to_scalar, (torch.randn(3),)),
+    (cross_entropy, (torch.randn(2, 3), torch.tensor([0, 2]))),
+    (clamp_max_tensor, (torch.randn(4), torch.tensor(0.2))),
+    (clamp_max_tensor_, (torch.randn(4), torch.tensor(0.2))),
+    (diag_embed, (torch.randn(2, 3),)),
+    (logcumsumexp, (torch.tensor([1e4, 1e4, -1e3, 3.0, float("-inf"), 2.0]),)),
+    (logcumsumexp, (torch.randn(5, 3),)),
+    (empty_then_written, (torch.randn(3, 2),)),
+    (empty_read_and_written, (torch.randn(3),)),
+]
+
+
+@pytest.mark.parametrize("f, args", COMPILED, ids=[f.__name__ for f, _ in COMPILED])
+def test_compiles_and_matches_eager(f, args):
+    assert_matches_eager(f, *args)
+
+
+def cholesky(x):
+    return torch.linalg.cholesky(x @ x.mT + torch.eye(3))
+
+
+def cumprod(x):
+    return x.cumprod(0) + 1
+
+
+def index_copy_0d(x, i, v):
+    x.index_copy_(0, i, v)
+
+
+def adaptive_pool(x):
+    return F.adaptive_avg_pool2d(x, (3, 3))
+
+
+REFUSED = [
+    (cholesky, (torch.randn(3, 3),), "aten.linalg_cholesky_ex", "no definition"),
+    (cumprod, (torch.randn(4),), "torch.aten.cumprod", "no pattern"),
+    (index_copy_0d, (torch.tensor(1.0), torch.tensor([0]), torch.tensor(2.0)),
+     "torch.aten.index_copy", "0-d tensor"),
+    (adaptive_pool, (torch.randn(1, 2, 5, 7),), "torch.aten.adaptive_avg_pool2d",
+     "fails on this statement"),
+]
+
+
+@pytest.mark.parametrize("f, args, op, reason", REFUSED, ids=[r[0].__name__ for r in REFUSED])
+def test_refused_at_the_line_naming_the_op(f, args, op, reason):
+    with pytest.raises(outofplace.UnsupportedMutationError) as caught:
+        outofplace.compile(f, args)
+    assert op in caught.value.op.split(", ")
+    assert reason in caught.value.reason
+    assert caught.value.location.endswith(f":{f.__code__.co_firstlineno + 1}")
