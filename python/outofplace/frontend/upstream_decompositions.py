@@ -1,4 +1,5 @@
-"""Ops torch-mlir has no definition of (`vdot`, `block_diag`, `lift`, ...), decomposed
+"""Ops torch-mlir has no definition of (`vdot`, `block_diag`, `lift`, ...), and the ops
+of gradient formulas (`threshold_backward`, ...), decomposed
 with PyTorch's decompositions as torch-mlir's own default path does: its table
 (`torch_mlir.extras.fx_decomp_util.get_decomposition_table`, core ATen's decompositions
 less those it cannot lower), then PyTorch's full table (`torch._decomp`) for the op
@@ -43,14 +44,22 @@ def _decomposable(op: torch._ops.OpOverload) -> bool:
         op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
 
 
+def _is_backward(op: torch._ops.OpOverload) -> bool:
+    """A gradient formula's op (`threshold_backward`, `_softmax_backward_data`): torch-mlir
+    defines many and lowers few of them to StableHLO (`threshold_backward` with an int
+    threshold fails to legalize), so PyTorch's decomposition is taken where it has one."""
+    return "_backward" in op._schema.name and op in decomposition_table
+
+
 def decompose_unregistered(graph: torch.fx.Graph) -> None:
-    """Every node whose op torch-mlir does not define and PyTorch decomposes, as the
-    ops its decomposition records."""
+    """Every node whose op torch-mlir does not define (or is a gradient formula's) and
+    PyTorch decomposes, as the ops its decomposition records."""
     roots, written = view_roots(graph)
     for node in list(graph.nodes):
         effects = op_effects(node)
-        if effects is None or effects.written or _registered(
-                op_registry.mlir_name(node.target)) or not _decomposable(node.target):
+        if effects is None or effects.written or not _decomposable(node.target) or (
+                _registered(op_registry.mlir_name(node.target)) and
+                not _is_backward(node.target)):
             continue
         if effects.is_view and roots.get(node, node) in written:
             continue
