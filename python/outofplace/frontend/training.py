@@ -32,6 +32,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from .. import op_registry
 from ..errors import UnsupportedMutationError
 from .runtime_positions import user_line
 
@@ -219,12 +220,14 @@ class SavedTensors(TorchDispatchMode):
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         results = func(*args, **kwargs)
-        if self.made is not None and torch.Tag.nondeterministic_seeded not in func.tags \
-                and not func._schema.is_mutable:
+        if self.made is None or torch.Tag.nondeterministic_seeded in func.tags:
+            return results
+        replay = _functional_variant(func) if func._schema.is_mutable else func
+        if replay is not None:
             last = self.tracer.graph._root.prev
             for result in pytree.tree_leaves(results):
                 if isinstance(result, torch.Tensor):
-                    self.made[result] = (func, args, kwargs, results, last)
+                    self.made[result] = (func, replay, args, kwargs, results, last)
         return results
 
     def _replay(self, tensor: torch.Tensor) -> Any:
@@ -232,7 +235,7 @@ class SavedTensors(TorchDispatchMode):
         record = self.made.pop(tensor, None) if self.made is not None else None
         if record is None:
             return None
-        func, args, kwargs, results, last = record
+        func, replay, args, kwargs, results, last = record
         tracker = self.tracker
         leaves, spec = pytree.tree_flatten((args, kwargs))
         proxies = []
@@ -246,18 +249,43 @@ class SavedTensors(TorchDispatchMode):
                 return None
             else:
                 proxies.append(leaf)
+        # At the point of the forward where the op ran (after its operands' nodes): the
+        # operands' values then, whatever the program wrote into them later.
         order = {node: i for i, node in enumerate(self.tracer.graph.nodes)}
         after = max([last] + [p.node for p in proxies if isinstance(p, torch.fx.Proxy)],
                     key=lambda node: order.get(node, -1))
         proxy_args, proxy_kwargs = pytree.tree_unflatten(proxies, spec)
         with self.tracer.graph.inserting_after(after):
-            proxy = self.tracer.create_proxy("call_function", func, proxy_args,
+            proxy = self.tracer.create_proxy("call_function", replay, proxy_args,
                                              proxy_kwargs)
+        if replay is not func:
+            # The functional variant returns the op's results, then the new values of
+            # the operands the op writes.
+            written = [kwargs[a.name] if a.name in kwargs else args[i]
+                       for i, a in enumerate(func._schema.arguments)
+                       if a.alias_info is not None and a.alias_info.is_write]
+            firsts = results if isinstance(results, tuple) else (results,)
+            proxy.node.meta["val"] = (*firsts, *written)
+            if isinstance(results, tuple):
+                proxy = tuple(proxy[i] for i in range(len(results)))
         proxy_tensor.track_tensor_tree(results, proxy, constant=None, tracer=self.tracer)
         for result in pytree.tree_leaves(results):
             if isinstance(result, torch.Tensor):
                 self.made.pop(result, None)
         return tracker.get(tensor)
+
+
+def _functional_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The op that computes what `op` does without writing its operands: its out-of-place
+    twin (`add_` -> `add`), or the `_functional` variant of an op that writes other
+    operands (`_batch_norm_with_update` -> `_batch_norm_with_update_functional`, whose
+    results are the op's, then the written operands' new values)."""
+    effects = op_registry.effects(op_registry.mlir_name(op))
+    if effects is not None and effects.twin is not None:
+        return effects.twin
+    namespace, name = op._schema.name.split("::")
+    packet = getattr(getattr(torch.ops, namespace), f"{name}_functional", None)
+    return getattr(packet, op._overloadname, None) if packet is not None else None
 
 
 class _ReplayingTracker(WeakTensorKeyDictionary):

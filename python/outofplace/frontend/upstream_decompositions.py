@@ -1,5 +1,5 @@
-"""Ops torch-mlir has no definition of (`vdot`, `block_diag`, `lift`, ...), and the ops
-of gradient formulas (`threshold_backward`, ...), decomposed
+"""Ops torch-mlir has no definition of (`vdot`, `block_diag`, `lift`, ...), or lowers
+wrongly (`nll_loss_forward`, gradient formulas' ops), decomposed
 with PyTorch's decompositions as torch-mlir's own default path does: its table
 (`torch_mlir.extras.fx_decomp_util.get_decomposition_table`, core ATen's decompositions
 less those it cannot lower), then PyTorch's full table (`torch._decomp`) for the op
@@ -44,28 +44,38 @@ def _decomposable(op: torch._ops.OpOverload) -> bool:
         op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
 
 
-def _is_backward(op: torch._ops.OpOverload) -> bool:
-    """A gradient formula's op (`threshold_backward`, `_softmax_backward_data`): torch-mlir
-    defines many and lowers few of them to StableHLO (`threshold_backward` with an int
-    threshold fails to legalize), so PyTorch's decomposition is taken where it has one."""
-    return "_backward" in op._schema.name and op in decomposition_table
+# Ops torch-mlir defines but lowers wrongly, decomposed by PyTorch before they reach it:
+# its StableHLO lowering of nll_loss_forward (F.cross_entropy, F.nll_loss) crashes the
+# process (a segmentation fault, torch-mlir 2026-09).
+_MISLOWERED = (torch.ops.aten.nll_loss_forward.default,
+               torch.ops.aten.nll_loss2d_forward.default,
+               torch.ops.aten.cross_entropy_loss.default)
+
+
+def _pytorch_first(op: torch._ops.OpOverload) -> bool:
+    """An op taken by PyTorch's decomposition although torch-mlir defines it: those of
+    `_MISLOWERED`, and gradient formulas' (`threshold_backward`, `_softmax_backward_data`),
+    of which torch-mlir lowers few to StableHLO (`threshold_backward` with an int
+    threshold fails to legalize)."""
+    return op in _MISLOWERED or "_backward" in op._schema.name and op in decomposition_table
 
 
 def decompose_unregistered(graph: torch.fx.Graph) -> None:
-    """Every node whose op torch-mlir does not define (or is a gradient formula's) and
-    PyTorch decomposes, as the ops its decomposition records."""
+    """Every node whose op torch-mlir does not define (or should not lower) and PyTorch
+    decomposes, as the ops its decomposition records."""
     roots, written = view_roots(graph)
     for node in list(graph.nodes):
         effects = op_effects(node)
         if effects is None or effects.written or not _decomposable(node.target) or (
                 _registered(op_registry.mlir_name(node.target)) and
-                not _is_backward(node.target)):
+                not _pytorch_first(node.target)):
             continue
         if effects.is_view and roots.get(node, node) in written:
             continue
         table = dict(get_decomposition_table())
-        if node.target in decomposition_table:
-            table[node.target] = decomposition_table[node.target]
+        for op in (node.target, *_MISLOWERED):
+            if op in decomposition_table:
+                table[op] = decomposition_table[op]
         gm, inputs = trace(graph, node.target, node.args, node.kwargs, table)
         recorded = [n.target for n in gm.graph.nodes if n.op == "call_function"]
         if recorded == [node.target]:
