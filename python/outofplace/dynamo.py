@@ -85,9 +85,8 @@ class ShapeSpecializing:
         return self.program(args)(*args)
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """The dynamo backend: compile the graph once (per shape, when sizes are symbolic),
-    then run it on every call."""
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Compiles one graph once (per shape, when sizes are symbolic); the callable runs it."""
     if any(_is_symbolic(example) for example in example_inputs):
         return ShapeSpecializing(gm)
     compiled = compile_program(gm, tuple(_concrete(e) for e in example_inputs))
@@ -97,3 +96,37 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[...
 
     run.compiled = compiled  # type: ignore[attr-defined]
     return run
+
+
+def _needs_gradients(example_inputs: list[Any]) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(e, torch.Tensor) and e.requires_grad for e in example_inputs)
+
+
+_TRAINING = None
+
+
+def _training_backend() -> Callable[..., Any]:
+    """AOTAutograd splitting a graph that needs gradients into a forward and a backward
+    graph, each compiled by outofplace, as torch's own backends do; writes to inputs
+    (BatchNorm's running statistics) are kept by AOTAutograd's wrapper."""
+    global _TRAINING
+    if _TRAINING is None:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._functorch.aot_autograd import make_boxed_func
+
+        def boxed(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+            return make_boxed_func(_compile_graph(gm, example_inputs))
+
+        _TRAINING = aot_autograd(fw_compiler=boxed, bw_compiler=boxed)
+    return _TRAINING
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """The dynamo backend: compile the graph once (per shape, when sizes are symbolic),
+    then run it on every call. A graph whose inputs require gradients (a model being
+    trained) is compiled as the forward and backward graphs AOTAutograd makes, so
+    `loss.backward()` runs compiled code too."""
+    if _needs_gradients(example_inputs):
+        return _training_backend()(gm, example_inputs)
+    return _compile_graph(gm, example_inputs)

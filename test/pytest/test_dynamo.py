@@ -126,3 +126,52 @@ def test_module_buffers_across_shapes_and_a_graph_break():
         x = torch.randn(batch, 4)
         torch.testing.assert_close(compiled(x), eager(x))
         assert_module_state_matches(model, eager, f"batch {batch}")
+
+
+class BatchNormMLP(torch.nn.Module):
+    """An MLP with BatchNorm in train mode: its running statistics are written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(6, 8)
+        self.bn = torch.nn.BatchNorm1d(8)
+        self.fc2 = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.bn(self.fc1(x))))
+
+
+def test_training_with_backward_and_optimizer_matches_eager(monkeypatch):
+    """`loss.backward()` on a compiled model: AOTAutograd's forward and backward graphs
+    are both compiled by outofplace; gradients, parameters after SGD steps and the
+    running statistics match eager."""
+    import outofplace.dynamo
+
+    graphs = []
+    compile_program = outofplace.dynamo.compile_program
+
+    def spy(gm, args):
+        graphs.append(gm)
+        return compile_program(gm, args)
+
+    monkeypatch.setattr(outofplace.dynamo, "compile_program", spy)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = BatchNormMLP().train()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="outofplace")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, eager)]
+    for step in range(3):
+        x, y = torch.randn(4, 6), torch.randn(4, 3)
+        losses = []
+        for m, opt in zip((compiled, eager), opts):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(m(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[0], losses[1])
+        for (name, p), e in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, e.grad, msg=f"step {step} {name}.grad")
+        assert_module_state_matches(model, eager, f"step {step}")
+    assert len(graphs) == 2, "one forward and one backward graph, compiled once"
