@@ -2,6 +2,7 @@
 
 import copy
 
+import pytest
 import torch
 import torch._dynamo
 
@@ -141,7 +142,27 @@ class BatchNormMLP(torch.nn.Module):
         return self.fc2(torch.relu(self.bn(self.fc1(x))))
 
 
-def test_training_with_backward_and_optimizer_matches_eager(monkeypatch):
+def _mse(model, x, y):
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def _cross_entropy(model, x, y):
+    return torch.nn.functional.cross_entropy(model(x), y)
+
+
+def _cnn():
+    from test_training_step import CNN
+    return CNN()
+
+
+TRAINING = {"batchnorm-mlp": (BatchNormMLP, _mse,
+                              lambda: (torch.randn(4, 6), torch.randn(4, 3))),
+            "cnn": (_cnn, _cross_entropy,
+                    lambda: (torch.randn(2, 3, 8, 8), torch.randint(5, (2,))))}
+
+
+@pytest.mark.parametrize("case", list(TRAINING))
+def test_training_with_backward_and_optimizer_matches_eager(case, monkeypatch):
     """`loss.backward()` on a compiled model: AOTAutograd's forward and backward graphs
     are both compiled by outofplace; gradients, parameters after SGD steps and the
     running statistics match eager."""
@@ -157,16 +178,17 @@ def test_training_with_backward_and_optimizer_matches_eager(monkeypatch):
     monkeypatch.setattr(outofplace.dynamo, "compile_program", spy)
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = BatchNormMLP().train()
+    make_model, loss_of, data = TRAINING[case]
+    model = make_model().train()
     eager = copy.deepcopy(model)
     compiled = torch.compile(model, backend="outofplace")
     opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, eager)]
     for step in range(3):
-        x, y = torch.randn(4, 6), torch.randn(4, 3)
+        x, y = data()
         losses = []
         for m, opt in zip((compiled, eager), opts):
             opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(m(x), y)
+            loss = loss_of(m, x, y)
             loss.backward()
             opt.step()
             losses.append(loss.detach())
