@@ -32,9 +32,10 @@ def rewrite(graph: torch.fx.Graph) -> None:
     refusals.refuse_stale_position_reads(graph)
     optimizer_ops.decompose(graph)
     out_arguments.functional_out_writes(graph)
-    upstream_decompositions.decompose_unregistered(graph)  # before the table: its ops too
     decompositions.scalars_as_tensors(graph)
     decompositions.decompose(graph)
+    upstream_decompositions.decompose_unregistered(graph)
+    decompositions.decompose(graph)  # the ops those made (slice_scatter of slice_backward)
     shape_changes.local_shape_changes(graph)  # those decompositions made (quantile)
     optimizer_ops.scalars_read_as_tensors(graph)
     decompositions.wrap_negative_indices(graph)

@@ -154,7 +154,10 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     def enter(module: Any, args: tuple, kwargs: dict) -> None:
         shapes.watch(module, args, kwargs)
         steps.enter()
-        saved_tensors.__enter__()
+        if torch.is_grad_enabled() and any(  # autograd records: gradients may be taken
+                t.requires_grad for t in (*module.parameters(), *pytree.tree_leaves(
+                    (args, kwargs))) if isinstance(t, torch.Tensor)):
+            saved_tensors.__enter__()
         items.__enter__()
         shapes.__enter__()
         positions.__enter__()

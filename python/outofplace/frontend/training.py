@@ -203,7 +203,8 @@ class SavedTensors(TorchDispatchMode):
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
-        super().__exit__(*exc)
+        if self in _get_current_dispatch_mode_stack():
+            super().__exit__(*exc)
         self.release()
 
     def release(self) -> None:
