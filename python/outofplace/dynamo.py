@@ -85,9 +85,8 @@ class ShapeSpecializing:
         return self.program(args)(*args)
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """The dynamo backend: compile the graph once (per shape, when sizes are symbolic),
-    then run it on every call."""
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Compiles one graph once (per shape, when sizes are symbolic); the callable runs it."""
     if any(_is_symbolic(example) for example in example_inputs):
         return ShapeSpecializing(gm)
     compiled = compile_program(gm, tuple(_concrete(e) for e in example_inputs))
@@ -97,3 +96,45 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[...
 
     run.compiled = compiled  # type: ignore[attr-defined]
     return run
+
+
+def _needs_gradients(example_inputs: list[Any]) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(e, torch.Tensor) and e.requires_grad for e in example_inputs)
+
+
+_TRAINING = None
+
+
+def _training_backend() -> Callable[..., Any]:
+    """AOTAutograd splitting a graph that needs gradients into a forward and a backward
+    graph, each compiled by outofplace, as torch's own backends do. Writes to inputs
+    that need no gradient (a KV cache, BatchNorm's running statistics) stay in the
+    forward graph (`keep_inference_input_mutations`, which inductor sets too), so
+    outofplace updates them in place; without it AOTAutograd's wrapper would copy each
+    written buffer back after every call."""
+    global _TRAINING
+    if _TRAINING is None:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._functorch.aot_autograd import make_boxed_func
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        def boxed(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+            # AOTAutograd calls its compilers inside its fake mode: compiling (tracing
+            # again from real tensors, checking arguments) needs real ones.
+            with unset_fake_temporarily():
+                return make_boxed_func(_compile_graph(gm, example_inputs))
+
+        _TRAINING = aot_autograd(fw_compiler=boxed, bw_compiler=boxed,
+                                 keep_inference_input_mutations=True)
+    return _TRAINING
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """The dynamo backend: compile the graph once (per shape, when sizes are symbolic),
+    then run it on every call. A graph whose inputs require gradients (a model being
+    trained) is compiled as the forward and backward graphs AOTAutograd makes, so
+    `loss.backward()` runs compiled code too."""
+    if _needs_gradients(example_inputs):
+        return _training_backend()(gm, example_inputs)
+    return _compile_graph(gm, example_inputs)

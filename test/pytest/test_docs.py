@@ -23,7 +23,7 @@ from differential import assert_matches_eager
 ROOT = Path(__file__).resolve().parents[2]
 # Pages whose ```python blocks form one runnable program, top to bottom.
 PAGES = ["README.md", "docs/api.md", "docs/models.md", "docs/backends.md", "docs/shapes.md",
-         "docs/sharding.md"]
+         "docs/sharding.md", "docs/training.md"]
 
 
 def _blocks(page: str, language: str = "python") -> list[str]:

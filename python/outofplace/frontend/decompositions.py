@@ -206,6 +206,42 @@ def _empty_strided(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node 
                                (root, [order.index(d) for d in range(value.dim())]))
 
 
+@_decomposes(torch.ops.aten.max_pool2d_with_indices.default)
+def _max_pool_stride(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """max_pool2d_with_indices(x, k, stride=[])  =>  (x, k, stride=k): an empty stride is
+    the kernel's (what autograd saves for F.max_pool2d's backward), which torch-mlir's
+    lowering reads as stride 1."""
+    args = list(node.args)
+    stride = args[2] if len(args) > 2 else node.kwargs.get("stride", [])
+    if stride:
+        return None
+    kwargs = dict(node.kwargs)
+    kwargs.pop("stride", None)
+    args = [*args[:2], list(args[1]), *args[3:]]
+    return graph.call_function(node.target, tuple(args), kwargs)
+
+
+@_decomposes(torch.ops.aten.slice_scatter.default)
+def _slice_scatter_bounds(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """slice_scatter(x, v, d, start, end) with its bounds clamped into x's dimension, as
+    slicing clamps them: the backward of `x[..., 4:]` has end 2**63 - 1, for which
+    torch-mlir's lowering tried to allocate without bound (the process was killed)."""
+    self, src, dim, start, end, step = (list(node.args) + [0, None, None, 1][
+        len(node.args) - 2:])[:6]
+    dim = node.kwargs.get("dim", dim)
+    start = node.kwargs.get("start", start)
+    end = node.kwargs.get("end", end)
+    step = node.kwargs.get("step", step)
+    if any(isinstance(v, torch.fx.Node) for v in (dim, start, end, step)):
+        return None
+    size = self.meta["val"].shape[dim]
+    bounded = [min(max(v + size if v < 0 else v, 0), size) if v is not None else d
+               for v, d in ((start, 0), (end, size))]
+    if bounded == [start, end]:
+        return None
+    return graph.call_function(node.target, (self, src, dim, *bounded, step))
+
+
 # `x &= y` and friends, as the bitwise ops torch-mlir knows in both operand kinds.
 _BITWISE = {"__iand__": "bitwise_and_", "__ior__": "bitwise_or_", "__ixor__": "bitwise_xor_",
             "__ilshift__": "bitwise_left_shift_", "__irshift__": "bitwise_right_shift_",

@@ -36,6 +36,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     decompositions.scalars_as_tensors(graph)
     decompositions.decompose(graph)
     upstream_decompositions.decompose_unregistered(graph)
+    decompositions.decompose(graph)  # the ops those made (slice_scatter of slice_backward)
     shape_changes.local_shape_changes(graph)  # those decompositions made (quantile)
     optimizer_ops.scalars_read_as_tensors(graph)
     _copy_where_views_copy(graph)

@@ -176,10 +176,15 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
 
     items = steps.items_as_tensors()
+    saved_tensors = training.SavedTensors()
 
     def enter(module: Any, args: tuple, kwargs: dict) -> None:
         shapes.watch(module, args, kwargs)
         steps.enter()
+        if torch.is_grad_enabled() and any(  # autograd records: gradients may be taken
+                t.requires_grad for t in (*module.parameters(), *pytree.tree_leaves(
+                    (args, kwargs))) if isinstance(t, torch.Tensor)):
+            saved_tensors.__enter__()
         items.__enter__()
         shapes.__enter__()
         positions.__enter__()
@@ -190,6 +195,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         positions.__exit__(None, None, None)
         shapes.__exit__(None, None, None)
         items.__exit__(None, None, None)
+        saved_tensors.__exit__(None, None, None)
         if sys.exc_info()[0] is None:  # not on the way out of a forward that raised
             masked.refuse_escaping(output)
             steps.leave()
@@ -228,6 +234,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         # on the stack, which would change the next trace.
         while torch._C._len_torch_function_stack() > modes:
             torch._C._pop_torch_function_stack()
+        saved_tensors.release()
         for hook in hooks:
             hook.remove()
         with torch.no_grad():

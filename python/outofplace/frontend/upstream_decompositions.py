@@ -1,6 +1,7 @@
-"""Ops torch-mlir has no definition of (`vdot`, `block_diag`, `lift`, ...), or defines but
-cannot lower to StableHLO (`NOT_LOWERED`), decomposed with PyTorch's decompositions as
-torch-mlir's own default path does: its table
+"""Ops torch-mlir has no definition of (`vdot`, `block_diag`, `lift`, ...), defines but
+cannot lower to StableHLO (`NOT_LOWERED`), or lowers wrongly (`nll_loss_forward`,
+gradient formulas' ops), decomposed with PyTorch's decompositions as torch-mlir's own
+default path does: its table
 (`torch_mlir.extras.fx_decomp_util.get_decomposition_table`, core ATen's decompositions
 less those it cannot lower), then PyTorch's full table (`torch._decomp`) for the op
 itself, then the op's CompositeImplicitAutograd kernel. The decomposition is traced on
@@ -52,11 +53,12 @@ NOT_LOWERED = frozenset({
 
 
 def _lowered(op: torch._ops.OpOverload) -> bool:
-    """Whether torch-mlir defines `op` and, as far as we know, lowers it, or outofplace
-    lowers it (OPERATOR_TWINS, the twins of `index_copy_` and its kind)."""
+    """Whether torch-mlir defines `op` and, as far as we know, lowers it (rightly:
+    `_pytorch_first`), or outofplace lowers it (OPERATOR_TWINS, the twins of
+    `index_copy_` and its kind)."""
     name = op_registry.mlir_name(op)
-    return _registered(name) and str(op) not in NOT_LOWERED or \
-        name in op_registry.OPERATOR_TWINS
+    return _registered(name) and str(op) not in NOT_LOWERED and not _pytorch_first(op) \
+        or name in op_registry.OPERATOR_TWINS
 
 
 def _decomposable(op: torch._ops.OpOverload) -> bool:
@@ -64,9 +66,25 @@ def _decomposable(op: torch._ops.OpOverload) -> bool:
         op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
 
 
+# Ops torch-mlir defines but lowers wrongly, decomposed by PyTorch before they reach it:
+# its StableHLO lowering of nll_loss_forward (F.cross_entropy, F.nll_loss) crashes the
+# process (a segmentation fault, torch-mlir 2026-09).
+_MISLOWERED = (torch.ops.aten.nll_loss_forward.default,
+               torch.ops.aten.nll_loss2d_forward.default,
+               torch.ops.aten.cross_entropy_loss.default)
+
+
+def _pytorch_first(op: torch._ops.OpOverload) -> bool:
+    """An op taken by PyTorch's decomposition although torch-mlir defines it: those of
+    `_MISLOWERED`, and gradient formulas' (`threshold_backward`, `_softmax_backward_data`),
+    of which torch-mlir lowers few to StableHLO (`threshold_backward` with an int
+    threshold fails to legalize)."""
+    return op in _MISLOWERED or "_backward" in op._schema.name and op in decomposition_table
+
+
 def decompose_unregistered(graph: torch.fx.Graph) -> None:
-    """Every node whose op torch-mlir does not define and PyTorch decomposes, as the
-    ops its decomposition records."""
+    """Every node whose op torch-mlir does not define (or should not lower) and PyTorch
+    decomposes, as the ops its decomposition records."""
     roots, written = view_roots(graph)
     for node in list(graph.nodes):
         effects = op_effects(node)
@@ -81,8 +99,9 @@ def decompose_unregistered(graph: torch.fx.Graph) -> None:
         if effects.is_view and roots.get(node, node) in written:
             continue
         table = dict(get_decomposition_table())
-        if node.target in decomposition_table:
-            table[node.target] = decomposition_table[node.target]
+        for op in (node.target, *_MISLOWERED):
+            if op in decomposition_table:
+                table[op] = decomposition_table[op]
         try:
             gm, inputs = trace(graph, node.target, node.args, node.kwargs, table)
         except Exception:  # noqa: BLE001 - one that reads tensor data: refused below

@@ -1,0 +1,202 @@
+"""Whole training steps through `outofplace.compile`: forward, gradients
+(`torch.autograd.grad` or `loss.backward()`), then an in-place update (by hand or
+`opt.step()`), compiled once and called for several steps against the same steps run
+eagerly on a copy: loss, parameters, gradients, optimizer state and buffers.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import outofplace
+from differential import assert_same
+
+STEPS = 3
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(6, 5)
+        self.fc2 = torch.nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+class CNN(torch.nn.Module):
+    """Convolution, BatchNorm in train mode (running statistics written), max pooling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.fc = torch.nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return self.fc(x.flatten(1))
+
+
+class Trainer:
+    """A model, its optimizer and a training step that closes over both, as user code
+    writes it; `twin()` is the same from the same weights, to run eagerly."""
+
+    def __init__(self, model: torch.nn.Module, make_opt, step) -> None:
+        self.model, self.make_opt, self.step_fn = model, make_opt, step
+        self.opt = make_opt(model) if make_opt else None
+        self.step = step(self.model, self.opt)
+
+    def twin(self) -> "Trainer":
+        other = Trainer(copy.deepcopy(self.model), self.make_opt, self.step_fn)
+        if self.opt is not None:
+            other.opt.load_state_dict(copy.deepcopy(self.opt.state_dict()))
+        for p, q in zip(self.model.parameters(), other.model.parameters()):
+            q.grad = None if p.grad is None else p.grad.clone()
+        return other
+
+
+def _grad_step(model, opt):
+    def step(x, y):
+        loss = F.mse_loss(model(x), y)
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        with torch.no_grad():
+            for p, g in zip(model.parameters(), grads):
+                p.sub_(0.1 * g)
+        return loss.detach()
+    return step
+
+
+def _backward_step(model, opt):
+    def step(x, y):
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.sub_(0.1 * p.grad)
+                p.grad = None
+        return loss.detach()
+    return step
+
+
+def _optimizer_step(loss_fn):
+    def make(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+    return make
+
+
+def _assert_trainers_match(actual: Trainer, expected: Trainer, what: str) -> None:
+    for (name, a), e in zip(actual.model.named_parameters(), expected.model.parameters()):
+        assert_same(a.detach(), e.detach(), f"{what} '{name}'")
+        if e.grad is None:
+            assert a.grad is None, f"{what} '{name}.grad' is set, eager's is None"
+        else:
+            assert_same(a.grad, e.grad, f"{what} '{name}.grad'")
+    for (name, a), e in zip(actual.model.named_buffers(), expected.model.buffers()):
+        assert_same(a, e, f"{what} buffer '{name}'")
+    if actual.opt is not None:
+        for (_, a), (_, e) in zip(actual.opt.state.items(), expected.opt.state.items()):
+            assert a.keys() == e.keys()
+            for key in e:
+                assert_same(a[key], e[key], f"{what} state '{key}'")
+
+
+def _mse_data():
+    return torch.randn(4, 6), torch.randn(4, 3)
+
+
+def _image_data():
+    return torch.randn(2, 3, 8, 8), torch.randint(5, (2,))
+
+
+CASES = {
+    "autograd.grad, update by hand": (MLP, None, _grad_step, _mse_data),
+    "backward, update by hand": (MLP, None, _backward_step, _mse_data),
+    "SGD momentum": (MLP, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                     _optimizer_step(F.mse_loss), _mse_data),
+    "Adam foreach": (MLP, lambda m: torch.optim.Adam(m.parameters(), lr=0.01, foreach=True),
+                     _optimizer_step(F.mse_loss), _mse_data),
+    "AdamW loop": (MLP, lambda m: torch.optim.AdamW(m.parameters(), lr=0.01, foreach=False),
+                   _optimizer_step(F.mse_loss), _mse_data),
+    "CNN SGD momentum, cross entropy": (
+        CNN, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+        _optimizer_step(F.cross_entropy), _image_data),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_training_step_matches_eager(case):
+    model_type, make_opt, step, data = CASES[case]
+    torch.manual_seed(0)
+    trainer = Trainer(model_type().train(), make_opt, step)
+    example = data()
+    if make_opt is not None:  # the first step creates the optimizer's state and .grad
+        trainer.step(*example)
+    eager = trainer.twin()
+    compiled = outofplace.compile(trainer.step, example)
+    written = {compiled.input_names[i] for i in compiled.io_map}
+    assert {f"model.{n}" for n, _ in trainer.model.named_parameters()} <= written
+    for i in range(STEPS):
+        batch = data()
+        assert_same(compiled(*batch), eager.step(*batch), f"step {i} loss")
+        _assert_trainers_match(trainer, eager, f"step {i}")
+
+
+def test_tiny_llama_training_step_matches_eager():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=64, max_position_embeddings=32,
+        attn_implementation="eager")
+
+    class Causal(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.llama = transformers.LlamaForCausalLM(config)
+
+        def forward(self, ids):
+            return self.llama(input_ids=ids, labels=ids).loss
+
+    def data():
+        return torch.randint(64, (2, 6))
+
+    def step(model, opt):
+        def train(ids):
+            opt.zero_grad()
+            loss = model(ids)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return train
+
+    trainer = Trainer(Causal().train(),
+                      lambda m: torch.optim.AdamW(m.parameters(), lr=0.01), step)
+    trainer.step(data())
+    eager = trainer.twin()
+    compiled = outofplace.compile(trainer.step, (data(),))
+    for i in range(2):
+        ids = data()
+        assert_same(compiled(ids), eager.step(ids), f"step {i} loss")
+        _assert_trainers_match(trainer, eager, f"step {i}")
+
+
+def test_new_gradient_without_a_tensor_to_write_is_refused():
+    """`backward()` leaving `.grad` where the caller has none: the compiled program could
+    only write into an existing tensor."""
+    model = MLP()
+
+    def step(x):
+        model(x).sum().backward()
+
+    with pytest.raises(outofplace.UnsupportedMutationError, match="run one step eagerly"):
+        outofplace.compile(step, (torch.randn(2, 6),))
+    assert all(p.grad is None for p in model.parameters())
