@@ -205,3 +205,23 @@ def test_checked_mode_on_a_mesh():
     assert_same(compiled(cache, torch.tensor(-8), torch.ones(2)),
                 position_write(expected, torch.tensor(-8), torch.ones(2)), "output", "xla")
     assert_same(cache, expected, "cache", "xla")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_checked_mode_with_dynamic_shapes(engine):
+    """A program with a dynamic dimension: the check runs at each call's sizes (XLA and
+    the interpreter specialise it), so the bound it checks is the call's own."""
+    compiled = outofplace.compile(
+        position_write, (torch.zeros(2, 8), torch.tensor(3), torch.ones(2)),
+        dynamic_shapes={"cache": {1: torch.export.Dim("seq", min=2)}, "pos": None,
+                        "k": None}, check_bounds=True)
+    for seq in (5, 11):
+        cache = torch.arange(2. * seq).view(2, seq)
+        expected = cache.clone()
+        assert_same(compiled.run((cache, torch.tensor(seq - 1), torch.ones(2)), {}, engine),
+                    position_write(expected, torch.tensor(seq - 1), torch.ones(2)),
+                    f"[{engine}] seq {seq}", engine)
+        assert_same(cache, expected, f"[{engine}] cache at seq {seq}", engine)
+        with pytest.raises(IndexError, match=_line_of(position_write, "cache[:, pos]")):
+            compiled.run((cache, torch.tensor(seq), torch.ones(2)), {}, engine)
+        assert_same(cache, expected, f"[{engine}] cache after the refused call", engine)

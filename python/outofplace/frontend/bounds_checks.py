@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
+from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
 from .fx_graph import call, operand_at, source_line
 
 aten = torch.ops.aten
@@ -50,35 +52,65 @@ class Check:
                 "ran: no tensor was changed")
 
 
-def _indices(node: torch.fx.Node) -> list[tuple[torch.fx.Node, int, bool, str]]:
-    """(index tensor, size it indexes, negatives accepted, what) for each runtime index
-    operand of `node`."""
+def _size(base: torch.fx.Node, dim: int | None) -> int | torch.SymInt:
+    """Dimension `dim` of `base` (its element count for None), a SymInt where it is a
+    dynamic dimension (dynamic_shapes): read without guarding on it."""
+    value = base.meta["val"]
+    return value.numel() if dim is None else value.shape[dim]
+
+
+def _describe(size: int | torch.SymInt, dim: int | None) -> str:
+    count = str(size) if is_concrete_int(size) else "the call's"
+    return f"the {count} elements" if dim is None else \
+        f"dimension {dim} of size {count}" if is_concrete_int(size) else \
+        f"dimension {dim} (of the call's size)"
+
+
+def _indices(node: torch.fx.Node
+             ) -> list[tuple[torch.fx.Node, torch.fx.Node, int | None, bool, str]]:
+    """(index tensor, tensor it indexes, dimension it indexes or None for all elements,
+    negatives accepted, what) for each runtime index operand of `node`."""
     packet = node.target.overloadpacket if isinstance(node.target, torch._ops.OpOverload) \
         else None
     if packet in _INDEX_LISTS:
-        sizes = node.args[0].meta["val"].shape
+        base = node.args[0]
         found, dim = [], 0
         for index in operand_at(node, 1):
             value = index.meta["val"] if isinstance(index, torch.fx.Node) else None
             if value is None or value.dtype in (torch.bool, torch.uint8):  # a mask
                 dim += 1 if value is None else value.dim()
                 continue
-            found.append((index, int(sizes[dim]), True,
-                          f"dimension {dim} of size {int(sizes[dim])}"))
+            found.append((index, base, dim, True, _describe(_size(base, dim), dim)))
             dim += 1
         return found
     if packet in _ALONG_DIM:
-        self, index = node.args[0].meta["val"], operand_at(node, 2)
-        dim = operand_at(node, 1) % max(self.dim(), 1)
-        size = int(self.shape[dim]) if self.dim() else 1
-        return [(index, size, _ALONG_DIM[packet], f"dimension {dim} of size {size}")]
+        base, index = node.args[0], operand_at(node, 2)
+        rank = base.meta["val"].dim()
+        dim = operand_at(node, 1) % max(rank, 1)
+        if not rank:  # a 0-d self is taken as one element
+            return [(index, base, None, _ALONG_DIM[packet], f"dimension {dim} of size 1")]
+        return [(index, base, dim, _ALONG_DIM[packet],
+                 _describe(_size(base, dim), dim))]
     if packet is aten.embedding:
-        size = int(node.args[0].meta["val"].shape[0])
-        return [(operand_at(node, 1), size, False, f"the {size} rows of the embedding")]
+        size = _size(node.args[0], 0)
+        what = f"the {size} rows of the embedding" if is_concrete_int(size) else \
+            "the rows of the embedding"
+        return [(operand_at(node, 1), node.args[0], 0, False, what)]
     if packet is aten.take:
-        size = node.args[0].meta["val"].numel()
-        return [(operand_at(node, 1), size, True, f"the {size} elements")]
+        return [(operand_at(node, 1), node.args[0], None, True,
+                 _describe(_size(node.args[0], None), None))]
     return []
+
+
+def _size_operand(graph: torch.fx.Graph, base: torch.fx.Node, dim: int | None
+                  ) -> int | torch.fx.Node:
+    """The size `_size` reads, as a number, or as a node computing it at run time where
+    it is dynamic."""
+    size = _size(base, dim)
+    if is_concrete_int(size):
+        return int(size)
+    return call(graph, aten.sym_numel.default, base) if dim is None else \
+        call(graph, aten.sym_size.int, base, dim)
 
 
 def add_checks(graph: torch.fx.Graph) -> tuple[torch.fx.Node | None, list[Check]]:
@@ -90,15 +122,20 @@ def add_checks(graph: torch.fx.Graph) -> tuple[torch.fx.Node | None, list[Check]
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
-        for index, size, negative, what in _indices(node):
+        for index, base, dim, negative, what in _indices(node):
             if not isinstance(index, torch.fx.Node):
                 continue
             with graph.inserting_before(node):
-                low = call(graph, aten.ge.Scalar, index, -size if negative else 0)
+                before = set(graph.nodes)
+                size = _size_operand(graph, base, dim)
+                # -size <= index, as 0 <= index + size (no negation of a runtime size)
+                low = call(graph, aten.ge.Scalar,
+                           call(graph, aten.add.Scalar, index, size) if negative else index,
+                           0)
                 high = call(graph, aten.lt.Scalar, index, size)
                 flag = call(graph, aten.all.default,
                             call(graph, aten.logical_and.default, low, high))
-            for added in (low, high, flag, flag.args[0]):
+            for added in set(graph.nodes) - before:
                 added.meta["stack_trace"] = node.meta.get("stack_trace")
             flags.append(flag)
             checks.append(Check(str(node.target.overloadpacket), source_line(node),

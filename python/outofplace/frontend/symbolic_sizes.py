@@ -33,8 +33,9 @@ class SymbolicSizes:
         for node in placeholders:
             value = node.meta.get("val")
             shape = value.shape if isinstance(value, torch.Tensor) else ()
-            sizes.append(tuple(d.node.expr if isinstance(d, torch.SymInt) else int(d)
-                               for d in shape))
+            # (A symbol the trace pinned to one value is that value.)
+            sizes.append(tuple(d.node.expr if isinstance(d, torch.SymInt) and
+                               d.node.expr.free_symbols else int(d) for d in shape))
 
         def bound(value: sympy.Expr) -> int | None:
             return None if value in (int_oo, -int_oo, sympy.oo, -sympy.oo) else int(value)
