@@ -40,6 +40,11 @@ MAX_STATEMENTS = 9
 # statement kind, view op, in-place op, index kind or read kind the generator names, and
 # `constant_<dtype>` for inline tensor constants of that dtype (passed as arguments instead).
 SKIP = frozenset(filter(None, os.environ.get("OUTOFPLACE_FUZZ_SKIP", "").split(",")))
+# Programs ending in an optimizer-style update (`stmt_optimizer`), for long runs
+# (OUTOFPLACE_FUZZ_OPTIMIZER=1, long_run.py --optimizer). Off in make test's fixed-seed
+# budget: drawing them shifts that budget onto programs IREE 3.13 fails on
+# (docs/reliability.md), where XLA and the interpreter match eager.
+OPTIMIZER_STEPS = os.environ.get("OUTOFPLACE_FUZZ_OPTIMIZER") == "1"
 _counter = itertools.count()
 
 
@@ -1033,6 +1038,70 @@ class _Gen:
             call = f"transpose_({self.int(0, t.dim() - 1)}, {self.int(0, t.dim() - 1)})"
         self.emit(f"{name}.{call}")
 
+    def stmt_optimizer(self) -> None:
+        """What optimizers do: a `_foreach_*_` over a list of tensors, a scalar read with
+        `.item()` feeding arithmetic, or a gradient (`torch.autograd.grad` of a local
+        leaf) then an in-place update."""
+        kind = self.pick(["foreach", "item", "grad"])
+        target, t = self.target()
+        if t.dtype not in FLOATS:
+            raise _Rejected("optimizer state is floating point")
+        shape = tuple(t.shape)
+        if kind == "item":
+            k = self.fresh("k")
+            self.emit(f"{k} = {self.some_tensor()}.float().mean().item()")
+            if self.flag(0.5):
+                self.write_check(target, None, [], True)
+                self.emit(f"{target}.mul_(1 - 0.5 ** ({k} + 1))")
+            else:
+                value = self.value_for(shape, t.dtype, scalar_ok=False, same_dtype=True)
+                self.write_check(target, None, [value], True)
+                self.emit(f"{target}.add_({value} * ({k} / 2))")
+            return
+        if kind == "grad":
+            leaf, grad = self.fresh("p"), self.fresh("g")
+            self.emit(f"{leaf} = {self.some_tensor()}.detach().float().clone()"
+                      ".requires_grad_()")
+            self.emit(f"{grad}, = torch.autograd.grad("
+                      f"({leaf} * {leaf}.sin()).sum(), [{leaf}])")
+            if tuple(self.eval(grad).shape) and not _broadcasts(
+                    tuple(self.eval(grad).shape), shape):
+                raise _Rejected("gradient shape")
+            self.write_check(target, None, [], True)
+            self.emit(f"{target}.sub_({grad}.to({target}.dtype), "
+                      f"alpha={self.pick(['0.1', '0.5'])})")
+            return
+        targets = [(target, t)]
+        for _ in range(self.int(1, 2)):
+            other, o = self.target()
+            if o.dtype != t.dtype or any(same_storage(o, u) for _, u in targets):
+                continue
+            targets.append((other, o))
+        names = ", ".join(name for name, _ in targets)
+        op = self.pick(["add", "mul", "lerp", "addcmul"])
+        if op == "mul":
+            for name, _ in targets:
+                self.write_check(name, None, [], True)
+            self.emit(f"torch._foreach_mul_([{names}], {self.pick(['0.9', '2', '-1'])})")
+            return
+        values = []
+        for name, u in targets:
+            value = self.value_for(tuple(u.shape), u.dtype, scalar_ok=False, same_dtype=True)
+            if _is_scalar(value):
+                raise _Rejected("scalar")
+            self.write_check(name, None, [value], True)
+            values.append(value)
+        listed = f"[{', '.join(values)}]"
+        if op == "add":
+            self.emit(f"torch._foreach_add_([{names}], {listed}, "
+                      f"alpha={self.pick(['1', '0.5', '-2'])})")
+        elif op == "lerp":
+            self.emit(f"torch._foreach_lerp_([{names}], {listed}, "
+                      f"{self.pick(['0.1', '0.5', '1.0'])})")
+        else:
+            self.emit(f"torch._foreach_addcmul_([{names}], {listed}, {listed}, "
+                      f"value={self.pick(['1', '-0.5'])})")
+
     # -- whole program
     def program(self) -> Program:
         for _ in range(self.weighted([(1, 4), (2, 4), (3, 2)])):
@@ -1040,6 +1109,8 @@ class _Gen:
         self.ns = self._fresh_namespace()  # the inputs in their layouts, aliases shared
         while len(self.body) < MAX_STATEMENTS and self.draw(_statement(self)):
             pass
+        if OPTIMIZER_STEPS and self.flag(0.25):  # ending as a training step does
+            self.draw(_statement(self, "optimizer"))
         outputs = list(self.reads)
         if self.views and self.flag(0.3):
             outputs.append(self.pick(self.views))
@@ -1077,16 +1148,18 @@ def _is_basic(item: str) -> bool:
 
 
 @st.composite
-def _statement(draw: Callable, gen: _Gen) -> bool:
-    """One more statement, or False to end the body: each statement is one span of
-    choices, which hypothesis deletes whole when it shrinks a failing program."""
+def _statement(draw: Callable, gen: _Gen, kind: str | None = None) -> bool:
+    """One more statement (of `kind`, else any), or False to end the body: each
+    statement is one span of choices, which hypothesis deletes whole when it shrinks a
+    failing program."""
     gen.attempts += 1
-    if gen.attempts > 2 * MAX_STATEMENTS or gen.body and not gen.flag(0.9):
+    if kind is None and (gen.attempts > 2 * MAX_STATEMENTS or
+                         gen.body and not gen.flag(0.9)):
         return False
     outer, gen.draw = gen.draw, draw
     kept = len(gen.args)
     try:
-        gen.statement()
+        getattr(gen, f"stmt_{kind}")() if kind else gen.statement()
     except _Rejected:
         del gen.args[kept:]
         gen.replay()

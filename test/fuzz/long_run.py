@@ -204,9 +204,15 @@ def main(argv: list[str] | None = None) -> int:
                         "process and compare the StableHLO (also on a finished run)")
     parser.add_argument("--engines", help="the engines to check on, comma-separated "
                         "(default: every one installed: interpreter, xla, iree)")
+    parser.add_argument("--optimizer", action="store_true",
+                        help="end a quarter of the programs with an optimizer-style "
+                        "update (foreach lists, .item() arithmetic, a gradient then an "
+                        "in-place update)")
     parser.add_argument("--only", type=int, help="check program ONLY and print it")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    if options.optimizer:  # read by fuzz_programs in every worker (their environment)
+        os.environ["OUTOFPLACE_FUZZ_OPTIMIZER"] = "1"
     if options.worker is not None:
         worker([int(n) for n in options.worker.split(",")], options.seed, Path(options.out))
         return 0
