@@ -249,3 +249,35 @@ def test_cache_written_with_gradients_enabled_stays_in_the_compiled_graph(monkey
     assert any(forward.input_types[i][0] == (16, 8) for i in forward.io_map), written
     assert all(v == "in place" for v in forward.in_place_report.values()), \
         forward.in_place_report
+
+
+def test_tiny_llama_trained_through_torch_compile_matches_eager():
+    """A one-layer Llama trained with `torch.compile(backend="outofplace")`: forward and
+    backward graphs compiled, SGD with momentum run eagerly; losses, gradients and
+    parameters match eager over steps. (SGD: Adam's first steps move a parameter by
+    the learning rate times the sign of its gradient, which rounding decides for a
+    gradient near zero: docs/training.md.)"""
+    transformers = pytest.importorskip("transformers")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=64, max_position_embeddings=32,
+        attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(config).train()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="outofplace", dynamic=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, eager)]
+    for step in range(3):
+        ids = torch.randint(64, (2, 6))
+        losses = []
+        for m, opt in zip((compiled, eager), opts):
+            opt.zero_grad()
+            loss = m(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[0], losses[1], msg=f"step {step} loss")
+        for (name, p), e in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, e.grad, msg=f"step {step} {name}.grad")
+            torch.testing.assert_close(p, e, msg=f"step {step} {name}")
