@@ -300,3 +300,16 @@ def test_input_written_over_the_whole_tensor_then_updated() -> None:
 
     assert_matches_eager(f, torch.tensor([[1], [0], [3], [-1], [2]]), torch.tensor(-1),
                          torch.tensor([-1, -2, 0, 1, 2]))
+
+
+def test_input_written_over_the_whole_tensor_with_a_constant_then_updated() -> None:
+    """`x[..., pos, :, :] = literal` covers all of x: IREE took the literal's read-only
+    buffer for x and failed to update it next (`PERMISSION_DENIED; buffer allows
+    READ`); the write is now a select of the literal into a buffer of its own."""
+    def f(x, pos, w):
+        x[..., pos, :, :] = torch.tensor([[[1.0]], [[0.0]], [[-1.0]]])
+        x.view(3, 1, 1)[-3, [-1], 0] = w
+        return x * 2
+
+    assert_matches_eager(f, torch.tensor([[[[2.0]]], [[[0.0]]], [[[1.0]]]]), torch.tensor(0),
+                         torch.tensor(1.0))

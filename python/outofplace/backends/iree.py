@@ -443,6 +443,10 @@ def _work_around_iree(module: Any) -> None:
       x[3]`, a masked write whose mask is all false): IREE copies the buffer onto itself
       and fails at run time (`source and target ranges overlap`). Such an update is put
       behind a barrier: computed in its own buffer first.
+    - A dynamic_update_slice of a constant as large as the tensor (`x[:, pos] = literal`
+      covering all of x): IREE takes the constant's read-only buffer for the result and
+      then updates it in place (`PERMISSION_DENIED; buffer allows READ`). It becomes
+      `select(barrier(true), constant, x)`, computed into a buffer of its own.
 
     And the module is scheduled without concurrency (IREE's `debug` partitioning): with
     it, IREE 3.13 moved a read of a tensor after an in-place update of that tensor when
@@ -457,11 +461,32 @@ def _work_around_iree(module: Any) -> None:
             source = _defining_op(source.operands[0])
         if source is not None and source.name == "stablehlo.slice":
             _behind_barrier(op, 0)
+        elif _whole_update(op, 1) and _is_constant(op.operands[1]):
+            _selected_constant(op)
         elif op.name == "stablehlo.dynamic_update_slice" and (
                 _is_constant(op.operands[1]) or _reads(op.operands[1], op.operands[0])):
             _behind_barrier(op, 1)
     module.operation.attributes["stream.partitioning"] = ir.Attribute.parse(
         '#stream.partitioning_config<"debug">', module.context)
+
+
+def _selected_constant(op: Any) -> None:
+    """`dynamic_update_slice(x, c, ...)` with `c` a constant of x's type  =>
+    `select(barrier(true), c, x)`: the constant, in a buffer IREE may write."""
+    from iree.compiler import ir
+
+    update, operand = op.operands[1], op.operands[0]
+    with op.location, ir.InsertionPoint(op):
+        flags = ir.RankedTensorType.get(ir.RankedTensorType(update.type).shape,
+                                        ir.IntegerType.get_signless(1))
+        true = ir.Operation.create("stablehlo.constant", results=[flags], attributes={
+            "value": ir.DenseElementsAttr.get_splat(flags, ir.BoolAttr.get(True))})
+        opaque = ir.Operation.create("stablehlo.optimization_barrier", results=[flags],
+                                     operands=[true.results[0]])
+        select = ir.Operation.create("stablehlo.select", results=[op.results[0].type],
+                                     operands=[opaque.results[0], update, operand])
+    op.results[0].replace_all_uses_with(select.results[0])
+    op.erase()
 
 
 def _behind_barrier(op: Any, operand: int) -> None:
