@@ -23,7 +23,7 @@ from .backends import iree, xla
 from .backends.interpreter import interpret
 from .errors import UserIndexError
 from .frontend.bounds_checks import Check
-from .ir_utils import main_function, operations, terminator
+from .ir_utils import erase_unused, main_function, operations, terminator
 from .transforms.inplace_to_outofplace import ALIASING_OUTPUT
 from .transforms.specialize import is_dynamic, specialize
 
@@ -31,15 +31,6 @@ from .transforms.specialize import is_dynamic, specialize
 _EFFECTS = frozenset({"stablehlo.custom_call", "stablehlo.send", "stablehlo.recv",
                       "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.rng",
                       "stablehlo.rng_bit_generator"})
-
-
-def _remove_dead_ops(block: ir.Block) -> None:
-    """Erases the ops whose results nothing uses, last first (so a value's users go
-    before it)."""
-    for op in reversed(operations(block)):
-        if op.results and op.name not in _EFFECTS and \
-                all(not list(r.uses) for r in op.results):
-            op.erase()
 
 
 def _keep_results(module: ir.Module, kept: list[int], aliases: bool) -> None:
@@ -72,7 +63,7 @@ def _keep_results(module: ir.Module, kept: list[int], aliases: bool) -> None:
                                                         context=context)
     main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
         [a.type for a in block.arguments], [v.type for v in values], context=context))
-    _remove_dead_ops(block)
+    erase_unused(operations(block), lambda op: op.name not in _EFFECTS)
 
 
 def _drop_unused_arguments(module: ir.Module) -> list[int]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -27,6 +27,15 @@ def all_operations(root: ir.Operation) -> list[ir.Operation]:
 
     root.walk(visit, ir.WalkOrder.PRE_ORDER)
     return found
+
+
+def erase_unused(ops: list[ir.Operation], removable: Callable[[ir.Operation], bool]
+                 ) -> None:
+    """Erases the ops of `ops` (in program order) that `removable` allows and whose
+    results nothing uses, last first, so that a value's users go before it."""
+    for op in reversed(ops):
+        if op.results and removable(op) and all(not list(r.uses) for r in op.results):
+            op.erase()
 
 
 def main_function(module: ir.Module) -> func_d.FuncOp:

@@ -60,10 +60,9 @@ def _size(base: torch.fx.Node, dim: int | None) -> int | torch.SymInt:
 
 
 def _describe(size: int | torch.SymInt, dim: int | None) -> str:
-    count = str(size) if is_concrete_int(size) else "the call's"
-    return f"the {count} elements" if dim is None else \
-        f"dimension {dim} of size {count}" if is_concrete_int(size) else \
-        f"dimension {dim} (of the call's size)"
+    if not is_concrete_int(size):
+        return "the call's elements" if dim is None else f"dimension {dim} (of the call's size)"
+    return f"the {size} elements" if dim is None else f"dimension {dim} of size {size}"
 
 
 def _indices(node: torch.fx.Node

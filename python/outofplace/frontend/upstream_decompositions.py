@@ -128,13 +128,14 @@ def _as_twin_and_copy(graph: torch.fx.Graph, node: torch.fx.Node,
 
 
 def refuse_undefined(graph: torch.fx.Graph) -> None:
-    """Refuses the first op making a tensor that torch-mlir does not define and nothing
-    decomposed: its importer would keep it as a `torch.operator`, which no lowering
+    """Refuses the first op making a tensor that torch-mlir does not define, outofplace
+    does not lower (OPERATOR_TWINS) and nothing decomposed: its importer would keep it as a `torch.operator`, which no lowering
     accepts (a write is the pass's to refuse, with its reason)."""
     for node in graph.nodes:
         effects = op_effects(node)
-        if effects is None or effects.written or _lowered(node.target) or _registered(
-                op_registry.mlir_name(node.target)):
+        name = op_registry.mlir_name(node.target) if effects is not None else None
+        if effects is None or effects.written or _registered(name) or \
+                name in op_registry.OPERATOR_TWINS:
             continue
         values = node.meta.get("val")
         values = values if isinstance(values, (list, tuple)) else [values]

@@ -272,6 +272,12 @@ def _ranked_tensor(value: ir.Value) -> torch_types.TensorType | None:
     return None if t.sizes is None or t.dtype is None else t
 
 
+def _dynamic(*values: ir.Value | int | float | None) -> bool:
+    """Whether any of `values` is a tensor with a dynamic dimension (dynamic_shapes)."""
+    return any(isinstance(v, ir.Value) and (t := _ranked_tensor(v)) is not None and
+               -1 in t.sizes for v in values)
+
+
 def _dimension_size(tensor: ir.Value, dim: int, element: ir.Type) -> ir.Value:
     """The runtime size of a dynamic dimension, a 0-d tensor of `element`."""
     size = _stablehlo("get_dimension_size", ir.RankedTensorType.get(
@@ -511,9 +517,7 @@ def _scatter_at_indices(op: ir.Operation, rewriter: rewrite.PatternRewriter,
     self = op.operands[0]
     at_positions = op.name == "torch.aten.index_put" and not accumulating and \
         _positions(op.operands[1]) is not None
-    if not at_positions and any(
-            isinstance(v, ir.Value) and -1 in (getattr(_ranked_tensor(v), "sizes", ()) or ())
-            for v in (self, values, *entries)):
+    if not at_positions and _dynamic(self, values, *entries):
         raise UnsupportedMutationError.at(
             op, "a write at index tensors (or accumulating) into a tensor with a dynamic "
             "dimension (dynamic_shapes): its scatter would need indices of runtime size; "
@@ -639,8 +643,7 @@ def _index_put_with_mask(op: ir.Operation, rewriter: rewrite.PatternRewriter) ->
     self_t, values_t = _static_tensor(self), _static_tensor(values)
     entries = _mask_entries(indices)
     accumulating = _constant_bool(accumulate)
-    if entries is not None and any(-1 in _ranked_tensor(v).sizes for v in (
-            self, *filter(None, entries)) if _ranked_tensor(v) is not None):
+    if entries is not None and _dynamic(self, *entries):
         raise UnsupportedMutationError.at(
             op, "a write at a bool mask into a tensor with a dynamic dimension "
             "(dynamic_shapes): the running count of its trues would be of runtime size; "

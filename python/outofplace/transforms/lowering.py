@@ -11,7 +11,7 @@ from torch_mlir import ir, rewrite
 
 from .. import torch_types
 from ..errors import UnsupportedMutationError
-from ..ir_utils import all_operations
+from ..ir_utils import all_operations, erase_unused
 from .registry import register_pass
 
 TORCH_TO_STABLEHLO = ("torchdynamo-export-to-torch-backend-pipeline",
@@ -206,9 +206,7 @@ def _erase_unused_shape_ops(module: ir.Operation) -> None:
     if not any(isinstance(r.type, ir.ShapedType) and not ir.ShapedType(r.type).has_static_shape
                for op in ops for r in op.results):
         return
-    for op in reversed(ops):
-        if op.name in _PURE_SIZE_OPS and all(not list(r.uses) for r in op.results):
-            op.erase()
+    erase_unused(ops, lambda op: op.name in _PURE_SIZE_OPS)
 
 
 @register_pass(
