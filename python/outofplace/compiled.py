@@ -214,18 +214,11 @@ class Compiled:
         """The arguments of main for a call, checked against what was compiled before
         anything runs: a wrong count, type, shape, dtype, device or a written leaf that
         requires grad raises TypeError or ValueError naming the argument."""
-        spec = self.signature.in_spec
-        user_names = self.input_names[len(self.signature.state_targets):]
-        if spec is not None and spec.num_children == 2:
-            expected = spec.child(0).num_children
-            missing = [k for k in spec.child(1).context if k not in kwargs]
-            if len(args) != expected or missing:
-                got = f"{len(args)} positional" + (f", without {missing}" if missing else "")
-                raise TypeError(f"the program was compiled for {expected} positional "
-                                f"arguments (tensors: {', '.join(user_names)}), got {got}")
-        state = _state_tensors(self.signature, self.source) if \
-            self.signature.state_targets else []
-        inputs = state + self.signature.user_inputs(args, kwargs)
+        signature = self.signature
+        if kwargs or len(args) != signature.positional_tensors:
+            self._check_count(args, kwargs)
+        state = _state_tensors(signature, self.source) if signature.state_targets else []
+        inputs = state + signature.user_inputs(args, kwargs)
         for i, (name, value, (shape, dtype)) in enumerate(
                 zip(self.input_names, inputs, self.input_types)):
             if not isinstance(value, torch.Tensor):
@@ -239,15 +232,28 @@ class Compiled:
             if not value.is_cpu:
                 raise ValueError(f"argument '{name}' is on {value.device}; outofplace runs "
                                  "on CPU tensors")
-            if value.requires_grad and i in self.io_map and value.is_leaf and \
-                    torch.is_grad_enabled() and i >= len(state):
+            if value.requires_grad and value.is_leaf and i in self.io_map and \
+                    i >= len(state) and torch.is_grad_enabled():
                 raise ValueError(f"argument '{name}' is a leaf tensor that requires grad, "
                                  "and the program writes it in place, which eager refuses: "
                                  "call under torch.no_grad() or pass a tensor that does "
                                  "not require grad")
-        self.signature.symbolic_sizes.check(self.input_names, inputs)
-        self.signature.refuse_written_inputs_sharing_memory(inputs)
+        signature.symbolic_sizes.check(self.input_names, inputs)
+        signature.refuse_written_inputs_sharing_memory(inputs)
         return inputs
+
+    def _check_count(self, args: tuple, kwargs: dict) -> None:
+        """Raises TypeError for a call with another number of positional arguments, or
+        without a keyword argument, than the program was compiled for."""
+        spec = self.signature.in_spec
+        if spec is not None and spec.num_children == 2:
+            expected = spec.child(0).num_children
+            missing = [k for k in spec.child(1).context if k not in kwargs]
+            if len(args) != expected or missing:
+                user_names = self.input_names[len(self.signature.state_targets):]
+                got = f"{len(args)} positional" + (f", without {missing}" if missing else "")
+                raise TypeError(f"the program was compiled for {expected} positional "
+                                f"arguments (tensors: {', '.join(user_names)}), got {got}")
 
     def _other_layout(self, args: tuple, kwargs: dict, inputs: list[torch.Tensor]
                       ) -> "Compiled | None":
@@ -332,7 +338,7 @@ class Compiled:
         """The program's output: a result of main, the caller's own tensor where main's
         result is aliased with it, or a view of an argument, taken of the caller's tensor
         as eager takes it."""
-        written = {result: arg for arg, result in self.io_map.items()}
+        written = self._written_results
         leaves = []
         for kind, value, *views in self.signature.output_leaves:
             if kind == "result":
@@ -344,9 +350,17 @@ class Compiled:
                 leaves.append(tensor)
             else:
                 leaves.append(value)
-        if self.signature.out_spec is None:
+        spec = self.signature.out_spec
+        if spec is None:
             return leaves
-        return pytree.tree_unflatten(leaves, self.signature.out_spec)
+        if spec.is_leaf():
+            return leaves[0]
+        return pytree.tree_unflatten(leaves, spec)
+
+    @functools.cached_property
+    def _written_results(self) -> dict[int, int]:
+        """Result index -> the argument it is the new value of."""
+        return {result: arg for arg, result in self.io_map.items()}
 
 
 def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:

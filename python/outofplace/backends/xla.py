@@ -195,14 +195,14 @@ class _Holder:
     __slots__ = ("array", "ptr", "nbytes", "__array_interface__", "__weakref__")
 
     def __init__(self, array: Any, shape: tuple[int, ...] | None = None,
-                 typestr: str = "|u1") -> None:
+                 typestr: str = "|u1", nbytes: int | None = None) -> None:
         self.array = array
         self.ptr = array.unsafe_buffer_pointer()
         if shape is None:
             self.nbytes = array.nbytes
             shape = (self.nbytes,)
         else:  # a typestr ends with the element's size in bytes ("<f4")
-            self.nbytes = math.prod(shape) * int(typestr[2:])
+            self.nbytes = math.prod(shape) * int(typestr[2:]) if nbytes is None else nbytes
         self.__array_interface__ = {"shape": shape, "typestr": typestr,
                                     "data": (self.ptr, False), "version": 3}
 
@@ -215,9 +215,12 @@ _HOLDERS: "weakref.WeakValueDictionary[int, _Holder]" = weakref.WeakValueDiction
 
 
 def _holder_of(tensor: torch.Tensor) -> _Holder | None:
-    storage = tensor.untyped_storage()
-    holder = _HOLDERS.get(storage.data_ptr())
-    if holder is not None and holder.nbytes == storage.nbytes() and _covers_storage(tensor):
+    """The holder whose memory the tensor covers, all of it, or None. (Only storages
+    `_re_point` swapped start at a holder's address, so a contiguous tensor starting
+    there, of the holder's size, covers the holder's memory.)"""
+    holder = _HOLDERS.get(tensor.data_ptr())
+    if holder is not None and tensor.is_contiguous() and \
+            tensor.numel() * tensor.element_size() == holder.nbytes:
         return holder
     return None
 
@@ -306,11 +309,13 @@ class _Viewer:
         # numpy has no bfloat16: such results are read as integers of their size
         self.as_dtype = dtype == torch.bfloat16
         self.typestr = "<i2" if self.as_dtype else _numpy_dtype(dtype).str
+        self.nbytes = math.prod(shape) * dtype.itemsize
 
     def __call__(self, array: Any) -> torch.Tensor:
         if self.empty:
             return torch.empty(self.shape, dtype=self.dtype)
-        tensor = torch.from_numpy(np.asarray(_Holder(array, self.shape, self.typestr)))
+        tensor = torch.from_numpy(np.asarray(
+            _Holder(array, self.shape, self.typestr, self.nbytes)))
         return tensor.view(self.dtype) if self.as_dtype else tensor
 
 
@@ -331,7 +336,7 @@ class _Stage:
 
     def __call__(self, tensor: torch.Tensor) -> Any:
         if self.tensor is not None:
-            self.tensor.copy_(tensor.detach())
+            self.tensor.copy_(tensor.detach() if tensor.requires_grad else tensor)
         return self.array
 
 

@@ -72,7 +72,7 @@ class ProgramSignature:
     bounds_result: int | None = None
 
     @functools.cached_property
-    def _positional_tensors(self) -> int | None:
+    def positional_tensors(self) -> int | None:
         """n when the user's arguments are n positional tensors and nothing else (their
         leaves are the arguments themselves: a call needs no flattening), else None."""
         spec = self.in_spec
@@ -87,7 +87,7 @@ class ProgramSignature:
 
     def user_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         """The user's tensor arguments among `args` and `kwargs`, in main's order."""
-        if not kwargs and len(args) == self._positional_tensors:
+        if not kwargs and len(args) == self.positional_tensors:
             return list(args)
         spec = self.in_spec
         if spec is not None and spec.num_children == 2 and kwargs:

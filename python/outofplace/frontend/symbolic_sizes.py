@@ -9,6 +9,7 @@ and that sizes stay in range. A call whose sizes break that is refused before it
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ class SymbolicSizes:
                   for expr, r in range_constraints.items()}
         return cls(sizes, ranges)
 
-    @property
+    @functools.cached_property
     def is_dynamic(self) -> bool:
         return any(not isinstance(n, int) for shape in self.sizes for n in shape)
 
