@@ -7,7 +7,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.utils._pytree as pytree
@@ -353,9 +353,21 @@ class Compiled:
         spec = self.signature.out_spec
         if spec is None:
             return leaves
-        if spec.is_leaf():
-            return leaves[0]
+        if self._flat_output is not None:
+            return self._flat_output(leaves)
         return pytree.tree_unflatten(leaves, spec)
+
+    @functools.cached_property
+    def _flat_output(self) -> Callable[[list], Any] | None:
+        """How leaves become the output without pytree when the output is one tensor or
+        a flat tuple or list of them (a torch.compile graph's tuple), else None."""
+        spec = self.signature.out_spec
+        if spec.is_leaf():
+            return lambda leaves: leaves[0]
+        if spec.type in (tuple, list) and \
+                all(spec.child(i).is_leaf() for i in range(spec.num_children)):
+            return spec.type
+        return None
 
     @functools.cached_property
     def _written_results(self) -> dict[int, int]:

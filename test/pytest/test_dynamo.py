@@ -104,6 +104,32 @@ def test_symbolic_graph_compiles_once_per_shape():
     assert sorted(key[1][0][0] for key in symbolic[0].programs) == [2, 3, 4]
 
 
+def decode_step(cache, pos, k):
+    cache.index_copy_(1, pos, k)
+    return k.sum()
+
+
+def test_one_element_position_tensor_compiles_once_for_every_position():
+    # A position held in a one-element 1-d tensor is data to the graph: one program
+    # serves every position. (A 0-d integer tensor used as an index is specialized by
+    # dynamo itself, one graph per value: docs/api.md.)
+    compilations = []
+
+    def spy(gm, example_inputs):
+        compilations.append(gm)
+        return torch._dynamo.lookup_backend("outofplace")(gm, example_inputs)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(decode_step, backend=spy)
+    cache, eager = torch.zeros(2, 8, 4), torch.zeros(2, 8, 4)
+    for pos in (0, 3, 7, 5, 1):
+        k = torch.randn(2, 1, 4)
+        torch.testing.assert_close(compiled(cache, torch.tensor([pos]), k),
+                                   decode_step(eager, torch.tensor([pos]), k))
+    assert torch.equal(cache, eager)
+    assert len(compilations) == 1
+
+
 class GrowingBatch(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
