@@ -197,6 +197,33 @@ def test_program_reading_its_cache_updates_it_in_place(f) -> None:
                    for w in caught)
 
 
+def write_then_attend(c, pos, q, u):
+    c.index_copy_(2, pos, u)
+    return q @ c
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_attention_after_the_write_at_batch_one_is_reported_copied(batch) -> None:
+    """At batch 1, XLA:CPU reads `q @ c` through a bitcast that drops the unit
+    dimension, fuses a second dynamic-update-slice into it and copies the cache
+    (docs/performance.md); the report says so. At batch 2 the cache stays in place. When
+    XLA stops copying at batch 1, this test fails and the docs can say so."""
+    args = (torch.randint(-4, 4, (batch, 4, 8, 8)).float(), torch.tensor([2]),
+            torch.randint(-4, 4, (batch, 4, 1, 8)).float(),
+            torch.randint(-4, 4, (batch, 4, 1, 8)).float())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = assert_matches_eager(write_then_attend, *args)
+        report = compiled.in_place_report
+    if batch == 1:
+        assert report == {"c": "copied 1024 bytes per call: XLA:CPU's optimized program "
+                               "copies it (a `copy` of the donated buffer in its HLO)"}
+        assert any("'c' is copied on every call (1024 bytes)" in str(w.message)
+                   for w in caught)
+    else:
+        assert report == {"c": "in place"}
+
+
 # ----------------------------------------------------------------------- bad calls
 @pytest.mark.parametrize("call, error, words", [
     (lambda c, cache, pos, k: c(cache, pos), TypeError,
