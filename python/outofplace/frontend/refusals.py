@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
 from .. import op_registry
 from ..errors import UnsupportedMutationError
@@ -202,22 +201,3 @@ def refuse_stale_position_reads(graph: torch.fx.Graph) -> None:
                 "copy where eager returns a view, and x is written while the read is "
                 f"still used (at {source_line(write) or 'a later line'}); clone the read "
                 "(`x[pos].clone()`) or read it after the write", location=source_line(read))
-
-
-
-def refuse_complex(graph: torch.fx.Graph) -> None:
-    """Refuses the first op on or making a complex tensor: torch-mlir's StableHLO
-    lowering has only floating-point and integer types (its own error names no line)."""
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        values = [n.meta.get("val") for n in node.all_input_nodes] + \
-            list(pytree.tree_leaves(node.meta.get("val")))
-        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in values):
-            name = op_registry.mlir_name(node.target) if isinstance(
-                node.target, torch._ops.OpOverload) else str(node.target)
-            raise UnsupportedMutationError(
-                name, "a complex tensor: torch-mlir's lowering to StableHLO takes only "
-                "integer and floating-point element types (no pattern for complex "
-                "arithmetic, real/imag, view_as_real or conj), though StableHLO, XLA and "
-                "IREE have complex64; docs/reliability.md", location=source_line(node))

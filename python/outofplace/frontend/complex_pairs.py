@@ -1,0 +1,589 @@
+"""Complex tensors as real tensors with a trailing dimension of 2 (real, imaginary).
+
+torch-mlir's lowering to StableHLO has no complex element types (docs/reliability.md), so
+the FX graph is rewritten before import: a complex argument becomes the real tensor
+`torch.view_as_real` makes of the caller's tensor at each call (no copy, written in
+place), a complex result is returned as `view_as_complex` of the real one
+(compiled.py), and each op on a complex value becomes real ops on its pair.
+
+Views keep aliasing: a view of a complex tensor is the same view of its pair on the
+leading dimensions (the trailing 2 stays whole), `view_as_real` is the pair itself,
+`real` / `imag` select its last dimension. `x.conj()` and `_neg_view` are lazy views in
+eager: a `Pair` carries the flags, a read computes the value, a write through it stores
+the conjugate (negation) of what is written. Any other op on a complex value is refused
+at its line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from .. import op_registry
+from ..errors import UnsupportedMutationError
+from .fx_graph import call, fake_mode_of, op_effects, source_line
+
+A = torch.ops.aten
+
+_REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A complex value: `node` is a real tensor [..., 2] of what is stored (a view where
+    the complex value is a view); the value is the conjugate (`conj`) and/or the
+    negation (`neg`) of what is stored, as eager's lazy conjugate and negative views."""
+
+    node: torch.fx.Node
+    conj: bool = False
+    neg: bool = False
+
+    @property
+    def rank(self) -> int:  # of the complex value
+        return self.node.meta["val"].dim() - 1
+
+
+def is_complex(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_complex()
+
+
+def real_dtype(dtype: torch.dtype) -> torch.dtype:
+    return _REAL_OF[dtype]
+
+
+class _Refused(Exception):
+    """An op on a complex value outside the subset, with why."""
+
+
+Handler = Callable[["_Rewriter", Any, tuple, dict], Any]
+_HANDLERS: dict[Any, Handler] = {}
+
+
+def _handles(*targets: Any) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for target in targets:
+            _HANDLERS[target] = fn
+        return fn
+    return register
+
+
+class _Rewriter:
+    def __init__(self, graph: torch.fx.Graph):
+        self.graph = graph
+        self.pairs: dict[torch.fx.Node, Pair] = {}
+        self.node: torch.fx.Node | None = None  # the node being rewritten
+        self.dtype: torch.dtype | None = None  # the real dtype of its complex value
+        self.made: list[torch.fx.Node] = []
+
+    # -- building nodes ------------------------------------------------------------
+    def call(self, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        """A node before the one being rewritten, with its fake value and its line."""
+        with self.graph.inserting_before(self.node):
+            node = call(self.graph, target, *args, **kwargs)
+        if self.node.meta.get("stack_trace"):
+            node.meta["stack_trace"] = self.node.meta["stack_trace"]
+        self.made.append(node)
+        return node
+
+    def constant(self, value: torch.Tensor) -> torch.fx.Node:
+        module = self.graph.owning_module
+        name = f"_outofplace_complex_{len(module._buffers)}"
+        module.register_buffer(name, value)
+        with self.graph.inserting_before(self.node):
+            node = self.graph.get_attr(name)
+        with fake_mode_of(self.graph):
+            node.meta["val"] = torch.empty_strided(value.shape, value.stride(),
+                                                   dtype=value.dtype)
+        self.made.append(node)
+        return node
+
+    def scalar_pair(self, number: complex, dtype: torch.dtype) -> torch.fx.Node:
+        number = complex(number)
+        return self.constant(torch.tensor([number.real, number.imag], dtype=dtype))
+
+    # -- values --------------------------------------------------------------------
+    def flip(self, node: torch.fx.Node, conj: bool, neg: bool) -> torch.fx.Node:
+        """The conjugate and/or negation of a pair (each its own inverse)."""
+        if not conj and not neg:
+            return node
+        signs = [-1.0 if neg else 1.0, 1.0 if conj == neg else -1.0]
+        return self.call(A.mul.Tensor, node, self.constant(
+            torch.tensor(signs, dtype=node.meta["val"].dtype)))
+
+    def value(self, pair: Pair) -> torch.fx.Node:
+        """A pair of the value (reads computed through the lazy views' flags)."""
+        return self.flip(pair.node, pair.conj, pair.neg)
+
+    def operand(self, value: Any) -> tuple[str, Any]:
+        """("pair", node) of a complex operand, ("real", node or number) of a real one."""
+        if isinstance(value, torch.fx.Node):
+            if value in self.pairs:
+                return "pair", self.value(self.pairs[value])
+            if is_complex(value.meta.get("val")):
+                raise _Refused("a complex value outside the subset")
+            return "real", value
+        if isinstance(value, complex):
+            return "pair", self.scalar_pair(value, self.dtype)
+        if isinstance(value, (bool, int, float)):
+            return "real", value
+        raise _Refused(f"an operand {value!r}")
+
+    def as_pair(self, kind: str, value: Any) -> torch.fx.Node:
+        """A pair of a real operand: (value, 0)."""
+        if kind == "pair":
+            return value
+        if not isinstance(value, torch.fx.Node):
+            return self.scalar_pair(value, self.dtype)
+        return self.call(A.stack.default, [value, self.call(A.zeros_like.default, value)],
+                         value.meta["val"].dim())
+
+    def part(self, node: torch.fx.Node, index: int) -> torch.fx.Node:
+        return self.call(A.select.int, node, node.meta["val"].dim() - 1, index)
+
+    def join(self, real: torch.fx.Node, imag: torch.fx.Node) -> torch.fx.Node:
+        return self.call(A.stack.default, [real, imag], real.meta["val"].dim())
+
+    def dim(self, dim: int, rank: int) -> int:
+        """A dimension of a complex value of `rank` as a (non-negative) dim of its pair."""
+        if not -max(rank, 1) <= dim < max(rank, 1) or rank == 0:
+            raise _Refused(f"dimension {dim} of a {rank}-d complex tensor")
+        return dim % rank
+
+    def write(self, pair: Pair, value: torch.fx.Node) -> None:
+        """Stores a value into a complex tensor (or view): its conjugate into a
+        conjugate view; `copy_` broadcasts and casts as eager's in-place ops do."""
+        self.call(A.copy_.default, pair.node, self.flip(value, pair.conj, pair.neg))
+
+
+def rewrite(graph: torch.fx.Graph) -> None:
+    """Rewrites every complex tensor of the graph as its real pair, or refuses the first
+    op on a complex value the subset does not cover, at its line."""
+    if not any(is_complex(n.meta.get("val")) or n.op == "get_attr" and is_complex(
+            getattr(graph.owning_module, n.target, None)) for n in graph.nodes):
+        return
+    rw = _Rewriter(graph)
+    old: list[torch.fx.Node] = []
+    for node in list(graph.nodes):
+        value = node.meta.get("val")
+        if node.op == "placeholder" and is_complex(value):
+            _check_dtype(node, value.dtype)
+            with value.fake_mode:
+                node.meta["val"] = torch.view_as_real(value)
+            node.meta.pop("tensor_meta", None)  # the importer would read its type there
+            rw.pairs[node] = Pair(node)
+            rw.made.append(node)
+        elif node.op == "get_attr" and is_complex(getattr(graph.owning_module, node.target)):
+            tensor = getattr(graph.owning_module, node.target)
+            _check_dtype(node, tensor.dtype)
+            rw.node = node
+            rw.pairs[node] = Pair(rw.constant(torch.view_as_real(tensor).clone()))
+            old.append(node)
+        elif node.op == "call_function" and (
+                is_complex(value) or any(n in rw.pairs for n in node.all_input_nodes)):
+            _rewrite_node(rw, node)
+            old.append(node)
+        elif node.op == "output":
+            rw.node = node
+            node.args = torch.fx.node.map_arg(
+                node.args, lambda n: rw.value(rw.pairs[n]) if n in rw.pairs else n)
+    for node in reversed(old):
+        graph.erase_node(node)
+    _refresh_fake_values(graph, rw.made)
+
+
+def _check_dtype(node: torch.fx.Node, dtype: torch.dtype) -> None:
+    if dtype not in _REAL_OF:
+        raise UnsupportedMutationError(
+            str(node.target), f"a {dtype} tensor: outofplace computes complex64 and "
+            "complex128 as (real, imaginary) pairs", location=source_line(node))
+
+
+def _op_name(target: Any) -> str:
+    return op_registry.mlir_name(target) if isinstance(target, torch._ops.OpOverload) \
+        else str(target)
+
+
+def _rewrite_node(rw: _Rewriter, node: torch.fx.Node) -> None:
+    rw.node = node
+    value = node.meta.get("val")
+    self_value = node.args[0].meta.get("val") if node.args and isinstance(
+        node.args[0], torch.fx.Node) else None
+    dtype = value.dtype if is_complex(value) else \
+        self_value.dtype if is_complex(self_value) else None
+    rw.dtype = real_dtype(dtype) if dtype in _REAL_OF else torch.float32
+    handler = _HANDLERS.get(node.target)
+    try:
+        if handler is None:
+            raise _Refused("no rewrite of it as real (re, im) pairs")
+        if dtype is not None and dtype not in _REAL_OF:
+            raise _Refused(f"a {dtype} tensor (complex64 and complex128 are computed)")
+        result = handler(rw, node.target, node.args, node.kwargs)
+    except _Refused as why:
+        raise UnsupportedMutationError(
+            _op_name(node.target), f"an op on a complex tensor that outofplace does not "
+            f"compute ({why}): complex tensors are computed as (real, imaginary) pairs "
+            "for the ops docs/reliability.md lists", location=source_line(node)) from None
+    if isinstance(result, Pair):
+        result_value = result.node.meta["val"]
+        if not is_complex(value) or result_value.dtype != rw.dtype or \
+                list(result_value.shape) != [*value.shape, 2]:
+            raise AssertionError(f"complex pair of {node.format_node()}: "
+                                 f"{result_value.dtype} {list(result_value.shape)}")
+        rw.pairs[node] = result
+    elif result is not None:
+        node.replace_all_uses_with(result)
+
+
+# -- views: the same view of the pair, on the leading dimensions ----------------------
+
+
+def _pair_of(rw: _Rewriter, value: Any) -> Pair:
+    if not isinstance(value, torch.fx.Node) or value not in rw.pairs:
+        raise _Refused("a complex value outside the subset")
+    return rw.pairs[value]
+
+
+def _view(rw: _Rewriter, pair: Pair, target: Any, *args: Any) -> Pair:
+    return replace(pair, node=rw.call(target, pair.node, *args))
+
+
+@_handles(A.alias.default, A.detach.default)
+def _alias(rw, target, args, kwargs):
+    return _view(rw, _pair_of(rw, args[0]), target)
+
+
+@_handles(A.select.int)
+def _select(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    return _view(rw, pair, target, rw.dim(args[1], pair.rank), args[2])
+
+
+@_handles(A.slice.Tensor)
+def _slice(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    rest = list(args[1:]) + [kwargs.get(k, d) for k, d in
+                             [("dim", 0), ("start", None), ("end", None), ("step", 1)]
+                             ][len(args) - 1:]
+    rest[0] = rw.dim(rest[0], pair.rank)
+    return _view(rw, pair, target, *rest)
+
+
+@_handles(A.unsqueeze.default)
+def _unsqueeze(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    return _view(rw, pair, target, rw.dim(args[1], pair.rank + 1))
+
+
+@_handles(A.squeeze.dim, A.squeeze.dims, A.squeeze.default)
+def _squeeze(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    shape = args[0].meta["val"].shape
+    dims = args[1] if len(args) > 1 else range(pair.rank)
+    dims = [dims] if isinstance(dims, int) else dims
+    kept = [d for d in (rw.dim(d, pair.rank) for d in dims) if shape[d] == 1]
+    return _view(rw, pair, A.squeeze.dims, kept) if kept else pair
+
+
+@_handles(A.view.default, A._unsafe_view.default, A.reshape.default, A.expand.default)
+def _resize(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    if kwargs.get("implicit") or len(args) > 2 and args[2]:
+        raise _Refused("an implicit expand")
+    return _view(rw, pair, target, [*args[1], 2])
+
+
+@_handles(A.permute.default)
+def _permute(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    return _view(rw, pair, target, [*(rw.dim(d, pair.rank) for d in args[1]), pair.rank])
+
+
+@_handles(A.transpose.int)
+def _transpose(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    return _view(rw, pair, target, rw.dim(args[1], pair.rank), rw.dim(args[2], pair.rank))
+
+
+@_handles(A.t.default)
+def _t(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    return _view(rw, pair, A.transpose.int, 0, 1) if pair.rank == 2 else pair
+
+
+@_handles(A._conj.default)
+def _conj(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    return replace(pair, conj=not pair.conj)
+
+
+@_handles(A._neg_view.default)
+def _neg_view(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    return replace(pair, neg=not pair.neg)
+
+
+@_handles(A.resolve_conj.default)
+def _resolve_conj(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])  # a new tensor only where the conjugate is lazy
+    return Pair(rw.flip(pair.node, True, False), False, pair.neg) if pair.conj else pair
+
+
+@_handles(A.resolve_neg.default)
+def _resolve_neg(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    return Pair(rw.flip(pair.node, False, True), pair.conj, False) if pair.neg else pair
+
+
+@_handles(A.view_as_real.default)
+def _view_as_real(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    if pair.conj or pair.neg:
+        raise _Refused("view_as_real of a lazily conjugated or negated view")
+    rank = pair.rank  # a view of all of the pair, a real node of its own
+    return rw.call(A.slice.Tensor, pair.node, rank, 0, 2, 1)
+
+
+@_handles(A.view_as_complex.default)
+def _view_as_complex(rw, target, args, kwargs):
+    if not isinstance(args[0], torch.fx.Node) or args[0] in rw.pairs:
+        raise _Refused("view_as_complex of a complex value")
+    return Pair(args[0])
+
+
+@_handles(A.real.default, A.imag.default)
+def _part_view(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    index = 0 if target is A.real.default else 1
+    if pair.neg or pair.conj and index == 1:
+        raise _Refused("the real or imaginary part of a lazily conjugated or negated view "
+                       "(resolve_conj() first)")
+    return rw.part(pair.node, index)
+
+
+# -- computations: a new pair --------------------------------------------------------
+
+
+@_handles(A.clone.default, A.lift_fresh_copy.default)
+def _clone(rw, target, args, kwargs):
+    return Pair(rw.call(A.clone.default, rw.value(_pair_of(rw, args[0]))))
+
+
+@_handles(A.neg.default)
+def _neg(rw, target, args, kwargs):
+    return Pair(rw.call(A.neg.default, rw.value(_pair_of(rw, args[0]))))
+
+
+@_handles(A.conj_physical.default)
+def _conj_physical(rw, target, args, kwargs):
+    return Pair(rw.flip(rw.value(_pair_of(rw, args[0])), True, False))
+
+
+def _alpha(kwargs: dict, args: tuple) -> Any:
+    alpha = args[2] if len(args) > 2 else kwargs.get("alpha", 1)
+    if isinstance(alpha, complex) or isinstance(alpha, torch.fx.Node):
+        raise _Refused("a complex or tensor alpha")
+    return alpha
+
+
+@_handles(A.add.Tensor, A.add.Scalar, A.sub.Tensor, A.sub.Scalar)
+def _add(rw, target, args, kwargs):
+    a = rw.as_pair(*rw.operand(args[0]))
+    b = rw.as_pair(*rw.operand(args[1]))
+    op = A.add.Tensor if target in (A.add.Tensor, A.add.Scalar) else A.sub.Tensor
+    return Pair(rw.call(op, a, b, alpha=_alpha(kwargs, args)))
+
+
+@_handles(A.rsub.Tensor, A.rsub.Scalar)
+def _rsub(rw, target, args, kwargs):
+    a = rw.as_pair(*rw.operand(args[0]))
+    b = rw.as_pair(*rw.operand(args[1]))
+    return Pair(rw.call(A.sub.Tensor, b, a, alpha=_alpha(kwargs, args)))
+
+
+def _scale(rw: _Rewriter, op: Any, pair: torch.fx.Node, real: Any) -> torch.fx.Node:
+    """A pair times (or over) a real tensor or number: both parts scaled."""
+    if isinstance(real, torch.fx.Node):
+        real = rw.call(A.unsqueeze.default, real, real.meta["val"].dim())
+    return rw.call(op, pair, real)
+
+
+@_handles(A.mul.Tensor, A.mul.Scalar)
+def _mul(rw, target, args, kwargs):
+    (ka, a), (kb, b) = rw.operand(args[0]), rw.operand(args[1])
+    if ka == "real":
+        (ka, a), (kb, b) = (kb, b), (ka, a)
+    if kb == "real":
+        return Pair(_scale(rw, A.mul.Tensor, a, b))
+    a0, a1, b0, b1 = rw.part(a, 0), rw.part(a, 1), rw.part(b, 0), rw.part(b, 1)
+    m = lambda x, y: rw.call(A.mul.Tensor, x, y)  # noqa: E731
+    return Pair(rw.join(rw.call(A.sub.Tensor, m(a0, b0), m(a1, b1)),
+                        rw.call(A.add.Tensor, m(a0, b1), m(a1, b0))))
+
+
+@_handles(A.div.Tensor, A.div.Scalar)
+def _div(rw, target, args, kwargs):
+    (ka, a), (kb, b) = rw.operand(args[0]), rw.operand(args[1])
+    if kb == "real":
+        return Pair(_scale(rw, A.div.Tensor, a, b))
+    a = rw.as_pair(ka, a)
+    a0, a1, b0, b1 = rw.part(a, 0), rw.part(a, 1), rw.part(b, 0), rw.part(b, 1)
+    m = lambda x, y: rw.call(A.mul.Tensor, x, y)  # noqa: E731
+    norm = rw.call(A.add.Tensor, m(b0, b0), m(b1, b1))
+    real = rw.call(A.add.Tensor, m(a0, b0), m(a1, b1))
+    imag = rw.call(A.sub.Tensor, m(a1, b0), m(a0, b1))
+    return Pair(rw.join(rw.call(A.div.Tensor, real, norm),
+                        rw.call(A.div.Tensor, imag, norm)))
+
+
+@_handles(A.reciprocal.default)
+def _reciprocal(rw, target, args, kwargs):
+    return _div(rw, A.div.Tensor, (1, args[0]), {})
+
+
+@_handles(A._assert_tensor_metadata.default)
+def _assert_metadata(rw, target, args, kwargs):
+    return None  # a check of the traced dtype, which the pair no longer has
+
+
+@_handles(A.to.dtype, A._to_copy.default)
+def _to(rw, target, args, kwargs):
+    """`x.to(complex dtype)`: the pair itself for its own dtype (`to` returns self),
+    else the pair cast; a real tensor's pair is (x, 0)."""
+    dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
+    other = {k: v for k, v in kwargs.items() if k != "dtype" and v not in (None, False)}
+    if dtype not in _REAL_OF or set(other) - {"device", "layout"} or len(args) > 2:
+        raise _Refused(f"a conversion to {dtype}")
+    kind, value = rw.operand(args[0])
+    if kind == "pair" and target is A.to.dtype and \
+            args[0].meta["val"].dtype == dtype:
+        return rw.pairs[args[0]] if not rw.pairs[args[0]].conj else \
+            Pair(rw.call(A.clone.default, value))
+    if kind == "real":
+        value = rw.as_pair(kind, rw.call(A._to_copy.default, value,
+                                         dtype=real_dtype(dtype)))
+    return Pair(rw.call(A._to_copy.default, value, dtype=real_dtype(dtype)))
+
+
+@_handles(A.complex.default)
+def _complex(rw, target, args, kwargs):
+    shape = list(rw.node.meta["val"].shape)
+    real, imag = (rw.call(A.expand.default, a, shape) for a in args[:2])
+    return Pair(rw.join(real, imag))
+
+
+def _reduced_dims(rw: _Rewriter, pair: Pair, dims: Any) -> list[int]:
+    if dims is None or len(dims) == 0:
+        return list(range(pair.rank))
+    return [rw.dim(d, pair.rank) for d in dims]
+
+
+@_handles(A.sum.default, A.sum.dim_IntList, A.mean.default, A.mean.dim)
+def _reduce(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    whole = target in (A.sum.default, A.mean.default)  # (self, dtype)
+    dims = None if whole else args[1] if len(args) > 1 else kwargs.get("dim")
+    keepdim = False if whole else args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    dtype = args[1 if whole else 3] if len(args) > (1 if whole else 3) else \
+        kwargs.get("dtype")
+    if dtype is not None and dtype != args[0].meta["val"].dtype:
+        raise _Refused(f"a reduction into {dtype}")
+    value = rw.value(pair)
+    if pair.rank == 0:
+        return Pair(rw.call(A.clone.default, value))
+    op = A.sum.dim_IntList if target in (A.sum.default, A.sum.dim_IntList) else A.mean.dim
+    return Pair(rw.call(op, value, _reduced_dims(rw, pair, dims), keepdim))
+
+
+@_handles(A.abs.default)
+def _abs(rw, target, args, kwargs):
+    stored = _pair_of(rw, args[0]).node  # the conjugate and negation have its modulus
+    squares = rw.call(A.mul.Tensor, stored, stored)
+    return rw.call(A.sqrt.default, rw.call(A.sum.dim_IntList, squares,
+                                           [stored.meta["val"].dim() - 1]))
+
+
+@_handles(A.index.Tensor)
+def _index(rw, target, args, kwargs):
+    return Pair(rw.call(A.index.Tensor, rw.value(_pair_of(rw, args[0])), args[1]))
+
+
+@_handles(A.index_put.default)
+def _index_put(rw, target, args, kwargs):
+    values = rw.as_pair(*rw.operand(args[2]))
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    return Pair(rw.call(A.index_put.default, rw.value(_pair_of(rw, args[0])), args[1],
+                        values, accumulate))
+
+
+# -- writes: the new value stored through the view's flags ---------------------------
+
+
+def _written_self(rw: _Rewriter, args: tuple) -> Pair:
+    if not isinstance(args[0], torch.fx.Node) or args[0] not in rw.pairs:
+        raise _Refused("a complex value written into a real tensor, which discards its "
+                       "imaginary part")
+    return rw.pairs[args[0]]
+
+
+@_handles(A.add_.Tensor, A.add_.Scalar, A.sub_.Tensor, A.sub_.Scalar, A.mul_.Tensor,
+          A.mul_.Scalar, A.div_.Tensor, A.div_.Scalar, A.neg_.default,
+          A.conj_physical_.default)
+def _inplace(rw, target, args, kwargs):
+    pair = _written_self(rw, args)
+    twin = op_effects(rw.node).twin
+    rw.write(pair, _HANDLERS[twin](rw, twin, args, kwargs).node)
+    return pair
+
+
+@_handles(A.copy_.default)
+def _copy(rw, target, args, kwargs):
+    pair = _written_self(rw, args)
+    rw.write(pair, rw.as_pair(*rw.operand(args[1])))
+    return pair
+
+
+@_handles(A.fill_.Scalar, A.fill_.Tensor)
+def _fill(rw, target, args, kwargs):
+    pair = _written_self(rw, args)
+    rw.write(pair, rw.as_pair(*rw.operand(args[1])))
+    return pair
+
+
+@_handles(A.zero_.default)
+def _zero(rw, target, args, kwargs):
+    pair = _written_self(rw, args)
+    rw.call(A.zero_.default, pair.node)
+    return pair
+
+
+@_handles(A.index_put_.default)
+def _index_put_(rw, target, args, kwargs):
+    pair = _written_self(rw, args)
+    values = rw.as_pair(*rw.operand(args[2]))
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    # Linear in the values: adding (storing) v through a conjugate view stores conj(v).
+    rw.call(A.index_put_.default, pair.node, args[1],
+            rw.flip(values, pair.conj, pair.neg), accumulate)
+    return pair
+
+
+def _refresh_fake_values(graph: torch.fx.Graph, made: list[torch.fx.Node]) -> None:
+    """Recomputes the fake value of each node that reads a new node (directly or not),
+    so storages agree again: a view of a new node is a view of its storage."""
+    changed = set(made)
+    mode = fake_mode_of(graph)
+    for node in graph.nodes:
+        if node in changed or node.op != "call_function" or \
+                not any(n in changed for n in node.all_input_nodes):
+            continue
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
+                                             lambda n: n.meta.get("val"))
+        try:
+            with mode, torch.no_grad():
+                node.meta["val"] = node.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - a value it cannot recompute keeps its own
+            continue
+        changed.add(node)

@@ -1,0 +1,199 @@
+"""Complex tensors computed as real (re, im) pairs (frontend/complex_pairs.py), against
+eager on every engine: the caller's complex tensors are written in place through their
+`view_as_real`, lazy conjugate views written through, and ops outside the subset refused
+at their line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import outofplace
+from differential import assert_matches_eager
+
+
+def c(*shape, dtype=torch.complex64):
+    return torch.randn(*shape, dtype=dtype)
+
+
+# ---------------------------------------------------------------- writes through views
+def conj_view_write(x):
+    x.conj().mul_(2)  # writes conj(conj(x) * 2) into x
+
+
+def conj_returned(x):
+    return torch.conj(x)
+
+
+def conj_physical_write(x):
+    x.conj_physical_()
+
+
+def view_as_real_write(x):
+    torch.view_as_real(x)[..., 1].zero_()
+
+
+def real_write(x):
+    x.real.add_(1)
+
+
+def imag_index_write(x):
+    x.imag[0] = 5
+
+
+def conj_view_add(x, y):
+    x.conj().add_(y)
+    return x.conj() + 1
+
+
+def neg_view_write(x):
+    x._neg_view().add_(1j)
+    return x._neg_view().resolve_neg()
+
+
+def conj_of_slice_write(x):
+    x[1:].conj()[0] = 2 + 3j
+
+
+@pytest.mark.parametrize("f", [conj_view_write, conj_returned, conj_physical_write,
+                               view_as_real_write, real_write, imag_index_write,
+                               conj_of_slice_write], ids=lambda f: f.__name__)
+def test_writes_through_complex_views(f) -> None:
+    compiled = assert_matches_eager(f, c(3))
+    if f is not conj_returned:
+        assert compiled.io_map == {0: 0} or compiled.io_map == {0: len(compiled.io_map)}
+
+
+def test_conj_view_written_with_a_complex_operand() -> None:
+    assert_matches_eager(conj_view_add, c(3), c(3))
+
+
+def test_neg_view_written() -> None:
+    assert_matches_eager(neg_view_write, c(2, 3))
+
+
+# ---------------------------------------------------------------- arithmetic
+def complex_mul_(x, y):
+    x.mul_(y)
+
+
+def complex_div(x, y):
+    return x / y, y / 2, 3 / y, x * 1j - 2, (1 - x) * y.real
+
+
+def modulus_of_product(x):
+    return (x * x.conj()).real.sum()
+
+
+def reductions(x):
+    return x.abs(), x.sum(), x.sum(1, keepdim=True), x.mean(0), -x
+
+
+def built(a, b):
+    z = torch.complex(a, b)
+    z += 1
+    return torch.view_as_complex(torch.stack([a, b], -1)) * z, z
+
+
+def fills(x):
+    x[0].fill_(1 + 2j)
+    x[1].zero_()
+    x[2] = 3
+    x[:, 1].copy_(torch.ones(4))
+    return x.clone().t()
+
+
+@pytest.mark.parametrize("f, shapes", [
+    (complex_mul_, [(3,), (3,)]), (complex_div, [(2, 3), (3,)]),
+    (modulus_of_product, [(4,)]), (reductions, [(3, 4)]), (fills, [(4, 4)]),
+], ids=lambda v: getattr(v, "__name__", "shapes"))
+def test_complex_arithmetic(f, shapes) -> None:
+    assert_matches_eager(f, *(c(*s) for s in shapes))
+
+
+def test_torch_complex_of_real_tensors() -> None:
+    assert_matches_eager(built, torch.randn(3), torch.randn(3))
+
+
+def test_complex128() -> None:
+    assert_matches_eager(complex_div, c(2, 3, dtype=torch.complex128),
+                         c(3, dtype=torch.complex128))
+
+
+def real_times_complex(x, r):
+    x.mul_(r)
+    return r * x.conj()
+
+
+def test_mul_by_a_real_tensor() -> None:
+    assert_matches_eager(real_times_complex, c(2, 3), torch.randn(3))
+
+
+# ---------------------------------------------------------------- caches
+def kv_write(cache, k, pos):
+    cache[:, pos] = k
+    return cache[:, : pos + 1].sum(1) if isinstance(pos, int) else cache.sum(1)
+
+
+def test_complex_kv_cache_at_a_runtime_position() -> None:
+    cache = c(2, 8, 4)
+    compiled = assert_matches_eager(kv_write, cache, c(2, 4), torch.tensor(3))
+    assert compiled.in_place_report == {"cache": "in place"}
+
+
+def test_conj_view_write_in_place() -> None:
+    compiled = outofplace.compile(conj_view_write, (c(64, 64),))
+    assert compiled.in_place_report == {"x": "in place"}
+
+
+def test_written_complex_input_updated_in_the_callers_memory() -> None:
+    """x.mul_(y) of complex tensors: each part of the result reads both parts of x, so
+    XLA:CPU copies x's buffer (docs/reliability.md); the update lands in x's memory."""
+    x, y = c(5), c(5)
+    compiled = outofplace.compile(complex_mul_, (x.clone(), y), engine="xla")
+    view, expected = x[1:], x * y * y
+    compiled(x, y)  # the first call moves x's storage into XLA's memory
+    address = x.data_ptr()
+    compiled(x, y)
+    assert x.data_ptr() == address  # the same memory, call after call
+    torch.testing.assert_close(x, expected)
+    torch.testing.assert_close(view, expected[1:])  # taken before the first call
+    assert compiled.in_place_report["x"].startswith("copied 40 bytes per call")
+
+
+def returns_input(x):
+    x.add_(1)
+    return x
+
+
+def test_returned_complex_input_is_the_callers_tensor() -> None:
+    x = c(3)
+    compiled = outofplace.compile(returns_input, (x.clone(),))
+    assert compiled(x) is x
+
+
+def test_a_real_tensor_for_a_complex_argument_is_refused_at_the_call() -> None:
+    compiled = outofplace.compile(complex_mul_, (c(3), c(3)))
+    with pytest.raises(ValueError, match="compiled for a torch.complex64 tensor"):
+        compiled(torch.randn(3, 2), c(3))
+
+
+# ---------------------------------------------------------------- refusals
+def complex_exp(x):
+    return x.exp()
+
+
+def spectrum(x):
+    return torch.fft.rfft(x).abs()
+
+
+@pytest.mark.parametrize("f, arg, op", [
+    (complex_exp, c(3), "torch.aten.exp"),
+    (spectrum, torch.randn(8), "torch.aten.fft_rfft"),
+], ids=["exp", "rfft"])
+def test_ops_outside_the_subset_are_refused_at_their_line(f, arg, op) -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(f, (arg,))
+    assert info.value.op == op
+    assert "complex" in info.value.reason
+    assert info.value.location.endswith(f":{f.__code__.co_firstlineno + 1}")
