@@ -241,9 +241,12 @@ class Compiled:
                                 f"{type(value).__name__}")
             if value.dtype != dtype or (value.shape != shape and
                                         not _fits(value.shape, shape)):
-                raise ValueError(f"argument '{name}' was compiled for a {dtype} "
-                                 f"{list(shape)} tensor, got {value.dtype} "
-                                 f"{list(value.shape)}")
+                want, got = (dtype, list(shape)), (value.dtype, list(value.shape))
+                if i in signature.complex_arguments:  # shown as the caller's tensors
+                    complex_dtype = signature.complex_arguments[i]
+                    want, got = (complex_dtype, want[1][:-1]), (complex_dtype, got[1][:-1])
+                raise ValueError(f"argument '{name}' was compiled for a {want[0]} "
+                                 f"{want[1]} tensor, got {got[0]} {got[1]}")
             if not value.is_cpu:
                 raise ValueError(f"argument '{name}' is on {value.device}; outofplace runs "
                                  "on CPU tensors")

@@ -176,6 +176,9 @@ def test_a_real_tensor_for_a_complex_argument_is_refused_at_the_call() -> None:
     compiled = outofplace.compile(complex_mul_, (c(3), c(3)))
     with pytest.raises(ValueError, match="compiled for a torch.complex64 tensor"):
         compiled(torch.randn(3, 2), c(3))
+    with pytest.raises(ValueError, match=r"compiled for a torch.complex64 \[3\] tensor, "
+                       r"got torch.complex64 \[4\]"):
+        compiled(c(4), c(3))
 
 
 # ---------------------------------------------------------------- refusals
@@ -197,3 +200,53 @@ def test_ops_outside_the_subset_are_refused_at_their_line(f, arg, op) -> None:
     assert info.value.op == op
     assert "complex" in info.value.reason
     assert info.value.location.endswith(f":{f.__code__.co_firstlineno + 1}")
+
+
+# ---------------------------------------------------------------- made in the program
+def rotary(xq, freqs):
+    """Llama's rotary embedding: complex multiplication by unit phases."""
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    return torch.view_as_real(xq_ * freqs_cis).flatten(2)
+
+
+def made(x):
+    z = torch.zeros(3, dtype=torch.complex64)
+    z[1] = x[0]
+    full = torch.full((3,), 1 + 2j)
+    return (torch.cat([z, torch.ones_like(x), x]), torch.stack([x, full], 1),
+            torch.where(x.real > 0, x, full), torch.zeros_like(x),
+            x * torch.tensor([1 + 2j, 3j, 1]), x.real * 1j)
+
+
+def test_rotary_embedding() -> None:
+    assert_matches_eager(rotary, torch.randn(2, 4, 8), torch.randn(4, 4))
+
+
+def test_complex_tensors_made_in_the_program() -> None:
+    assert_matches_eager(made, c(3))
+
+
+class Phases(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.randn(4, dtype=torch.complex64))
+
+    def forward(self, x):
+        self.state.mul_(x.conj())
+        self.state.imag.neg_()
+        return self.state.abs()
+
+
+def test_complex_buffer_written_in_place() -> None:
+    assert_matches_eager(Phases(), c(4))
+
+
+def shifted_add(x):
+    x[1:] += x[:-1]
+
+
+def test_overlapping_complex_write_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(shifted_add, (c(4),))
+    assert info.value.location.endswith(f":{shifted_add.__code__.co_firstlineno + 1}")

@@ -250,7 +250,7 @@ def _view(rw: _Rewriter, pair: Pair, target: Any, *args: Any) -> Pair:
     return replace(pair, node=rw.call(target, pair.node, *args))
 
 
-@_handles(A.alias.default, A.detach.default)
+@_handles(A.alias.default, A.detach.default, A.detach_.default)
 def _alias(rw, target, args, kwargs):
     return _view(rw, _pair_of(rw, args[0]), target)
 
@@ -465,6 +465,51 @@ def _to(rw, target, args, kwargs):
         value = rw.as_pair(kind, rw.call(A._to_copy.default, value,
                                          dtype=real_dtype(dtype)))
     return Pair(rw.call(A._to_copy.default, value, dtype=real_dtype(dtype)))
+
+
+@_handles(A.polar.default)
+def _polar(rw, target, args, kwargs):
+    size, angle = args[:2]
+    m = lambda f: rw.call(A.mul.Tensor, size, rw.call(f, angle))  # noqa: E731
+    return Pair(rw.join(m(A.cos.default), m(A.sin.default)))
+
+
+# Factories: (their fill value from the arguments), a fresh tensor of the node's shape.
+_FACTORIES = {A.zeros.default: lambda a: 0, A.ones.default: lambda a: 1,
+              A.full.default: lambda a: a[1], A.empty.memory_format: lambda a: 0,
+              A.zeros_like.default: lambda a: 0, A.ones_like.default: lambda a: 1,
+              A.full_like.default: lambda a: a[1], A.empty_like.default: lambda a: 0}
+
+
+@_handles(*_FACTORIES)
+def _factory(rw, target, args, kwargs):
+    """`torch.zeros(..., dtype=complex64)`, `ones_like(z)`, `full(s, 1 + 2j)`: a fresh
+    pair of the fill value (empty ones are zeros); a real result of a complex `*_like`
+    is the real factory."""
+    fill, value = _FACTORIES[target](args), rw.node.meta["val"]
+    if isinstance(fill, torch.fx.Node):
+        raise _Refused("a fill value held in a tensor")
+    if not is_complex(value):
+        return rw.call(A.full.default, list(value.shape), fill, dtype=value.dtype)
+    zeros = rw.call(A.zeros.default, [*value.shape, 2], dtype=rw.dtype)
+    if fill == 0:
+        return Pair(zeros)
+    return Pair(rw.call(A.add.Tensor, zeros, rw.scalar_pair(fill, rw.dtype)))
+
+
+@_handles(A.cat.default, A.stack.default)
+def _concatenate(rw, target, args, kwargs):
+    pairs = [rw.as_pair(*rw.operand(t)) for t in args[0]]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    return Pair(rw.call(target, pairs, rw.dim(dim, rw.node.meta["val"].dim())))
+
+
+@_handles(A.where.self, A.where.ScalarSelf, A.where.ScalarOther, A.where.Scalar)
+def _where(rw, target, args, kwargs):
+    condition = args[0]
+    condition = rw.call(A.unsqueeze.default, condition, condition.meta["val"].dim())
+    a, b = (rw.as_pair(*rw.operand(v)) for v in args[1:3])
+    return Pair(rw.call(A.where.self, condition, a, b))
 
 
 @_handles(A.complex.default)

@@ -26,9 +26,9 @@ from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 def rewrite(graph: torch.fx.Graph) -> None:
     """All rewrites, in the order they depend on each other."""
     _fake_constants(graph)
-    complex_pairs.rewrite(graph)
     shape_changes.local_shape_changes(graph)
-    refusals.refuse_overlapping_operands(graph)
+    refusals.refuse_overlapping_operands(graph)  # before the pairs' copies hide overlaps
+    complex_pairs.rewrite(graph)
     refusals.refuse_writes_into_position_reads(graph)
     refusals.refuse_stale_position_reads(graph)
     optimizer_ops.decompose(graph)
