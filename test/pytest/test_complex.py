@@ -5,6 +5,8 @@ at their line."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -250,3 +252,53 @@ def test_overlapping_complex_write_is_refused() -> None:
     with pytest.raises(outofplace.UnsupportedMutationError) as info:
         outofplace.compile(shifted_add, (c(4),))
     assert info.value.location.endswith(f":{shifted_add.__code__.co_firstlineno + 1}")
+
+
+def quotients(x, y):
+    return x / y, x.abs(), y.abs(), 1 / y
+
+
+def test_division_and_modulus_at_extremes() -> None:
+    """Large, tiny, zero, infinite and nan parts: scaled as eager computes them, no
+    square overflows or underflows."""
+    values = [3e30 + 4e30j, 1e-30 - 1e-30j, 0j, complex(math.inf, 1), complex(1, math.nan),
+              complex(math.inf, math.nan), 2 - 3j, complex(0, -5e-30)]
+    x = torch.tensor(values, dtype=torch.complex64)
+    assert_matches_eager(quotients, x, x.flip(0))
+
+
+# ---------------------------------------------------------------- index categories
+def augmented_at_runtime_position(cache, k, pos):
+    cache[:, pos] += k
+    cache[1:, pos] *= 2j  # reads both parts of the gathered row, then stores it back
+    return cache[:, pos].conj()
+
+
+def masked_writes(x):
+    x[x.real > 0] = 0
+    x[x.abs() < 0.5] *= 2
+
+
+def index_tensor_writes(x, i, v):
+    x[i] = v
+    x.index_put_((i,), v, accumulate=True)
+    return x[i].sum(0)
+
+
+def views_of_views(x):
+    y = x.t()[1:].unsqueeze(0)
+    y.mul_(1j)
+    z = x.view(-1)
+    z[3] = 7
+    x.conj()[0, :2] = torch.tensor([1.0, 2.0])
+    return y.squeeze(0), x.reshape(3, 4).permute(1, 0).sum(0, keepdim=True)
+
+
+@pytest.mark.parametrize("f, args", [
+    (augmented_at_runtime_position, (c(2, 8, 4), c(2, 4), torch.tensor(3))),
+    (masked_writes, (c(8),)),
+    (index_tensor_writes, (c(5, 3), torch.tensor([0, 2]), c(2, 3))),
+    (views_of_views, (c(4, 3),)),
+], ids=lambda v: getattr(v, "__name__", "args"))
+def test_index_categories_on_complex_tensors(f, args) -> None:
+    assert_matches_eager(f, *args)

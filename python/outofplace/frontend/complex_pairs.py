@@ -16,6 +16,7 @@ at its line.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -429,13 +430,32 @@ def _div(rw, target, args, kwargs):
     if kb == "real":
         return Pair(_scale(rw, A.div.Tensor, a, b))
     a = rw.as_pair(ka, a)
-    a0, a1, b0, b1 = rw.part(a, 0), rw.part(a, 1), rw.part(b, 0), rw.part(b, 1)
-    m = lambda x, y: rw.call(A.mul.Tensor, x, y)  # noqa: E731
-    norm = rw.call(A.add.Tensor, m(b0, b0), m(b1, b1))
-    real = rw.call(A.add.Tensor, m(a0, b0), m(a1, b1))
-    imag = rw.call(A.sub.Tensor, m(a1, b0), m(a0, b1))
-    return Pair(rw.join(rw.call(A.div.Tensor, real, norm),
-                        rw.call(A.div.Tensor, imag, norm)))
+    return Pair(rw.join(*_quotient(rw, rw.part(a, 0), rw.part(a, 1), rw.part(b, 0),
+                                   rw.part(b, 1))))
+
+
+def _quotient(rw: _Rewriter, a: torch.fx.Node, b: torch.fx.Node, c: torch.fx.Node,
+              d: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node]:
+    """(a + bi) / (c + di) as c10::complex computes it (numpy's algorithm): scaled by
+    the larger of |c|, |d| so that no square overflows; a zero divisor gives a / 0."""
+    op = lambda f, *x: rw.call(f, *x)  # noqa: E731
+    mul, add, sub = (lambda x, y: op(A.mul.Tensor, x, y)), \
+        (lambda x, y: op(A.add.Tensor, x, y)), (lambda x, y: op(A.sub.Tensor, x, y))
+    abs_c, abs_d = op(A.abs.default, c), op(A.abs.default, d)
+    # |c| >= |d|: r = d / c, s = 1 / (c + d r), ((a + b r) s, (b - a r) s)
+    r = op(A.div.Tensor, d, c)
+    s = op(A.reciprocal.default, add(c, mul(d, r)))
+    real_c, imag_c = mul(add(a, mul(b, r)), s), mul(sub(b, mul(a, r)), s)
+    # |c| < |d|: r = c / d, s = 1 / (d + c r), ((a r + b) s, (b r - a) s)
+    r = op(A.div.Tensor, c, d)
+    s = op(A.reciprocal.default, add(d, mul(c, r)))
+    real_d, imag_d = mul(add(mul(a, r), b), s), mul(sub(mul(b, r), a), s)
+    zero = op(A.logical_and.default, op(A.eq.Scalar, abs_c, 0.0), op(A.eq.Scalar, abs_d, 0.0))
+    real_0, imag_0 = op(A.div.Tensor, a, abs_c), op(A.div.Tensor, b, abs_d)
+    larger_c = op(A.ge.Tensor, abs_c, abs_d)
+    pick = lambda zero_case, c_case, d_case: op(  # noqa: E731
+        A.where.self, larger_c, op(A.where.self, zero, zero_case, c_case), d_case)
+    return pick(real_0, real_c, real_d), pick(imag_0, imag_c, imag_d)
 
 
 @_handles(A.reciprocal.default)
@@ -459,8 +479,7 @@ def _to(rw, target, args, kwargs):
     kind, value = rw.operand(args[0])
     if kind == "pair" and target is A.to.dtype and \
             args[0].meta["val"].dtype == dtype:
-        return rw.pairs[args[0]] if not rw.pairs[args[0]].conj else \
-            Pair(rw.call(A.clone.default, value))
+        return rw.pairs[args[0]]  # self, lazy views as they are
     if kind == "real":
         value = rw.as_pair(kind, rw.call(A._to_copy.default, value,
                                          dtype=real_dtype(dtype)))
@@ -545,9 +564,18 @@ def _reduce(rw, target, args, kwargs):
 @_handles(A.abs.default)
 def _abs(rw, target, args, kwargs):
     stored = _pair_of(rw, args[0]).node  # the conjugate and negation have its modulus
-    squares = rw.call(A.mul.Tensor, stored, stored)
-    return rw.call(A.sqrt.default, rw.call(A.sum.dim_IntList, squares,
-                                           [stored.meta["val"].dim() - 1]))
+    op = lambda f, *x: rw.call(f, *x)  # noqa: E731
+    a, b = (op(A.abs.default, rw.part(stored, i)) for i in (0, 1))
+    # hypot(a, b) = m sqrt(1 + (n / m)^2), m the larger: no square overflows; 0 at 0,
+    # inf where either part is (nan or not), nan where the other is nan
+    large, small = op(A.maximum.default, a, b), op(A.minimum.default, a, b)
+    ratio = op(A.div.Tensor, small, large)
+    modulus = op(A.mul.Tensor, large, op(A.sqrt.default, op(
+        A.add.Tensor, op(A.mul.Tensor, ratio, ratio), 1.0)))
+    modulus = op(A.where.self, op(A.eq.Scalar, large, 0.0), large, modulus)
+    infinite = op(A.logical_or.default, op(A.eq.Scalar, a, math.inf),
+                  op(A.eq.Scalar, b, math.inf))
+    return op(A.where.self, infinite, op(A.full_like.default, a, math.inf), modulus)
 
 
 @_handles(A.index.Tensor)
@@ -577,10 +605,41 @@ def _written_self(rw: _Rewriter, args: tuple) -> Pair:
           A.mul_.Scalar, A.div_.Tensor, A.div_.Scalar, A.neg_.default,
           A.conj_physical_.default)
 def _inplace(rw, target, args, kwargs):
+    """An in-place op on a complex tensor (or view). Where it is linear in what is stored
+    (adding, scaling by a real number or tensor, negating, conjugating), the pair itself
+    is updated in place, through the view's flags: `x.conj().add_(y)` adds conj(y) to
+    what is stored. Otherwise the new value is computed and stored with `copy_`."""
     pair = _written_self(rw, args)
+    if _update_pair_in_place(rw, target, pair, args, kwargs):
+        return pair
     twin = op_effects(rw.node).twin
     rw.write(pair, _HANDLERS[twin](rw, twin, args, kwargs).node)
     return pair
+
+
+def _update_pair_in_place(rw: _Rewriter, target: Any, pair: Pair, args: tuple,
+                          kwargs: dict) -> bool:
+    stored = pair.node
+    if target in (A.neg_.default, A.conj_physical_.default):
+        if target is A.neg_.default:
+            rw.call(A.neg_.default, stored)
+        else:  # the conjugate of a conjugate (negation) is that of what is stored
+            rw.call(A.mul_.Tensor, stored, rw.constant(
+                torch.tensor([1.0, -1.0], dtype=stored.meta["val"].dtype)))
+        return True
+    kind, other = rw.operand(args[1])
+    if target in (A.add_.Tensor, A.add_.Scalar, A.sub_.Tensor, A.sub_.Scalar):
+        other = rw.flip(rw.as_pair(kind, other), pair.conj, pair.neg)
+        op = A.add_.Tensor if target in (A.add_.Tensor, A.add_.Scalar) else A.sub_.Tensor
+        rw.call(op, stored, other, alpha=_alpha(kwargs, args))
+        return True
+    if kind == "real":  # mul_ and div_ by a real number or tensor
+        op = A.mul_.Tensor if target in (A.mul_.Tensor, A.mul_.Scalar) else A.div_.Tensor
+        if isinstance(other, torch.fx.Node):
+            other = rw.call(A.unsqueeze.default, other, other.meta["val"].dim())
+        rw.call(op, stored, other)
+        return True
+    return False
 
 
 @_handles(A.copy_.default)
