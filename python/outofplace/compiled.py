@@ -233,7 +233,8 @@ class Compiled:
         if kwargs or len(args) != signature.positional_tensors:
             self._check_count(args, kwargs)
         state = _state_tensors(signature, self.source) if signature.state_targets else []
-        inputs = signature.real_views(state + signature.user_inputs(args, kwargs))
+        given = state + signature.user_inputs(args, kwargs)
+        inputs = signature.real_views(given)  # complex tensors as their real pairs
         for i, (name, value, (shape, dtype)) in enumerate(
                 zip(self.input_names, inputs, self.input_types)):
             if not isinstance(value, torch.Tensor):
@@ -250,7 +251,7 @@ class Compiled:
             if not value.is_cpu:
                 raise ValueError(f"argument '{name}' is on {value.device}; outofplace runs "
                                  "on CPU tensors")
-            if value.requires_grad and value.is_leaf and i in self.io_map and \
+            if value.requires_grad and given[i].is_leaf and i in self.io_map and \
                     i >= len(state) and torch.is_grad_enabled():
                 raise ValueError(f"argument '{name}' is a leaf tensor that requires grad, "
                                  "and the program writes it in place, which eager refuses: "

@@ -302,3 +302,21 @@ def views_of_views(x):
 ], ids=lambda v: getattr(v, "__name__", "args"))
 def test_index_categories_on_complex_tensors(f, args) -> None:
     assert_matches_eager(f, *args)
+
+
+def test_written_complex_leaf_requiring_grad_is_refused_at_the_call() -> None:
+    compiled = outofplace.compile(complex_mul_, (c(3), c(3)))
+    with pytest.raises(ValueError, match="leaf tensor that requires grad"):
+        compiled(c(3).requires_grad_(), c(3))
+
+
+def mixed_precision(x, y, s, r):
+    return x * s, x + y, x / r, x - s.real, x.add_(y), x.mul_(s)
+
+
+def test_type_promotion_as_eager() -> None:
+    """complex64 with a 0-d complex128 (float64) tensor stays complex64; with a complex128
+    tensor it is complex128; in place, computed in the wider type and cast back."""
+    assert_matches_eager(mixed_precision, c(3), c(3, dtype=torch.complex128),
+                         torch.tensor(1.5 - 2j, dtype=torch.complex128),
+                         torch.randn(3, dtype=torch.float64))

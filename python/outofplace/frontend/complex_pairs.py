@@ -77,6 +77,9 @@ class _Rewriter:
         self.pairs: dict[torch.fx.Node, Pair] = {}
         self.node: torch.fx.Node | None = None  # the node being rewritten
         self.dtype: torch.dtype | None = None  # the real dtype of its complex value
+        # The real dtype its floating-point operands are computed in: its result's (for
+        # an in-place op its out-of-place twin's), as eager promotes; or None.
+        self.common: torch.dtype | None = None
         self.made: list[torch.fx.Node] = []
 
     # -- building nodes ------------------------------------------------------------
@@ -119,18 +122,27 @@ class _Rewriter:
         return self.flip(pair.node, pair.conj, pair.neg)
 
     def operand(self, value: Any) -> tuple[str, Any]:
-        """("pair", node) of a complex operand, ("real", node or number) of a real one."""
+        """("pair", node) of a complex operand, ("real", node or number) of a real one;
+        a floating-point tensor in the result's real dtype, where eager computes (a 0-d
+        complex128 or float64 operand does not widen a complex64 result)."""
         if isinstance(value, torch.fx.Node):
             if value in self.pairs:
-                return "pair", self.value(self.pairs[value])
+                return "pair", self.in_common_dtype(self.value(self.pairs[value]))
             if is_complex(value.meta.get("val")):
                 raise _Refused("a complex value outside the subset")
-            return "real", value
+            return "real", self.in_common_dtype(value)
         if isinstance(value, complex):
             return "pair", self.scalar_pair(value, self.dtype)
         if isinstance(value, (bool, int, float)):
             return "real", value
         raise _Refused(f"an operand {value!r}")
+
+    def in_common_dtype(self, node: torch.fx.Node) -> torch.fx.Node:
+        value = node.meta.get("val")
+        if self.common is None or not isinstance(value, torch.Tensor) or \
+                not value.is_floating_point() or value.dtype == self.common:
+            return node
+        return self.call(A._to_copy.default, node, dtype=self.common)
 
     def as_pair(self, kind: str, value: Any) -> torch.fx.Node:
         """A pair of a real operand: (value, 0)."""
@@ -215,6 +227,12 @@ def _rewrite_node(rw: _Rewriter, node: torch.fx.Node) -> None:
     dtype = value.dtype if is_complex(value) else \
         self_value.dtype if is_complex(self_value) else None
     rw.dtype = real_dtype(dtype) if dtype in _REAL_OF else torch.float32
+    result = value  # an in-place op computes in the type its out-of-place twin returns
+    effects = op_effects(node)
+    if effects is not None and effects.written and effects.twin is not None:
+        result = _twin_value(node, effects.twin)
+    rw.common = real_dtype(result.dtype) if is_complex(result) and \
+        result.dtype in _REAL_OF else None
     handler = _HANDLERS.get(node.target)
     try:
         if handler is None:
@@ -236,6 +254,17 @@ def _rewrite_node(rw: _Rewriter, node: torch.fx.Node) -> None:
         rw.pairs[node] = result
     elif result is not None:
         node.replace_all_uses_with(result)
+
+
+def _twin_value(node: torch.fx.Node, twin: torch._ops.OpOverload) -> Any:
+    """The fake value the out-of-place twin of an in-place op would return."""
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
+                                         lambda n: n.meta.get("val"))
+    try:
+        with fake_mode_of(node.graph), torch.no_grad():
+            return twin(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - then its operands are taken as they are
+        return None
 
 
 # -- views: the same view of the pair, on the leading dimensions ----------------------
