@@ -192,10 +192,25 @@ def spectrum(x):
     return torch.fft.rfft(x).abs()
 
 
+def imag_of_conjugate(x):
+    return x.conj().imag
+
+
+def half_complex(x):
+    return x * 2
+
+
+def unbound(x):
+    return x.unbind(0)[1]
+
+
 @pytest.mark.parametrize("f, arg, op", [
     (complex_exp, c(3), "torch.aten.exp"),
     (spectrum, torch.randn(8), "torch.aten.fft_rfft"),
-], ids=["exp", "rfft"])
+    (imag_of_conjugate, c(3), "torch.aten.imag"),
+    (half_complex, torch.randn(3, dtype=torch.complex32), "torch.aten.mul.Tensor"),
+    (unbound, c(2, 3), "torch.aten.unbind.int"),
+], ids=["exp", "rfft", "imag_of_conjugate", "complex32", "unbind"])
 def test_ops_outside_the_subset_are_refused_at_their_line(f, arg, op) -> None:
     with pytest.raises(outofplace.UnsupportedMutationError) as info:
         outofplace.compile(f, (arg,))

@@ -181,16 +181,14 @@ def rewrite(graph: torch.fx.Graph) -> None:
     old: list[torch.fx.Node] = []
     for node in list(graph.nodes):
         value = node.meta.get("val")
-        if node.op == "placeholder" and is_complex(value):
-            _check_dtype(node, value.dtype)
+        if node.op == "placeholder" and is_complex(value) and value.dtype in _REAL_OF:
             with value.fake_mode:
                 node.meta["val"] = torch.view_as_real(value)
             node.meta.pop("tensor_meta", None)  # the importer would read its type there
             rw.pairs[node] = Pair(node)
             rw.made.append(node)
-        elif node.op == "get_attr" and is_complex(getattr(graph.owning_module, node.target)):
-            tensor = getattr(graph.owning_module, node.target)
-            _check_dtype(node, tensor.dtype)
+        elif node.op == "get_attr" and is_complex(tensor := getattr(
+                graph.owning_module, node.target)) and tensor.dtype in _REAL_OF:
             rw.node = node
             rw.pairs[node] = Pair(rw.constant(torch.view_as_real(tensor).clone()))
             old.append(node)
@@ -205,13 +203,6 @@ def rewrite(graph: torch.fx.Graph) -> None:
     for node in reversed(old):
         graph.erase_node(node)
     _refresh_fake_values(graph, rw.made)
-
-
-def _check_dtype(node: torch.fx.Node, dtype: torch.dtype) -> None:
-    if dtype not in _REAL_OF:
-        raise UnsupportedMutationError(
-            str(node.target), f"a {dtype} tensor: outofplace computes complex64 and "
-            "complex128 as (real, imaginary) pairs", location=source_line(node))
 
 
 def _op_name(target: Any) -> str:
@@ -234,11 +225,11 @@ def _rewrite_node(rw: _Rewriter, node: torch.fx.Node) -> None:
     rw.common = real_dtype(result.dtype) if is_complex(result) and \
         result.dtype in _REAL_OF else None
     handler = _HANDLERS.get(node.target)
-    try:
+    try:  # (a complex32 argument or constant is left as it is: refused at its first use)
+        if any(is_complex(v) and v.dtype not in _REAL_OF for v in (value, self_value)):
+            raise _Refused("complex32: complex64 and complex128 are computed")
         if handler is None:
             raise _Refused("no rewrite of it as real (re, im) pairs")
-        if dtype is not None and dtype not in _REAL_OF:
-            raise _Refused(f"a {dtype} tensor (complex64 and complex128 are computed)")
         result = handler(rw, node.target, node.args, node.kwargs)
     except _Refused as why:
         raise UnsupportedMutationError(
