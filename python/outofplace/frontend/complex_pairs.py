@@ -17,6 +17,7 @@ at its line.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -236,7 +237,9 @@ def _rewrite_node(rw: _Rewriter, node: torch.fx.Node) -> None:
             _op_name(node.target), f"an op on a complex tensor that outofplace does not "
             f"compute ({why}): complex tensors are computed as (real, imaginary) pairs "
             "for the ops docs/reliability.md lists", location=source_line(node)) from None
-    if isinstance(result, Pair):
+    if isinstance(result, Pair) and isinstance(value, (list, tuple)):  # a list view
+        rw.pairs[node] = result
+    elif isinstance(result, Pair):
         result_value = result.node.meta["val"]
         if not is_complex(value) or result_value.dtype != rw.dtype or \
                 list(result_value.shape) != [*value.shape, 2]:
@@ -332,6 +335,23 @@ def _transpose(rw, target, args, kwargs):
 def _t(rw, target, args, kwargs):
     pair = _pair_of(rw, args[0])
     return _view(rw, pair, A.transpose.int, 0, 1) if pair.rank == 2 else pair
+
+
+@_handles(A.unbind.int, A.split.Tensor, A.split_with_sizes.default, A.chunk.default)
+def _list_view(rw, target, args, kwargs):
+    """`x.unbind(0)`, `x.split(2)`, `x.chunk(2, 1)`: the same list view of the pair (its
+    elements are made plain views later, fx_rewrites)."""
+    pair = _pair_of(rw, args[0])
+    dim_position = 1 if target is A.unbind.int else 2
+    dim = args[dim_position] if len(args) > dim_position else kwargs.get("dim", 0)
+    rest = list(args[1:dim_position])
+    return replace(pair, node=rw.call(target, pair.node, *rest, rw.dim(dim, pair.rank)))
+
+
+@_handles(operator.getitem)
+def _element(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    return replace(pair, node=rw.call(operator.getitem, pair.node, args[1]))
 
 
 @_handles(A._conj.default)
