@@ -7,169 +7,28 @@ place), a complex result is returned as `view_as_complex` of the real one
 (compiled.py), and each op on a complex value becomes real ops on its pair.
 
 Views keep aliasing: a view of a complex tensor is the same view of its pair on the
-leading dimensions (the trailing 2 stays whole), `view_as_real` is the pair itself,
+leading dimensions (the trailing 2 stays whole), `view_as_real` a view of all the pair,
 `real` / `imag` select its last dimension. `x.conj()` and `_neg_view` are lazy views in
 eager: a `Pair` carries the flags, a read computes the value, a write through it stores
 the conjugate (negation) of what is written. Any other op on a complex value is refused
 at its line.
+
+This module walks the graph; complex_values.py holds the pair and the rewriter that builds
+real ops, complex_ops.py one rewrite per op.
 """
 
 from __future__ import annotations
 
-import math
-import operator
-from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx
 
 from .. import op_registry
 from ..errors import UnsupportedMutationError
-from .fx_graph import call, fake_mode_of, op_effects, source_line
-
-A = torch.ops.aten
-
-_REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
-
-
-@dataclass(frozen=True)
-class Pair:
-    """A complex value: `node` is a real tensor [..., 2] of what is stored (a view where
-    the complex value is a view); the value is the conjugate (`conj`) and/or the
-    negation (`neg`) of what is stored, as eager's lazy conjugate and negative views."""
-
-    node: torch.fx.Node
-    conj: bool = False
-    neg: bool = False
-
-    @property
-    def rank(self) -> int:  # of the complex value
-        return self.node.meta["val"].dim() - 1
-
-
-def is_complex(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.is_complex()
-
-
-def real_dtype(dtype: torch.dtype) -> torch.dtype:
-    return _REAL_OF[dtype]
-
-
-class _Refused(Exception):
-    """An op on a complex value outside the subset, with why."""
-
-
-Handler = Callable[["_Rewriter", Any, tuple, dict], Any]
-_HANDLERS: dict[Any, Handler] = {}
-
-
-def _handles(*targets: Any) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for target in targets:
-            _HANDLERS[target] = fn
-        return fn
-    return register
-
-
-class _Rewriter:
-    def __init__(self, graph: torch.fx.Graph):
-        self.graph = graph
-        self.pairs: dict[torch.fx.Node, Pair] = {}
-        self.node: torch.fx.Node | None = None  # the node being rewritten
-        self.dtype: torch.dtype | None = None  # the real dtype of its complex value
-        # The real dtype its floating-point operands are computed in: its result's (for
-        # an in-place op its out-of-place twin's), as eager promotes; or None.
-        self.common: torch.dtype | None = None
-        self.made: list[torch.fx.Node] = []
-
-    # -- building nodes ------------------------------------------------------------
-    def call(self, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
-        """A node before the one being rewritten, with its fake value and its line."""
-        with self.graph.inserting_before(self.node):
-            node = call(self.graph, target, *args, **kwargs)
-        if self.node.meta.get("stack_trace"):
-            node.meta["stack_trace"] = self.node.meta["stack_trace"]
-        self.made.append(node)
-        return node
-
-    def constant(self, value: torch.Tensor) -> torch.fx.Node:
-        module = self.graph.owning_module
-        name = f"_outofplace_complex_{len(module._buffers)}"
-        module.register_buffer(name, value)
-        with self.graph.inserting_before(self.node):
-            node = self.graph.get_attr(name)
-        with fake_mode_of(self.graph):
-            node.meta["val"] = torch.empty_strided(value.shape, value.stride(),
-                                                   dtype=value.dtype)
-        self.made.append(node)
-        return node
-
-    def scalar_pair(self, number: complex, dtype: torch.dtype) -> torch.fx.Node:
-        number = complex(number)
-        return self.constant(torch.tensor([number.real, number.imag], dtype=dtype))
-
-    # -- values --------------------------------------------------------------------
-    def flip(self, node: torch.fx.Node, conj: bool, neg: bool) -> torch.fx.Node:
-        """The conjugate and/or negation of a pair (each its own inverse)."""
-        if not conj and not neg:
-            return node
-        signs = [-1.0 if neg else 1.0, 1.0 if conj == neg else -1.0]
-        return self.call(A.mul.Tensor, node, self.constant(
-            torch.tensor(signs, dtype=node.meta["val"].dtype)))
-
-    def value(self, pair: Pair) -> torch.fx.Node:
-        """A pair of the value (reads computed through the lazy views' flags)."""
-        return self.flip(pair.node, pair.conj, pair.neg)
-
-    def operand(self, value: Any) -> tuple[str, Any]:
-        """("pair", node) of a complex operand, ("real", node or number) of a real one;
-        a floating-point tensor in the result's real dtype, where eager computes (a 0-d
-        complex128 or float64 operand does not widen a complex64 result)."""
-        if isinstance(value, torch.fx.Node):
-            if value in self.pairs:
-                return "pair", self.in_common_dtype(self.value(self.pairs[value]))
-            if is_complex(value.meta.get("val")):
-                raise _Refused("a complex value outside the subset")
-            return "real", self.in_common_dtype(value)
-        if isinstance(value, complex):
-            return "pair", self.scalar_pair(value, self.dtype)
-        if isinstance(value, (bool, int, float)):
-            return "real", value
-        raise _Refused(f"an operand {value!r}")
-
-    def in_common_dtype(self, node: torch.fx.Node) -> torch.fx.Node:
-        value = node.meta.get("val")
-        if self.common is None or not isinstance(value, torch.Tensor) or \
-                not value.is_floating_point() or value.dtype == self.common:
-            return node
-        return self.call(A._to_copy.default, node, dtype=self.common)
-
-    def as_pair(self, kind: str, value: Any) -> torch.fx.Node:
-        """A pair of a real operand: (value, 0)."""
-        if kind == "pair":
-            return value
-        if not isinstance(value, torch.fx.Node):
-            return self.scalar_pair(value, self.dtype)
-        return self.call(A.stack.default, [value, self.call(A.zeros_like.default, value)],
-                         value.meta["val"].dim())
-
-    def part(self, node: torch.fx.Node, index: int) -> torch.fx.Node:
-        return self.call(A.select.int, node, node.meta["val"].dim() - 1, index)
-
-    def join(self, real: torch.fx.Node, imag: torch.fx.Node) -> torch.fx.Node:
-        return self.call(A.stack.default, [real, imag], real.meta["val"].dim())
-
-    def dim(self, dim: int, rank: int) -> int:
-        """A dimension of a complex value of `rank` as a (non-negative) dim of its pair."""
-        if not -max(rank, 1) <= dim < max(rank, 1) or rank == 0:
-            raise _Refused(f"dimension {dim} of a {rank}-d complex tensor")
-        return dim % rank
-
-    def write(self, pair: Pair, value: torch.fx.Node) -> None:
-        """Stores a value into a complex tensor (or view): its conjugate into a
-        conjugate view; `copy_` broadcasts and casts as eager's in-place ops do."""
-        self.call(A.copy_.default, pair.node, self.flip(value, pair.conj, pair.neg))
+from .complex_ops import HANDLERS
+from .complex_values import REAL_OF, Pair, Refused, Rewriter, is_complex, real_dtype
+from .fx_graph import fake_mode_of, op_effects, source_line
 
 
 def rewrite(graph: torch.fx.Graph) -> None:
@@ -178,18 +37,18 @@ def rewrite(graph: torch.fx.Graph) -> None:
     if not any(is_complex(n.meta.get("val")) or n.op == "get_attr" and is_complex(
             getattr(graph.owning_module, n.target, None)) for n in graph.nodes):
         return
-    rw = _Rewriter(graph)
+    rw = Rewriter(graph)
     old: list[torch.fx.Node] = []
     for node in list(graph.nodes):
         value = node.meta.get("val")
-        if node.op == "placeholder" and is_complex(value) and value.dtype in _REAL_OF:
+        if node.op == "placeholder" and is_complex(value) and value.dtype in REAL_OF:
             with value.fake_mode:
                 node.meta["val"] = torch.view_as_real(value)
             node.meta.pop("tensor_meta", None)  # the importer would read its type there
             rw.pairs[node] = Pair(node)
             rw.made.append(node)
         elif node.op == "get_attr" and is_complex(tensor := getattr(
-                graph.owning_module, node.target)) and tensor.dtype in _REAL_OF:
+                graph.owning_module, node.target)) and tensor.dtype in REAL_OF:
             rw.node = node
             rw.pairs[node] = Pair(rw.constant(torch.view_as_real(tensor).clone()))
             old.append(node)
@@ -211,28 +70,28 @@ def _op_name(target: Any) -> str:
         else str(target)
 
 
-def _rewrite_node(rw: _Rewriter, node: torch.fx.Node) -> None:
+def _rewrite_node(rw: Rewriter, node: torch.fx.Node) -> None:
     rw.node = node
     value = node.meta.get("val")
     self_value = node.args[0].meta.get("val") if node.args and isinstance(
         node.args[0], torch.fx.Node) else None
     dtype = value.dtype if is_complex(value) else \
         self_value.dtype if is_complex(self_value) else None
-    rw.dtype = real_dtype(dtype) if dtype in _REAL_OF else torch.float32
+    rw.dtype = real_dtype(dtype) if dtype in REAL_OF else torch.float32
     result = value  # an in-place op computes in the type its out-of-place twin returns
     effects = op_effects(node)
     if effects is not None and effects.written and effects.twin is not None:
         result = _twin_value(node, effects.twin)
     rw.common = real_dtype(result.dtype) if is_complex(result) and \
-        result.dtype in _REAL_OF else None
-    handler = _HANDLERS.get(node.target)
+        result.dtype in REAL_OF else None
+    handler = HANDLERS.get(node.target)
     try:  # (a complex32 argument or constant is left as it is: refused at its first use)
-        if any(is_complex(v) and v.dtype not in _REAL_OF for v in (value, self_value)):
-            raise _Refused("complex32: complex64 and complex128 are computed")
+        if any(is_complex(v) and v.dtype not in REAL_OF for v in (value, self_value)):
+            raise Refused("complex32: complex64 and complex128 are computed")
         if handler is None:
-            raise _Refused("no rewrite of it as real (re, im) pairs")
+            raise Refused("no rewrite of it as real (re, im) pairs")
         result = handler(rw, node.target, node.args, node.kwargs)
-    except _Refused as why:
+    except Refused as why:
         raise UnsupportedMutationError(
             _op_name(node.target), f"an op on a complex tensor that outofplace does not "
             f"compute ({why}): complex tensors are computed as (real, imaginary) pairs "
@@ -259,459 +118,6 @@ def _twin_value(node: torch.fx.Node, twin: torch._ops.OpOverload) -> Any:
             return twin(*args, **kwargs)
     except Exception:  # noqa: BLE001 - then its operands are taken as they are
         return None
-
-
-# -- views: the same view of the pair, on the leading dimensions ----------------------
-
-
-def _pair_of(rw: _Rewriter, value: Any) -> Pair:
-    if not isinstance(value, torch.fx.Node) or value not in rw.pairs:
-        raise _Refused("a complex value outside the subset")
-    return rw.pairs[value]
-
-
-def _view(rw: _Rewriter, pair: Pair, target: Any, *args: Any) -> Pair:
-    return replace(pair, node=rw.call(target, pair.node, *args))
-
-
-@_handles(A.alias.default, A.detach.default, A.detach_.default)
-def _alias(rw, target, args, kwargs):
-    return _view(rw, _pair_of(rw, args[0]), target)
-
-
-@_handles(A.select.int)
-def _select(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    return _view(rw, pair, target, rw.dim(args[1], pair.rank), args[2])
-
-
-@_handles(A.slice.Tensor)
-def _slice(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    rest = list(args[1:]) + [kwargs.get(k, d) for k, d in
-                             [("dim", 0), ("start", None), ("end", None), ("step", 1)]
-                             ][len(args) - 1:]
-    rest[0] = rw.dim(rest[0], pair.rank)
-    return _view(rw, pair, target, *rest)
-
-
-@_handles(A.unsqueeze.default)
-def _unsqueeze(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    return _view(rw, pair, target, rw.dim(args[1], pair.rank + 1))
-
-
-@_handles(A.squeeze.dim, A.squeeze.dims, A.squeeze.default)
-def _squeeze(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    shape = args[0].meta["val"].shape
-    dims = args[1] if len(args) > 1 else range(pair.rank)
-    dims = [dims] if isinstance(dims, int) else dims
-    kept = [d for d in (rw.dim(d, pair.rank) for d in dims) if shape[d] == 1]
-    return _view(rw, pair, A.squeeze.dims, kept) if kept else pair
-
-
-@_handles(A.view.default, A._unsafe_view.default, A.reshape.default, A.expand.default)
-def _resize(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    if kwargs.get("implicit") or len(args) > 2 and args[2]:
-        raise _Refused("an implicit expand")
-    return _view(rw, pair, target, [*args[1], 2])
-
-
-@_handles(A.permute.default)
-def _permute(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    return _view(rw, pair, target, [*(rw.dim(d, pair.rank) for d in args[1]), pair.rank])
-
-
-@_handles(A.transpose.int)
-def _transpose(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    return _view(rw, pair, target, rw.dim(args[1], pair.rank), rw.dim(args[2], pair.rank))
-
-
-@_handles(A.t.default)
-def _t(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    return _view(rw, pair, A.transpose.int, 0, 1) if pair.rank == 2 else pair
-
-
-@_handles(A.unbind.int, A.split.Tensor, A.split_with_sizes.default, A.chunk.default)
-def _list_view(rw, target, args, kwargs):
-    """`x.unbind(0)`, `x.split(2)`, `x.chunk(2, 1)`: the same list view of the pair (its
-    elements are made plain views later, fx_rewrites)."""
-    pair = _pair_of(rw, args[0])
-    dim_position = 1 if target is A.unbind.int else 2
-    dim = args[dim_position] if len(args) > dim_position else kwargs.get("dim", 0)
-    rest = list(args[1:dim_position])
-    return replace(pair, node=rw.call(target, pair.node, *rest, rw.dim(dim, pair.rank)))
-
-
-@_handles(operator.getitem)
-def _element(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    return replace(pair, node=rw.call(operator.getitem, pair.node, args[1]))
-
-
-@_handles(A._conj.default)
-def _conj(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    return replace(pair, conj=not pair.conj)
-
-
-@_handles(A._neg_view.default)
-def _neg_view(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    return replace(pair, neg=not pair.neg)
-
-
-@_handles(A.resolve_conj.default)
-def _resolve_conj(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])  # a new tensor only where the conjugate is lazy
-    return Pair(rw.flip(pair.node, True, False), False, pair.neg) if pair.conj else pair
-
-
-@_handles(A.resolve_neg.default)
-def _resolve_neg(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    return Pair(rw.flip(pair.node, False, True), pair.conj, False) if pair.neg else pair
-
-
-@_handles(A.view_as_real.default)
-def _view_as_real(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    if pair.conj or pair.neg:
-        raise _Refused("view_as_real of a lazily conjugated or negated view")
-    rank = pair.rank  # a view of all of the pair, a real node of its own
-    return rw.call(A.slice.Tensor, pair.node, rank, 0, 2, 1)
-
-
-@_handles(A.view_as_complex.default)
-def _view_as_complex(rw, target, args, kwargs):
-    if not isinstance(args[0], torch.fx.Node) or args[0] in rw.pairs:
-        raise _Refused("view_as_complex of a complex value")
-    return Pair(args[0])
-
-
-@_handles(A.real.default, A.imag.default)
-def _part_view(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    index = 0 if target is A.real.default else 1
-    if pair.neg or pair.conj and index == 1:
-        raise _Refused("the real or imaginary part of a lazily conjugated or negated view "
-                       "(resolve_conj() first)")
-    return rw.part(pair.node, index)
-
-
-# -- computations: a new pair --------------------------------------------------------
-
-
-@_handles(A.clone.default, A.lift_fresh_copy.default)
-def _clone(rw, target, args, kwargs):
-    return Pair(rw.call(A.clone.default, rw.value(_pair_of(rw, args[0]))))
-
-
-@_handles(A.neg.default)
-def _neg(rw, target, args, kwargs):
-    return Pair(rw.call(A.neg.default, rw.value(_pair_of(rw, args[0]))))
-
-
-@_handles(A.conj_physical.default)
-def _conj_physical(rw, target, args, kwargs):
-    return Pair(rw.flip(rw.value(_pair_of(rw, args[0])), True, False))
-
-
-def _alpha(kwargs: dict, args: tuple) -> Any:
-    alpha = args[2] if len(args) > 2 else kwargs.get("alpha", 1)
-    if isinstance(alpha, complex) or isinstance(alpha, torch.fx.Node):
-        raise _Refused("a complex or tensor alpha")
-    return alpha
-
-
-@_handles(A.add.Tensor, A.add.Scalar, A.sub.Tensor, A.sub.Scalar)
-def _add(rw, target, args, kwargs):
-    a = rw.as_pair(*rw.operand(args[0]))
-    b = rw.as_pair(*rw.operand(args[1]))
-    op = A.add.Tensor if target in (A.add.Tensor, A.add.Scalar) else A.sub.Tensor
-    return Pair(rw.call(op, a, b, alpha=_alpha(kwargs, args)))
-
-
-@_handles(A.rsub.Tensor, A.rsub.Scalar)
-def _rsub(rw, target, args, kwargs):
-    a = rw.as_pair(*rw.operand(args[0]))
-    b = rw.as_pair(*rw.operand(args[1]))
-    return Pair(rw.call(A.sub.Tensor, b, a, alpha=_alpha(kwargs, args)))
-
-
-def _scale(rw: _Rewriter, op: Any, pair: torch.fx.Node, real: Any) -> torch.fx.Node:
-    """A pair times (or over) a real tensor or number: both parts scaled."""
-    if isinstance(real, torch.fx.Node):
-        real = rw.call(A.unsqueeze.default, real, real.meta["val"].dim())
-    return rw.call(op, pair, real)
-
-
-@_handles(A.mul.Tensor, A.mul.Scalar)
-def _mul(rw, target, args, kwargs):
-    (ka, a), (kb, b) = rw.operand(args[0]), rw.operand(args[1])
-    if ka == "real":
-        (ka, a), (kb, b) = (kb, b), (ka, a)
-    if kb == "real":
-        return Pair(_scale(rw, A.mul.Tensor, a, b))
-    a0, a1, b0, b1 = rw.part(a, 0), rw.part(a, 1), rw.part(b, 0), rw.part(b, 1)
-    m = lambda x, y: rw.call(A.mul.Tensor, x, y)  # noqa: E731
-    return Pair(rw.join(rw.call(A.sub.Tensor, m(a0, b0), m(a1, b1)),
-                        rw.call(A.add.Tensor, m(a0, b1), m(a1, b0))))
-
-
-@_handles(A.div.Tensor, A.div.Scalar)
-def _div(rw, target, args, kwargs):
-    (ka, a), (kb, b) = rw.operand(args[0]), rw.operand(args[1])
-    if kb == "real":
-        return Pair(_scale(rw, A.div.Tensor, a, b))
-    a = rw.as_pair(ka, a)
-    return Pair(rw.join(*_quotient(rw, rw.part(a, 0), rw.part(a, 1), rw.part(b, 0),
-                                   rw.part(b, 1))))
-
-
-def _quotient(rw: _Rewriter, a: torch.fx.Node, b: torch.fx.Node, c: torch.fx.Node,
-              d: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node]:
-    """(a + bi) / (c + di) as c10::complex computes it (numpy's algorithm): scaled by
-    the larger of |c|, |d| so that no square overflows; a zero divisor gives a / 0."""
-    op = lambda f, *x: rw.call(f, *x)  # noqa: E731
-    mul, add, sub = (lambda x, y: op(A.mul.Tensor, x, y)), \
-        (lambda x, y: op(A.add.Tensor, x, y)), (lambda x, y: op(A.sub.Tensor, x, y))
-    abs_c, abs_d = op(A.abs.default, c), op(A.abs.default, d)
-    # |c| >= |d|: r = d / c, s = 1 / (c + d r), ((a + b r) s, (b - a r) s)
-    r = op(A.div.Tensor, d, c)
-    s = op(A.reciprocal.default, add(c, mul(d, r)))
-    real_c, imag_c = mul(add(a, mul(b, r)), s), mul(sub(b, mul(a, r)), s)
-    # |c| < |d|: r = c / d, s = 1 / (d + c r), ((a r + b) s, (b r - a) s)
-    r = op(A.div.Tensor, c, d)
-    s = op(A.reciprocal.default, add(d, mul(c, r)))
-    real_d, imag_d = mul(add(mul(a, r), b), s), mul(sub(mul(b, r), a), s)
-    zero = op(A.logical_and.default, op(A.eq.Scalar, abs_c, 0.0), op(A.eq.Scalar, abs_d, 0.0))
-    real_0, imag_0 = op(A.div.Tensor, a, abs_c), op(A.div.Tensor, b, abs_d)
-    larger_c = op(A.ge.Tensor, abs_c, abs_d)
-    pick = lambda zero_case, c_case, d_case: op(  # noqa: E731
-        A.where.self, larger_c, op(A.where.self, zero, zero_case, c_case), d_case)
-    return pick(real_0, real_c, real_d), pick(imag_0, imag_c, imag_d)
-
-
-@_handles(A.reciprocal.default)
-def _reciprocal(rw, target, args, kwargs):
-    return _div(rw, A.div.Tensor, (1, args[0]), {})
-
-
-@_handles(A._assert_tensor_metadata.default)
-def _assert_metadata(rw, target, args, kwargs):
-    return None  # a check of the traced dtype, which the pair no longer has
-
-
-@_handles(A.to.dtype, A._to_copy.default)
-def _to(rw, target, args, kwargs):
-    """`x.to(complex dtype)`: the pair itself for its own dtype (`to` returns self),
-    else the pair cast; a real tensor's pair is (x, 0)."""
-    dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
-    other = {k: v for k, v in kwargs.items() if k != "dtype" and v not in (None, False)}
-    if dtype not in _REAL_OF or set(other) - {"device", "layout"} or len(args) > 2:
-        raise _Refused(f"a conversion to {dtype}")
-    kind, value = rw.operand(args[0])
-    if kind == "pair" and target is A.to.dtype and \
-            args[0].meta["val"].dtype == dtype:
-        return rw.pairs[args[0]]  # self, lazy views as they are
-    if kind == "real":
-        value = rw.as_pair(kind, rw.call(A._to_copy.default, value,
-                                         dtype=real_dtype(dtype)))
-    return Pair(rw.call(A._to_copy.default, value, dtype=real_dtype(dtype)))
-
-
-@_handles(A.polar.default)
-def _polar(rw, target, args, kwargs):
-    size, angle = args[:2]
-    m = lambda f: rw.call(A.mul.Tensor, size, rw.call(f, angle))  # noqa: E731
-    return Pair(rw.join(m(A.cos.default), m(A.sin.default)))
-
-
-# Factories: (their fill value from the arguments), a fresh tensor of the node's shape.
-_FACTORIES = {A.zeros.default: lambda a: 0, A.ones.default: lambda a: 1,
-              A.full.default: lambda a: a[1], A.empty.memory_format: lambda a: 0,
-              A.zeros_like.default: lambda a: 0, A.ones_like.default: lambda a: 1,
-              A.full_like.default: lambda a: a[1], A.empty_like.default: lambda a: 0}
-
-
-@_handles(*_FACTORIES)
-def _factory(rw, target, args, kwargs):
-    """`torch.zeros(..., dtype=complex64)`, `ones_like(z)`, `full(s, 1 + 2j)`: a fresh
-    pair of the fill value (empty ones are zeros); a real result of a complex `*_like`
-    is the real factory."""
-    fill, value = _FACTORIES[target](args), rw.node.meta["val"]
-    if isinstance(fill, torch.fx.Node):
-        raise _Refused("a fill value held in a tensor")
-    if not is_complex(value):
-        return rw.call(A.full.default, list(value.shape), fill, dtype=value.dtype)
-    zeros = rw.call(A.zeros.default, [*value.shape, 2], dtype=rw.dtype)
-    if fill == 0:
-        return Pair(zeros)
-    return Pair(rw.call(A.add.Tensor, zeros, rw.scalar_pair(fill, rw.dtype)))
-
-
-@_handles(A.cat.default, A.stack.default)
-def _concatenate(rw, target, args, kwargs):
-    pairs = [rw.as_pair(*rw.operand(t)) for t in args[0]]
-    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-    return Pair(rw.call(target, pairs, rw.dim(dim, rw.node.meta["val"].dim())))
-
-
-@_handles(A.where.self, A.where.ScalarSelf, A.where.ScalarOther, A.where.Scalar)
-def _where(rw, target, args, kwargs):
-    condition = args[0]
-    condition = rw.call(A.unsqueeze.default, condition, condition.meta["val"].dim())
-    a, b = (rw.as_pair(*rw.operand(v)) for v in args[1:3])
-    return Pair(rw.call(A.where.self, condition, a, b))
-
-
-@_handles(A.complex.default)
-def _complex(rw, target, args, kwargs):
-    shape = list(rw.node.meta["val"].shape)
-    real, imag = (rw.call(A.expand.default, a, shape) for a in args[:2])
-    return Pair(rw.join(real, imag))
-
-
-def _reduced_dims(rw: _Rewriter, pair: Pair, dims: Any) -> list[int]:
-    if dims is None or len(dims) == 0:
-        return list(range(pair.rank))
-    return [rw.dim(d, pair.rank) for d in dims]
-
-
-@_handles(A.sum.default, A.sum.dim_IntList, A.mean.default, A.mean.dim)
-def _reduce(rw, target, args, kwargs):
-    pair = _pair_of(rw, args[0])
-    whole = target in (A.sum.default, A.mean.default)  # (self, dtype)
-    dims = None if whole else args[1] if len(args) > 1 else kwargs.get("dim")
-    keepdim = False if whole else args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-    dtype = args[1 if whole else 3] if len(args) > (1 if whole else 3) else \
-        kwargs.get("dtype")
-    if dtype is not None and dtype != args[0].meta["val"].dtype:
-        raise _Refused(f"a reduction into {dtype}")
-    value = rw.value(pair)
-    if pair.rank == 0:
-        return Pair(rw.call(A.clone.default, value))
-    op = A.sum.dim_IntList if target in (A.sum.default, A.sum.dim_IntList) else A.mean.dim
-    return Pair(rw.call(op, value, _reduced_dims(rw, pair, dims), keepdim))
-
-
-@_handles(A.abs.default)
-def _abs(rw, target, args, kwargs):
-    stored = _pair_of(rw, args[0]).node  # the conjugate and negation have its modulus
-    op = lambda f, *x: rw.call(f, *x)  # noqa: E731
-    a, b = (op(A.abs.default, rw.part(stored, i)) for i in (0, 1))
-    # hypot(a, b) = m sqrt(1 + (n / m)^2), m the larger: no square overflows; 0 at 0,
-    # inf where either part is (nan or not), nan where the other is nan
-    large, small = op(A.maximum.default, a, b), op(A.minimum.default, a, b)
-    ratio = op(A.div.Tensor, small, large)
-    modulus = op(A.mul.Tensor, large, op(A.sqrt.default, op(
-        A.add.Tensor, op(A.mul.Tensor, ratio, ratio), 1.0)))
-    modulus = op(A.where.self, op(A.eq.Scalar, large, 0.0), large, modulus)
-    infinite = op(A.logical_or.default, op(A.eq.Scalar, a, math.inf),
-                  op(A.eq.Scalar, b, math.inf))
-    return op(A.where.self, infinite, op(A.full_like.default, a, math.inf), modulus)
-
-
-@_handles(A.index.Tensor)
-def _index(rw, target, args, kwargs):
-    return Pair(rw.call(A.index.Tensor, rw.value(_pair_of(rw, args[0])), args[1]))
-
-
-@_handles(A.index_put.default)
-def _index_put(rw, target, args, kwargs):
-    values = rw.as_pair(*rw.operand(args[2]))
-    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-    return Pair(rw.call(A.index_put.default, rw.value(_pair_of(rw, args[0])), args[1],
-                        values, accumulate))
-
-
-# -- writes: the new value stored through the view's flags ---------------------------
-
-
-def _written_self(rw: _Rewriter, args: tuple) -> Pair:
-    if not isinstance(args[0], torch.fx.Node) or args[0] not in rw.pairs:
-        raise _Refused("a complex value written into a real tensor, which discards its "
-                       "imaginary part")
-    return rw.pairs[args[0]]
-
-
-@_handles(A.add_.Tensor, A.add_.Scalar, A.sub_.Tensor, A.sub_.Scalar, A.mul_.Tensor,
-          A.mul_.Scalar, A.div_.Tensor, A.div_.Scalar, A.neg_.default,
-          A.conj_physical_.default)
-def _inplace(rw, target, args, kwargs):
-    """An in-place op on a complex tensor (or view). Where it is linear in what is stored
-    (adding, scaling by a real number or tensor, negating, conjugating), the pair itself
-    is updated in place, through the view's flags: `x.conj().add_(y)` adds conj(y) to
-    what is stored. Otherwise the new value is computed and stored with `copy_`."""
-    pair = _written_self(rw, args)
-    if _update_pair_in_place(rw, target, pair, args, kwargs):
-        return pair
-    twin = op_effects(rw.node).twin
-    rw.write(pair, _HANDLERS[twin](rw, twin, args, kwargs).node)
-    return pair
-
-
-def _update_pair_in_place(rw: _Rewriter, target: Any, pair: Pair, args: tuple,
-                          kwargs: dict) -> bool:
-    stored = pair.node
-    if target in (A.neg_.default, A.conj_physical_.default):
-        if target is A.neg_.default:
-            rw.call(A.neg_.default, stored)
-        else:  # the conjugate of a conjugate (negation) is that of what is stored
-            rw.call(A.mul_.Tensor, stored, rw.constant(
-                torch.tensor([1.0, -1.0], dtype=stored.meta["val"].dtype)))
-        return True
-    kind, other = rw.operand(args[1])
-    if target in (A.add_.Tensor, A.add_.Scalar, A.sub_.Tensor, A.sub_.Scalar):
-        other = rw.flip(rw.as_pair(kind, other), pair.conj, pair.neg)
-        op = A.add_.Tensor if target in (A.add_.Tensor, A.add_.Scalar) else A.sub_.Tensor
-        rw.call(op, stored, other, alpha=_alpha(kwargs, args))
-        return True
-    if kind == "real":  # mul_ and div_ by a real number or tensor
-        op = A.mul_.Tensor if target in (A.mul_.Tensor, A.mul_.Scalar) else A.div_.Tensor
-        if isinstance(other, torch.fx.Node):
-            other = rw.call(A.unsqueeze.default, other, other.meta["val"].dim())
-        rw.call(op, stored, other)
-        return True
-    return False
-
-
-@_handles(A.copy_.default)
-def _copy(rw, target, args, kwargs):
-    pair = _written_self(rw, args)
-    rw.write(pair, rw.as_pair(*rw.operand(args[1])))
-    return pair
-
-
-@_handles(A.fill_.Scalar, A.fill_.Tensor)
-def _fill(rw, target, args, kwargs):
-    pair = _written_self(rw, args)
-    rw.write(pair, rw.as_pair(*rw.operand(args[1])))
-    return pair
-
-
-@_handles(A.zero_.default)
-def _zero(rw, target, args, kwargs):
-    pair = _written_self(rw, args)
-    rw.call(A.zero_.default, pair.node)
-    return pair
-
-
-@_handles(A.index_put_.default)
-def _index_put_(rw, target, args, kwargs):
-    pair = _written_self(rw, args)
-    values = rw.as_pair(*rw.operand(args[2]))
-    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
-    # Linear in the values: adding (storing) v through a conjugate view stores conj(v).
-    rw.call(A.index_put_.default, pair.node, args[1],
-            rw.flip(values, pair.conj, pair.neg), accumulate)
-    return pair
 
 
 def _refresh_fake_values(graph: torch.fx.Graph, made: list[torch.fx.Node]) -> None:
