@@ -359,3 +359,31 @@ def test_type_promotion_as_eager() -> None:
     assert_matches_eager(mixed_precision, c(3), c(3, dtype=torch.complex128),
                          torch.tensor(1.5 - 2j, dtype=torch.complex128),
                          torch.randn(3, dtype=torch.float64))
+
+
+# ---------------------------------------------------------------- other entry points
+def test_checked_mode_on_a_complex_cache() -> None:
+    compiled = outofplace.compile(kv_write, (c(2, 8, 4), c(2, 4), torch.tensor(3)),
+                                  check_bounds=True)
+    cache, k = c(2, 8, 4), c(2, 4)
+    before = cache.clone()
+    with pytest.raises(IndexError, match="out of range for dimension 1 of size 8"):
+        compiled(cache, k, torch.tensor(8))
+    assert torch.equal(cache, before)  # nothing written
+    compiled(cache, k, torch.tensor(-1))
+    before[:, -1] = k
+    torch.testing.assert_close(cache, before)
+
+
+def rotate_in_place(x, y):
+    x.mul_(y.conj())
+    return (x * 2).conj()
+
+
+def test_torch_compile_backend() -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(rotate_in_place, backend="outofplace", dynamic=False)
+    x, y = c(3), c(3)
+    x_eager = x.clone()
+    torch.testing.assert_close(compiled(x, y), rotate_in_place(x_eager, y))
+    torch.testing.assert_close(x, x_eager)
