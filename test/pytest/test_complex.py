@@ -353,6 +353,17 @@ def mixed_precision(x, y, s, r):
     return x * s, x + y, x / r, x - s.real, x.add_(y), x.mul_(s)
 
 
+def same_dtype_conversions(x, r):
+    x.to(torch.complex64).mul_(2)  # `to` its own dtype is x itself: writes x
+    wide = x.to(torch.complex128)
+    wide.add_(1)  # a copy: x keeps its value
+    return wide, x.sum(dtype=torch.complex64), r.to(torch.complex64)
+
+
+def test_conversions() -> None:
+    assert_matches_eager(same_dtype_conversions, c(3), torch.randn(3))
+
+
 def test_type_promotion_as_eager() -> None:
     """complex64 with a 0-d complex128 (float64) tensor stays complex64; with a complex128
     tensor it is complex128; in place, computed in the wider type and cast back."""

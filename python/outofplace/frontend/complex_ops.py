@@ -72,7 +72,7 @@ def _unsqueeze(rw, target, args, kwargs):
 @_handles(A.squeeze.dim, A.squeeze.dims, A.squeeze.default)
 def _squeeze(rw, target, args, kwargs):
     pair = _pair_of(rw, args[0])
-    shape = args[0].meta["val"].shape
+    shape = rw.val(args[0]).shape
     dims = args[1] if len(args) > 1 else range(pair.rank)
     dims = [dims] if isinstance(dims, int) else dims
     kept = [d for d in (rw.dim(d, pair.rank) for d in dims) if shape[d] == 1]
@@ -284,10 +284,9 @@ def _to(rw, target, args, kwargs):
     other = {k: v for k, v in kwargs.items() if k != "dtype" and v not in (None, False)}
     if dtype not in REAL_OF or set(other) - {"device", "layout"} or len(args) > 2:
         raise Refused(f"a conversion to {dtype}")
-    kind, value = rw.operand(args[0])
-    if kind == "pair" and target is A.to.dtype and \
-            args[0].meta["val"].dtype == dtype:
+    if target is A.to.dtype and args[0] in rw.pairs and rw.val(args[0]).dtype == dtype:
         return rw.pairs[args[0]]  # self, lazy views as they are
+    kind, value = rw.operand(args[0])
     if kind == "real":
         value = rw.as_pair(kind, rw.call(A._to_copy.default, value,
                                          dtype=real_dtype(dtype)))
@@ -360,7 +359,7 @@ def _reduce(rw, target, args, kwargs):
     keepdim = False if whole else args[2] if len(args) > 2 else kwargs.get("keepdim", False)
     dtype = args[1 if whole else 3] if len(args) > (1 if whole else 3) else \
         kwargs.get("dtype")
-    if dtype is not None and dtype != args[0].meta["val"].dtype:
+    if dtype is not None and dtype != rw.val(args[0]).dtype:
         raise Refused(f"a reduction into {dtype}")
     value = rw.value(pair)
     if pair.rank == 0:
@@ -435,13 +434,13 @@ def _update_pair_in_place(rw: Rewriter, target: Any, pair: Pair, args: tuple,
             rw.call(A.mul_.Tensor, stored, rw.constant(
                 torch.tensor([1.0, -1.0], dtype=stored.meta["val"].dtype)))
         return True
-    kind, other = rw.operand(args[1])
     if target in (A.add_.Tensor, A.add_.Scalar, A.sub_.Tensor, A.sub_.Scalar):
-        other = rw.flip(rw.as_pair(kind, other), pair.conj, pair.neg)
+        other = rw.flip(rw.as_pair(*rw.operand(args[1])), pair.conj, pair.neg)
         op = A.add_.Tensor if target in (A.add_.Tensor, A.add_.Scalar) else A.sub_.Tensor
         rw.call(op, stored, other, alpha=_alpha(kwargs, args))
         return True
-    if kind == "real":  # mul_ and div_ by a real number or tensor
+    if not isinstance(args[1], complex) and not is_complex(rw.val(args[1])):
+        _, other = rw.operand(args[1])  # mul_ and div_ by a real number or tensor
         op = A.mul_.Tensor if target in (A.mul_.Tensor, A.mul_.Scalar) else A.div_.Tensor
         if isinstance(other, torch.fx.Node):
             other = rw.call(A.unsqueeze.default, other, other.meta["val"].dim())

@@ -42,6 +42,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     for node in list(graph.nodes):
         value = node.meta.get("val")
         if node.op == "placeholder" and is_complex(value) and value.dtype in REAL_OF:
+            rw.originals[node] = value
             with value.fake_mode:
                 node.meta["val"] = torch.view_as_real(value)
             node.meta.pop("tensor_meta", None)  # the importer would read its type there
@@ -73,15 +74,14 @@ def _op_name(target: Any) -> str:
 def _rewrite_node(rw: Rewriter, node: torch.fx.Node) -> None:
     rw.node = node
     value = node.meta.get("val")
-    self_value = node.args[0].meta.get("val") if node.args and isinstance(
-        node.args[0], torch.fx.Node) else None
+    self_value = rw.val(node.args[0]) if node.args else None
     dtype = value.dtype if is_complex(value) else \
         self_value.dtype if is_complex(self_value) else None
     rw.dtype = real_dtype(dtype) if dtype in REAL_OF else torch.float32
     result = value  # an in-place op computes in the type its out-of-place twin returns
     effects = op_effects(node)
     if effects is not None and effects.written and effects.twin is not None:
-        result = _twin_value(node, effects.twin)
+        result = _twin_value(rw, node, effects.twin)
     rw.common = real_dtype(result.dtype) if is_complex(result) and \
         result.dtype in REAL_OF else None
     handler = HANDLERS.get(node.target)
@@ -109,10 +109,9 @@ def _rewrite_node(rw: Rewriter, node: torch.fx.Node) -> None:
         node.replace_all_uses_with(result)
 
 
-def _twin_value(node: torch.fx.Node, twin: torch._ops.OpOverload) -> Any:
+def _twin_value(rw: Rewriter, node: torch.fx.Node, twin: torch._ops.OpOverload) -> Any:
     """The fake value the out-of-place twin of an in-place op would return."""
-    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
-                                         lambda n: n.meta.get("val"))
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), rw.val)
     try:
         with fake_mode_of(node.graph), torch.no_grad():
             return twin(*args, **kwargs)

@@ -54,6 +54,13 @@ class Rewriter:
         # an in-place op its out-of-place twin's), as eager promotes; or None.
         self.common: torch.dtype | None = None
         self.made: list[torch.fx.Node] = []
+        self.originals: dict[torch.fx.Node, Any] = {}  # complex arguments' fake values
+
+    def val(self, node: Any) -> Any:
+        """The traced (fake) value of a node: complex for a complex argument."""
+        if not isinstance(node, torch.fx.Node):
+            return node
+        return self.originals.get(node, node.meta.get("val"))
 
     # -- building nodes ------------------------------------------------------------
     def call(self, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
