@@ -207,7 +207,15 @@ def spectrum(x):
 
 
 def imag_of_conjugate(x):
-    return x.conj().imag
+    x.conj().imag.add_(1)  # eager writes x's imaginary part through a negative view
+
+
+def parts_of_lazy_views(x):
+    return x.conj().imag * 2, x._neg_view().real + x.conj().real
+
+
+def test_parts_of_lazy_views_read() -> None:
+    assert_matches_eager(parts_of_lazy_views, c(3))
 
 
 def half_complex(x):

@@ -15,7 +15,7 @@ import torch
 import torch.fx
 
 from .complex_values import A, REAL_OF, Pair, Refused, Rewriter, is_complex, real_dtype
-from .fx_graph import op_effects
+from .fx_graph import is_list_view, op_effects, view_base, written_operands
 
 Handler = Callable[[Rewriter, Any, tuple, dict], Any]
 HANDLERS: dict[Any, Handler] = {}
@@ -61,6 +61,12 @@ def _slice(rw, target, args, kwargs):
                              ][len(args) - 1:]
     rest[0] = rw.dim(rest[0], pair.rank)
     return _view(rw, pair, target, *rest)
+
+
+@_handles(A.narrow.default)
+def _narrow(rw, target, args, kwargs):
+    pair = _pair_of(rw, args[0])
+    return _view(rw, pair, target, rw.dim(args[1], pair.rank), *args[2:])
 
 
 @_handles(A.unsqueeze.default)
@@ -164,12 +170,34 @@ def _view_as_complex(rw, target, args, kwargs):
 
 @_handles(A.real.default, A.imag.default)
 def _part_view(rw, target, args, kwargs):
+    """`x.real`, `x.imag`: a view of the pair's last dimension. Of a lazy view whose flag
+    changes that part (`x.conj().imag` is eager's negative view of x's imaginary part)
+    it is the part's value, read only."""
     pair = _pair_of(rw, args[0])
     index = 0 if target is A.real.default else 1
     if pair.neg or pair.conj and index == 1:
-        raise Refused("the real or imaginary part of a lazily conjugated or negated view "
-                       "(resolve_conj() first)")
+        if _written_through(rw.node):
+            raise Refused("a write through the real or imaginary part of a lazily "
+                          "conjugated or negated view (resolve_conj() first)")
+        return rw.part(rw.value(pair), index)
     return rw.part(pair.node, index)
+
+
+def _written_through(node: torch.fx.Node) -> bool:
+    """Whether an op writes `node` or a view of it (through views and list views)."""
+    todo, seen = [node], set()
+    while todo:
+        value = todo.pop()
+        for user in value.users:
+            effects = op_effects(user)
+            if effects is not None and any(
+                    value in written_operands(user, p) for p in effects.written):
+                return True
+            if user not in seen and (view_base(user) is value or is_list_view(user) or
+                                     user.target is operator.getitem):
+                seen.add(user)
+                todo.append(user)
+    return False
 
 
 # -- computations: a new pair --------------------------------------------------------
