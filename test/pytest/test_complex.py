@@ -411,7 +411,9 @@ def test_torch_compile_backend() -> None:
 
 # ---------------------------------------------------------------- random programs
 # A view of x (complex or, last, real), written by one of the writes for its kind, up to
-# three times; then a result read. Programs eager refuses are skipped.
+# three times; then a result read. Programs eager refuses are skipped. (No write makes a
+# part that is zero in exact arithmetic and compared after: `v.mul_(v.conj())` has an
+# imaginary part of rounding noise, eager's and ours differ, and `v.imag > 0` flips.)
 _COMPLEX_VIEWS = ["x[{i}]", "x[:, {i}]", "x[1:]", "x[:, ::2]", "x.t()", "x.conj()",
                   "x._neg_view()", "x.unsqueeze(0)", "x.chunk(2)[{i}]", "x.view(-1)",
                   "x.transpose(0, -1)", "x.narrow(0, 1, 2)", "x.unbind(0)[{i}]"]
@@ -421,7 +423,7 @@ _COMPLEX_WRITES = [
     "v.conj_physical_()", "v.div_(y[0])", "v.sub_(y.sum(), alpha=2)", "v.copy_(v.conj() * 1j)",
     "v[...] = y.real.sum()", "v.add_(torch.ones_like(v.real))", "v.mul_(y)", "v.div_(y + 3)",
     "v[torch.tensor([0, 1])] = y[:2]", "v[v.real > 0] = 1j", "v[v.abs() > 1] *= 1j",
-    "v.index_put_((torch.tensor([1, 1]),), y[:2], accumulate=True)", "v.mul_(v.conj())",
+    "v.index_put_((torch.tensor([1, 1]),), y[:2], accumulate=True)", "v.mul_(v.conj() + 1)",
     "v.copy_(torch.where(v.imag > 0, v, y[0]))", "v.add_(v.to(torch.complex128))"]
 _REAL_WRITES = ["v.add_(1)", "v.mul_(-2)", "v.zero_()", "v.fill_(3)", "v[0] = 5"]
 _RESULTS = ["x.abs().sum()", "(x * x.conj()).real", "x.conj()", "x + y", "x / (y + 2)",
