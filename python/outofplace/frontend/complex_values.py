@@ -45,6 +45,9 @@ class Refused(Exception):
 
 
 class Rewriter:
+    """The state of one rewrite: the pair of each complex node rewritten so far, the node
+    being rewritten (new nodes go before it, with its line), the nodes made."""
+
     def __init__(self, graph: torch.fx.Graph):
         self.graph = graph
         self.pairs: dict[torch.fx.Node, Pair] = {}
