@@ -60,6 +60,21 @@ def _describe_layout(layout: tuple) -> str:
     return f"strides {list(layout[0])} (dimensions longer than 1) at storage offset {layout[1]}"
 
 
+def _as_complex(pairs: torch.Tensor) -> torch.Tensor:
+    """The complex tensor of real pairs [..., 2]: the caller's own tensor when `pairs` is
+    its `view_as_real`, else a complex view of the pairs (a copy where they cannot be
+    viewed so)."""
+    base = pairs._base
+    if base is not None and base.is_complex() and base.shape == pairs.shape[:-1] and \
+            base.data_ptr() == pairs.data_ptr() and \
+            torch.view_as_real(base).stride() == pairs.stride():
+        return base
+    try:
+        return torch.view_as_complex(pairs)
+    except RuntimeError:
+        return torch.view_as_complex(pairs.contiguous())
+
+
 def _state_tensor(owner: Any, target: str) -> torch.Tensor:
     """A parameter or buffer of the compiled program, by its state-dict name."""
     if isinstance(owner, ExportedProgram):
@@ -218,7 +233,8 @@ class Compiled:
         if kwargs or len(args) != signature.positional_tensors:
             self._check_count(args, kwargs)
         state = _state_tensors(signature, self.source) if signature.state_targets else []
-        inputs = state + signature.user_inputs(args, kwargs)
+        given = state + signature.user_inputs(args, kwargs)
+        inputs = signature.real_views(given)  # complex tensors as their real pairs
         for i, (name, value, (shape, dtype)) in enumerate(
                 zip(self.input_names, inputs, self.input_types)):
             if not isinstance(value, torch.Tensor):
@@ -226,13 +242,16 @@ class Compiled:
                                 f"{type(value).__name__}")
             if value.dtype != dtype or (value.shape != shape and
                                         not _fits(value.shape, shape)):
-                raise ValueError(f"argument '{name}' was compiled for a {dtype} "
-                                 f"{list(shape)} tensor, got {value.dtype} "
-                                 f"{list(value.shape)}")
+                want, got = (dtype, list(shape)), (value.dtype, list(value.shape))
+                if i in signature.complex_arguments:  # shown as the caller's tensors
+                    complex_dtype = signature.complex_arguments[i]
+                    want, got = (complex_dtype, want[1][:-1]), (complex_dtype, got[1][:-1])
+                raise ValueError(f"argument '{name}' was compiled for a {want[0]} "
+                                 f"{want[1]} tensor, got {got[0]} {got[1]}")
             if not value.is_cpu:
                 raise ValueError(f"argument '{name}' is on {value.device}; outofplace runs "
                                  "on CPU tensors")
-            if value.requires_grad and value.is_leaf and i in self.io_map and \
+            if value.requires_grad and given[i].is_leaf and i in self.io_map and \
                     i >= len(state) and torch.is_grad_enabled():
                 raise ValueError(f"argument '{name}' is a leaf tensor that requires grad, "
                                  "and the program writes it in place, which eager refuses: "
@@ -339,12 +358,17 @@ class Compiled:
         result is aliased with it, or a view of an argument, taken of the caller's tensor
         as eager takes it."""
         written = self._written_results
+        complex_results = self.signature.complex_results
         leaves = []
         for kind, value, *views in self.signature.output_leaves:
             if kind == "result":
                 leaves.append(inputs[written[value]] if value in written else results[value])
+                if value in complex_results:
+                    leaves[-1] = _as_complex(leaves[-1])
             elif kind == "argument":
                 tensor = inputs[value]
+                if value in self.signature.complex_arguments:
+                    tensor = _as_complex(tensor)
                 for view, view_args, view_kwargs in views[0]:
                     tensor = view(tensor, *view_args, **view_kwargs)
                 leaves.append(tensor)
@@ -452,7 +476,8 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
             raise ValueError("shardings need a mesh")
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
     state = _state_tensors(signature, source)
-    layouts = [_layout(t) for t in state + signature.user_inputs(args, kwargs or {})]
+    layouts = [_layout(t) for t in signature.real_views(
+        state + signature.user_inputs(args, kwargs or {}))]
     program = None if isinstance(f, ExportedProgram) else f
     return Compiled(module, io_map, signature.input_names, signature, source,
                     input_types, result_types, layouts, program, engine, mesh=mesh,

@@ -353,41 +353,6 @@ def test_op_torch_mlir_cannot_lower_is_decomposed(f, args) -> None:
     assert_matches_eager(f, *args)
 
 
-def complex_scale(x):
-    return torch.conj(x) * 2
-
-
-def test_complex_tensors_are_refused_at_their_line() -> None:
-    with pytest.raises(outofplace.UnsupportedMutationError) as info:
-        outofplace.compile(complex_scale, (torch.randn(3, dtype=torch.complex64),))
-    assert info.value.op == "torch.aten._conj"
-    assert "complex" in info.value.reason
-    assert info.value.location.endswith(f":{complex_scale.__code__.co_firstlineno + 1}")
-
-
-def conj_view_write(x):
-    x.conj().mul_(2)  # writes conj(conj(x) * 2) into x
-
-
-def conj_physical_write(x):
-    x.conj_physical_()
-
-
-def view_as_real_write(x):
-    torch.view_as_real(x)[..., 1].zero_()
-
-
-@pytest.mark.parametrize("f", [conj_view_write, conj_physical_write, view_as_real_write])
-def test_complex_writes_are_refused_at_their_line(f) -> None:
-    """Complex `conj` writes: refused at the statement, with what blocks them (eager runs
-    them; see docs/reliability.md)."""
-    with pytest.raises(outofplace.UnsupportedMutationError) as info:
-        outofplace.compile(f, (torch.randn(3, dtype=torch.complex64),))
-    assert "torch-mlir's lowering to StableHLO takes only integer and floating-point" \
-        in info.value.reason
-    assert info.value.location.endswith(f":{f.__code__.co_firstlineno + 1}")
-
-
 def real_conjugations(x):
     y = x.conj()
     y.mul_(2)

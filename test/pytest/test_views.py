@@ -275,6 +275,14 @@ def runtime_position_augmented(x, pos, w):
     return x[:, pos] + 0
 
 
+def runtime_position_read_then_written(x, pos, w):
+    v = x[:, pos]
+    scale = v.abs().max()  # read before the write: the same values in a copy and a view
+    v.add_(w / scale)
+    x[:, pos] = v
+    return scale
+
+
 def through_expand_to_own_shape(x, y):
     x.expand(1, 3).add_(y)  # expands nothing: no element is shared
     x.expand_as(x)[0, 1:] = 5
@@ -451,6 +459,8 @@ CASES = [
     (mask_expressions_stored_back, (torch.randn(2, 4), torch.randn(2, 4), MASK)),
     (through_expand_to_own_shape, (torch.randn(1, 3), torch.randn(3))),
     (runtime_position_augmented, (torch.randn(3, 4), torch.tensor(-2), torch.randn(3))),
+    (runtime_position_read_then_written, (torch.randn(3, 4), torch.tensor(1),
+                                          torch.randn(3))),
     (list_views_along_a_dim, (torch.arange(8.0).reshape(2, 2, 2),)),
     (through_narrow_of_flatten, (torch.randn(2, 4),)),
     (through_movedim, (torch.randn(2, 3, 4),)),

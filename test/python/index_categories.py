@@ -576,3 +576,22 @@ def one_element_strided_slice():
         return x[:, 1::3] * 2
     compile_and_show(f, arange(3, 3), torch.ones(1, 1, dtype=torch.int64),
                      torch.tensor(0))
+
+
+# A complex cache is a float32 pair [..., 2] (frontend/complex_pairs.py): the runtime
+# position write is one dynamic_update_slice of the pair, the conjugate a multiply by
+# [1, -1], nothing complex left.
+# CHECK-LABEL: TEST: complex_runtime_position
+# CHECK:       func.func @main(%cache: tensor<2x8x4x2xf32> {tf.aliasing_output = 0 : i32}, %k: tensor<2x4x2xf32>, %pos: tensor<i64>) -> tensor<2x8x4x2xf32>
+# CHECK-NOT:     complex
+# CHECK:         %[[CONJ:.*]] = stablehlo.multiply %k, %{{.*}} : tensor<2x4x2xf32>
+# CHECK:         %[[ROW:.*]] = stablehlo.reshape %[[CONJ]] : (tensor<2x4x2xf32>) -> tensor<2x1x4x2xf32>
+# CHECK-NOT:     stablehlo.scatter
+# CHECK:         %cache_modified = stablehlo.dynamic_update_slice %cache, %[[ROW]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x4x2xf32>, tensor<2x1x4x2xf32>, tensor<i64>, tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<2x8x4x2xf32>
+# CHECK-NEXT:    return %cache_modified
+@run
+def complex_runtime_position():
+    def f(cache, k, pos):
+        cache[:, pos] = k.conj()
+    compile_and_show(f, torch.zeros(2, 8, 4, dtype=torch.complex64),
+                     torch.zeros(2, 4, dtype=torch.complex64), torch.tensor(3))

@@ -7,7 +7,8 @@ known here:
 - the elements of a list view (`split`, `chunk`, `unbind`) are views at offsets the
   fake tensors know, expressed here as `slice` / `select` of the base;
 - torch-mlir's importer turns `as_strided` into a gather (a copy): strided_views.
-Refusals (refusals.py) and decompositions (decompositions.py) run from here too.
+Refusals (refusals.py) and decompositions (decompositions.py) run from here too, after
+complex tensors become real pairs (complex_pairs.py).
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ import operator
 import torch
 import torch.fx
 
-from . import (decompositions, optimizer_ops, out_arguments, refusals, shape_changes,
-               strided_views, upstream_decompositions)
+from . import (complex_pairs, decompositions, optimizer_ops, out_arguments, refusals,
+               shape_changes, strided_views, upstream_decompositions)
 from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 
 
 def rewrite(graph: torch.fx.Graph) -> None:
     """All rewrites, in the order they depend on each other."""
     _fake_constants(graph)
-    refusals.refuse_complex(graph)
     shape_changes.local_shape_changes(graph)
-    refusals.refuse_overlapping_operands(graph)
+    refusals.refuse_overlapping_operands(graph)  # before the pairs' copies hide overlaps
+    complex_pairs.rewrite(graph)
     refusals.refuse_writes_into_position_reads(graph)
     refusals.refuse_stale_position_reads(graph)
     optimizer_ops.decompose(graph)

@@ -29,7 +29,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import bounds_checks, fx_rewrites, higher_order
+from . import bounds_checks, complex_pairs, fx_rewrites, higher_order
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
@@ -70,6 +70,11 @@ class ProgramSignature:
     # and main's result holding the flags (the last before the written arguments').
     bounds_checks: list[bounds_checks.Check] = field(default_factory=list)
     bounds_result: int | None = None
+    # Complex tensors are computed as real pairs (complex_pairs.py): main's arguments that
+    # take `view_as_real` of the caller's complex tensor (index -> its complex dtype), and
+    # main's results that are `view_as_real` of a complex output.
+    complex_arguments: dict[int, torch.dtype] = field(default_factory=dict)
+    complex_results: frozenset[int] = frozenset()
 
     @functools.cached_property
     def positional_tensors(self) -> int | None:
@@ -101,6 +106,26 @@ class ProgramSignature:
                     f"{given!r} now: the program is specialized on non-tensor arguments; "
                     "compile again for this value, or pass it as a tensor to vary it")
         return [leaves[i] for i in self.user_input_leaves]
+
+    def real_views(self, inputs: list[Any]) -> list[Any]:
+        """main's arguments for the caller's tensors (one per argument of main): each
+        complex one viewed as real pairs (`torch.view_as_real`, no copy), so the program
+        writes the caller's memory."""
+        if not self.complex_arguments:
+            return inputs
+        inputs = list(inputs)
+        for i, dtype in self.complex_arguments.items():
+            value = inputs[i]
+            if not isinstance(value, torch.Tensor) or value.dtype != dtype:
+                got = f"a {value.dtype} tensor" if isinstance(value, torch.Tensor) else \
+                    type(value).__name__
+                raise ValueError(f"argument '{self.input_names[i]}' was compiled for a "
+                                 f"{dtype} tensor, got {got}")
+            if value.is_conj() or value.is_neg():
+                raise ValueError(f"argument '{self.input_names[i]}' is a lazily conjugated "
+                                 "or negated view: pass x.resolve_conj().resolve_neg()")
+            inputs[i] = torch.view_as_real(value)
+        return inputs
 
     @functools.cached_property
     def _written_arguments(self) -> list[int]:
@@ -353,6 +378,10 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     if flags is not None:
         kept[flags] = len(kept)
     output.args = (tuple(kept),)
+    complex_arguments = {i: node.meta["val"].dtype for i, node in enumerate(arguments)
+                         if complex_pairs.is_complex(node.meta.get("val"))}
+    complex_results = frozenset(index for node, index in kept.items()
+                                if complex_pairs.is_complex(node.meta.get("val")))
     fx_rewrites.rewrite(graph)
     _one_use_per_constant(graph)
     graph.lint()
@@ -364,7 +393,9 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
                                  symbolic_sizes=SymbolicSizes.of(arguments,
                                                                  ep.range_constraints),
                                  bounds_checks=checks,
-                                 bounds_result=None if flags is None else kept[flags])
+                                 bounds_result=None if flags is None else kept[flags],
+                                 complex_arguments=complex_arguments,
+                                 complex_results=complex_results)
     return gm, signature
 
 
@@ -511,7 +542,7 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     state = [signature.held[target]() if target in signature.held else
              _state_value(ep, target) for target in signature.state_targets]
     signature.refuse_written_inputs_sharing_memory(
-        state + signature.user_inputs(args, kwargs or {}))
+        signature.real_views(state + signature.user_inputs(args, kwargs or {})))
     return module, signature
 
 

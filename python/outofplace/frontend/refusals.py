@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
 from .. import op_registry
 from ..errors import UnsupportedMutationError
@@ -114,7 +113,9 @@ def refuse_writes_into_position_reads(graph: torch.fx.Graph) -> None:
 
 def _is_augmented_assignment(read: torch.fx.Node, write: torch.fx.Node) -> bool:
     """`x[k] += w`: a write into the read `x[k]`, then at once a store of it at `x[k]`,
-    with no other use of either. Copy or view, the result is then the same."""
+    with no other use of either after the write (reads of `x[k]` before it, as a complex
+    product's parts are, see the same values in a copy as in a view). Copy or view, the
+    result is then the same."""
     between: set[torch.fx.Node] = set()
     store = write.next
     while _is_harmless(store):
@@ -127,12 +128,22 @@ def _is_augmented_assignment(read: torch.fx.Node, write: torch.fx.Node) -> bool:
     while value in between and view_base(value) is not None:
         value = view_base(value)
     inside = between | {store}
-    if value not in (read, write) or set(read.users) - inside - {write} or \
+    if value not in (read, write) or set(read.users) - inside - {write} - _after(read, write) or \
             set(write.users) - inside or any(set(n.users) - inside for n in between):
         return False
     indices, stored = read.args[1], store.args[1]
     return len(indices) == len(stored) and _same_value(read.args[0], store.args[0]) and \
         all(_same_value(a, b) for a, b in zip(indices, stored))
+
+
+def _after(first: torch.fx.Node, last: torch.fx.Node) -> set[torch.fx.Node]:
+    """The nodes after `first` and before `last`, in program order."""
+    nodes: set[torch.fx.Node] = set()
+    node = first.next
+    while node is not last and node.op != "output":
+        nodes.add(node)
+        node = node.next
+    return nodes
 
 
 # Nodes tracing puts between the two halves of `x[k] += w`: constants and checks.
@@ -202,22 +213,3 @@ def refuse_stale_position_reads(graph: torch.fx.Graph) -> None:
                 "copy where eager returns a view, and x is written while the read is "
                 f"still used (at {source_line(write) or 'a later line'}); clone the read "
                 "(`x[pos].clone()`) or read it after the write", location=source_line(read))
-
-
-
-def refuse_complex(graph: torch.fx.Graph) -> None:
-    """Refuses the first op on or making a complex tensor: torch-mlir's StableHLO
-    lowering has only floating-point and integer types (its own error names no line)."""
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        values = [n.meta.get("val") for n in node.all_input_nodes] + \
-            list(pytree.tree_leaves(node.meta.get("val")))
-        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in values):
-            name = op_registry.mlir_name(node.target) if isinstance(
-                node.target, torch._ops.OpOverload) else str(node.target)
-            raise UnsupportedMutationError(
-                name, "a complex tensor: torch-mlir's lowering to StableHLO takes only "
-                "integer and floating-point element types (no pattern for complex "
-                "arithmetic, real/imag, view_as_real or conj), though StableHLO, XLA and "
-                "IREE have complex64; docs/reliability.md", location=source_line(node))
