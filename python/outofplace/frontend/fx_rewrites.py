@@ -28,8 +28,6 @@ def rewrite(graph: torch.fx.Graph) -> None:
     refusals.refuse_complex(graph)
     shape_changes.local_shape_changes(graph)
     refusals.refuse_overlapping_operands(graph)
-    refusals.refuse_writes_into_position_reads(graph)
-    refusals.refuse_stale_position_reads(graph)
     optimizer_ops.decompose(graph)
     out_arguments.functional_out_writes(graph)
     decompositions.real_conjugations(graph)
