@@ -221,6 +221,19 @@ def test_runtime_position_with_mask_is_refused() -> None:
     assert error.location.endswith(f"{THIS_FILE}:{line}")
 
 
+def uint8_position(x, pos):
+    return x[pos] * 2  # eager: a mask, shape [1, 4, 3]
+
+
+def test_zero_dimensional_uint8_index_is_refused() -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(uint8_position, (torch.randn(4, 3), torch.tensor(1, dtype=torch.uint8)))
+    error = info.value
+    assert error.op == "torch.aten.index.Tensor" and error.index == "[<tensor [] uint8>]"
+    assert error.reason.startswith("a 0-d uint8 tensor as an index, which eager takes as a mask")
+    assert error.location.endswith(f"{THIS_FILE}:{uint8_position.__code__.co_firstlineno + 1}")
+
+
 def mask_read(x, m):
     return x[m].sum()  # as many elements as m has trues
 
