@@ -102,6 +102,12 @@ def int32_position_through_slice(x, pos):
     return y + 1
 
 
+def copies_between_rows(x, p, q):
+    x[p] = x[q]  # traced as index_put_(x, [p], x[q]): rows, identical or disjoint
+    x[q].add_(x[p])
+    return x[p] * 1
+
+
 CASES = [
     (read_then_base_written, (torch.randn(4, 3), torch.tensor(1))),
     (read_then_base_written, (torch.randn(4, 3), torch.tensor(-1))),
@@ -117,6 +123,8 @@ CASES = [
     (read_after_clone_and_write, (torch.randn(3, 4), torch.tensor(1))),
     (position_written_after_the_read, (torch.randn(4, 3), torch.tensor(0))),
     (views_of_a_position_view, (torch.randn(4, 3), torch.tensor(-3))),
+    (copies_between_rows, (torch.randn(4, 3), torch.tensor(1), torch.tensor(-1))),
+    (copies_between_rows, (torch.randn(4, 3), torch.tensor(2), torch.tensor(2))),
     (int32_position_through_slice, (torch.randn(3, 4), torch.tensor(2, dtype=torch.int32))),
 ]
 
@@ -160,3 +168,22 @@ def test_read_used_before_and_after_a_write_is_read_at_both_versions():
     text = assert_matches_eager(f, torch.randn(4, 3), torch.tensor(-1)).stablehlo
     assert _count(text, "gather") == 2
     assert "dynamic_update_slice" not in text
+
+
+def adds_its_own_row(x, pos):
+    x.add_(x[pos])  # eager: RuntimeError, the row shares elements with x
+
+
+def test_operand_that_is_a_part_of_self_through_a_position_is_refused():
+    args = (torch.randn(4, 3), torch.tensor(1))
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        adds_its_own_row(*[a.clone() for a in args])
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(adds_its_own_row, args)
+    error = info.value
+    assert error.op == "torch.aten.add_.Tensor"
+    assert error.reason.startswith("an operand is a part of the tensor it writes, read at a "
+                                   "runtime position")
+    assert error.location.endswith(
+        f"test_position_views.py:{adds_its_own_row.__code__.co_firstlineno + 1}")
+

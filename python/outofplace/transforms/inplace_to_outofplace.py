@@ -227,6 +227,26 @@ class _FunctionRewriter:
             return False
         return self._same_tensor(target, chain[-1].operands[0])
 
+    def _refuse_part_through_position(self, op: ir.Operation) -> None:
+        """`x.add_(x[pos])`: an operand that is a part of self through a position view.
+        Eager refuses it (the operand shares some elements with what the op writes);
+        refusals.py cannot tell on FX, where the traced read is a copy. `index_put_` is
+        spared: it is how `x[p] = x[q]` is traced, a copy between rows in eager."""
+        if op.name == "torch.aten.index_put_":
+            return
+        target = self.aliases[op.operands[0]]
+        for operand in list(op.operands)[1:]:
+            alias = self.aliases.get(operand)
+            if alias is None or alias.root is not target.root:
+                continue
+            prefix = len(target.chain)
+            if len(alias.chain) > prefix and alias.chain[:prefix] == target.chain and \
+                    any(map(op_registry.is_position_view, alias.chain[prefix:])):
+                raise UnsupportedMutationError.at(
+                    op, "an operand is a part of the tensor it writes, read at a runtime "
+                    "position (`x.add_(x[pos])`): it shares elements with what the op "
+                    "writes, which eager refuses; clone the operand first")
+
     def visit_inplace(self, op: ir.Operation, effects: op_registry.OpEffects) -> None:
         self_value = op.operands[0]
         if effects.is_autograd_only:
@@ -249,6 +269,7 @@ class _FunctionRewriter:
             self.aliases[op.result] = self.aliases[self_value]
             self.dead.append(op)
             return
+        self._refuse_part_through_position(op)
         operands = self.read_operands(op)
         self_type = torch_types.TensorType.of(operands[0].type)
         result_type = _twin_result_type(op, twin, operands, self_type)
