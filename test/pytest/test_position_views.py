@@ -108,6 +108,53 @@ def copies_between_rows(x, p, q):
     return x[p] * 1
 
 
+def of_a_local(x, pos):
+    z = torch.zeros(4, 3)
+    y = z[pos]
+    y.fill_(2)
+    z.add_(x)
+    return z * 1, y + 0
+
+
+def through_reshape_and_transpose(x, pos):
+    x.view(3, 4)[pos] += 1  # a position view of a reshape: written back through it
+    x.t()[pos].zero_()
+    return x.view(3, 4)[pos] + 0
+
+
+def positions_between_static_views(x, p, q):
+    x[1:][p][1:][q] = 5  # slice, position, slice, position
+    y = x[1:][p]
+    x.mul_(2)
+    return y * 1
+
+
+def returned_after_its_base_is_written(x, pos):
+    y = x[pos]
+    x.zero_()
+    return y
+
+
+def computed_positions(x, i):
+    y = x[i + 1, (i * 2) % 3]
+    y.add_(10)
+    return x[i + 1] * 1
+
+
+class Cache(torch.nn.Module):
+    """A buffer read at a runtime position, written, then the read used."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 6, 4))
+
+    def forward(self, k, pos):
+        slot = self.cache[:, pos]
+        slot.copy_(k)  # writes the cache's column pos
+        self.cache.mul_(0.5)
+        return slot.sum(-1)
+
+
 CASES = [
     (read_then_base_written, (torch.randn(4, 3), torch.tensor(1))),
     (read_then_base_written, (torch.randn(4, 3), torch.tensor(-1))),
@@ -125,12 +172,19 @@ CASES = [
     (views_of_a_position_view, (torch.randn(4, 3), torch.tensor(-3))),
     (copies_between_rows, (torch.randn(4, 3), torch.tensor(1), torch.tensor(-1))),
     (copies_between_rows, (torch.randn(4, 3), torch.tensor(2), torch.tensor(2))),
+    (of_a_local, (torch.randn(4, 3), torch.tensor(-4))),
+    (through_reshape_and_transpose, (torch.randn(4, 3), torch.tensor(2))),
+    (positions_between_static_views, (torch.randn(4, 3, 5), torch.tensor(-1),
+                                      torch.tensor(1, dtype=torch.int16))),
+    (returned_after_its_base_is_written, (torch.randn(4, 3), torch.tensor(1, dtype=torch.int8))),
+    (computed_positions, (torch.randn(4, 3), torch.tensor(2))),
+    (Cache(), (torch.randn(2, 4), torch.tensor(3))),
     (int32_position_through_slice, (torch.randn(3, 4), torch.tensor(2, dtype=torch.int32))),
 ]
 
 
-@pytest.mark.parametrize("f, args", CASES, ids=[f"{f.__name__}-{i}" for i, (f, _) in
-                                                 enumerate(CASES)])
+@pytest.mark.parametrize("f, args", CASES, ids=[
+    f"{getattr(f, '__name__', type(f).__name__)}-{i}" for i, (f, _) in enumerate(CASES)])
 def test_position_view_matches_eager(f, args):
     assert_matches_eager(f, *args)
 

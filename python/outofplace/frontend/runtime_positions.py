@@ -98,7 +98,9 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
     for item in items:
         if is_position(item) or _is_index_tensor(item):
             basic.append(slice(None))
-            indices.append(item)
+            # `index` takes int64 and int32 indices only; eager's x[pos] any integer pos.
+            indices.append(item.long() if is_position(item) and
+                           item.dtype not in (torch.int64, torch.int32) else item)
         elif _is_int(item):
             basic.append(slice(None))
             indices.append(torch.tensor(item))
