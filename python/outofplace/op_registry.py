@@ -153,7 +153,10 @@ def is_position_view(op: ir.Operation) -> bool:
     """`x[pos]`, `x[1:, pos, 2]` as frontend/runtime_positions.py traces them: `index.Tensor`
     whose indices are only `None` and 0-d integer tensors. Eager's result is a view of x
     (a select at a runtime index), so the pass treats it as a view op whose write-back is
-    `index_put` at the same positions."""
+    `index_put` at the same positions. The types alone decide: no other `index` at only
+    0-d positions reaches the pass (torch.export traces `x[pos]` through runtime_positions;
+    dynamo's `x[pos]` is refused at its `.item()`), but strided_views' gather of a 0-d
+    `as_strided` view, written and stored back at once, where view and copy agree."""
     op = op.operation
     if op.name != "torch.aten.index.Tensor" or not isinstance(op.operands[1], ir.OpResult):
         return False
