@@ -29,3 +29,15 @@ func.func @select$out_of_bounds(%x: !torch.tensor<[8,2],f32>) {
   %1 = torch.aten.zero_ %0 : !torch.tensor<[2],f32> -> !torch.tensor<[2],f32>
   return
 }
+
+// -----
+
+// x.add_(x[pos]): the operand is a part of x through a runtime position (eager refuses).
+// CHECK: model.py:21: unsupported mutation by torch.aten.add_.Tensor: an operand is a part of the tensor it writes, read at a runtime position
+func.func @position$part_of_self(%x: !torch.tensor<[4,3],f32>, %pos: !torch.vtensor<[],si64>) {
+  %int1 = torch.constant.int 1
+  %0 = torch.prim.ListConstruct %pos : (!torch.vtensor<[],si64>) -> !torch.list<optional<vtensor>>
+  %1 = torch.aten.index.Tensor %x, %0 : !torch.tensor<[4,3],f32>, !torch.list<optional<vtensor>> -> !torch.tensor<[3],f32>
+  %2 = torch.aten.add_.Tensor %x, %1, %int1 : !torch.tensor<[4,3],f32>, !torch.tensor<[3],f32>, !torch.int -> !torch.tensor<[4,3],f32> loc("model.py":21:0)
+  return
+}

@@ -264,3 +264,116 @@ func.func @return$mutated_twice(%x: !torch.tensor<[4],f32>) -> (!torch.tensor<[4
   %0 = torch.aten.fill_.Scalar %x, %float : !torch.tensor<[4],f32>, !torch.float -> !torch.tensor<[4],f32>
   return %0, %x : !torch.tensor<[4],f32>, !torch.tensor<[4],f32>
 }
+
+// -----
+
+// x[pos] at a 0-d integer position is a view (a select at a runtime index): read after
+// x is written, it is taken again from x's new value.
+// CHECK-LABEL: func.func @position$read_after_write(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[4,3],f32> {tf.aliasing_output = 1 : i32}, %[[POS:[^:]*]]: !torch.vtensor<[],si64>)
+// CHECK:         %[[IDX:.*]] = torch.prim.ListConstruct %[[POS]]
+// CHECK-NOT:     torch.aten.index.Tensor
+// CHECK:         %[[NEW:.*]] = torch.aten.add.Scalar %[[X]]
+// CHECK-NEXT:    %[[ROW:.*]] = torch.aten.index.Tensor %[[NEW]], %[[IDX]] : !torch.vtensor<[4,3],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[3],f32>
+// CHECK-NEXT:    %[[OUT:.*]] = torch.aten.mul.Scalar %[[ROW]]
+// CHECK-NEXT:    return %[[OUT]], %[[NEW]] :
+func.func @position$read_after_write(%x: !torch.tensor<[4,3],f32>, %pos: !torch.vtensor<[],si64>) -> !torch.vtensor<[3],f32> {
+  %int1 = torch.constant.int 1
+  %0 = torch.prim.ListConstruct %pos : (!torch.vtensor<[],si64>) -> !torch.list<optional<vtensor>>
+  %1 = torch.aten.index.Tensor %x, %0 : !torch.tensor<[4,3],f32>, !torch.list<optional<vtensor>> -> !torch.tensor<[3],f32>
+  %2 = torch.aten.add_.Scalar %x, %int1, %int1 : !torch.tensor<[4,3],f32>, !torch.int, !torch.int -> !torch.tensor<[4,3],f32>
+  %3 = torch.aten.mul.Scalar %1, %int1 : !torch.tensor<[3],f32>, !torch.int -> !torch.vtensor<[3],f32>
+  return %3 : !torch.vtensor<[3],f32>
+}
+
+// -----
+
+// A read used only before x is written stays the one read of the old x.
+// CHECK-LABEL: func.func @position$read_before_write(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[4,3],f32> {tf.aliasing_output = 1 : i32}, %[[POS:[^:]*]]: !torch.vtensor<[],si64>)
+// CHECK:         %[[IDX:.*]] = torch.prim.ListConstruct %[[POS]]
+// CHECK:         %[[ROW:.*]] = torch.aten.index.Tensor %[[X]], %[[IDX]]
+// CHECK-NEXT:    %[[OUT:.*]] = torch.aten.mul.Scalar %[[ROW]]
+// CHECK-NEXT:    %[[NEW:.*]] = torch.aten.add.Scalar %[[X]]
+// CHECK-NOT:     torch.aten.index
+// CHECK:         return %[[OUT]], %[[NEW]] :
+func.func @position$read_before_write(%x: !torch.tensor<[4,3],f32>, %pos: !torch.vtensor<[],si64>) -> !torch.vtensor<[3],f32> {
+  %int1 = torch.constant.int 1
+  %0 = torch.prim.ListConstruct %pos : (!torch.vtensor<[],si64>) -> !torch.list<optional<vtensor>>
+  %1 = torch.aten.index.Tensor %x, %0 : !torch.tensor<[4,3],f32>, !torch.list<optional<vtensor>> -> !torch.tensor<[3],f32>
+  %2 = torch.aten.mul.Scalar %1, %int1 : !torch.tensor<[3],f32>, !torch.int -> !torch.vtensor<[3],f32>
+  %3 = torch.aten.add_.Scalar %x, %int1, %int1 : !torch.tensor<[4,3],f32>, !torch.int, !torch.int -> !torch.tensor<[4,3],f32>
+  return %2 : !torch.vtensor<[3],f32>
+}
+
+// -----
+
+// A write into x[1:, pos, 2] (a slice, then positions: a runtime one and a constant) is
+// an index_put of the slice at the same positions, inserted back into x.
+// CHECK-LABEL: func.func @position$write_through(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[4,3,5],f32> {tf.aliasing_output = 0 : i32}, %[[POS:[^:]*]]: !torch.vtensor<[],si64>)
+// CHECK:         %[[IDX:.*]] = torch.prim.ListConstruct %[[NONE:.*]], %[[POS]], %[[TWO:.*]] :
+// CHECK:         %[[TAIL:.*]] = torch.aten.slice.Tensor %[[X]]
+// CHECK-NEXT:    %[[COL:.*]] = torch.aten.index.Tensor %[[TAIL]], %[[IDX]]
+// CHECK-NEXT:    %[[NEWCOL:.*]] = torch.aten.mul.Scalar %[[COL]]
+// CHECK:         %[[TAIL2:.*]] = torch.aten.slice.Tensor %[[X]]
+// CHECK:         %[[NEWTAIL:.*]] = torch.aten.index_put %[[TAIL2]], %[[IDX]], %[[NEWCOL]], %{{.*}} : !torch.vtensor<[3,3,5],f32>, !torch.list<optional<vtensor>>, !torch.vtensor<[3],f32>, !torch.bool -> !torch.vtensor<[3,3,5],f32>
+// CHECK:         %[[INS:.*]] = tensor.insert_slice %{{.*}} into %{{.*}}[1, 0, 0] [3, 3, 5] [1, 1, 1]
+// CHECK:         %[[NEW:.*]] = torch_c.from_builtin_tensor %[[INS]]
+// CHECK:         return %[[NEW]] :
+func.func @position$write_through(%x: !torch.tensor<[4,3,5],f32>, %pos: !torch.vtensor<[],si64>) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int4 = torch.constant.int 4
+  %none = torch.constant.none
+  %two = torch.vtensor.literal(dense<2> : tensor<si64>) : !torch.vtensor<[],si64>
+  %0 = torch.aten.slice.Tensor %x, %int0, %int1, %int4, %int1 : !torch.tensor<[4,3,5],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.tensor<[3,3,5],f32>
+  %1 = torch.prim.ListConstruct %none, %pos, %two : (!torch.none, !torch.vtensor<[],si64>, !torch.vtensor<[],si64>) -> !torch.list<optional<vtensor>>
+  %2 = torch.aten.index.Tensor %0, %1 : !torch.tensor<[3,3,5],f32>, !torch.list<optional<vtensor>> -> !torch.tensor<[3],f32>
+  %3 = torch.aten.mul_.Scalar %2, %int4 : !torch.tensor<[3],f32>, !torch.int -> !torch.tensor<[3],f32>
+  return
+}
+
+// -----
+
+// x[pos] += w: an add_ on the view x[pos], then its store at pos, which changes nothing
+// more: one read, one index_put.
+// CHECK-LABEL: func.func @position$augmented(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[4,3],f32> {tf.aliasing_output = 0 : i32}, %[[POS:[^:]*]]: !torch.vtensor<[],si64>, %[[W:[^:]*]]: !torch.vtensor<[3],f32>)
+// CHECK:         %[[IDX:.*]] = torch.prim.ListConstruct %[[POS]]
+// CHECK:         %[[ROW:.*]] = torch.aten.index.Tensor %[[X]], %[[IDX]]
+// CHECK-NEXT:    %[[SUM:.*]] = torch.aten.add.Tensor %[[ROW]], %[[W]]
+// CHECK:         %[[NEW:.*]] = torch.aten.index_put %[[X]], %[[IDX]], %[[SUM]], %{{.*}} :
+// CHECK-NOT:     torch.aten.index
+// CHECK:         return %[[NEW]] :
+func.func @position$augmented(%x: !torch.tensor<[4,3],f32>, %pos: !torch.vtensor<[],si64>, %w: !torch.vtensor<[3],f32>) {
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %0 = torch.prim.ListConstruct %pos : (!torch.vtensor<[],si64>) -> !torch.list<optional<vtensor>>
+  %1 = torch.aten.index.Tensor %x, %0 : !torch.tensor<[4,3],f32>, !torch.list<optional<vtensor>> -> !torch.tensor<[3],f32>
+  %t = torch.copy.to_tensor %w : !torch.tensor<[3],f32>
+  %2 = torch.aten.add_.Tensor %1, %t, %int1 : !torch.tensor<[3],f32>, !torch.tensor<[3],f32>, !torch.int -> !torch.tensor<[3],f32>
+  %3 = torch.prim.ListConstruct %pos : (!torch.vtensor<[],si64>) -> !torch.list<optional<vtensor>>
+  %4 = torch.aten.index_put_ %x, %3, %2, %false : !torch.tensor<[4,3],f32>, !torch.list<optional<vtensor>>, !torch.tensor<[3],f32>, !torch.bool -> !torch.tensor<[4,3],f32>
+  return
+}
+
+// -----
+
+// Indices that are not all 0-d integer tensors make a copy, in eager too (a 1-d index
+// tensor here, a 0-d bool mask below): a plain read of x's value at that point.
+// CHECK-LABEL: func.func @position$not_a_view(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[4,3],f32> {tf.aliasing_output = 2 : i32}, %[[I:[^:]*]]: !torch.vtensor<[2],si64>, %[[M:[^:]*]]: !torch.vtensor<[],i1>)
+// CHECK:         %[[ROWS:.*]] = torch.aten.index.Tensor %[[X]], %{{.*}} : {{.*}} -> !torch.vtensor<[2,3],f32>
+// CHECK:         %[[MASKED:.*]] = torch.aten.index.Tensor %[[X]], %{{.*}} : {{.*}} -> !torch.vtensor<[1,4,3],f32>
+// CHECK:         %[[NEW:.*]] = torch.aten.add.Scalar %[[X]]
+// CHECK-NEXT:    return %[[ROWS]], %[[MASKED]], %[[NEW]] :
+func.func @position$not_a_view(%x: !torch.tensor<[4,3],f32>, %i: !torch.vtensor<[2],si64>, %m: !torch.vtensor<[],i1>) -> (!torch.vtensor<[2,3],f32>, !torch.vtensor<[1,4,3],f32>) {
+  %int1 = torch.constant.int 1
+  %0 = torch.prim.ListConstruct %i : (!torch.vtensor<[2],si64>) -> !torch.list<optional<vtensor>>
+  %1 = torch.aten.index.Tensor %x, %0 : !torch.tensor<[4,3],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[2,3],f32>
+  %2 = torch.prim.ListConstruct %m : (!torch.vtensor<[],i1>) -> !torch.list<optional<vtensor>>
+  %3 = torch.aten.index.Tensor %x, %2 : !torch.tensor<[4,3],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[1,4,3],f32>
+  %4 = torch.aten.add_.Scalar %x, %int1, %int1 : !torch.tensor<[4,3],f32>, !torch.int, !torch.int -> !torch.tensor<[4,3],f32>
+  return %1, %3 : !torch.vtensor<[2,3],f32>, !torch.vtensor<[1,4,3],f32>
+}

@@ -35,3 +35,21 @@ func.func @mask_then_position(%x: !torch.vtensor<[2,3,4],f32>, %m: !torch.vtenso
   %0 = torch.aten.index.Tensor %x, %list : !torch.vtensor<[2,3,4],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[2],f32>
   return %0 : !torch.vtensor<[2],f32>
 }
+
+// -----
+
+// A dynamic dimension (dynamic_shapes): the index wraps by its runtime size.
+// CHECK-LABEL: func.func @dynamic_dimension(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[?,3],f32>, %[[P:[^:]*]]: !torch.vtensor<[],si64>
+// CHECK:         %[[DIM:.*]] = torch.constant.int 0
+// CHECK-NEXT:    %[[SIZE:.*]] = torch.aten.size.int %[[X]], %[[DIM]] : !torch.vtensor<[?,3],f32>, !torch.int -> !torch.int
+// CHECK:         %[[NEGATIVE:.*]] = torch.aten.lt.Scalar %[[P]]
+// CHECK:         %[[SHIFTED:.*]] = torch.aten.add.Scalar %[[P]], %[[SIZE]]
+// CHECK:         %[[WRAPPED:.*]] = torch.aten.where.self %[[NEGATIVE]], %[[SHIFTED]], %[[P]]
+// CHECK:         %[[LIST:.*]] = torch.prim.ListConstruct %[[WRAPPED]]
+// CHECK:         torch.aten.index.Tensor %[[X]], %[[LIST]]
+func.func @dynamic_dimension(%x: !torch.vtensor<[?,3],f32>, %p: !torch.vtensor<[],si64>) -> !torch.vtensor<[3],f32> {
+  %list = torch.prim.ListConstruct %p : (!torch.vtensor<[],si64>) -> !torch.list<optional<vtensor>>
+  %0 = torch.aten.index.Tensor %x, %list : !torch.vtensor<[?,3],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[3],f32>
+  return %0 : !torch.vtensor<[3],f32>
+}

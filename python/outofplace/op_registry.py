@@ -142,3 +142,37 @@ def twin_is_available(twin: torch._ops.OpOverload, context: ir.Context) -> bool:
     outofplace lowers it (OPERATOR_TWINS)."""
     name = mlir_name(twin)
     return context.is_registered_operation(name) or name in OPERATOR_TWINS
+
+
+# 0-d index dtypes eager applies as an int (`x[pos]` is then a select, a view); a 0-d
+# bool or uint8 index is a mask (a copy).
+_POSITION_DTYPES = frozenset({"si64", "si32", "si16", "si8"})
+
+
+def is_position_view(op: ir.Operation) -> bool:
+    """`x[pos]`, `x[1:, pos, 2]` as frontend/runtime_positions.py traces them: `index.Tensor`
+    whose indices are only `None` and 0-d integer tensors. Eager's result is a view of x
+    (a select at a runtime index), so the pass treats it as a view op whose write-back is
+    `index_put` at the same positions. The types alone decide: no other `index` at only
+    0-d positions reaches the pass (torch.export traces `x[pos]` through runtime_positions;
+    dynamo's `x[pos]` is refused at its `.item()`), but strided_views' gather of a 0-d
+    `as_strided` view, written and stored back at once, where view and copy agree."""
+    op = op.operation
+    if op.name != "torch.aten.index.Tensor" or not isinstance(op.operands[1], ir.OpResult):
+        return False
+    items = op.operands[1].owner
+    if items.name != "torch.prim.ListConstruct":
+        return False
+    positions = [str(v.type) for v in items.operands if str(v.type) != "!torch.none"]
+    return bool(positions) and all(
+        t.startswith(("!torch.vtensor<[],", "!torch.tensor<[],")) and
+        t[:-1].rsplit(",", 1)[1] in _POSITION_DTYPES for t in positions)
+
+
+def viewed_operand(op: ir.Operation) -> int | None:
+    """The operand position the op's (only) result is a view of: from the schema, or 0
+    for a runtime-position read (`is_position_view`)."""
+    found = effects(aten_name(op))
+    if found is not None and found.is_view:
+        return found.result_views
+    return 0 if is_position_view(op) else None

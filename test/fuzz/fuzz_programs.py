@@ -45,6 +45,10 @@ SKIP = frozenset(filter(None, os.environ.get("OUTOFPLACE_FUZZ_SKIP", "").split("
 # budget: drawing them shifts that budget onto programs IREE 3.13 fails on
 # (docs/reliability.md), where XLA and the interpreter match eager.
 OPTIMIZER_STEPS = os.environ.get("OUTOFPLACE_FUZZ_OPTIMIZER") == "1"
+# Views at runtime positions (`x[:, pos]` bound, written through, read after writes) in
+# view chains, for long runs (OUTOFPLACE_FUZZ_POSITION_VIEWS=1, long_run.py
+# --position-views); off in the fixed-seed budget for the same reason.
+POSITION_VIEWS = os.environ.get("OUTOFPLACE_FUZZ_POSITION_VIEWS") == "1"
 _counter = itertools.count()
 
 
@@ -497,10 +501,13 @@ class _Gen:
             ("flatten", 2), ("reshape", 2), ("mT", 1 if r >= 2 else 0),
             ("contiguous", 2), ("detach", 2), ("to", 2), ("expand", 1),
             ("as_strided", 1 if r else 0), ("unflatten", 2 if r else 0),
-            ("movedim", 1 if r >= 2 else 0)])
+            ("movedim", 1 if r >= 2 else 0), ("position_view", 3 if r and POSITION_VIEWS else 0)])
         dim = (lambda: self.int(0, r - 1) - (r if self.flag(0.3) else 0)) if r else None
         if op == "index":
             items = self.dress(self.basic_items(shape))
+            return f"{expr}[{', '.join(items)}]" if items else None
+        if op == "position_view":  # x[:, pos]: a select at a runtime index, a view
+            items = self.position_items(shape)
             return f"{expr}[{', '.join(items)}]" if items else None
         if op == "t":
             return f"{expr}.t()"

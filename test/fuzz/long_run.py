@@ -208,11 +208,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="end a quarter of the programs with an optimizer-style "
                         "update (foreach lists, .item() arithmetic, a gradient then an "
                         "in-place update)")
+    parser.add_argument("--position-views", action="store_true",
+                        help="views at runtime positions (x[:, pos]) in view chains")
     parser.add_argument("--only", type=int, help="check program ONLY and print it")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.optimizer:  # read by fuzz_programs in every worker (their environment)
         os.environ["OUTOFPLACE_FUZZ_OPTIMIZER"] = "1"
+    if options.position_views:
+        os.environ["OUTOFPLACE_FUZZ_POSITION_VIEWS"] = "1"
     if options.worker is not None:
         worker([int(n) for n in options.worker.split(",")], options.seed, Path(options.out))
         return 0

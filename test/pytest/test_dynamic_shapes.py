@@ -54,6 +54,17 @@ def scale_columns(x):
     return x.sum()
 
 
+def read_from_the_end(x, pos):
+    return x[pos] * 2  # a negative pos counts from the end of the dynamic dimension
+
+
+def write_into_position_view(x, pos):
+    y = x[pos]  # a view (a select at pos), taken again after the writes
+    y.mul_(2)
+    x.add_(1)
+    return y + 0
+
+
 def _compile(f, args, spec, engine="auto"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OutOfBoundsPolicyWarning)
@@ -72,6 +83,11 @@ CASES = {
     "add_rows": (add_rows, (torch.ones(3, 4), torch.ones(3, 4)),
                  {"x": {0: BATCH}, "y": {0: BATCH}}),
     "scale_columns": (scale_columns, (torch.ones(3, 4),), {"x": {0: BATCH}}),
+    "read_from_the_end": (read_from_the_end, (torch.randn(3, 4), torch.tensor(-2)),
+                          {"x": {0: BATCH}, "pos": None}),
+    "write_into_position_view": (write_into_position_view,
+                                 (torch.randn(3, 4), torch.tensor(-1)),
+                                 {"x": {0: BATCH}, "pos": None}),
 }
 
 

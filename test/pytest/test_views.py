@@ -211,7 +211,7 @@ def runtime_position_among_slices(x, pos, k):
 
 
 def runtime_position_read_before_write(x, pos):
-    y = x[pos, 1:3] * 1  # used before the write (a view used after it is refused)
+    y = x[pos, 1:3] * 1  # used before the write: the read of the old x
     x[-1, pos] = 7
     return y, x[None, pos]
 
@@ -265,7 +265,7 @@ def list_views_along_a_dim(x):
 
 
 def runtime_position_augmented(x, pos, w):
-    x[:, pos] += w  # read (a copy), add, stored back at once: as eager
+    x[:, pos] += w  # a view of the pass: add, then its store at pos adds nothing
     x[1:, pos] -= 1
     x[-1, pos] *= 2
     x[None, 0, ..., pos] /= 4

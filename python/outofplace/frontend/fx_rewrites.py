@@ -29,8 +29,6 @@ def rewrite(graph: torch.fx.Graph) -> None:
     shape_changes.local_shape_changes(graph)
     refusals.refuse_overlapping_operands(graph)  # before the pairs' copies hide overlaps
     complex_pairs.rewrite(graph)
-    refusals.refuse_writes_into_position_reads(graph)
-    refusals.refuse_stale_position_reads(graph)
     optimizer_ops.decompose(graph)
     out_arguments.functional_out_writes(graph)
     decompositions.real_conjugations(graph)

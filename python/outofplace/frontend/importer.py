@@ -609,8 +609,9 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
         effects = op_registry.effects(op_registry.aten_name(op))
         if effects is None:
             continue
-        if effects.result_views is not None and len(op.results) == 1:
-            roots[op.results[0]] = _root_of(op.operands[effects.result_views], roots)
+        viewed = 0 if op_registry.is_position_view(op) else effects.result_views
+        if viewed is not None and len(op.results) == 1:  # views and in-place ops
+            roots[op.results[0]] = _root_of(op.operands[viewed], roots)
         for position in effects.written:
             if position < len(op.operands) and not effects.is_autograd_only:
                 if not torch_types.is_tensor(op.operands[position].type):

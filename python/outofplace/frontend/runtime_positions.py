@@ -10,8 +10,10 @@ positions, and writes the same thing with ops that take the positions as tensors
     y = cache[1:, pos]   ->  index(cache[1:, :], [None, pos])           (a gather)
 
 Plain ints beside a position stay positions (0-d constants), so the whole write is one
-update at runtime starts. A read is a copy where eager returns a view: writing into it
-is refused (fx_rewrites), never silently lost.
+update at runtime starts. A read traces as `index`, a copy where eager returns a view
+(a select at a runtime index): inplace-to-outofplace takes it as a view again
+(op_registry.is_position_view), so a write into it reaches the tensor and a read after a
+write of the tensor sees it. A 0-d uint8 index, a mask in eager, is refused.
 
 Beside index tensors a position is one more (0-d) index tensor, but eager applies it as
 an int, before the index tensors; the two orders place the broadcast index dimensions
@@ -38,9 +40,10 @@ _TORCH = Path(torch.__file__).resolve().parent
 
 
 def is_position(item: Any) -> bool:
-    """A 0-d integer tensor used as an index."""
+    """A 0-d integer tensor used as an index (eager takes a 0-d uint8 one as a mask)."""
     return isinstance(item, torch.Tensor) and item.dim() == 0 and \
-        not item.is_floating_point() and not item.is_complex() and item.dtype != torch.bool
+        not item.is_floating_point() and not item.is_complex() and \
+        item.dtype not in (torch.bool, torch.uint8)
 
 
 def _is_int(item: Any) -> bool:
@@ -65,6 +68,12 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
     entry per dimension of `t[basic]`: a 0-d tensor or None.
     """
     items = list(index) if isinstance(index, tuple) else [index]
+    if any(isinstance(item, torch.Tensor) and item.dtype == torch.uint8 and not item.dim()
+           for item in items):
+        raise UnsupportedMutationError(
+            op, "a 0-d uint8 tensor as an index, which eager takes as a mask (deprecated), "
+            "not as a position; index with a bool mask or an int64 position",
+            index=describe_index(items), location=user_line())
     if not any(is_position(item) for item in items):
         return None
     # A list of ints (or bools) indexes as the tensor it spells, in eager too.
@@ -89,7 +98,9 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
     for item in items:
         if is_position(item) or _is_index_tensor(item):
             basic.append(slice(None))
-            indices.append(item)
+            # `index` takes int64 and int32 indices only; eager's x[pos] any integer pos.
+            indices.append(item.long() if is_position(item) and
+                           item.dtype not in (torch.int64, torch.int32) else item)
         elif _is_int(item):
             basic.append(slice(None))
             indices.append(torch.tensor(item))

@@ -175,9 +175,10 @@ class _FunctionRewriter:
         effects = op_registry.effects(op_registry.aten_name(op))
         if effects is not None and effects.written:
             self.visit_inplace(op, effects)
-        elif effects is not None and effects.is_view and fresh and \
-                op.operands[effects.result_views] in self.aliases:
-            base = self.aliases[op.operands[effects.result_views]]
+            return
+        viewed = op_registry.viewed_operand(op)  # a view op, or x[pos] (a position view)
+        if viewed is not None and fresh and op.operands[viewed] in self.aliases:
+            base = self.aliases[op.operands[viewed]]
             self.aliases[op.result] = _Alias(base.root, base.chain + (op,))
             self.dead.append(op)
         else:
@@ -208,6 +209,44 @@ class _FunctionRewriter:
                                                       list(y.operands)[1:]))
             for x, y in zip(first.chain, second.chain))
 
+    def _stores_itself(self, op: ir.Operation) -> bool:
+        """`index_put_(x, [pos], x[pos])`: a store of a position view of x (through
+        identity views of the same type) at its own positions, which changes nothing."""
+        if op.name != "torch.aten.index_put_" or not _is_false(op.operands[3]):
+            return False
+        target, indices, values = op.operands[:3]
+        if target not in self.aliases or values not in self.aliases:
+            return False
+        chain = self.aliases[values].chain
+        while chain and chain[-1].name in views.IDENTITY_VIEWS and \
+                torch_types.value_type(chain[-1].result.type) == \
+                torch_types.value_type(chain[-1].operands[0].type):
+            chain = chain[:-1]
+        if not chain or not op_registry.is_position_view(chain[-1]) or \
+                not _same_argument(chain[-1].operands[1], indices):
+            return False
+        return self._same_tensor(target, chain[-1].operands[0])
+
+    def _refuse_part_through_position(self, op: ir.Operation) -> None:
+        """`x.add_(x[pos])`: an operand that is a part of self through a position view.
+        Eager refuses it (the operand shares some elements with what the op writes);
+        refusals.py cannot tell on FX, where the traced read is a copy. `index_put_` is
+        spared: it is how `x[p] = x[q]` is traced, a copy between rows in eager."""
+        if op.name == "torch.aten.index_put_":
+            return
+        target = self.aliases[op.operands[0]]
+        for operand in list(op.operands)[1:]:
+            alias = self.aliases.get(operand)
+            if alias is None or alias.root is not target.root:
+                continue
+            prefix = len(target.chain)
+            if len(alias.chain) > prefix and alias.chain[:prefix] == target.chain and \
+                    any(map(op_registry.is_position_view, alias.chain[prefix:])):
+                raise UnsupportedMutationError.at(
+                    op, "an operand is a part of the tensor it writes, read at a runtime "
+                    "position (`x.add_(x[pos])`): it shares elements with what the op "
+                    "writes, which eager refuses; clone the operand first")
+
     def visit_inplace(self, op: ir.Operation, effects: op_registry.OpEffects) -> None:
         self_value = op.operands[0]
         if effects.is_autograd_only:
@@ -223,11 +262,14 @@ class _FunctionRewriter:
         if twin is None or not op_registry.twin_is_available(twin, op.context):
             raise UnsupportedMutationError.at(op, "it has no out-of-place twin")
         if twin._schema.name == "aten::copy" and self._same_tensor(self_value,
-                                                                    op.operands[1]):
-            # b[2:5] += v traces to an add_ on b[2:5], then a copy_ of it into b[2:5].
+                                                                    op.operands[1]) or \
+                self._stores_itself(op):
+            # b[2:5] += v traces to an add_ on b[2:5], then a copy_ of it into b[2:5];
+            # x[pos] += v to an add_ on x[pos], then an index_put_ of it at pos.
             self.aliases[op.result] = self.aliases[self_value]
             self.dead.append(op)
             return
+        self._refuse_part_through_position(op)
         operands = self.read_operands(op)
         self_type = torch_types.TensorType.of(operands[0].type)
         result_type = _twin_result_type(op, twin, operands, self_type)
@@ -307,15 +349,28 @@ _HANDLERS: dict[str, Callable[[_FunctionRewriter, ir.Operation], None]] = {
 
 
 def _same_argument(a: ir.Value, b: ir.Value) -> bool:
-    """The same value, or two constants of one value (the importer makes one per use)."""
+    """The same value, two constants of one value (the importer makes one per use) or two
+    lists of the same values (the indices of `x[pos]`)."""
     if a == b:
         return True
     if not (isinstance(a, ir.OpResult) and isinstance(b, ir.OpResult)):
         return False
     x, y = a.owner, b.owner
-    if x.name != y.name or not x.name.startswith("torch.constant."):
+    if x.name != y.name:
+        return False
+    if x.name == "torch.prim.ListConstruct":
+        return len(x.operands) == len(y.operands) and \
+            all(_same_argument(p, q) for p, q in zip(x.operands, y.operands))
+    if x.name == "torch.vtensor.literal":
+        return a.type == b.type and x.attributes["value"] == y.attributes["value"]
+    if not x.name.startswith("torch.constant."):
         return False
     return x.name == "torch.constant.none" or x.attributes["value"] == y.attributes["value"]
+
+
+def _is_false(value: ir.Value) -> bool:
+    return isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.bool" \
+        and not ir.BoolAttr(value.owner.attributes["value"]).value
 
 
 def _name_of(value: ir.Value) -> str:

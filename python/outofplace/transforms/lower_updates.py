@@ -475,15 +475,17 @@ def _constant_number(value: ir.Value) -> int | float | bool | None:
             }.get(value.owner.name, lambda: None)()
 
 
-def _wrapped(index: ir.Value, size: int) -> ir.Value:
+def _wrapped(index: ir.Value, size: int | ir.Value) -> ir.Value:
     """`where(index < 0, index + size, index)`: a negative index counts from the end, as
     in eager (torch-mlir's lowerings and StableHLO's scatter drop it instead). Torch ops,
-    which outofplace-fold-constants folds for a constant index."""
+    which outofplace-fold-constants folds for a constant index; `size` a `!torch.int` for
+    a dynamic dimension."""
     t = torch_types.TensorType.of(index.type)
     if not t.dtype.is_signed:
         return index
     loc, ip = ir.Location.current, ir.InsertionPoint.current
-    zero, one, bound = (torch_constant("int", v, loc, ip) for v in (0, 1, size))
+    zero, one = (torch_constant("int", v, loc, ip) for v in (0, 1))
+    bound = size if isinstance(size, ir.Value) else torch_constant("int", size, loc, ip)
     negative = ir.Operation.create(
         "torch.aten.lt.Scalar", results=[t.with_dtype(torch.bool).to_ir()],
         operands=[index, zero]).result

@@ -203,8 +203,11 @@ def _erase_unused_shape_ops(module: ir.Operation) -> None:
     """The size computations the shape lowering left unused, in a program with dynamic
     dimensions (static programs are left as they are)."""
     ops = all_operations(module)
-    if not any(isinstance(r.type, ir.ShapedType) and not ir.ShapedType(r.type).has_static_shape
-               for op in ops for r in op.results):
+    types = [r.type for op in ops for r in op.results] + [
+        t for op in ops if op.name == "func.func"
+        for t in ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value).inputs]
+    if not any(isinstance(t, ir.ShapedType) and not ir.ShapedType(t).has_static_shape
+               for t in types):  # (only an argument may be dynamic: `x[pos]` of it)
         return
     erase_unused(ops, lambda op: op.name in _PURE_SIZE_OPS)
 

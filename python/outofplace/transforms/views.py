@@ -21,7 +21,7 @@ from torch_mlir import ir
 from . import diagonal
 from .. import torch_types
 from ..errors import UnsupportedMutationError
-from ..ir_utils import constant_int, int_list, torch_constant
+from ..ir_utils import constant_int, int_list, torch_constant, unnamed
 
 WriteBack = Callable[[ir.Operation, ir.Value, ir.Value, ir.Location, ir.InsertionPoint],
                      ir.Value]
@@ -117,6 +117,16 @@ def _select(view, base, src, loc, ip):
             index_value = torch_constant("int", index + size, loc, ip)
     return _create("torch.aten.select_scatter", [base, src, dim_value, index_value], base,
                    loc, ip)
+
+
+@_register("torch.aten.index.Tensor")
+def _position(view, base, src, loc, ip):
+    """x[pos] = src  =>  index_put(x, [pos], src): only a read at 0-d integer positions
+    is a view (op_registry.is_position_view); outofplace-lower-updates makes it one
+    dynamic_update_slice at the runtime starts"""
+    false = torch_constant("bool", False, unnamed(loc), ip)
+    return _create("torch.aten.index_put", [base, view.operands[1], src, false], base, loc,
+                   ip)
 
 
 @_register("torch.aten.diagonal")

@@ -18,8 +18,9 @@ from __future__ import annotations
 import torch
 from torch_mlir import ir
 
-from ...ir_utils import all_operations, unnamed
-from ..lower_updates import _static_tensor, _wrapped
+from ...ir_utils import all_operations, torch_constant, unnamed
+from ...torch_types import TensorType
+from ..lower_updates import _ranked_tensor, _static_tensor, _wrapped
 from ..registry import register_pass
 
 
@@ -31,8 +32,9 @@ _INDEXING = frozenset({"torch.aten.index.Tensor", "torch.aten.index.Tensor_hacke
     "outofplace-upstream-wrap-negative-indices",
     "Wrap negative index tensors of the reads torch-mlir lowers (its gather clamps them)",
     "the integer index tensors of `index.Tensor` (and of any `index_put` left) → "
-    "`where(i < 0, i + size, i)`: torch-mlir's StableHLO lowering gathers at a negative "
-    "index as given, which the gather clamps to 0 (a workaround, transforms/upstream/)")
+    "`where(i < 0, i + size, i)` (a dynamic dimension's runtime size): torch-mlir's "
+    "StableHLO lowering gathers at a negative index as given, which the gather clamps "
+    "to 0 (a workaround, transforms/upstream/)")
 def wrap_negative_indices(module: ir.Operation) -> None:
     """The integer index tensors of the reads (and writes) left for torch-mlir to lower,
     wrapped (`_wrapped`): its gather clamps a negative index to 0 where eager counts it
@@ -40,7 +42,7 @@ def wrap_negative_indices(module: ir.Operation) -> None:
     for op in all_operations(module):
         if op.name not in _INDEXING:
             continue
-        self_t, indices = _static_tensor(op.operands[0]), op.operands[1]
+        self_t, indices = _ranked_tensor(op.operands[0]), op.operands[1]
         if self_t is None or not isinstance(indices, ir.OpResult) or \
                 indices.owner.name != "torch.prim.ListConstruct":
             continue
@@ -53,7 +55,7 @@ def wrap_negative_indices(module: ir.Operation) -> None:
                     dim += 1
                     continue
                 items.append(item if index_t.dtype == torch.bool
-                             else _wrapped(item, self_t.sizes[dim]))
+                             else _wrapped(item, _size(op.operands[0], self_t, dim)))
                 dim += len(index_t.sizes) if index_t.dtype == torch.bool else 1
             if items != list(indices.owner.operands):
                 op.operands[1] = ir.Operation.create(
@@ -61,3 +63,14 @@ def wrap_negative_indices(module: ir.Operation) -> None:
                     operands=items).result
                 if not list(indices.uses):
                     indices.owner.erase()
+
+
+def _size(tensor: ir.Value, t: TensorType, dim: int) -> int | ir.Value:
+    """The size of a dimension: a number, or for a dynamic one (`?`, dynamic_shapes) its
+    runtime size, a `!torch.int`."""
+    if t.sizes[dim] >= 0:
+        return t.sizes[dim]
+    return ir.Operation.create(
+        "torch.aten.size.int", results=[ir.Type.parse("!torch.int")],
+        operands=[tensor, torch_constant("int", dim, ir.Location.current,
+                                         ir.InsertionPoint.current)]).result
