@@ -313,3 +313,30 @@ def test_input_written_over_the_whole_tensor_with_a_constant_then_updated() -> N
 
     assert_matches_eager(f, torch.tensor([[[[2.0]]], [[[0.0]]], [[[1.0]]]]), torch.tensor(0),
                          torch.tensor(1.0))
+
+
+def test_clone_of_an_input_transposed_over_a_unit_dimension_then_scattered() -> None:
+    """Program 339 of seeds 5,000..: `t.t_()` of a 1x5 clone is a transpose that keeps
+    the elements' order, which IREE folds to x's buffer; it scattered `v[i] = 0` into x
+    (and sorted into it), though x is not consumed. x is passed as a copy."""
+    def scatter(x, i):
+        t = x.clone()
+        t.t_()
+        t.view(5)[i] = 0
+        return t
+
+    def unsqueezed(x, i):
+        t = x[:, None].clone()
+        t.t_()
+        t.view(5).index_fill_(0, i, 0)
+        return t
+
+    def sort(x):
+        t = x.clone()
+        t.t_()
+        return t.view(5).sort()[0]
+
+    x = torch.tensor([[-1.0, 2.0, -2.0, 1.0, 0.0]])
+    assert_matches_eager(scatter, x, torch.tensor([1, 4]))
+    assert_matches_eager(unsqueezed, x[0], torch.tensor([1, 4]))
+    assert_matches_eager(sort, x)

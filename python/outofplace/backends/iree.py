@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import warnings
 from typing import Any
 
@@ -297,7 +298,8 @@ def _strip_returned_arguments(module: Any
 
 def _update_targets(module: Any) -> set[int]:
     """Arguments of `main` whose value reaches, through ops that keep each element in
-    its place (`_same_places`, which IREE may fold away: `x * 1`, a reshape) or a
+    its place (`_same_places`, which IREE may fold away: `x * 1`, a reshape), a
+    transpose or broadcast that moves only dimensions of size one (`_keeps_order`) or a
     dynamic_update_slice of the whole tensor (`_whole_update`), the
     operand a dynamic_update_slice or scatter updates, or a sort's operands. IREE 3.13
     writes such an update into the argument's buffer even when the argument is not
@@ -315,7 +317,8 @@ def _update_targets(module: Any) -> set[int]:
                 if user.name == "stablehlo.sort" or use.operand_number == 0 and \
                         user.name in ("stablehlo.dynamic_update_slice", "stablehlo.scatter"):
                     targets.add(number)
-                elif (_same_places(user) or _whole_update(user, use.operand_number)) and \
+                elif (_same_places(user) or _keeps_order(user) or
+                      _whole_update(user, use.operand_number)) and \
                         user.results[0] not in seen:
                     seen.add(user.results[0])
                     values.append(user.results[0])
@@ -353,6 +356,31 @@ def _same_places(op: Any) -> bool:
     name = "broadcast_dimensions" if op.name == "stablehlo.broadcast_in_dim" \
         else "permutation"
     return list(ir.DenseI64ArrayAttr(op.attributes[name])) == identity
+
+
+def _keeps_order(op: Any) -> bool:
+    """Whether `op` is a transpose or broadcast_in_dim that only moves or adds dimensions
+    of size one: its result holds its operand's elements in the same row-major order, a
+    reshape that IREE 3.13 folds to the operand's buffer (`t = x.clone(); t.t_();
+    t.view(-1)[i] = 0` on a 1x5 x scattered into x's buffer)."""
+    from iree.compiler import ir
+
+    if op.name not in ("stablehlo.transpose", "stablehlo.broadcast_in_dim") or \
+            len(op.results) != 1:
+        return False
+    operand = ir.RankedTensorType(op.operands[0].type)
+    result = ir.RankedTensorType(op.results[0].type)
+    if not (operand.has_static_shape and result.has_static_shape):
+        return False
+    if op.name == "stablehlo.transpose":
+        order = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        moved = [d for d in order if operand.shape[d] != 1]
+    else:  # as many elements: no dimension is broadcast
+        if math.prod(operand.shape) != math.prod(result.shape):
+            return False
+        dims = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
+        moved = [d for d, n in zip(dims, operand.shape) if n != 1]
+    return moved == sorted(moved)
 
 
 def _whole_update(op: Any, operand: int) -> bool:
