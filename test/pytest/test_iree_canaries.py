@@ -133,3 +133,21 @@ func.func @main(%x: tensor<1x5xf32>) -> tensor<5xf32> {
   return %2 : tensor<5xf32>
 }""", x)
     assert x.tolist() == [[1.0, 0.0, 3.0, 4.0, 0.0]], "IREE no longer writes the input"
+
+
+def test_result_folded_to_an_argument_is_written_by_its_update() -> None:
+    """r = x * 1 is x to IREE, which returns x's buffer for r and writes the update of x
+    into that buffer: r comes back updated. Workaround:
+    `_copy_results_folded_to_arguments`, a barrier on r."""
+    r, updated = _run("""
+func.func @main(%x: tensor<1x3xf32>) -> (tensor<1x3xf32>, tensor<1x3xf32>) {
+  %c0 = stablehlo.constant dense<0> : tensor<i64>
+  %c1 = stablehlo.constant dense<1> : tensor<i64>
+  %five = stablehlo.constant dense<5.000000e+00> : tensor<1x1xf32>
+  %one = stablehlo.constant dense<1.000000e+00> : tensor<1x3xf32>
+  %r = stablehlo.multiply %x, %one : tensor<1x3xf32>
+  %0 = stablehlo.dynamic_update_slice %x, %five, %c0, %c1 : (tensor<1x3xf32>, tensor<1x1xf32>, tensor<i64>, tensor<i64>) -> tensor<1x3xf32>
+  return %r, %0 : tensor<1x3xf32>, tensor<1x3xf32>
+}""", np.array([[1.0, 2.0, 3.0]], dtype=np.float32))
+    assert updated.tolist() == [[1.0, 5.0, 3.0]]
+    assert r.tolist() == [[1.0, 5.0, 3.0]], "IREE now returns x as it came"

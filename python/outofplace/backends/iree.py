@@ -128,7 +128,10 @@ def compile_stablehlo(stablehlo: str, io_map: dict[int, int]
         unaliased = _old_value_read_elsewhere(module, renumbered) | \
             (io_map.keys() - renumbered.keys())
         _drop_aliases(module, unaliased)
-        scratch = _update_targets(module) - (renumbered.keys() - unaliased)
+        targets = _update_targets(module)
+        scratch = targets - (renumbered.keys() - unaliased)
+        _copy_results_folded_to_arguments(module, targets, {
+            result for argument, result in renumbered.items() if argument not in unaliased})
         _work_around_iree(module)
         run(module.operation, "ireeCompilerInvocationSetCompileToPhase")
         problems = [f"argument {argument}: compiled without its alias (IREE 3.13 would "
@@ -389,6 +392,36 @@ def _whole_update(op: Any, operand: int) -> bool:
     5x1 x1 wrote a later update of x1 into w5)."""
     return op.name == "stablehlo.dynamic_update_slice" and operand == 1 and \
         op.operands[1].type == op.results[0].type
+
+
+def _copy_results_folded_to_arguments(module: Any, written: set[int],
+                                      in_place: set[int]) -> None:
+    """Puts behind a barrier each result of `main` (but the ones updated in place) that
+    is one of the `written` arguments through ops IREE may fold away: `_same_places` or
+    `_keeps_order` ops whose other operands are constants or the same value (`r = x * 1;
+    x[:, 1] = 5; return r`). IREE 3.13 folds them, exports the argument's buffer as the
+    result and writes the update into that same buffer, consumed or not: r came back
+    with the 5. Behind the barrier, IREE computes the result into a buffer of its own."""
+    main = _main(module)
+    block = main.regions[0].blocks[0]
+    ret = list(block.operations)[-1]
+    arguments = [block.arguments[number] for number in sorted(written)]
+    for index, value in enumerate(list(ret.operands)):
+        if index not in in_place and _folded_source(value) in arguments:
+            _behind_barrier(ret, index)
+
+
+def _folded_source(value: Any) -> Any:
+    """The value `value` is, through ops IREE may fold to their one non-constant
+    operand (`_copy_results_folded_to_arguments`)."""
+    while True:
+        op = _defining_op(value)
+        if op is None or not (_same_places(op) or _keeps_order(op)):
+            return value
+        operands = [v for v in op.operands if not _is_constant(v)]
+        if not operands or any(v != operands[0] for v in operands):
+            return value
+        value = operands[0]
 
 
 def _through_reshapes(value: Any) -> Any:
