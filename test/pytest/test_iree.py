@@ -313,3 +313,51 @@ def test_input_written_over_the_whole_tensor_with_a_constant_then_updated() -> N
 
     assert_matches_eager(f, torch.tensor([[[[2.0]]], [[[0.0]]], [[[1.0]]]]), torch.tensor(0),
                          torch.tensor(1.0))
+
+
+def test_clone_of_an_input_transposed_over_a_unit_dimension_then_scattered() -> None:
+    """Program 339 of seeds 5,000..: `t.t_()` of a 1x5 clone is a transpose that keeps
+    the elements' order, which IREE folds to x's buffer; it scattered `v[i] = 0` into x
+    (and sorted into it), though x is not consumed. x is passed as a copy."""
+    def scatter(x, i):
+        t = x.clone()
+        t.t_()
+        t.view(5)[i] = 0
+        return t
+
+    def unsqueezed(x, i):
+        t = x[:, None].clone()
+        t.t_()
+        t.view(5).index_fill_(0, i, 0)
+        return t
+
+    def sort(x):
+        t = x.clone()
+        t.t_()
+        return t.view(5).sort()[0]
+
+    x = torch.tensor([[-1.0, 2.0, -2.0, 1.0, 0.0]])
+    assert_matches_eager(scatter, x, torch.tensor([1, 4]))
+    assert_matches_eager(unsqueezed, x[0], torch.tensor([1, 4]))
+    assert_matches_eager(sort, x)
+
+
+def test_input_times_one_returned_beside_its_update() -> None:
+    """`x * 1` is x to IREE: it exported x's buffer as r and wrote `x[:, 1] = 5` into
+    it (also through a transposed `index_add_`, found reducing a fuzzer program); r is
+    now computed into a buffer of its own."""
+    def times_one(x):
+        r = x * 1
+        x[:, 1] = 5
+        return r
+
+    def index_add(x, w, i):
+        r = x * 1
+        x.t().index_add_(1, i, w)
+        return r
+
+    x = torch.tensor([[1.0, -2.0, 1.0]])
+    assert_matches_eager(times_one, x)
+    assert_matches_eager(index_add, x, torch.tensor([[-1.0, 0.0, 2.0], [4.0, -2.0, -3.0],
+                                                     [3.0, -4.0, 1.0]]),
+                         torch.tensor([0, 0, 0]))

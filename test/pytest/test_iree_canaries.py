@@ -96,3 +96,58 @@ func.func @main(%x: tensor<4x2xf32>) -> (tensor<3x2xf32>, tensor<1xi64>, tensor<
   return %2, %k, %5 : tensor<3x2xf32>, tensor<1xi64>, tensor<4x2xf32>
 }""", x)
     assert r[0, 0] != x[1, 0] * 2 - 1, "IREE now reads before the update"
+
+
+def _run_in_place(text: str, *inputs: "torch.Tensor") -> None:
+    """Runs `main` on the inputs' own memory, imported as the engine imports it."""
+    import iree.runtime as rt
+
+    _, instance, device = engine._runtime()
+    module = rt.VmModule.copy_buffer(instance, _compile(text))
+    context = rt.VmContext(instance, [rt.create_hal_module(instance, device), module])
+    arguments = rt.VmVariantList(len(inputs))
+    for tensor in inputs:
+        data, view = engine._import(tensor)
+        assert data.data_ptr() == tensor.data_ptr()
+        arguments.push_ref(view.ref)
+    context.invoke(module.lookup_function("main"), arguments, rt.VmVariantList(1))
+
+
+def test_scatter_through_a_transpose_of_a_unit_dimension_writes_the_input() -> None:
+    """x is not consumed, yet IREE scatters into its buffer: the transpose moves only a
+    dimension of size one, and IREE folds it away. Workaround: `_update_targets` follows
+    such transposes (`_keeps_order`), so x is passed as a copy."""
+    import torch
+
+    x = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0]])
+    _run_in_place("""
+func.func @main(%x: tensor<1x5xf32>) -> tensor<5xf32> {
+  %i = stablehlo.constant dense<[[1], [4]]> : tensor<2x1xi64>
+  %zero = stablehlo.constant dense<0.000000e+00> : tensor<2xf32>
+  %0 = stablehlo.transpose %x, dims = [1, 0] : (tensor<1x5xf32>) -> tensor<5x1xf32>
+  %1 = stablehlo.reshape %0 : (tensor<5x1xf32>) -> tensor<5xf32>
+  %2 = "stablehlo.scatter"(%1, %i, %zero) <{scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    stablehlo.return %b : tensor<f32>
+  }) : (tensor<5xf32>, tensor<2x1xi64>, tensor<2xf32>) -> tensor<5xf32>
+  return %2 : tensor<5xf32>
+}""", x)
+    assert x.tolist() == [[1.0, 0.0, 3.0, 4.0, 0.0]], "IREE no longer writes the input"
+
+
+def test_result_folded_to_an_argument_is_written_by_its_update() -> None:
+    """r = x * 1 is x to IREE, which returns x's buffer for r and writes the update of x
+    into that buffer: r comes back updated. Workaround:
+    `_copy_results_folded_to_arguments`, a barrier on r."""
+    r, updated = _run("""
+func.func @main(%x: tensor<1x3xf32>) -> (tensor<1x3xf32>, tensor<1x3xf32>) {
+  %c0 = stablehlo.constant dense<0> : tensor<i64>
+  %c1 = stablehlo.constant dense<1> : tensor<i64>
+  %five = stablehlo.constant dense<5.000000e+00> : tensor<1x1xf32>
+  %one = stablehlo.constant dense<1.000000e+00> : tensor<1x3xf32>
+  %r = stablehlo.multiply %x, %one : tensor<1x3xf32>
+  %0 = stablehlo.dynamic_update_slice %x, %five, %c0, %c1 : (tensor<1x3xf32>, tensor<1x1xf32>, tensor<i64>, tensor<i64>) -> tensor<1x3xf32>
+  return %r, %0 : tensor<1x3xf32>, tensor<1x3xf32>
+}""", np.array([[1.0, 2.0, 3.0]], dtype=np.float32))
+    assert updated.tolist() == [[1.0, 5.0, 3.0]]
+    assert r.tolist() == [[1.0, 5.0, 3.0]], "IREE now returns x as it came"
