@@ -23,8 +23,10 @@ test: lit pytest
 lit: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" FILECHECK_OPTS=-enable-var-scope $(BIN)/lit -sv test
 
-# test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about a minute).
+# test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about a minute and a
+# half), with optimizer-style programs and views at runtime positions drawn too.
 pytest: $(STAMP)
+	OUTOFPLACE_FUZZ_OPTIMIZER=1 OUTOFPLACE_FUZZ_POSITION_VIEWS=1 \
 	$(BIN)/python -m pytest -q -n 2 test/pytest test/fuzz
 
 bench: $(STAMP)

@@ -40,14 +40,12 @@ MAX_STATEMENTS = 9
 # statement kind, view op, in-place op, index kind or read kind the generator names, and
 # `constant_<dtype>` for inline tensor constants of that dtype (passed as arguments instead).
 SKIP = frozenset(filter(None, os.environ.get("OUTOFPLACE_FUZZ_SKIP", "").split(",")))
-# Programs ending in an optimizer-style update (`stmt_optimizer`), for long runs
-# (OUTOFPLACE_FUZZ_OPTIMIZER=1, long_run.py --optimizer). Off in make test's fixed-seed
-# budget: drawing them shifts that budget onto programs IREE 3.13 fails on
-# (docs/reliability.md), where XLA and the interpreter match eager.
+# Programs ending in an optimizer-style update (`stmt_optimizer`):
+# OUTOFPLACE_FUZZ_OPTIMIZER=1 (long_run.py --optimizer; `make test` sets it).
 OPTIMIZER_STEPS = os.environ.get("OUTOFPLACE_FUZZ_OPTIMIZER") == "1"
 # Views at runtime positions (`x[:, pos]` bound, written through, read after writes) in
-# view chains, for long runs (OUTOFPLACE_FUZZ_POSITION_VIEWS=1, long_run.py
-# --position-views); off in the fixed-seed budget for the same reason.
+# view chains: OUTOFPLACE_FUZZ_POSITION_VIEWS=1 (long_run.py --position-views; `make
+# test` sets it).
 POSITION_VIEWS = os.environ.get("OUTOFPLACE_FUZZ_POSITION_VIEWS") == "1"
 _counter = itertools.count()
 

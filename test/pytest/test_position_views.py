@@ -241,3 +241,39 @@ def test_operand_that_is_a_part_of_self_through_a_position_is_refused():
     assert error.location.endswith(
         f"test_position_views.py:{adds_its_own_row.__code__.co_firstlineno + 1}")
 
+
+
+# Eager's x[pos] has the strides of x; the traced read is contiguous. Layout-dependent
+# ops decide copy or alias as eager does (fuzzer: `x0[:, :, :, pos1].contiguous()[:] = 0`
+# wrote x0 where eager writes a copy).
+def contiguous_of_a_strided_read_copies(x, pos):
+    x[:, :, pos].contiguous()[:] = 0
+
+
+def contiguous_of_a_contiguous_read_aliases(x, pos):
+    x[pos].contiguous().add_(1)
+
+
+def contiguous_of_a_transposed_view_copies(x, pos):
+    z = x[:, :, pos].transpose(0, 1).contiguous()
+    z[0] = 7
+
+
+def reshape_that_eager_copies(x, pos):
+    y = x[:, pos].reshape(-1)
+    y[0] = 100
+    return y
+
+
+def flatten_that_eager_views(x, pos):
+    y = x[:, :, pos].flatten()  # strides (12, 4): one stride of 4 after flattening
+    y[1] = 9
+
+
+@pytest.mark.parametrize("f", [
+    contiguous_of_a_strided_read_copies, contiguous_of_a_contiguous_read_aliases,
+    contiguous_of_a_transposed_view_copies, reshape_that_eager_copies,
+    flatten_that_eager_views])
+def test_layout_dependent_ops_copy_or_alias_as_in_eager(f):
+    assert_matches_eager(f, torch.arange(24.0).reshape(2, 3, 4), torch.tensor(1))
+

@@ -23,11 +23,21 @@ differently when the position separates index tensors from slices, so the values
     x[i, :, pos] = v   ->  index_put_(x, [i, None, pos], v.permute(1, 0))
 
 Keys that mix positions with masks are refused here.
+
+The traced read is a new, dense tensor; eager's view has the strides of the indexed
+tensor, with gaps where the positions were, so eager may copy where the trace aliases
+(`x[..., pos].contiguous()` of a row-major x: eager copies, and a write into the copy
+leaves x alone). The mode keeps, for each read whose eager layout differs from the
+traced one and for the views taken of it, a meta tensor with eager's layout
+(`_EagerLayouts`): a layout-dependent op (`contiguous`, `reshape`, `view`, `flatten`) on
+one is decided as eager decides it, a copy traced as a clone, and refused where eager
+would alias and the trace copy.
 """
 
 from __future__ import annotations
 
 import traceback
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -201,8 +211,108 @@ def getitem(target: torch.Tensor, basic: tuple, indices: list) -> torch.Tensor:
     return result
 
 
+def eager_view(target: torch.Tensor, basic: tuple, indices: list) -> torch.Tensor | None:
+    """A meta tensor laid out as eager's `target[key]` when the key holds positions
+    only (eager's view: the positions applied as ints), else None (eager copies)."""
+    if any(index is not None and index.dim() for index in indices):
+        return None
+    meta = torch.empty_strided(target.shape, target.stride(), dtype=target.dtype,
+                               device="meta")
+    view = _view(meta, basic)
+    return view[tuple(slice(None) if index is None else 0 for index in indices)]
+
+
+def _strides(t: torch.Tensor) -> tuple[int, ...]:
+    """The strides that matter to a layout decision: of the dimensions longer than 1."""
+    return tuple(stride for size, stride in zip(t.shape, t.stride()) if size > 1)
+
+
+def _aliases(result: Any, source: torch.Tensor) -> bool:
+    if result is source:
+        return True
+    base = source._base if source._base is not None else source
+    return isinstance(result, torch.Tensor) and result._base is base
+
+
+# Ops whose result is a view or a copy depending on the layout, by the function called.
+_LAYOUT_DEPENDENT = {torch.Tensor.contiguous, torch.Tensor.reshape, torch.reshape,
+                     torch.Tensor.view, torch.Tensor.flatten, torch.flatten,
+                     torch.Tensor.reshape_as, torch.Tensor.view_as}
+
+
+# In-place ops that change a tensor's shape or strides (frontend/shape_changes.py).
+_SHAPE_CHANGES = {"t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_",
+                  "as_strided_", "resize_"}
+
+
+class _EagerLayouts:
+    """Traced tensors (reads at runtime positions and views of them) whose eager layout
+    differs from the traced one, each with a meta tensor in eager's layout (None where
+    it could not be followed)."""
+
+    def __init__(self) -> None:
+        self._meta: dict[int, tuple[Any, torch.Tensor | None]] = {}
+
+    def track(self, traced: torch.Tensor, meta: torch.Tensor | None) -> None:
+        if meta is None or _strides(meta) != _strides(traced) or \
+                meta.shape != traced.shape:
+            self._meta[id(traced)] = (weakref.ref(traced), meta)
+
+    def tracked(self, args: tuple) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The first argument and its eager layout, when it is tracked."""
+        if not args or not isinstance(args[0], torch.Tensor):
+            return None
+        entry = self._meta.get(id(args[0]))
+        if entry is None or entry[0]() is not args[0]:
+            return None
+        return args[0], entry[1]
+
+    def call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """`func(*args, **kwargs)` on a tracked first argument, as eager lays it out."""
+        traced, meta = self.tracked(args)
+        rest = tuple(a.shape if func in (torch.Tensor.reshape_as, torch.Tensor.view_as)
+                     and isinstance(a, torch.Tensor) else a for a in args[1:])
+        if func in _LAYOUT_DEPENDENT:
+            name = getattr(func, "__name__", str(func))
+            if meta is None:
+                raise UnsupportedMutationError(
+                    f"torch.aten.{name}", "a layout-dependent op on a view of a read at a "
+                    "runtime position whose layout in eager the trace could not follow: "
+                    "eager may copy or alias; clone() it first",
+                    location=user_line())
+            as_shape = {torch.Tensor.reshape_as: torch.Tensor.reshape,
+                        torch.Tensor.view_as: torch.Tensor.view}.get(func, func)
+            eager = as_shape(meta, *rest, **kwargs)  # raises where eager raises
+            result = func(*args, **kwargs)
+            if _aliases(eager, meta) and not _aliases(result, traced):
+                raise UnsupportedMutationError(
+                    f"torch.aten.{name}", "eager's x[pos] here is a view whose layout "
+                    "makes this op alias it, where the traced read (a copy) makes it copy; "
+                    "clone() it first if a copy is meant", location=user_line())
+            if not _aliases(eager, meta) and _aliases(result, traced):
+                return as_shape(traced.clone(), *rest, **kwargs)  # eager copies
+            if _aliases(result, traced):
+                self.track(result, eager)
+            return result
+        result = func(*args, **kwargs)
+        if result is traced and getattr(func, "__name__", "") not in _SHAPE_CHANGES:
+            return result  # an in-place op: the layout stays
+        if isinstance(result, torch.Tensor) and _aliases(result, traced):
+            try:
+                follows = func(meta, *args[1:], **kwargs) if meta is not None else None
+            except Exception:  # noqa: BLE001 - an op the meta tensor cannot follow
+                follows = None
+            self.track(result, follows if isinstance(follows, torch.Tensor) else None)
+        return result
+
+
 class RuntimePositions(torch.overrides.TorchFunctionMode):
-    """While tracing: setitem and getitem at runtime positions, as index_put_ and index."""
+    """While tracing: setitem and getitem at runtime positions, as index_put_ and index;
+    layout-dependent ops on such reads decided as eager decides them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layouts = _EagerLayouts()
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
@@ -216,5 +326,12 @@ class RuntimePositions(torch.overrides.TorchFunctionMode):
             target, index = args
             split = split_key(target.dim(), index, "torch.aten.index.Tensor")
             if split is not None:
-                return getitem(target, *split)
+                result = getitem(target, *split)
+                known = self.layouts.tracked(args)
+                eager = eager_view(target, *split) if known is None else None
+                if known is not None or eager is not None:  # a view in eager
+                    self.layouts.track(result, eager)
+                return result
+        if self.layouts.tracked(args) is not None:
+            return self.layouts.call(func, args, kwargs or {})
         return func(*args, **(kwargs or {}))
