@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch_mlir import ir
 
+from . import torch_types
+
 
 @dataclass(frozen=True)
 class OpEffects:
@@ -146,7 +148,7 @@ def twin_is_available(twin: torch._ops.OpOverload, context: ir.Context) -> bool:
 
 # 0-d index dtypes eager applies as an int (`x[pos]` is then a select, a view); a 0-d
 # bool or uint8 index is a mask (a copy).
-_POSITION_DTYPES = frozenset({"si64", "si32", "si16", "si8"})
+_POSITION_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8})
 
 
 def is_position_view(op: ir.Operation) -> bool:
@@ -155,7 +157,7 @@ def is_position_view(op: ir.Operation) -> bool:
     (a select at a runtime index), so the pass treats it as a view op whose write-back is
     `index_put` at the same positions. The types alone decide: no other `index` at only
     0-d positions reaches the pass (torch.export traces `x[pos]` through runtime_positions;
-    dynamo's `x[pos]` is refused at its `.item()`), but strided_views' gather of a 0-d
+    dynamo specializes `x[pos]` on pos's value), but strided_views' gather of a 0-d
     `as_strided` view, written and stored back at once, where view and copy agree."""
     op = op.operation
     if op.name != "torch.aten.index.Tensor" or not isinstance(op.operands[1], ir.OpResult):
@@ -163,10 +165,11 @@ def is_position_view(op: ir.Operation) -> bool:
     items = op.operands[1].owner
     if items.name != "torch.prim.ListConstruct":
         return False
-    positions = [str(v.type) for v in items.operands if str(v.type) != "!torch.none"]
+    # The list holds tensors and `none`s (the dimensions not indexed).
+    positions = [torch_types.TensorType.of(v.type) for v in items.operands
+                 if torch_types.is_tensor(v.type)]
     return bool(positions) and all(
-        t.startswith(("!torch.vtensor<[],", "!torch.tensor<[],")) and
-        t[:-1].rsplit(",", 1)[1] in _POSITION_DTYPES for t in positions)
+        t.sizes == () and t.dtype in _POSITION_DTYPES for t in positions)
 
 
 def viewed_operand(op: ir.Operation) -> int | None:

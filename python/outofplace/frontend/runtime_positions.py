@@ -31,7 +31,7 @@ leaves x alone). The mode keeps, for each read whose eager layout differs from t
 traced one and for the views taken of it, a meta tensor with eager's layout
 (`_EagerLayouts`): a layout-dependent op (`contiguous`, `reshape`, `view`, `flatten`) on
 one is decided as eager decides it, a copy traced as a clone, and refused where eager
-would alias and the trace copy.
+would alias and the trace copies.
 """
 
 from __future__ import annotations
@@ -216,10 +216,19 @@ def eager_view(target: torch.Tensor, basic: tuple, indices: list) -> torch.Tenso
     only (eager's view: the positions applied as ints), else None (eager copies)."""
     if any(index is not None and index.dim() for index in indices):
         return None
-    meta = torch.empty_strided(target.shape, target.stride(), dtype=target.dtype,
-                               device="meta")
-    view = _view(meta, basic)
-    return view[tuple(slice(None) if index is None else 0 for index in indices)]
+    with _untraced():
+        meta = torch.empty_strided(target.shape, target.stride(), dtype=target.dtype,
+                                   device="meta")
+        view = _view(meta, basic)
+        return view[tuple(slice(None) if index is None else 0 for index in indices)]
+
+
+def _untraced() -> Any:
+    """A context in which ops on meta tensors stay out of the trace (export's fake and
+    proxy modes set aside)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()
 
 
 def _strides(t: torch.Tensor) -> tuple[int, ...]:
@@ -282,7 +291,8 @@ class _EagerLayouts:
                     location=user_line())
             as_shape = {torch.Tensor.reshape_as: torch.Tensor.reshape,
                         torch.Tensor.view_as: torch.Tensor.view}.get(func, func)
-            eager = as_shape(meta, *rest, **kwargs)  # raises where eager raises
+            with _untraced():
+                eager = as_shape(meta, *rest, **kwargs)  # raises where eager raises
             result = func(*args, **kwargs)
             if _aliases(eager, meta) and not _aliases(result, traced):
                 raise UnsupportedMutationError(
@@ -299,7 +309,8 @@ class _EagerLayouts:
             return result  # an in-place op: the layout stays
         if isinstance(result, torch.Tensor) and _aliases(result, traced):
             try:
-                follows = func(meta, *args[1:], **kwargs) if meta is not None else None
+                with _untraced():
+                    follows = func(meta, *args[1:], **kwargs) if meta is not None else None
             except Exception:  # noqa: BLE001 - an op the meta tensor cannot follow
                 follows = None
             self.track(result, follows if isinstance(follows, torch.Tensor) else None)
