@@ -71,6 +71,20 @@ def constant_int(value: ir.Value) -> int | None:
     return None
 
 
+def constant_bool(value: ir.Value) -> bool | None:
+    """The value of a `torch.constant.bool`, or None for anything else."""
+    if isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.bool":
+        return ir.BoolAttr(value.owner.attributes["value"]).value
+    return None
+
+
+def size_int(tensor: ir.Value, dim: ir.Value, loc: ir.Location, ip: ir.InsertionPoint
+             ) -> ir.Value:
+    """`torch.aten.size.int`: a dimension's size at run time, a `!torch.int`."""
+    return ir.Operation.create("torch.aten.size.int", results=[ir.Type.parse("!torch.int")],
+                               operands=[tensor, dim], loc=loc, ip=ip).result
+
+
 def unnamed(loc: ir.Location) -> ir.Location:
     """The location without its NameLoc: helper ops do not take a new version's name."""
     return ir.NameLoc(loc).child_loc if loc.typeid == ir.NameLoc.static_typeid else loc

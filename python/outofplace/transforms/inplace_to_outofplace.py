@@ -37,7 +37,7 @@ from . import insert_plan, views
 from .. import op_registry, torch_types
 from ..context import load_torch_conversion
 from ..errors import UnsupportedMutationError
-from ..ir_utils import operations, terminator, torch_constant
+from ..ir_utils import constant_bool, operations, terminator, torch_constant
 from .registry import register_pass
 
 ALIASING_OUTPUT = "tf.aliasing_output"
@@ -212,7 +212,7 @@ class _FunctionRewriter:
     def _stores_itself(self, op: ir.Operation) -> bool:
         """`index_put_(x, [pos], x[pos])`: a store of a position view of x (through
         identity views of the same type) at its own positions, which changes nothing."""
-        if op.name != "torch.aten.index_put_" or not _is_false(op.operands[3]):
+        if op.name != "torch.aten.index_put_" or constant_bool(op.operands[3]) is not False:
             return False
         target, indices, values = op.operands[:3]
         if target not in self.aliases or values not in self.aliases:
@@ -366,11 +366,6 @@ def _same_argument(a: ir.Value, b: ir.Value) -> bool:
     if not x.name.startswith("torch.constant."):
         return False
     return x.name == "torch.constant.none" or x.attributes["value"] == y.attributes["value"]
-
-
-def _is_false(value: ir.Value) -> bool:
-    return isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.bool" \
-        and not ir.BoolAttr(value.owner.attributes["value"]).value
 
 
 def _name_of(value: ir.Value) -> str:

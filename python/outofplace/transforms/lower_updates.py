@@ -31,7 +31,8 @@ from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 from .. import torch_types
 from ..op_registry import OPERATOR_TWINS, aten_name
 from ..errors import UnsupportedMutationError, warn_out_of_bounds_policy
-from ..ir_utils import builtin_shape, constant_int, to_builtin, torch_constant, unnamed
+from ..ir_utils import (builtin_shape, constant_bool, constant_int, to_builtin,
+                        torch_constant, unnamed)
 from .registry import Option, register_pass
 
 
@@ -315,7 +316,7 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     self_t, values_t = _ranked_tensor(self), _ranked_tensor(values)
     positions = _positions(indices)
     if self_t is None or values_t is None or positions is None or \
-            len(positions) > len(self_t.sizes) or _constant_bool(accumulate) is not False:
+            len(positions) > len(self_t.sizes) or constant_bool(accumulate) is not False:
         return True
     positions = positions + [None] * (len(self_t.sizes) - len(positions))
     element = torch_types.element_type(self_t.dtype, signless=True)
@@ -404,12 +405,6 @@ def _index_tensors(indices: ir.Value, rank: int) -> list[ir.Value | None] | None
     return entries + [None] * (rank - len(entries))
 
 
-def _constant_bool(value: ir.Value) -> bool | None:
-    if isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.bool":
-        return ir.BoolAttr(value.owner.attributes["value"]).value
-    return None
-
-
 def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     """`b[:, idx] = v`, `b[i, j] = v`, `b.index_put_((i,), v, accumulate=True)`:
 
@@ -419,7 +414,7 @@ def _index_put_with_tensors(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     self, indices, values, accumulate = op.operands
     self_t = _ranked_tensor(self)
     entries = _index_tensors(indices, len(self_t.sizes)) if self_t is not None else None
-    accumulating = _constant_bool(accumulate)
+    accumulating = constant_bool(accumulate)
     if entries is None or accumulating is None:
         return True
     return _scatter_at_indices(op, rewriter, entries, values, accumulating)
@@ -644,7 +639,7 @@ def _index_put_with_mask(op: ir.Operation, rewriter: rewrite.PatternRewriter) ->
     self, indices, values, accumulate = op.operands
     self_t, values_t = _static_tensor(self), _static_tensor(values)
     entries = _mask_entries(indices)
-    accumulating = _constant_bool(accumulate)
+    accumulating = constant_bool(accumulate)
     if entries is not None and _dynamic(self, *entries):
         raise UnsupportedMutationError.at(
             op, "a write at a bool mask into a tensor with a dynamic dimension "
@@ -748,7 +743,7 @@ def _scatter_reduce(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool
     self, dim_value, index, src, reduce_value, include_value = op.operands
     self_t, index_t, src_t = (_static_tensor(v) for v in (self, index, src))
     dim, reduce = constant_int(dim_value), _constant_str(reduce_value)
-    include_self = _constant_bool(include_value)
+    include_self = constant_bool(include_value)
     if None in (self_t, index_t, src_t, dim, include_self) or \
             reduce not in _REDUCTIONS and reduce != "mean":
         return True

@@ -21,7 +21,7 @@ from torch_mlir import ir
 from . import diagonal
 from .. import torch_types
 from ..errors import UnsupportedMutationError
-from ..ir_utils import constant_int, int_list, torch_constant, unnamed
+from ..ir_utils import constant_int, int_list, size_int, torch_constant, unnamed
 
 WriteBack = Callable[[ir.Operation, ir.Value, ir.Value, ir.Location, ir.InsertionPoint],
                      ir.Value]
@@ -82,9 +82,7 @@ def _slice(view, base, src, loc, ip):
         if start == 0 and end >= _INT64_MAX and step == 1 and src.type == base.type:
             return src  # the whole dimension
         if end >= _INT64_MAX:  # an open end: the dimension's runtime size
-            end_value = ir.Operation.create(
-                "torch.aten.size.int", results=[ir.Type.parse("!torch.int")],
-                operands=[base, dim_value], loc=loc, ip=ip).result
+            end_value = size_int(base, dim_value, loc, ip)
     return _create("torch.aten.slice_scatter",
                    [base, src, dim_value, start_value, end_value, step_value], base, loc, ip)
 

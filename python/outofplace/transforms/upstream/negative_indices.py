@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch_mlir import ir
 
-from ...ir_utils import all_operations, torch_constant, unnamed
+from ...ir_utils import all_operations, size_int, torch_constant, unnamed
 from ...torch_types import TensorType
 from ..lower_updates import _ranked_tensor, _static_tensor, _wrapped
 from ..registry import register_pass
@@ -70,7 +70,5 @@ def _size(tensor: ir.Value, t: TensorType, dim: int) -> int | ir.Value:
     runtime size, a `!torch.int`."""
     if t.sizes[dim] >= 0:
         return t.sizes[dim]
-    return ir.Operation.create(
-        "torch.aten.size.int", results=[ir.Type.parse("!torch.int")],
-        operands=[tensor, torch_constant("int", dim, ir.Location.current,
-                                         ir.InsertionPoint.current)]).result
+    loc, ip = ir.Location.current, ir.InsertionPoint.current
+    return size_int(tensor, torch_constant("int", dim, loc, ip), loc, ip)
