@@ -189,20 +189,18 @@ def _sharding() -> Any:
 
 class _Holder:
     """A jax Array whose memory numpy (so torch) sees: by default as raw bytes, or as
-    `shape` elements of `typestr` (`__array_interface__`, no DLPack: an export would stop
-    XLA from donating it)."""
+    `shape` elements of `typestr`, `nbytes` in all (`__array_interface__`, no DLPack: an
+    export would stop XLA from donating it)."""
 
     __slots__ = ("array", "ptr", "nbytes", "__array_interface__", "__weakref__")
 
     def __init__(self, array: Any, shape: tuple[int, ...] | None = None,
-                 typestr: str = "|u1", nbytes: int | None = None) -> None:
+                 typestr: str = "|u1", nbytes: int = 0) -> None:
         self.array = array
         self.ptr = array.unsafe_buffer_pointer()
+        self.nbytes = array.nbytes if shape is None else nbytes
         if shape is None:
-            self.nbytes = array.nbytes
             shape = (self.nbytes,)
-        else:  # a typestr ends with the element's size in bytes ("<f4")
-            self.nbytes = math.prod(shape) * int(typestr[2:]) if nbytes is None else nbytes
         self.__array_interface__ = {"shape": shape, "typestr": typestr,
                                     "data": (self.ptr, False), "version": 3}
 
