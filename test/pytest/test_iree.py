@@ -230,6 +230,18 @@ def test_write_of_a_tensor_onto_itself() -> None:
     assert_matches_eager(f, torch.tensor([[2.0, -1.0, 1.0, -2.0, 0.0]]))
 
 
+def test_two_scatters_at_one_index_tensor() -> None:
+    """IREE narrowed the shared indices to i32 once per scatter and could not compile
+    the module (`unresolved source materialization`)."""
+    def f(x, y, i, v):
+        x.index_add_(0, i, v)
+        y.index_add_(0, i, v)
+        x.index_put_((i,), v, accumulate=True)
+
+    assert_matches_eager(f, torch.zeros(4, 2), torch.zeros(4, 2), torch.tensor([1, 1, 3]),
+                         torch.arange(6.0).reshape(3, 2))
+
+
 def test_read_before_an_update_with_a_constant_result() -> None:
     """IREE scheduled the slice read after the in-place update of x[1, 1, 0] when the
     program also returned a constant."""

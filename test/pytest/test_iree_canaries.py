@@ -151,3 +151,24 @@ func.func @main(%x: tensor<1x3xf32>) -> (tensor<1x3xf32>, tensor<1x3xf32>) {
 }""", np.array([[1.0, 2.0, 3.0]], dtype=np.float32))
     assert updated.tolist() == [[1.0, 5.0, 3.0]]
     assert r.tolist() == [[1.0, 5.0, 3.0]], "IREE now returns x as it came"
+
+
+def test_two_scatters_with_one_index_tensor_do_not_compile() -> None:
+    """Workaround: `_work_around_iree`, a barrier on the indices of each scatter after
+    the first that takes the same index tensor."""
+    with pytest.raises(Exception, match="unresolved source materialization"):
+        _compile("""
+func.func @main(%x: tensor<4x2xf32>, %index: tensor<3xi64>, %v: tensor<3x2xf32>) -> tensor<4x2xf32> {
+  %i = stablehlo.reshape %index : (tensor<3xi64>) -> tensor<3x1xi64>
+  %0 = "stablehlo.scatter"(%x, %i, %v) <{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %s = stablehlo.add %a, %b : tensor<f32>
+    stablehlo.return %s : tensor<f32>
+  }) : (tensor<4x2xf32>, tensor<3x1xi64>, tensor<3x2xf32>) -> tensor<4x2xf32>
+  %1 = "stablehlo.scatter"(%0, %i, %v) <{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %s = stablehlo.add %a, %b : tensor<f32>
+    stablehlo.return %s : tensor<f32>
+  }) : (tensor<4x2xf32>, tensor<3x1xi64>, tensor<3x2xf32>) -> tensor<4x2xf32>
+  return %1 : tensor<4x2xf32>
+}""")

@@ -508,6 +508,11 @@ def _work_around_iree(module: Any) -> None:
       covering all of x): IREE takes the constant's read-only buffer for the result and
       then updates it in place (`PERMISSION_DENIED; buffer allows READ`). It becomes
       `select(barrier(true), constant, x)`, computed into a buffer of its own.
+    - Two scatters with one index tensor (`x.index_add_(0, i, v); y.index_add_(0, i,
+      v)`): IREE narrows the indices to i32 for each and fails to compile (`failed to
+      legalize unresolved source materialization from ('tensor<3x1xi64>') to
+      ('tensor<3x1xi32>')`). Each scatter after the first takes the indices through a
+      barrier of its own.
 
     And the module is scheduled without concurrency (IREE's `debug` partitioning): with
     it, IREE 3.13 moved a read of a tensor after an in-place update of that tensor when
@@ -515,7 +520,13 @@ def _work_around_iree(module: Any) -> None:
     from iree.compiler import ir
 
     main = _main(module)
+    scattered_at: list[Any] = []  # the index tensors of the scatters so far
     for op in list(_walk(main)):
+        if op.name == "stablehlo.scatter":
+            if any(op.operands[1] == indices for indices in scattered_at):
+                _behind_barrier(op, 1)
+            else:
+                scattered_at.append(op.operands[1])
         source = _defining_op(op.operands[0]) if op.name == "stablehlo.gather" else None
         while source is not None and source.name in ("stablehlo.reshape",
                                                      "stablehlo.transpose"):
