@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -886,3 +887,100 @@ def test_remainder_int() -> None:
         return x % 3
 
     assert_matches_eager(f, torch.tensor([-7, 7, -6, 5]), torch.tensor([3, -3, 3, 5]))
+
+
+# ---------------------------------------------- in-place ops torch-mlir has no twin of
+@pytest.mark.parametrize("shape, wrap, layout", [
+    ((3, 5), False, "contiguous"), ((6, 3), False, "contiguous"),
+    ((7, 2), True, "contiguous"), ((8, 3), True, "contiguous"), ((4, 3), True, "contiguous"),
+    ((3, 3, 3), False, "contiguous"), ((5, 3), False, "transposed"),
+    ((2, 7), True, "transposed")])
+def test_fill_diagonal(shape, wrap, layout) -> None:
+    def f(x):
+        x.fill_diagonal_(-1.5, wrap=wrap)
+        return x * 2
+
+    x = torch.arange(1.0, math.prod(shape) + 1).reshape(shape)
+    if layout == "transposed":
+        x = x.reshape(shape[::-1]).t()
+    assert_matches_eager(f, x)
+
+
+def test_fill_diagonal_of_an_int_view() -> None:
+    def f(x):
+        x[1:, :3].fill_diagonal_(7)
+
+    assert_matches_eager(f, torch.arange(20).reshape(4, 5))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_put(layout, accumulate) -> None:
+    def f(x, i, v):
+        x.put_(i, v, accumulate=accumulate)
+        return x.sum(0)
+
+    x = torch.arange(12.0).reshape(3, 4)
+    if layout == "transposed":
+        x = x.t().contiguous().t()
+    index = torch.tensor([[0, -1], [5, 5]]) if accumulate else torch.tensor([[0, -1], [5, 7]])
+    assert_matches_eager(f, x, index, torch.tensor([[10.0, 20.0], [30.0, 40.0]]))
+
+
+def test_dropout_in_place_in_eval_mode() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(inplace=True),
+                                torch.nn.Dropout(0.5, inplace=True), torch.nn.Linear(4, 2))
+    model.eval()
+    assert_matches_eager(model, randn(3, 4))
+
+
+def test_dropout_in_place_with_p_zero_in_training() -> None:
+    def f(x):
+        F.dropout(x, 0.0, training=True, inplace=True)
+        F.alpha_dropout(x, 0.5, training=False, inplace=True)
+        return x + 1
+
+    assert_matches_eager(f, randn(3, 4))
+
+
+def test_write_through_data() -> None:
+    """`.data` is a view of the tensor's memory, as `detach()` is (older optimizers write
+    parameters through it)."""
+    class Step(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, g, x):
+            self.w.data.add_(g, alpha=-0.5)
+            x.data[1:] = 0
+            return self.w.data * 2
+
+    model = Step()
+    compiled = outofplace.compile(model, (torch.arange(3.0), torch.ones(3)))
+    eager = copy.deepcopy(model)
+    for step in range(2):
+        g, x, x_eager = torch.arange(3.0) + step, torch.ones(3), torch.ones(3)
+        assert_same_tree(compiled(g, x), eager(g, x_eager), "output")
+        assert_same_tree(x, x_eager, "x")
+        assert_same_tree(model.w.detach(), eager.w.detach(), "w")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_bitwise_ops_with_python_ints(dtype) -> None:
+    def f(a):
+        a.bitwise_xor_(5)
+        a.bitwise_and_(6)
+        a.bitwise_or_(8)
+        return a.bitwise_xor(3)
+
+    assert_matches_eager(f, torch.arange(10).to(dtype))
+
+
+def test_wrapped_fill_diagonal_of_a_strided_matrix_is_refused() -> None:
+    def f(x):
+        x.fill_diagonal_(0, wrap=True)
+
+    x = torch.arange(14.0).reshape(2, 7).t()
+    with pytest.raises(outofplace.UnsupportedMutationError, match="fill_diagonal_"):
+        outofplace.compile(f, (x,))

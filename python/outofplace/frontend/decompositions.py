@@ -94,6 +94,68 @@ def _logcumsumexp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node |
     return inline(graph, gm, inputs, node.meta.get("stack_trace"))
 
 
+_DROPOUTS = (torch.ops.aten.dropout_.default, torch.ops.aten.feature_dropout_.default,
+             torch.ops.aten.alpha_dropout_.default,
+             torch.ops.aten.feature_alpha_dropout_.default)
+
+
+@_decomposes(*_DROPOUTS)
+def _dropout_in_place(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """`F.dropout(x, p, training=False, inplace=True)` (`nn.Dropout(inplace=True)` in
+    eval mode), or with p = 0: x itself, as eager leaves it. Training dropout draws
+    random numbers: left to be refused."""
+    x, p, train = node.args[:3]
+    return x if not train or p == 0 else None
+
+
+def _filled_diagonal(x: torch.Tensor, value: Any, wrap: bool) -> torch.Tensor:
+    """x.fill_diagonal_(value, wrap) as eager fills it: x[i, i, ...] for i < min(sizes),
+    and for a contiguous matrix taller than wide by two or more with wrap=True every
+    (columns + 1)-th element of its flattened memory."""
+    if wrap and x.dim() == 2 and x.shape[0] > x.shape[1] + 1:
+        x.view(-1)[::x.shape[1] + 1] = value
+        return x
+    diagonal = torch.arange(min(x.shape))
+    x[(diagonal,) * x.dim()] = value
+    return x
+
+
+@_decomposes(torch.ops.aten.fill_diagonal_.default)
+def _fill_diagonal(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """x.fill_diagonal_(v)  =>  `_filled_diagonal`: a write at the diagonal's positions
+    (torch-mlir has no fill_diagonal_). A wrapped fill of a matrix that is not
+    contiguous steps through memory eager's way only: left to be refused."""
+    x, value = node.args[:2]
+    wrap = node.args[2] if len(node.args) > 2 else node.kwargs.get("wrap", False)
+    shape = x.meta["val"].shape
+    if not all(isinstance(n, int) for n in shape) or (
+            wrap and len(shape) == 2 and shape[0] > shape[1] + 1 and
+            not x.meta["val"].is_contiguous()):
+        return None
+    gm, inputs = trace(graph, _filled_diagonal, (x, value, wrap), {})
+    return inline(graph, gm, inputs, node.meta.get("stack_trace"))
+
+
+def _put(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor,
+         accumulate: bool) -> torch.Tensor:
+    """x.put_(index, source, accumulate): index_put_ on x's elements in row-major order
+    (x.view(-1) when x is contiguous, else its copy, copied back)."""
+    key, values = (index.reshape(-1),), source.reshape(-1)
+    if x.is_contiguous():
+        x.view(-1).index_put_(key, values, accumulate)
+        return x
+    return x.copy_(x.reshape(-1).index_put(key, values, accumulate).view(x.shape))
+
+
+@_decomposes(torch.ops.aten.put_.default)
+def _put_in_place(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """x.put_(i, v)  =>  `_put`: torch-mlir has no put_."""
+    x, index, source = node.args[:3]
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    gm, inputs = trace(graph, _put, (x, index, source, accumulate), {})
+    return inline(graph, gm, inputs, node.meta.get("stack_trace"))
+
+
 @_decomposes(torch.ops.aten.addcmul_.default, torch.ops.aten.addcdiv_.default,
              torch.ops.aten.addcmul.default, torch.ops.aten.addcdiv.default)
 def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
@@ -242,11 +304,15 @@ def _slice_scatter_bounds(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.f
     return graph.call_function(node.target, (self, src, dim, *bounded, step))
 
 
-# `x &= y` and friends, as the bitwise ops torch-mlir knows in both operand kinds.
+# `x &= y` and friends, as the bitwise ops torch-mlir knows in both operand kinds; the
+# bitwise ops' Scalar forms (`x.bitwise_xor_(5)` decomposes to a prim torch-mlir lacks)
+# as their Tensor forms.
 _BITWISE = {"__iand__": "bitwise_and_", "__ior__": "bitwise_or_", "__ixor__": "bitwise_xor_",
             "__ilshift__": "bitwise_left_shift_", "__irshift__": "bitwise_right_shift_",
             "__and__": "bitwise_and", "__or__": "bitwise_or", "__xor__": "bitwise_xor",
-            "__lshift__": "bitwise_left_shift", "__rshift__": "bitwise_right_shift"}
+            "__lshift__": "bitwise_left_shift", "__rshift__": "bitwise_right_shift",
+            **{name: name for name in ("bitwise_and", "bitwise_or", "bitwise_xor",
+                                       "bitwise_and_", "bitwise_or_", "bitwise_xor_")}}
 
 
 def _scalar_tensor(graph: torch.fx.Graph, value: Any) -> torch.fx.Node:

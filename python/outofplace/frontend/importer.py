@@ -37,6 +37,7 @@ from .fx_graph import op_effects, overlaps, source_line, storage_of, view_roots
 from .masked_values import MaskedValues
 from . import training
 from .runtime_positions import RuntimePositions, user_line
+from .tensor_data import DataAsDetach
 from .shape_changes import InputShapeChanges
 from .symbolic_sizes import SymbolicSizes
 from ..ir_utils import operations, tensor_literal, terminator
@@ -199,6 +200,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
     # before export's own handler of __getitem__ (which calls .item() on a position).
     positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
+    data = DataAsDetach()
 
     items = steps.items_as_tensors()
     saved_tensors = training.SavedTensors()
@@ -212,12 +214,14 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
             saved_tensors.__enter__()
         items.__enter__()
         shapes.__enter__()
+        data.__enter__()
         positions.__enter__()
         masked.__enter__()
 
     def leave(module: Any, inputs: Any, output: Any) -> None:
         masked.__exit__(None, None, None)
         positions.__exit__(None, None, None)
+        data.__exit__(None, None, None)
         shapes.__exit__(None, None, None)
         items.__exit__(None, None, None)
         saved_tensors.__exit__(None, None, None)
