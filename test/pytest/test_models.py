@@ -58,3 +58,65 @@ def test_paged_kv_cache_write_several_steps():
         slots = torch.tensor([step, 20 + step, 63 - step])
         assert_same_tree(compiled(key, slots), eager(key, slots), f"step {step}")
         assert_module_state_matches(model, eager, f"step {step}")
+
+
+def _several_steps(model: torch.nn.Module, inputs: list[torch.Tensor]) -> None:
+    eager = copy.deepcopy(model)
+    compiled = outofplace.compile(model, (inputs[0].clone(),))
+    for x in inputs:
+        out = compiled(x.clone())
+        with torch.no_grad():
+            expected = eager(x.clone())
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        for name, buffer in eager.named_buffers():
+            torch.testing.assert_close(dict(model.named_buffers())[name], buffer,
+                                       rtol=1e-4, atol=1e-5)
+
+
+class _Decoder(torch.nn.Module):
+    """A U-Net decoder block in training mode: upsampling (nearest and bilinear),
+    reflection padding, BatchNorm's running statistics, an in-place ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.norm = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        x = torch.nn.functional.interpolate(x, scale_factor=2)
+        x = torch.nn.functional.pad(x, (1, 1, 1, 1), mode="reflect")
+        x = torch.relu_(self.norm(self.conv(x)))
+        return torch.nn.functional.interpolate(x, size=(5, 7), mode="bilinear",
+                                               align_corners=True)
+
+
+class _ShiftedWindows(torch.nn.Module):
+    """Swin-style shifted windows over a feature map with an in-place running mean:
+    roll, unfold into patches (im2col), fold back, replicate and circular padding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(2))
+
+    def forward(self, x):
+        shifted = torch.roll(x, shifts=(1, -1), dims=(2, 3))
+        patches = torch.nn.functional.unfold(shifted, 2, stride=2)
+        self.mean.mul_(0.9).add_(patches.mean((0, 2)).view(2, 4).mean(1), alpha=0.1)
+        folded = torch.nn.functional.fold(patches * 2, (4, 4), 2, stride=2)
+        padded = torch.nn.functional.pad(folded, (1, 0, 0, 1), mode="replicate")
+        return torch.nn.functional.pad(padded, (1, 1, 0, 0), mode="circular").logsumexp(-1)
+
+
+@pytest.mark.parametrize("model, shape", [
+    (_Decoder, (2, 3, 3, 4)), (_ShiftedWindows, (1, 2, 4, 4))],
+    ids=["upsampling-decoder", "shifted-windows"])
+def test_models_with_resampling_ops(model, shape):
+    torch.manual_seed(0)
+    _several_steps(model().train(), [torch.randn(shape) for _ in range(3)])
+
+
+def test_transformer_encoder_layer_training_without_dropout():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    model = torch.nn.Sequential(layer, torch.nn.BatchNorm1d(3)).train()
+    _several_steps(model, [torch.randn(2, 3, 8) for _ in range(3)])

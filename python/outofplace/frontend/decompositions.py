@@ -94,16 +94,16 @@ def _logcumsumexp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node |
     return inline(graph, gm, inputs, node.meta.get("stack_trace"))
 
 
-_DROPOUTS = (torch.ops.aten.dropout_.default, torch.ops.aten.feature_dropout_.default,
-             torch.ops.aten.alpha_dropout_.default,
-             torch.ops.aten.feature_alpha_dropout_.default)
+_DROPOUTS = tuple(getattr(torch.ops.aten, name).default for name in (
+    "dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout",
+    "dropout_", "feature_dropout_", "alpha_dropout_", "feature_alpha_dropout_"))
 
 
 @_decomposes(*_DROPOUTS)
-def _dropout_in_place(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    """`F.dropout(x, p, training=False, inplace=True)` (`nn.Dropout(inplace=True)` in
-    eval mode), or with p = 0: x itself, as eager leaves it. Training dropout draws
-    random numbers: left to be refused."""
+def _dropout(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """Dropout in eval mode (`nn.Dropout(inplace=True)` too), or with p = 0: x itself,
+    as eager returns it (its result is x). Dropout with p > 0 in training draws random
+    numbers, and is left as it is."""
     x, p, train = node.args[:3]
     return x if not train or p == 0 else None
 

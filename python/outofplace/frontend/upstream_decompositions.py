@@ -43,13 +43,32 @@ def _torch_context() -> ir.Context:
 
 
 # Ops torch-mlir defines whose lowering to StableHLO fails ("failed to legalize"), found
-# by test/fuzz/op_db_sweep.py; each is in torch-mlir's or PyTorch's decomposition table,
-# which torch-mlir's default path applies before lowering.
+# by test/fuzz/op_db_sweep.py and by model-shaped programs (interpolate, pad, roll,
+# unfold/fold, logsumexp, meshgrid; `pad` in circular mode never returned: torch-mlir's
+# pipeline looped); each is in torch-mlir's or PyTorch's decomposition table, which
+# torch-mlir's default path applies before lowering.
 NOT_LOWERED = frozenset({
     "aten.clamp_max.Tensor", "aten.clamp_min.Tensor", "aten.alias_copy.default",
     "aten.expand_copy.default", "aten.diag.default", "aten.diag_embed.default",
     "aten.diagonal_copy.default", "aten.cross_entropy_loss.default", "aten.einsum.default",
+    "aten.upsample_nearest1d.vec", "aten.upsample_nearest2d.vec",
+    "aten.upsample_nearest3d.vec", "aten.upsample_bilinear2d.vec",
+    "aten.upsample_linear1d.vec",
+    "aten.upsample_bilinear2d.default", "aten.upsample_nearest2d.default",
+    "aten.pad.default", "aten.im2col.default", "aten.col2im.default", "aten.roll.default",
+    "aten.logsumexp.default", "aten.meshgrid.indexing", "aten.meshgrid.default",
 })
+
+
+@functools.cache
+def _not_lowered() -> tuple[torch._ops.OpOverload, ...]:
+    """The ops of NOT_LOWERED (so a decomposition that records one, as
+    upsample_bilinear2d.vec records .default, is decomposed further)."""
+    ops = []
+    for name in NOT_LOWERED:
+        namespace, packet, overload = name.split(".")
+        ops.append(getattr(getattr(getattr(torch.ops, namespace), packet), overload))
+    return tuple(ops)
 
 
 def _lowered(op: torch._ops.OpOverload) -> bool:
@@ -99,7 +118,7 @@ def decompose_unregistered(graph: torch.fx.Graph) -> None:
         if effects.is_view and roots.get(node, node) in written:
             continue
         table = dict(get_decomposition_table())
-        for op in (node.target, *_MISLOWERED):
+        for op in (node.target, *_MISLOWERED, *_not_lowered()):
             if op in decomposition_table:
                 table[op] = decomposition_table[op]
         try:
