@@ -422,3 +422,79 @@ def test_resident_state_of_other_dtypes(dtype):
         assert_same(compiled(cache, k, pos, idx), write_and_read(mirror, k, pos, idx),
                     f"at {p}")
         assert_same(cache, mirror, f"cache at {p}")
+
+
+@pytest.fixture
+def fake_world():
+    """torch's fake process group of 8 ranks in this one process (a DeviceMesh needs one),
+    torn down after the test."""
+    dist = pytest.importorskip("torch.distributed")
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", rank=0, world_size=8, store=FakeStore())
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        yield init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_device_mesh_and_placements_match_eager(fake_world):
+    """A DeviceMesh and DTensor placements, in each form `shardings` takes them, are the
+    mesh and partition specs they name; the program runs as eager."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    tp = fake_world["tp"]
+    cache = _cache_calls([0])[0][0]
+    for shardings in ({"cache": [Shard(1)]}, {"cache": (tp, [Shard(1)])},
+                      {"cache": distribute_tensor(cache, tp, [Shard(-3)])}):
+        compiled = _run_against_eager(writes, _cache_calls([0])[0], tp, shardings,
+                                      _cache_calls([4, 13]))
+        assert compiled.mesh == {"tp": 4}
+        assert compiled.shardings == {"cache": ((), ("tp",), (), ())}
+        assert compiled.sharding_report().ok, str(compiled.sharding_report())
+    # no mesh given: the one the placements are on
+    compiled = outofplace.compile(writes, _cache_calls([0])[0],
+                                  shardings={"cache": (tp, [Shard(1)])})
+    assert compiled.mesh == {"tp": 4}
+    # two mesh dimensions, both on one tensor dimension: the first major
+    for placements, spec in (([Shard(0), Shard(1)], (("dp",), ("tp",), (), ())),
+                             ([Shard(2), Shard(2)], ((), (), ("dp", "tp"), ())),
+                             ([Replicate(), Shard(3)], ((), (), (), ("tp",))),
+                             ([Replicate(), Replicate()], None)):
+        compiled = outofplace.compile(writes, _cache_calls([0])[0], mesh=fake_world,
+                                      shardings={"cache": placements})
+        assert compiled.mesh == {"dp": 2, "tp": 4}
+        assert compiled.shardings == ({} if spec is None else {"cache": spec})
+    _run_against_eager(writes, _cache_calls([0])[0], fake_world,
+                       {"cache": [Shard(2), Shard(2)]}, _cache_calls([3, 9]))
+
+
+def test_device_mesh_without_names(fake_world):
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Shard
+
+    compiled = outofplace.compile(writes, _cache_calls([0])[0],
+                                  mesh=DeviceMesh("cpu", torch.arange(8).reshape(4, 2)),
+                                  shardings={"cache": [Shard(0), Shard(2)]})
+    assert compiled.mesh == {"dim0": 4, "dim1": 2}
+    assert compiled.shardings == {"cache": (("dim0",), (), ("dim1",), ())}
+
+
+def test_placements_that_are_not_a_whole_value_are_refused(fake_world):
+    from torch.distributed.tensor import Partial, Shard, distribute_tensor
+
+    tp = fake_world["tp"]
+    call = _cache_calls([0])[0]
+    for shardings, message in (({"cache": [Partial(), Shard(1)]}, "Partial: a pending sum"),
+                               ({"cache": [Shard(1)]}, "has 1 placements"),
+                               ({"cache": [Shard(0), Shard(4)]}, "has 4 dimensions"),
+                               ({"cache": (tp, [Shard(1)])}, "on the mesh {'tp': 4}")):
+        with pytest.raises(ValueError, match=message):
+            outofplace.compile(writes, call, mesh=fake_world, shardings=shardings)
+    # a DTensor argument holds rank 0's shard only: refused, saying what to pass instead
+    dcache = distribute_tensor(call[0], tp, [Shard(1)])
+    with pytest.raises(ValueError, match=r"positional argument 0 is a DTensor .*"
+                                         r"full_tensor\(\)"):
+        outofplace.compile(writes, (dcache,) + call[1:], mesh=tp,
+                           shardings={"cache": [Shard(1)]})
