@@ -482,7 +482,7 @@ def test_device_mesh_without_names(fake_world):
 
 
 def test_placements_that_are_not_a_whole_value_are_refused(fake_world):
-    from torch.distributed.tensor import Partial, Shard, distribute_tensor
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 
     tp = fake_world["tp"]
     call = _cache_calls([0])[0]
@@ -498,3 +498,11 @@ def test_placements_that_are_not_a_whole_value_are_refused(fake_world):
                                          r"full_tensor\(\)"):
         outofplace.compile(writes, (dcache,) + call[1:], mesh=tp,
                            shardings={"cache": [Shard(1)]})
+    with pytest.raises(ValueError, match="keyword argument 'state' is a DTensor"):
+        outofplace.compile(lambda k, state: state[0].add_(k.sum()), (call[1],),
+                           {"state": [dcache]}, mesh=tp)
+    model = torch.nn.Linear(4, 4)
+    model.weight = torch.nn.Parameter(distribute_tensor(model.weight.detach(), tp,
+                                                        [Replicate()]))
+    with pytest.raises(ValueError, match="'weight' is a DTensor"):
+        outofplace.compile(model, (torch.randn(2, 4),), mesh=tp)

@@ -26,6 +26,7 @@ import sys
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 
 def _device_mesh_type() -> type | None:
@@ -125,8 +126,10 @@ def refuse_dtensors(f: Any, args: tuple, kwargs: dict | None) -> None:
     parameters and buffers, saying what to pass instead."""
     if _tensor_module() is None:
         return
-    named = [(f"positional argument {i}", a) for i, a in enumerate(args)]
-    named += [(f"keyword argument '{k}'", a) for k, a in (kwargs or {}).items()]
+    named = [(f"positional argument {i}", leaf) for i, a in enumerate(args)
+             for leaf in pytree.tree_leaves(a)]
+    named += [(f"keyword argument '{k}'", leaf) for k, a in (kwargs or {}).items()
+              for leaf in pytree.tree_leaves(a)]
     if isinstance(f, torch.nn.Module):
         named += [(f"'{n}'", t) for n, t in f.named_parameters()]
         named += [(f"'{n}'", t) for n, t in f.named_buffers()]
