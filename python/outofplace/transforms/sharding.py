@@ -163,7 +163,7 @@ def _scatter_without_merged_dims(main: Any) -> None:
                 and list(numbers.inserted_window_dims) == [0]
                 and list(numbers.scattered_dims_to_operand_dims) == [0]
                 and not list(numbers.input_batching_dims)
-                and (vector == indices_t.rank or indices_t.shape[vector] == 1)
+                and vector < indices_t.rank and indices_t.shape[vector] == 1
                 and users and all(u.name == "stablehlo.reshape" and
                                   list(ir.RankedTensorType(u.results[0].type).shape) == whole
                                   for u in users)):
@@ -189,11 +189,7 @@ def _scatter_without_merged_dims(main: Any) -> None:
                 if d:  # the first keeps what is out of range out of range
                     column = binary("remainder", column, constant(whole[d]))
                 columns.append(column)
-            if vector == indices_t.rank:
-                column_t = ir.RankedTensorType.get(shape + [1], element)
-                columns = [ir.Operation.create("stablehlo.reshape", results=[column_t],
-                                               operands=[c]).result for c in columns]
-            vector_shape = shape + [1] if vector == indices_t.rank else list(shape)
+            vector_shape = list(shape)
             vector_shape[vector] = m
             op.operands[1] = ir.Operation.create(
                 "stablehlo.concatenate",
