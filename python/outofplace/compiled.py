@@ -16,7 +16,7 @@ from torch_mlir import ir
 
 from . import bounds
 from .backends import export, hlo_proto, iree, spmd, xla
-from .frontend import importer
+from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
 from .errors import OutOfBoundsPolicyWarning
@@ -412,7 +412,7 @@ def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:
 
 def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "auto",
             dump_ir: str | None = None, verify_each: bool | None = None,
-            mesh: dict[str, int] | None = None,
+            mesh: Any = None,
             shardings: dict[str, Any] | None = None,
             dynamic_shapes: Any = None, check_bounds: bool = False) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
@@ -432,7 +432,9 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     `mesh` (axis name -> size, `{"dp": 2, "tp": 4}`) runs the program on that many XLA
     devices through the SPMD partitioner; `shardings` maps an argument name (as in
     `input_names`) to one entry per dimension: a mesh axis, a tuple of axes or None.
-    Arguments not named are replicated (docs/sharding.md).
+    Arguments not named are replicated. `mesh` may be torch's `DeviceMesh`, and a sharding
+    a list of DTensor placements (`[Shard(1)]`), `(DeviceMesh, placements)` or a DTensor
+    (docs/sharding.md).
 
     `check_bounds=True` makes a call whose runtime index tensors are out of range raise
     IndexError naming the statement, before anything is written (bounds.py); by default
@@ -440,6 +442,8 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     """
     if verify_each is None:
         verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
+    device_mesh.refuse_dtensors(f, args, kwargs)
+    mesh = device_mesh.read_mesh(mesh, shardings)
     context = make_context()
     module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context,
                                                      dynamic_shapes, check_bounds)
@@ -470,6 +474,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
         if mesh is not None:
             mesh = dict(mesh)
             shapes = [ir.RankedTensorType(a.type).shape for a in main_function(module).arguments]
+            shardings = device_mesh.to_specs(shardings, mesh, signature.input_names, shapes)
             specs = sharding.normalize(mesh, shardings, signature.input_names, shapes)
             sharding.annotate(module, mesh, specs, io_map)
         elif shardings:

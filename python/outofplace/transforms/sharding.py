@@ -17,6 +17,10 @@ ends here, after the lowering. The module gets what XLA's SPMD partitioner reads
   shard-local one (local offset, owner predicate), but drops it when the start needed
   clamping (openxla/xla#49118); clamped first, the start is always in range. On one device
   and on dimensions that are not sharded the clamp changes nothing: the op clamps the same.
+- a scatter into a reshape of the state that merges its leading dimensions, reshaped back
+  (a paged pool's `[slots, heads, dim]` view), scatters into the state itself, one index
+  per merged dimension: XLA:CPU copies a shard whose reshape back its layout assignment
+  lays out otherwise (one head per device; `_scatter_without_merged_dims`).
 
 `mhlo.sharding` strings, not Shardy's `sdy.sharding`: torch-mlir's context has no `sdy`
 dialect, and the HLO module proto (what Neuron ingests) carries HloShardings. jaxlib 0.10.2
@@ -125,6 +129,87 @@ def _clamp_runtime_starts(main: Any) -> None:
             op.operands[2 + dim] = clamped.result
 
 
+def _scatter_without_merged_dims(main: Any) -> None:
+    """Scatters into the state's own shape where the program scatters into a reshape of it
+    that merges its leading dimensions and reshapes the result back (a paged pool's
+    `pool.view(-1, H, D).index_copy_(0, slots, k)`): each flat index becomes one index per
+    merged dimension (divide and remainder by the dimensions after it).
+
+    Sharded over the heads with one head per device, each device's shard has a unit
+    dimension, and XLA:CPU's layout assignment lays out the reshape back with that unit
+    dimension elsewhere and copies the shard into the result's layout every call (JAX's own
+    program does the same); the scatter into the state itself stays in place. The indices
+    mean the same: one out of range (or negative) has a component out of range, and XLA
+    skips such a window either way.
+    """
+    from torch_mlir._mlir_libs import _stablehlo
+
+    for op in [o for o in all_operations(main.operation) if o.name == "stablehlo.scatter"]:
+        if len(op.operands) != 3:
+            continue
+        operand, indices, _ = op.operands
+        if not isinstance(operand, ir.OpResult) or operand.owner.name != "stablehlo.reshape":
+            continue
+        source = operand.owner.operands[0]
+        whole = list(ir.RankedTensorType(source.type).shape)
+        merged = list(ir.RankedTensorType(operand.type).shape)
+        indices_t = ir.RankedTensorType(indices.type)
+        m = len(whole) - len(merged) + 1
+        numbers = _stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+        vector = numbers.index_vector_dim
+        users = [use.owner for use in op.result.uses]
+        if not (m >= 2 and whole[m:] == merged[1:] and math.prod(whole[:m]) == merged[0]
+                and indices_t.has_static_shape
+                and list(numbers.inserted_window_dims) == [0]
+                and list(numbers.scattered_dims_to_operand_dims) == [0]
+                and not list(numbers.input_batching_dims)
+                and vector < indices_t.rank and indices_t.shape[vector] == 1
+                and users and all(u.name == "stablehlo.reshape" and
+                                  list(ir.RankedTensorType(u.results[0].type).shape) == whole
+                                  for u in users)):
+            continue
+        element = indices_t.element_type
+        shape = list(indices_t.shape)
+        with ir.InsertionPoint(op), unnamed(op.location):
+            def constant(value: int) -> Any:
+                return ir.Operation.create("stablehlo.constant", results=[indices_t],
+                                           attributes={"value": ir.DenseElementsAttr.get_splat(
+                                               indices_t, ir.IntegerAttr.get(element, value))}
+                                           ).result
+
+            def binary(name: str, a: Any, b: Any) -> Any:
+                return ir.Operation.create(f"stablehlo.{name}", results=[indices_t],
+                                           operands=[a, b]).result
+
+            columns = []
+            for d in range(m):
+                column = indices
+                if math.prod(whole[d + 1:m]) > 1:
+                    column = binary("divide", column, constant(math.prod(whole[d + 1:m])))
+                if d:  # the first keeps what is out of range out of range
+                    column = binary("remainder", column, constant(whole[d]))
+                columns.append(column)
+            vector_shape = list(shape)
+            vector_shape[vector] = m
+            op.operands[1] = ir.Operation.create(
+                "stablehlo.concatenate",
+                results=[ir.RankedTensorType.get(vector_shape, element)], operands=columns,
+                attributes={"dimension": ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), vector)}).result
+        op.operands[0] = source
+        op.attributes["scatter_dimension_numbers"] = _stablehlo.ScatterDimensionNumbers.get(
+            update_window_dims=list(numbers.update_window_dims),
+            inserted_window_dims=list(range(m)), input_batching_dims=[],
+            scatter_indices_batching_dims=[], scattered_dims_to_operand_dims=list(range(m)),
+            index_vector_dim=vector)
+        op.result.set_type(source.type)
+        for user in users:
+            user.results[0].replace_all_uses_with(op.result)
+            user.erase()
+        if not list(operand.uses):
+            operand.owner.erase()
+
+
 def returned_state(main: Any, io_map: dict[int, int]) -> dict[int, int]:
     """Result index -> the argument whose new value it is: the aliased results, and any
     other result returning the same value (`return cache` after `cache[...] = k`)."""
@@ -165,3 +250,4 @@ def annotate(module: ir.Module, mesh: dict[str, int], specs: dict[int, Spec],
             new.append(ir.DictAttr.get(fields, context))
         main.attributes[attr] = ir.ArrayAttr.get(new, context)
     _clamp_runtime_starts(main)
+    _scatter_without_merged_dims(main)
