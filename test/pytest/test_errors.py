@@ -7,6 +7,7 @@ the line the error must point at is `co_firstlineno + 1`.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -277,6 +278,17 @@ def test_branch_on_data_is_refused() -> None:
                     "here (GuardOnDataDependentSymNode); outofplace compiles programs whose "
                     "shapes and control flow do not depend on the data",
                     branch_on_data.__code__.co_firstlineno + 1)
+
+
+def test_branch_on_data_inside_a_torch_layer_names_the_layers_line() -> None:
+    """BatchNorm with momentum=None divides by float(num_batches_tracked): no frame of
+    the user's is on the traceback, and generated code (`<string>`) is no location."""
+    norm = torch.nn.BatchNorm1d(3, momentum=None).train()
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(norm, (torch.randn(4, 3),))
+    assert str(info.value).startswith(
+        str(Path(torch.nn.modules.batchnorm.__file__))), str(info.value)
+    assert "GuardOnDataDependentSymNode" in str(info.value)
 
 
 def test_verify_each_runs_every_lowering_pass_as_a_stage(tmp_path):

@@ -62,10 +62,16 @@ def _is_int(item: Any) -> bool:
 
 def user_line(frames: traceback.StackSummary | None = None) -> str:
     """`file:line` of the innermost frame outside torch and outofplace (of the current
-    stack, or of `frames`)."""
-    for frame in reversed(frames if frames is not None else traceback.extract_stack()):
-        path = Path(frame.filename).resolve()
-        if _PACKAGE not in path.parents and _TORCH not in path.parents:
+    stack, or of `frames`), generated code (`<string>`, `<eval_with_key>`) skipped; else
+    of the innermost frame in torch.nn (the layer the user's model calls)."""
+    frames = list(reversed(frames if frames is not None else traceback.extract_stack()))
+    paths = [None if f.filename.startswith("<") else Path(f.filename).resolve()
+             for f in frames]
+    for frame, path in zip(frames, paths):
+        if path is not None and _PACKAGE not in path.parents and _TORCH not in path.parents:
+            return f"{frame.filename}:{frame.lineno}"
+    for frame, path in zip(frames, paths):
+        if path is not None and _TORCH / "nn" in path.parents:
             return f"{frame.filename}:{frame.lineno}"
     return ""
 
