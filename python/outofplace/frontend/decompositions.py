@@ -42,7 +42,8 @@ def decompose(graph: torch.fx.Graph) -> None:
             replacement = fn(graph, node)
         if replacement is None:
             continue
-        replacement.meta = dict(node.meta)
+        if replacement not in node.all_input_nodes:  # a new node, not an operand
+            replacement.meta = dict(node.meta)
         node.replace_all_uses_with(replacement)
         graph.erase_node(node)
 
