@@ -64,6 +64,12 @@ def slice_length(start: int, end: int, step: int) -> int:
     return max(0, -(-(end - start) // step))
 
 
+def inverse_permutation(order: list[int]) -> list[int]:
+    """The permutation that undoes `order` (for distinct dims, not all of them: the
+    positions that sort them)."""
+    return sorted(range(len(order)), key=order.__getitem__)
+
+
 def key_items(index: Any) -> list[Any]:
     """The items of a key of `x[index]` (a tuple, or one item)."""
     return list(index) if isinstance(index, tuple) else [index]

@@ -21,7 +21,7 @@ from torch_mlir.dialects import tensor
 
 from . import views
 from .. import torch_types
-from ..indexing import slice_length
+from ..indexing import inverse_permutation, slice_length
 from ..ir_utils import int_list, to_builtin, unnamed
 
 
@@ -121,7 +121,7 @@ def _in_root_order(update: ir.Value, plan: InsertPlan, loc: ir.Location,
     kept = [plan.sizes[d] for d in order]
     if list(t.sizes) != kept:
         update = create("torch.aten.view", update, kept, kept)
-    permutation = sorted(range(len(order)), key=lambda i: order[i])
+    permutation = inverse_permutation(order)
     return create("torch.aten.permute", update, [kept[i] for i in permutation],
                   permutation)
 

@@ -35,7 +35,7 @@ from . import diagonal
 from .. import torch_types
 from ..errors import UnsupportedMutationError
 from ..indexing import (INT64_MAX, clamp_bound, clamp_slice, constant_bound, from_end,
-                        normalise_index)
+                        inverse_permutation, normalise_index)
 from ..ir_utils import constant_int, int_list, size_int, torch_constant, unnamed
 
 Sizes = tuple[int, ...]
@@ -241,10 +241,7 @@ def _permute(view, base, src, loc, ip):
     dims = _constant_ints(view.operands[1])
     if dims is None:
         raise UnsupportedMutationError.at(view, "permute with runtime dims")
-    rank = len(dims)
-    inverse = [0] * rank
-    for position, dim in enumerate(dims):
-        inverse[dim % rank] = position
+    inverse = inverse_permutation([d % len(dims) for d in dims])
     return _create("torch.aten.permute", [src, int_list(inverse, loc, ip)], base, loc, ip)
 
 
