@@ -320,13 +320,13 @@ VIEW_OPS: dict[str, ViewOp] = {
     "torch.aten.movedim.int": ViewOp(_reordering(_moved), _movedim),
     "torch.aten.permute": ViewOp(_reordering(_permuted), _permute),
     **_entries(ViewOp(_unit_dims_box, _reshape), "unsqueeze", "squeeze", "squeeze.dim",
-               "squeeze.dims", "view", "_unsafe_view", "reshape"),
+               "squeeze.dims", "view", "reshape"),
     **_entries(ViewOp(None, _reshape), "flatten.using_ints", "unflatten.int", "view_as",
                "reshape_as"),
-    # The tensor itself (when `to`, `contiguous` or `type_as` copied instead, the
-    # frontend put a clone after them: fx_rewrites._copy_where_views_copy).
+    # The tensor itself (when `to` or `contiguous` copied instead, the frontend put a
+    # clone after them: fx_rewrites._copy_where_views_copy).
     **_entries(ViewOp(_same_box, _identity), "alias", "detach", "lift_fresh", "to.dtype",
-               "to.dtype_layout", "to.device", "to.other", "contiguous", "type_as"),
+               "to.dtype_layout", "to.device", "to.other", "contiguous"),
     "torch.aten.index.Tensor": ViewOp(None, _position),  # x[pos]: op_registry.is_position_view
     "torch.aten.diagonal": ViewOp(None, _diagonal),
     "torch.aten.as_strided": ViewOp(None, _as_strided),
