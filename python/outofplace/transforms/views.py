@@ -133,27 +133,30 @@ def _slice(view, base, src, loc, ip):
                    [base, src, dim_value, start_value, end_value, step_value], base, loc, ip)
 
 
-def _narrow_box(walk, view, before, after):
+def _narrowed(view: ir.Operation, sizes: Sizes | None) -> tuple[int, int, int] | None:
+    """(dim, start, end) of a narrow with constant arguments of a static dimension, the
+    start from the end when negative."""
     dim, start, length = (constant_int(v) for v in view.operands[1:4])
-    if None in (dim, start, length):
-        return False
-    dim %= len(before)
-    start = from_end(start, before[dim])
-    return walk.slice(dim, start, start + length, 1)
+    if None in (dim, start, length) or sizes is None or sizes[dim % len(sizes)] < 0:
+        return None
+    dim %= len(sizes)
+    start = from_end(start, sizes[dim])
+    return dim, start, start + length
+
+
+def _narrow_box(walk, view, before, after):
+    bounds = _narrowed(view, before)
+    return bounds is not None and walk.slice(*bounds, 1)
 
 
 def _narrow(view, base, src, loc, ip):
-    """x.narrow(d, s, n) = src  =>  slice_scatter(x, src, d, s, s + n), s from the end
-    when negative"""
-    dim_value, start_value, length_value = view.operands[1:4]
-    dim, start, length = (constant_int(v) for v in (dim_value, start_value, length_value))
-    sizes = torch_types.TensorType.of(base.type).sizes
-    if None in (dim, start, length) or sizes is None or sizes[dim % len(sizes)] < 0:
+    """x.narrow(d, s, n) = src  =>  slice_scatter(x, src, d, s, s + n)"""
+    bounds = _narrowed(view, torch_types.TensorType.of(base.type).sizes)
+    if bounds is None:
         raise UnsupportedMutationError.at(view, "narrow with runtime bounds")
-    start = from_end(start, sizes[dim % len(sizes)])
-    bounds = [torch_constant("int", v, loc, ip) for v in (start, start + length, 1)]
-    return _create("torch.aten.slice_scatter", [base, src, dim_value, *bounds], base, loc,
-                   ip)
+    ints = [torch_constant("int", v, loc, ip) for v in (*bounds[1:], 1)]
+    return _create("torch.aten.slice_scatter", [base, src, view.operands[1], *ints], base,
+                   loc, ip)
 
 
 # -------------------------------------------------------------------------------- select
