@@ -33,7 +33,7 @@ from .runtime_positions import describe_index, user_line
 # What Python names (`x.add_`, `torch.where`, `x.__iadd__`) are elementwise: a result
 # element depends only on the same element of each operand. PyTorch's pointwise ops
 # (torch.Tag.pointwise, not random), and casts, copies and fills, which carry no tag.
-_UNTAGGED = frozenset({"floor_divide", "copy", "fill", "zero", "to", "type_as", "clone",
+_UNTAGGED = frozenset({"floor_divide", "copy", "fill", "zero", "to", "type_as",
                        "contiguous", "detach", "float", "half", "bfloat16", "double",
                        "long", "int", "bool"})
 _REFLECTED = frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and",
