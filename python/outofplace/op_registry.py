@@ -133,6 +133,17 @@ def effects(mlir_op_name: str) -> OpEffects | None:
                      torch.Tag.inplace_view in overload.tags)
 
 
+@functools.cache
+def changes_shape_in_place(name: str) -> bool:
+    """Whether `aten::<name>` (a Python method's name: `t_`) changes shape or strides in
+    place (`inplace_view`)."""
+    if not name.endswith("_") or name.startswith("_") or name == "detach_":
+        return False
+    packet = getattr(torch.ops.aten, name, None)
+    return isinstance(packet, torch._ops.OpOverloadPacket) and any(
+        torch.Tag.inplace_view in getattr(packet, o).tags for o in packet.overloads())
+
+
 # Functional twins torch-mlir has no op for, written as `torch.operator "<name>"`, that
 # outofplace-lower-updates lowers (to one scatter; test/outofplace-lower-updates.mlir).
 OPERATOR_TWINS = frozenset({"torch.aten.index_copy", "torch.aten.index_fill.int_Scalar",

@@ -705,3 +705,50 @@ def test_write_through_as_strided_of_a_reshape_that_copied():
     """The clone that makes the copy explicit has storage of its own: reads through the
     as_strided were re-taken from the reshape's input and lost the write (fuzzer)."""
     assert_matches_eager(write_through_as_strided_of_a_copying_reshape, torch.randn(2, 3))
+
+
+def test_every_entry_of_the_view_table_is_a_view_op():
+    """views.VIEW_OPS names ops the pass takes as views (op_registry.viewed_operand reads
+    the schemas): an entry of another op would never be reached."""
+    from outofplace import op_registry
+    from outofplace.transforms.views import VIEW_OPS
+
+    for name in VIEW_OPS:
+        effects = op_registry.effects(name)
+        assert name == "torch.aten.index.Tensor" or effects is not None and \
+            effects.is_view and effects.result_views == 0, name
+
+
+@pytest.mark.parametrize("size", [0, 1, 5])
+def test_slice_normaliser_is_eagers(size):
+    """indexing.clamp_slice and slice_length, which every constant slice of a read or a
+    write goes through, give eager's elements for any bounds."""
+    from outofplace.indexing import INT64_MAX, clamp_slice, slice_length
+
+    bounds = [None, -INT64_MAX, -7, -5, -1, 0, 1, 2, 5, 7, INT64_MAX]
+    for start in bounds:
+        for end in bounds:
+            for step in (1, 2, 3):
+                expected = torch.arange(size)[start:end:step].tolist()
+                first, last = clamp_slice(start, end, size)
+                assert list(range(first, last, step)) == expected, (start, end, step)
+                assert slice_length(first, last, step) == len(expected)
+
+
+def test_index_normaliser_is_eagers():
+    """A constant index: from the end when negative, eager's IndexError outside the
+    dimension (indexing.normalise_index, at the op's line)."""
+    from outofplace.errors import UserIndexError
+    from outofplace.indexing import normalise_index
+    from torch_mlir import ir
+
+    with ir.Context(), ir.Location.unknown():
+        op = ir.Operation.create("test.op")
+        for index in range(-6, 6):
+            if -4 <= index < 4:
+                assert normalise_index(index, 4, op) == torch.arange(4)[index].item()
+            else:
+                with pytest.raises(IndexError):
+                    torch.arange(4)[index]
+                with pytest.raises(UserIndexError, match=f"index {index} is out of bounds"):
+                    normalise_index(index, 4, op)

@@ -12,6 +12,7 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
+from ..indexing import clamp_bound
 from .fx_graph import call, source_line, view_roots
 from .inline import inline, trace
 
@@ -298,7 +299,7 @@ def _slice_scatter_bounds(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.f
     if any(isinstance(v, torch.fx.Node) for v in (dim, start, end, step)):
         return None
     size = self.meta["val"].shape[dim]
-    bounded = [min(max(v + size if v < 0 else v, 0), size) if v is not None else d
+    bounded = [clamp_bound(v, size) if v is not None else d
                for v, d in ((start, 0), (end, size))]
     if bounded == [start, end]:
         return None

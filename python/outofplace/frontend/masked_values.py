@@ -27,12 +27,13 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..errors import UnsupportedMutationError
+from ..indexing import expand_ellipsis, key_items
 from .runtime_positions import describe_index, user_line
 
 # What Python names (`x.add_`, `torch.where`, `x.__iadd__`) are elementwise: a result
 # element depends only on the same element of each operand. PyTorch's pointwise ops
 # (torch.Tag.pointwise, not random), and casts, copies and fills, which carry no tag.
-_UNTAGGED = frozenset({"floor_divide", "copy", "fill", "zero", "to", "type_as", "clone",
+_UNTAGGED = frozenset({"floor_divide", "copy", "fill", "zero", "to", "type_as",
                        "contiguous", "detach", "float", "half", "bfloat16", "double",
                        "long", "int", "bool"})
 _REFLECTED = frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and",
@@ -86,7 +87,7 @@ class _Selection:
 
 def _split(target: torch.Tensor, index: Any) -> tuple[tuple, torch.Tensor, int] | None:
     """`(basic, mask, first)` for a key holding one bool mask among basic items."""
-    items = list(index) if isinstance(index, tuple) else [index]
+    items = key_items(index)
     masks = [i for i, item in enumerate(items)
              if isinstance(item, torch.Tensor) and item.dtype == torch.bool]
     if not masks:
@@ -94,15 +95,10 @@ def _split(target: torch.Tensor, index: Any) -> tuple[tuple, torch.Tensor, int] 
     basic_only = all(isinstance(item, (slice, int, type(None), type(Ellipsis))) and
                      not isinstance(item, bool)
                      for i, item in enumerate(items) if i != masks[0])
-    ellipses = sum(item is Ellipsis for item in items)
-    if len(masks) > 1 or not basic_only or ellipses > 1:
+    if len(masks) > 1 or not basic_only:
         raise _refusal(items, "a bool mask together with other index tensors")
     mask = items[masks[0]]
-    if ellipses:
-        consumed = sum(mask.dim() if item is mask else 1 for item in items
-                       if item is not None and item is not Ellipsis)
-        e = next(i for i, item in enumerate(items) if item is Ellipsis)
-        items[e:e + 1] = [slice(None)] * (target.dim() - consumed)
+    items = expand_ellipsis(items, target.dim())
     at = next(i for i, item in enumerate(items) if item is mask)
     first = sum(1 for item in items[:at] if item is None or isinstance(item, slice))
     basic = tuple(items[:at]) + (slice(None),) * mask.dim() + tuple(items[at + 1:])

@@ -43,7 +43,9 @@ from typing import Any
 
 import torch
 
-from ..errors import UnsupportedMutationError, UserIndexError
+from .. import op_registry
+from ..errors import UnsupportedMutationError
+from ..indexing import expand_ellipsis, key_items
 
 _PACKAGE = Path(__file__).resolve().parent
 _TORCH = Path(torch.__file__).resolve().parent
@@ -83,7 +85,7 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
     `basic` keeps the dimensions the positions index as full slices; `indices` has one
     entry per dimension of `t[basic]`: a 0-d tensor or None.
     """
-    items = list(index) if isinstance(index, tuple) else [index]
+    items = key_items(index)
     if any(isinstance(item, torch.Tensor) and item.dtype == torch.uint8 and not item.dim()
            for item in items):
         raise UnsupportedMutationError(
@@ -101,14 +103,7 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
                 op, "a runtime position (a 0-d integer tensor) in one index together "
                 f"with {_kind(item)}",
                 index=describe_index(items), location=user_line())
-    if items.count(Ellipsis) > 1:
-        raise UserIndexError("an index can only have a single ellipsis ('...')")
-    consumed = sum(1 for item in items if item is not None and item is not Ellipsis)
-    if consumed > rank:
-        raise UserIndexError(f"too many indices for tensor of dimension {rank}")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
-        items[at:at + 1] = [slice(None)] * (rank - consumed)
+    items = expand_ellipsis(items, rank)
     basic: list[Any] = []
     indices: list[Any] = []
     for item in items:
@@ -255,11 +250,6 @@ _LAYOUT_DEPENDENT = {torch.Tensor.contiguous, torch.Tensor.reshape, torch.reshap
                      torch.Tensor.reshape_as, torch.Tensor.view_as}
 
 
-# In-place ops that change a tensor's shape or strides (frontend/shape_changes.py).
-_SHAPE_CHANGES = {"t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_",
-                  "as_strided_", "resize_"}
-
-
 class _EagerLayouts:
     """Traced tensors (reads at runtime positions and views of them) whose eager layout
     differs from the traced one, each with a meta tensor in eager's layout (None where
@@ -311,7 +301,8 @@ class _EagerLayouts:
                 self.track(result, eager)
             return result
         result = func(*args, **kwargs)
-        if result is traced and getattr(func, "__name__", "") not in _SHAPE_CHANGES:
+        if result is traced and \
+                not op_registry.changes_shape_in_place(getattr(func, "__name__", "")):
             return result  # an in-place op: the layout stays
         if isinstance(result, torch.Tensor) and _aliases(result, traced):
             try:

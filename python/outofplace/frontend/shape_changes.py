@@ -16,7 +16,6 @@ for what crashes it (`x.unsqueeze_(0)`, any of them on an argument that is a vie
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -31,16 +30,6 @@ from .fx_graph import (call, op_effects, source_line, tensor_identity, view_root
                        viewed_before)
 
 REASON = "it changes the shape or strides of a tensor in place"
-
-@functools.cache
-def _changes_shape_in_place(name: str) -> bool:
-    """Whether `aten::<name>` changes shape or strides in place (`inplace_view`)."""
-    if not name.endswith("_") or name.startswith("_") or name == "detach_":
-        return False
-    packet = getattr(torch.ops.aten, name, None)
-    return isinstance(packet, torch._ops.OpOverloadPacket) and any(
-        torch.Tag.inplace_view in getattr(packet, o).tags for o in packet.overloads())
-
 
 def _overload_name(name: str, args: tuple, kwargs: dict) -> str:
     """The torch-mlir name of the overload of `aten::<name>` these arguments select."""
@@ -72,7 +61,8 @@ class InputShapeChanges(TorchFunctionMode):
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", None)
-        if isinstance(name, str) and _changes_shape_in_place(name) and args and id(args[0]) in self.inputs:
+        if isinstance(name, str) and op_registry.changes_shape_in_place(name) and args and \
+                id(args[0]) in self.inputs:
             from .runtime_positions import user_line
             raise UnsupportedMutationError(_overload_name(name, args, kwargs), REASON,
                                            location=user_line())

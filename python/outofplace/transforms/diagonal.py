@@ -21,6 +21,7 @@ from torch_mlir import ir
 
 from .. import torch_types
 from ..errors import UnsupportedMutationError
+from ..indexing import inverse_permutation
 from ..ir_utils import all_operations, constant_int, int_list, torch_constant
 from .registry import register_pass
 
@@ -44,10 +45,7 @@ class _Diagonal:
 
     @property
     def inverse(self) -> list[int]:
-        inverse = [0] * len(self.permutation)
-        for position, dim in enumerate(self.permutation):
-            inverse[dim] = position
-        return inverse
+        return inverse_permutation(self.permutation)
 
 
 def _plan(op: ir.Operation, source: ir.Value) -> _Diagonal:

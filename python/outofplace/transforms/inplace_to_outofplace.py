@@ -218,7 +218,7 @@ class _FunctionRewriter:
         if target not in self.aliases or values not in self.aliases:
             return False
         chain = self.aliases[values].chain
-        while chain and chain[-1].name in views.IDENTITY_VIEWS and \
+        while chain and views.is_identity(chain[-1]) and \
                 torch_types.value_type(chain[-1].result.type) == \
                 torch_types.value_type(chain[-1].operands[0].type):
             chain = chain[:-1]

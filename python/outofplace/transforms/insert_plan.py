@@ -7,7 +7,9 @@ root: per root dimension a first element, a count and a step. Such a write becom
 insert of the root (`tensor.insert_slice`), however long the chain, instead of one
 scatter per view; the update is permuted back to the root's dimension order. Chains that
 mix elements of several dimensions (diagonal, reshapes that merge dimensions) have no
-box and fall back to a write-back per view op (views.py).
+box and fall back to a write-back per view op. What each view op does to the box is its
+entry of the table of view ops (views.VIEW_OPS), with its indices normalised as eager's
+(indexing.py); this module holds the walk, the plan and its insert.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from dataclasses import dataclass
 from torch_mlir import ir
 from torch_mlir.dialects import tensor
 
+from . import views
 from .. import torch_types
-from ..errors import UserIndexError, source_line
-from ..ir_utils import constant_int, int_list, to_builtin, unnamed
-from .views import IDENTITY_VIEWS
+from ..indexing import inverse_permutation, slice_length
+from ..ir_utils import int_list, to_builtin, unnamed
 
 
 @dataclass(frozen=True)
@@ -37,29 +39,11 @@ class InsertPlan:
         return 0 in self.sizes
 
 
-class StaticIndexError(UserIndexError):
-    """A constant index outside its dimension: eager raises IndexError too."""
-
-    def __init__(self, op: ir.Operation, index: int, size: int) -> None:
-        where = source_line(op.location)
-        super().__init__(f"{where + ': ' if where else ''}index {index} is out of bounds "
-                         f"for dimension of size {size}")
-
-
-_INT64_MAX = 2**63 - 1
-
-
 def _sizes(value: ir.Value) -> tuple[int, ...] | None:
     sizes = torch_types.TensorType.of(value.type).sizes
     if sizes is None or any(d < 0 for d in sizes):
         return None
     return sizes
-
-
-def _optional_int(value: ir.Value, default: int) -> int | None:
-    if isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.none":
-        return default
-    return constant_int(value)
 
 
 class _Walk:
@@ -73,7 +57,7 @@ class _Walk:
 
     def slice(self, dim: int, start: int, end: int, step: int) -> bool:
         root_dim = self.dims[dim]
-        length = max(0, -(-(end - start) // step))
+        length = slice_length(start, end, step)
         if root_dim is None:  # a unit dim added by unsqueeze
             return start == 0 and length == 1
         self.offsets[root_dim] += start * self.strides[root_dim]
@@ -91,106 +75,19 @@ class _Walk:
         """The view's dims are the current ones in `order` (a permutation)."""
         self.dims = [self.dims[d] for d in order]
 
+    def regroup_unit_dims(self, before: tuple[int, ...], after: tuple[int, ...]) -> bool:
+        """The view only adds or drops unit dims (`before` -> `after` sizes); a dropped
+        unit dim of the root stays in the box with size 1."""
+        if [d for d in before if d != 1] != [d for d in after if d != 1]:
+            return False
+        kept = [root for root, size in zip(self.dims, before) if size != 1]
+        self.dims = [kept.pop(0) if size != 1 else None for size in after]
+        return True
+
     def plan(self) -> InsertPlan:
         strides = [s if n > 1 else 1 for s, n in zip(self.strides, self.sizes)]
         return InsertPlan(tuple(self.offsets), tuple(self.sizes), tuple(strides),
                           tuple(self.dims))
-
-
-def _normalise(index: int, size: int, op: ir.Operation) -> int:
-    if not -size <= index < size:
-        raise StaticIndexError(op, index, size)
-    return index % size
-
-
-def _step(walk: _Walk, view: ir.Operation) -> bool:
-    """Applies one view op to the walk; False when it leaves the box shape."""
-    name = view.name
-    before = _sizes(view.operands[0])
-    after = _sizes(view.result)
-    if before is None or after is None:
-        return False
-    rank = len(before)
-    if name in IDENTITY_VIEWS:
-        return before == after
-    if name == "torch.aten.slice.Tensor":
-        dim, start, end, step = (constant_int(view.operands[1]),
-                                 _optional_int(view.operands[2], 0),
-                                 _optional_int(view.operands[3], _INT64_MAX),
-                                 constant_int(view.operands[4]))
-        if None in (dim, start, end, step) or step <= 0:
-            return False
-        size = before[dim % rank]
-        start = min(max(start + size if start < 0 else start, 0), size)
-        end = min(max(end + size if end < 0 else end, 0), size)
-        return walk.slice(dim % rank, start, max(end, start), step)
-    if name == "torch.aten.narrow":
-        dim, start, length = (constant_int(view.operands[1]), constant_int(view.operands[2]),
-                              constant_int(view.operands[3]))
-        if None in (dim, start, length):
-            return False
-        size = before[dim % rank]
-        start = start + size if start < 0 else start
-        return walk.slice(dim % rank, start, start + length, 1)
-    if name == "torch.aten.select.int":
-        dim, index = constant_int(view.operands[1]), constant_int(view.operands[2])
-        if dim is None or index is None:
-            return False
-        walk.select(dim % rank, _normalise(index, before[dim % rank], view))
-        return True
-    order = _reordering(view, rank)
-    if order is not None:
-        walk.reorder(order)
-        return True
-    # Ops that only add or drop unit dims: match the sizes of the two sides.
-    if name in ("torch.aten.unsqueeze", "torch.aten.squeeze", "torch.aten.squeeze.dim",
-                "torch.aten.squeeze.dims", "torch.aten.view", "torch.aten._unsafe_view",
-                "torch.aten.reshape"):
-        return _regroup_unit_dims(walk, before, after)
-    return False
-
-
-def _reordering(view: ir.Operation, rank: int) -> list[int] | None:
-    """For a view that only reorders dims: result dim i is operand dim order[i]."""
-    name = view.name
-    if name in ("torch.aten.t", "torch.aten.numpy_T"):
-        return list(reversed(range(rank)))
-    if name == "torch.aten.transpose.int":
-        a, b = constant_int(view.operands[1]), constant_int(view.operands[2])
-        if a is None or b is None:
-            return None
-        order = list(range(rank))
-        order[a % rank], order[b % rank] = order[b % rank], order[a % rank]
-        return order
-    if name == "torch.aten.movedim.int":
-        source, destination = constant_int(view.operands[1]), constant_int(view.operands[2])
-        if source is None or destination is None:
-            return None
-        order = list(range(rank))
-        order.insert(destination % rank, order.pop(source % rank))
-        return order
-    if name == "torch.aten.permute":
-        items = view.operands[1].owner
-        if items.name != "torch.prim.ListConstruct":
-            return None
-        order = [constant_int(v) for v in items.operands]
-        if None in order or len(order) != rank:
-            return None
-        return [d % rank for d in order]
-    return None
-
-
-def _regroup_unit_dims(walk: _Walk, before: tuple[int, ...], after: tuple[int, ...]
-                       ) -> bool:
-    if [d for d in before if d != 1] != [d for d in after if d != 1]:
-        return False
-    kept = [root for root, size in zip(walk.dims, before) if size != 1]
-    dims: list[int | None] = []
-    for size in after:
-        dims.append(kept.pop(0) if size != 1 else None)
-    walk.dims = dims
-    # A dropped unit dim of the root stays in the box with size 1.
-    return True
 
 
 def plan_insert(root: ir.Value, chain: tuple[ir.Operation, ...]) -> InsertPlan | None:
@@ -199,8 +96,10 @@ def plan_insert(root: ir.Value, chain: tuple[ir.Operation, ...]) -> InsertPlan |
     if root_sizes is None:
         return None
     walk = _Walk(root_sizes)
-    for view in chain:
-        if not _step(walk, view):
+    for view in chain:  # each op's box step is its entry in views.VIEW_OPS
+        before, after = _sizes(view.operands[0]), _sizes(view.result)
+        if before is None or after is None or not views.box_step(walk, view, before,
+                                                                 after):
             return None
     return walk.plan()
 
@@ -222,7 +121,7 @@ def _in_root_order(update: ir.Value, plan: InsertPlan, loc: ir.Location,
     kept = [plan.sizes[d] for d in order]
     if list(t.sizes) != kept:
         update = create("torch.aten.view", update, kept, kept)
-    permutation = sorted(range(len(order)), key=lambda i: order[i])
+    permutation = inverse_permutation(order)
     return create("torch.aten.permute", update, [kept[i] for i in permutation],
                   permutation)
 

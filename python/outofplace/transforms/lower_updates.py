@@ -31,6 +31,7 @@ from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 from .. import torch_types
 from ..op_registry import OPERATOR_TWINS, aten_name
 from ..errors import UnsupportedMutationError, warn_out_of_bounds_policy
+from ..indexing import constant_bound, from_end, index_entries
 from ..ir_utils import (builtin_shape, constant_bool, constant_int, to_builtin,
                         torch_constant, unnamed)
 from .registry import Option, register_pass
@@ -239,20 +240,13 @@ def _static_tensor(value: ir.Value) -> torch_types.TensorType | None:
 
 
 def _integer_entries(indices: ir.Value) -> list[ir.Value | None] | None:
-    """The entries of an index list (`torch.prim.ListConstruct`): None or a static integer
+    """The entries of an index list (`indexing.index_entries`): None or a static integer
     tensor; None if the list is anything else."""
-    owner = indices.owner
-    if not isinstance(indices, ir.OpResult) or owner.name != "torch.prim.ListConstruct":
+    entries = index_entries(indices)
+    if entries is None or any(
+            (t := _static_tensor(e)) is None or t.dtype.is_floating_point or
+            t.dtype == torch.bool for e in entries if e is not None):
         return None
-    entries: list[ir.Value | None] = []
-    for item in owner.operands:
-        if isinstance(item, ir.OpResult) and item.owner.name == "torch.constant.none":
-            entries.append(None)
-            continue
-        t = _static_tensor(item)
-        if t is None or t.dtype.is_floating_point or t.dtype == torch.bool:
-            return None
-        entries.append(item)
     return entries
 
 
@@ -601,12 +595,9 @@ def _scatter_at_indices(op: ir.Operation, rewriter: rewrite.PatternRewriter,
 def _mask_entries(indices: ir.Value) -> list[ir.Value | None] | None:
     """The entries of an index list holding a bool mask: None or a ranked tensor; None
     if the list is anything else or has no bool tensor."""
-    owner = indices.owner
-    if not isinstance(indices, ir.OpResult) or owner.name != "torch.prim.ListConstruct":
-        return None
-    entries = [None if _is_none(item) else item for item in owner.operands]
-    tensors = [_ranked_tensor(e) for e in entries if e is not None]
-    if None in tensors or not any(t.dtype == torch.bool for t in tensors):
+    entries = index_entries(indices)
+    tensors = [_ranked_tensor(e) for e in entries or () if e is not None]
+    if entries is None or None in tensors or not any(t.dtype == torch.bool for t in tensors):
         return None
     return entries
 
@@ -824,7 +815,7 @@ def _scatter_into_dimension(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     self, src, dim_value, start_value = op.operands[:4]
     self_t, src_t = _ranked_tensor(self), _ranked_tensor(src)
     dim = constant_int(dim_value)
-    start = 0 if _is_none(start_value) else constant_int(start_value)
+    start = constant_bound(start_value, 0)
     if self_t is None or src_t is None or dim is None or start is None or \
             self_t.dtype != src_t.dtype:
         return True
@@ -835,8 +826,8 @@ def _scatter_into_dimension(op: ir.Operation, rewriter: rewrite.PatternRewriter)
     if not (-1 in self_t.sizes if select else constant_int(op.operands[4]) is None):
         return True
     dim %= len(self_t.sizes)
-    if start < 0 and self_t.sizes[dim] != -1:
-        start += self_t.sizes[dim]
+    if self_t.sizes[dim] != -1:
+        start = from_end(start, self_t.sizes[dim])
     if start < 0:
         return True
     with rewriter.ip, unnamed(op.location):
@@ -854,10 +845,6 @@ def _scatter_into_dimension(op: ir.Operation, rewriter: rewrite.PatternRewriter)
                                      operands=[scatter.result])
     rewriter.replace_op(op, result)
     return False
-
-
-def _is_none(value: ir.Value) -> bool:
-    return isinstance(value, ir.OpResult) and value.owner.name == "torch.constant.none"
 
 
 @register_pass(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch_mlir import ir
 
+from ...indexing import index_entries
 from ...ir_utils import all_operations, size_int, torch_constant, unnamed
 from ...torch_types import TensorType
 from ..lower_updates import _ranked_tensor, _static_tensor, _wrapped
@@ -43,8 +44,7 @@ def wrap_negative_indices(module: ir.Operation) -> None:
         if op.name not in _INDEXING:
             continue
         self_t, indices = _ranked_tensor(op.operands[0]), op.operands[1]
-        if self_t is None or not isinstance(indices, ir.OpResult) or \
-                indices.owner.name != "torch.prim.ListConstruct":
+        if self_t is None or index_entries(indices) is None:
             continue
         items, dim = [], 0
         with ir.InsertionPoint(op), unnamed(op.location):

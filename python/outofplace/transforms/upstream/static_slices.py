@@ -18,8 +18,9 @@ from __future__ import annotations
 from torch_mlir import ir, rewrite
 
 from ... import torch_types
+from ...indexing import clamp_slice, constant_bound, slice_length
 from ...ir_utils import constant_int, to_builtin, unnamed
-from ..lower_updates import _is_none, _stablehlo, _static_tensor
+from ..lower_updates import _stablehlo, _static_tensor
 from ..registry import register_pass
 
 
@@ -41,14 +42,11 @@ def _static_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     rank = len(self_t.sizes)
     dim %= rank
     size = self_t.sizes[dim]
-    bounds = []
-    for value, default in ((start_value, 0), (end_value, size)):
-        bound = default if _is_none(value) else constant_int(value)
-        if bound is None:
-            return True
-        bounds.append(min(max(bound + size if bound < 0 else bound, 0), size))
-    start, end = bounds[0], max(bounds)
-    if (end - start + step - 1) // step != result_t.sizes[dim]:
+    start, end = constant_bound(start_value, 0), constant_bound(end_value, size)
+    if start is None or end is None:
+        return True
+    start, end = clamp_slice(start, end, size)
+    if slice_length(start, end, step) != result_t.sizes[dim]:
         return True
     if result_t.sizes[dim] <= 1:  # no step between one element: IREE rejects [0:1:2]
         end, step = start + result_t.sizes[dim], 1
