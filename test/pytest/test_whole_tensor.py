@@ -984,3 +984,17 @@ def test_wrapped_fill_diagonal_of_a_strided_matrix_is_refused() -> None:
     x = torch.arange(14.0).reshape(2, 7).t()
     with pytest.raises(outofplace.UnsupportedMutationError, match="fill_diagonal_"):
         outofplace.compile(f, (x,))
+
+
+def test_unsigned_comparisons_right_shifts_and_extremes() -> None:
+    """torch-mlir compares, shifts and reduces uint8 as signed (XLA refused the
+    comparison; 200 >> 3 gave 249; the max of values below 128 was 128):
+    transforms/upstream/unsigned_integers.py."""
+    def f(a, b):
+        a >>= 2
+        b[b > a] = 0
+        return (torch.where(a >= 50, a, b), a.max(), a.argmax(), (a + 130).min(),
+                (a + 130).argmin(), a.amax(0), (a >> (b % 8)).sort().values)
+
+    assert_matches_eager(f, torch.tensor([0, 100, 200, 255, 7], dtype=torch.uint8),
+                         torch.tensor([3, 200, 1, 128, 9], dtype=torch.uint8))

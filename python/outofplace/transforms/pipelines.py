@@ -14,7 +14,7 @@ from torch_mlir import ir, passmanager
 from . import (constant_folding, diagonal, empty_tensors,  # noqa: F401 (they register
                inplace_to_outofplace, lower_updates, lowering)  # their passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
-                       static_slices)
+                       static_slices, unsigned_integers)
 from ..context import load_torch_conversion
 from .registry import PASSES, PIPELINES, Pass, register_pass, register_pipeline  # noqa: F401
 
@@ -33,6 +33,7 @@ register_pipeline(
      "reconcile-unrealized-casts",
      "outofplace-dynamic-broadcasts",
      "outofplace-strip-constant-shields",
+     "outofplace-upstream-unsigned-integers",
      "outofplace-verify-stablehlo"],
     "Lower value-semantic torch IR to pure StableHLO")
 register_pipeline(

@@ -12,4 +12,5 @@ module, its pass from the pipeline and its canary.
 | `static_slices.py` | outofplace-upstream-static-slices | the folder of a strided slice of a constant reads out of bounds (a crash) |
 | `negative_indices.py` | outofplace-upstream-wrap-negative-indices | the StableHLO lowering of `index.Tensor` gathers at a negative index as given (clamped to 0) |
 | `fill_tensor.py` | outofplace-upstream-fill-tensor | no StableHLO lowering of `aten.fill.Tensor` |
+| `unsigned_integers.py` | outofplace-upstream-unsigned-integers | unsigned integers compared and right-shifted as signed |
 """
