@@ -998,3 +998,15 @@ def test_unsigned_comparisons_right_shifts_and_extremes() -> None:
 
     assert_matches_eager(f, torch.tensor([0, 100, 200, 255, 7], dtype=torch.uint8),
                          torch.tensor([3, 200, 1, 128, 9], dtype=torch.uint8))
+
+
+def test_bool_comparisons_reductions_and_clamps() -> None:
+    """Booleans are int1 to StableHLO: torch-mlir compared them SIGNED (XLA refused),
+    reduced `amin` from False, and clamped by a tensor bound to False."""
+    def f(a, b):
+        a.clamp_(min=b)
+        return (a > b.flip(0), a == b, a.view(2, 3).amin(0), b.view(2, 3).amax(1),
+                b.clamp(max=a[1]), (a >= b).all(), (a < b).any())
+
+    assert_matches_eager(f, torch.tensor([True, False, True, False, False, True]),
+                         torch.tensor([False, False, True, True, False, False]))

@@ -138,6 +138,36 @@ def _fill_diagonal(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node 
     return inline(graph, gm, inputs, node.meta.get("stack_trace"))
 
 
+def _clamped_bools(x: torch.Tensor, low: torch.Tensor | None = None,
+                   high: torch.Tensor | None = None) -> torch.Tensor:
+    """clamp of a bool tensor by bool tensors: (x | low) & high, as eager orders
+    False < True (eager clamps bools by tensors only)."""
+    if low is not None:
+        x = x | low
+    if high is not None:
+        x = x & high
+    return x if low is not None or high is not None else x.clone()
+
+
+_CLAMPS = {torch.ops.aten.clamp.Tensor: False, torch.ops.aten.clamp_.Tensor: True}
+
+
+@_decomposes(*_CLAMPS)
+def _bool_clamp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """`mask.clamp(min=m)` on bools as `_clamped_bools`: torch-mlir fills the missing
+    bound with int1's signed greatest value, False, and so clamped every element to
+    False."""
+    x = node.args[0]
+    if x.meta["val"].dtype != torch.bool:
+        return None
+    low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
+    high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
+    gm, inputs = trace(graph, _clamped_bools, (x, low, high), {})
+    result = inline(graph, gm, inputs, node.meta.get("stack_trace"))
+    return call(graph, torch.ops.aten.copy_.default, x, result) if _CLAMPS[node.target] \
+        else result
+
+
 def _put(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor,
          accumulate: bool) -> torch.Tensor:
     """x.put_(index, source, accumulate): index_put_ on x's elements in row-major order

@@ -30,33 +30,55 @@ from ..registry import register_pass
 
 
 def _unsigned(value: ir.Value) -> bool:
+    """Unsigned integers, and booleans (i1, which StableHLO compares as unsigned)."""
     element = ir.ShapedType(value.type).element_type
-    return isinstance(element, ir.IntegerType) and element.is_unsigned
+    return isinstance(element, ir.IntegerType) and (element.is_unsigned or
+                                                    element.width == 1)
 
 
-def _unsigned_init(init: ir.Value) -> None:
-    """A reduction's init constant that is the signed type's least (greatest) value, as
-    the unsigned type's least (greatest) value: what torch-mlir meant by it."""
-    if not _unsigned(init) or not isinstance(init, ir.OpResult):
-        return
-    owner = init.owner.operation
-    if owner.name != "stablehlo.constant":
-        return
-    attribute = ir.DenseIntElementsAttr(owner.attributes["value"])
-    width = ir.IntegerType(ir.ShapedType(init.type).element_type).width
+def _splat(value: ir.Value) -> int | None:
+    """The bits of a splat integer constant, as an unsigned number; else None."""
+    if not isinstance(value, ir.OpResult) or value.owner.operation.name != "stablehlo.constant":
+        return None
+    attribute = ir.DenseIntElementsAttr(value.owner.operation.attributes["value"])
     if not attribute.is_splat:
-        return
-    value = attribute.get_splat_value().value
-    if value % (1 << width) not in (1 << (width - 1), (1 << (width - 1)) - 1):
-        return
-    extreme = 0 if value % (1 << width) == 1 << (width - 1) else (1 << width) - 1
-    with owner.location, ir.InsertionPoint(owner):
-        constant = ir.Operation.create("stablehlo.constant", results=[init.type], attributes={
-            "value": ir.DenseElementsAttr.get_splat(
-                init.type, ir.IntegerAttr.get(ir.ShapedType(init.type).element_type,
-                                              extreme))})
-    init.replace_all_uses_with(constant.results[0])
-    owner.erase()
+        return None
+    width = ir.IntegerType(ir.ShapedType(value.type).element_type).width
+    return attribute.get_splat_value().value % (1 << width)
+
+
+def _unsigned_inits(op: ir.Operation) -> list[ir.Operation]:
+    """A reduction's inits as the unsigned type means them: the identity of a max (min)
+    body, 0 (all ones); and, in any body (argmax's), the signed type's least (greatest)
+    value as the unsigned type's. Returns the constants no longer used."""
+    inputs = len(op.operands) // 2
+    body = [o.name for o in op.regions[0].blocks[0].operations]
+    replaced = []
+    for i in range(inputs, 2 * inputs):
+        init = op.operands[i]
+        value = _splat(init) if _unsigned(init) else None
+        if value is None:
+            continue
+        element = ir.ShapedType(init.type).element_type
+        width = ir.IntegerType(element).width
+        least, greatest = 0, (1 << width) - 1
+        if inputs == 1 and body == ["stablehlo.maximum", "stablehlo.return"]:
+            wanted = least
+        elif inputs == 1 and body == ["stablehlo.minimum", "stablehlo.return"]:
+            wanted = greatest
+        elif width > 1 and value in (1 << (width - 1), (1 << (width - 1)) - 1):
+            wanted = least if value == 1 << (width - 1) else greatest
+        else:
+            continue
+        if value == wanted:
+            continue
+        with op.location, ir.InsertionPoint(op):
+            constant = ir.Operation.create("stablehlo.constant", results=[init.type],
+                                           attributes={"value": ir.DenseElementsAttr.get_splat(
+                                               init.type, ir.IntegerAttr.get(element, wanted))})
+        op.operands[i] = constant.results[0]
+        replaced.append(init.owner.operation)
+    return replaced
 
 
 @register_pass(
@@ -65,14 +87,14 @@ def _unsigned_init(init: ir.Value) -> None:
     "`stablehlo.compare ..., SIGNED` of unsigned operands → `UNSIGNED`; "
     "`stablehlo.shift_right_arithmetic` of unsigned operands → `shift_right_logical`; a "
     "`reduce` or `reduce_window` init of an unsigned type that is the signed type's least "
-    "(greatest) value → 0 (all ones): torch-mlir's StableHLO lowering treats every "
-    "integer type as signed (a workaround, transforms/upstream/)")
+    "(greatest) value → 0 (all ones), and a max (min) reduction of booleans from false "
+    "(true); booleans compared `UNSIGNED`: torch-mlir's StableHLO lowering treats every "
+    "integer type, i1 too, as signed (a workaround, transforms/upstream/)")
 def unsigned_integers(module: ir.Operation) -> None:
-    for op in all_operations(module):
+    unused = []
+    for op in list(all_operations(module)):
         if op.name in ("stablehlo.reduce", "stablehlo.reduce_window"):
-            inits = list(op.operands)[len(op.operands) // 2:]
-            for init in inits:
-                _unsigned_init(init)
+            unused += _unsigned_inits(op)
         elif op.name == "stablehlo.compare" and _unsigned(op.operands[0]):
             op.attributes["compare_type"] = _stablehlo.ComparisonTypeAttr.get("UNSIGNED")
         elif op.name == "stablehlo.shift_right_arithmetic" and _unsigned(op.operands[0]):
@@ -81,3 +103,10 @@ def unsigned_integers(module: ir.Operation) -> None:
                 operands=list(op.operands), loc=op.location, ip=ir.InsertionPoint(op))
             op.results[0].replace_all_uses_with(shift.results[0])
             op.erase()
+    distinct: list[ir.Operation] = []  # one init may serve several reductions
+    for constant in unused:
+        if not any(constant == seen for seen in distinct):
+            distinct.append(constant)
+    for constant in distinct:
+        if not list(constant.results[0].uses):
+            constant.erase()
