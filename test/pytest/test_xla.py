@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -207,3 +209,16 @@ def test_kv_cache_updates_keep_xla_fusion() -> None:
     plain = plain_xla_cpu_executable(compiled.stablehlo)
     assert not any(xla._reads_updated_buffer_through_another_alias(m)
                    for m in plain.hlo_modules())
+
+
+def test_a_module_xla_rejects_is_an_internal_error_with_the_module() -> None:
+    """XLA's own error text is no message for a user: the module is saved to report."""
+    module = """func.func @main(%a: tensor<5xui8>, %b: tensor<5xui8>) -> tensor<5xi1> {
+  %0 = stablehlo.compare GT, %a, %b, SIGNED : (tensor<5xui8>, tensor<5xui8>) -> tensor<5xi1>
+  return %0 : tensor<5xi1>
+}"""
+    with pytest.raises(xla.XlaCompileError, match="internal error: XLA:CPU could not compile "
+                       "the StableHLO outofplace emitted") as info:
+        xla.compile_for_cpu(module)
+    path = str(info.value).split("report it with ")[1].split(")")[0]
+    assert Path(path).read_text() == module

@@ -66,9 +66,28 @@ def compile_for_cpu(stablehlo: str, options: dict[str, Any] = None) -> Any:
     def build(options: dict[str, Any]) -> Any:
         compile_options = xla_client.CompileOptions()
         compile_options.env_option_overrides = list(options.items())
-        return _client().compile_and_load(stablehlo, devices, compile_options)
+        try:
+            return _client().compile_and_load(stablehlo, devices, compile_options)
+        except Exception as error:  # XLA's own text: our StableHLO is at fault
+            raise XlaCompileError(stablehlo, error) from error
 
     return _without_misfusion(build, COMPILE_OPTIONS if options is None else options)
+
+
+class XlaCompileError(RuntimeError):
+    """XLA:CPU rejected the StableHLO outofplace emitted: a bug of outofplace's. The
+    message names a file holding the module, to report and reproduce it with."""
+
+    def __init__(self, stablehlo: str, error: Exception) -> None:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".mlir", prefix="outofplace-xla-",
+                                         delete=False) as file:
+            file.write(stablehlo)
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        super().__init__(f"internal error: XLA:CPU could not compile the StableHLO "
+                         f"outofplace emitted, a bug of outofplace's (please report it "
+                         f"with {file.name}): {first}")
 
 
 # XLA:CPU's copy insertion, by default, copies a donated buffer that the program also reads
