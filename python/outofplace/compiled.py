@@ -305,7 +305,7 @@ class Compiled:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Runs the program; mutated inputs and buffers are updated as eager would."""
-        if self._plan is not None and not kwargs:  # straight to XLA, or None
+        if self._plan is not None and not kwargs:  # like the last checked call: to XLA
             inputs = self._planned_inputs(args)
             results = None if inputs is None else self._xla.run_adopted(inputs)
             if results is not None:
@@ -319,11 +319,11 @@ class Compiled:
         and no written one requiring grad (under grad mode); else None, for `run` to
         check the call (raise, or compile for another layout). Whether a written argument
         shares memory with another, `run_adopted` checks."""
-        expected, written = self._plan
-        if len(args) != len(expected) - len(self.signature.state_targets):
+        expected, written, state = self._plan
+        if len(args) + state != len(expected):
             return None
-        inputs = [*_state_tensors(self.signature, self.source), *args] \
-            if self.signature.state_targets else list(args)
+        inputs = [*_state_tensors(self.signature, self.source), *args] if state else \
+            list(args)
         for value, (dtype, shape, strides, offset) in zip(inputs, expected):
             if not isinstance(value, torch.Tensor) or value.dtype != dtype or \
                     value.shape != shape or value.stride() != strides or \
@@ -343,7 +343,7 @@ class Compiled:
                 not self.signature.complex_arguments:
             state = len(self.signature.state_targets)
             self._plan = ([(t.dtype, t.shape, t.stride(), t.storage_offset())
-                           for t in inputs], [i for i in self.io_map if i >= state])
+                           for t in inputs], [i for i in self.io_map if i >= state], state)
 
     def _xla_executable(self) -> xla.CpuExecutable:
         if self.dynamic:

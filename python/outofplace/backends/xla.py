@@ -220,14 +220,14 @@ def _holder_of(tensor: torch.Tensor) -> _Holder | None:
     there, of the holder's size, covers the holder's memory.)"""
     holder = _HOLDERS.get(tensor.data_ptr())
     if holder is not None and tensor.is_contiguous() and \
-            tensor.numel() * tensor.element_size() == holder.nbytes:
+            tensor.nbytes == holder.nbytes:
         return holder
     return None
 
 
 def _covers_storage(tensor: torch.Tensor) -> bool:
     return tensor.is_contiguous() and tensor.storage_offset() == 0 and \
-        tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+        tensor.untyped_storage().nbytes() == tensor.nbytes
 
 
 def why_not_adoptable(tensor: torch.Tensor) -> str | None:
@@ -279,7 +279,7 @@ class _Memory:
     def __init__(self, tensor: torch.Tensor) -> None:
         self.tensor = tensor
         self.__array_interface__ = {
-            "shape": (tensor.numel() * tensor.element_size(),), "typestr": "|u1",
+            "shape": (tensor.nbytes,), "typestr": "|u1",
             "data": (tensor.data_ptr(), False), "version": 3}
 
 
