@@ -300,6 +300,19 @@ def test_planned_calls_match_eager_as_arguments_change() -> None:
         assert_same(module.cache, eager.cache, "the reassigned cache, written")
 
 
+def test_written_input_bumps_its_version_as_eager() -> None:
+    """A write autograd must see: a backward through a tensor saved before the call
+    raises, as after eager's write, on the first call (adopting) and planned ones."""
+    compiled = outofplace.compile(step, step_args())
+    cache, pos, k = step_args()
+    for _ in range(3):
+        weight = torch.ones((), requires_grad=True)
+        saved = (weight * cache).sum()  # saves cache for its backward
+        compiled(cache, pos, k)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            saved.backward()
+
+
 # -------------------------------------------------------------------------- layouts
 def reshape_then_write(x):
     y = x.reshape(-1)  # a view of a contiguous x, a copy of a transposed one

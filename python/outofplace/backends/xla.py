@@ -366,8 +366,8 @@ class CpuExecutable:
         self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
         self.executable = compile_for_cpu(stablehlo, options)
         self._viewers = [_Viewer(s, d) for s, d in results]
-        # What makes each result a jax Array, in C++ (`disassemble_into_single_device_arrays`
-        # makes them in Python, a few µs a call).
+        # What makes each result a jax Array, in C++
+        # (`disassemble_into_single_device_arrays` makes them in Python: µs a call).
         self._handlers = [xla_client.array_result_handler(
             _jax().core.ShapedArray(s, _numpy_dtype(d)), _sharding(), committed=True,
             _skip_checks=True) for s, d in results]
