@@ -541,7 +541,9 @@ def _calls_section(w: Any, rows: list[call_bench.SizeRow],
       "it (`bench/calls.py`): **compiled(...)** is `outofplace.compile(step, args)` "
       "called on the torch tensors (engine xla), **torch.compile backend** is "
       "`torch.compile(step, backend=\"outofplace\")`, **executable alone** is the same "
-      "XLA executable's `execute` on the cache's buffer (fed back), **jax.jit, donated** "
+      "XLA executable's `execute` (`CpuExecutable.execute`: `execute_sharded`, its results "
+      "made jax Arrays by C++ result handlers) on the cache's buffer (fed back), "
+      "**jax.jit, donated** "
       "is `jax.jit(lambda c, p, k: c.at[:, p].set(k), donate_argnums=0)` called on jax "
       "arrays. Medians of the calls made in about a second, after the first call (which "
       "adopts the cache: one copy of it into XLA's memory, see docs/api.md).\n")

@@ -89,13 +89,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Calla
     """Compiles one graph once (per shape, when sizes are symbolic); the callable runs it."""
     if any(_is_symbolic(example) for example in example_inputs):
         return ShapeSpecializing(gm)
-    compiled = compile_program(gm, tuple(_concrete(e) for e in example_inputs))
-
-    def run(*args: Any) -> Any:
-        return compiled(*args)
-
-    run.compiled = compiled  # type: ignore[attr-defined]
-    return run
+    return compile_program(gm, tuple(_concrete(e) for e in example_inputs))
 
 
 def _needs_gradients(example_inputs: list[Any]) -> bool:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import outofplace
+from outofplace import UnsupportedMutationError
 from outofplace.backends import xla
 
 from differential import assert_matches_eager, assert_same, assert_same_tree
@@ -235,11 +236,18 @@ def test_attention_after_the_write_at_batch_one_is_reported_copied(batch) -> Non
     (lambda c, cache, pos, k: c(cache, 3, k), TypeError, ["'pos'", "tensor", "int"]),
     (lambda c, cache, pos, k: c(cache.requires_grad_(), pos, k), ValueError,
      ["'cache'", "requires grad", "in place"]),
+    (lambda c, cache, pos, k: c(cache, pos, cache.view(-1)[:64].view(k.shape)),
+     UnsupportedMutationError, ["`cache`", "shares memory with argument `k`"]),
+    (lambda c, cache, pos, k: c(cache, pos, k, k), TypeError,
+     ["3 positional arguments", "got 4"]),
+    (lambda c, cache, pos, k: c(cache, pos.float(), k), ValueError,
+     ["'pos'", "torch.int64 []", "torch.float32 []"]),
 ])
 def test_bad_call_raises_named_error_before_changing_anything(call, error, words) -> None:
     compiled = outofplace.compile(step, step_args())
     cache, pos, k = step_args()
-    compiled(cache, pos, k)  # adopted
+    compiled(cache, pos, k)  # adopted, and the next calls planned (`Compiled._plan`)
+    assert compiled._plan is not None
     before = cache.clone()
     with pytest.raises(error) as raised:
         call(compiled, cache, torch.tensor(5), k + 1)
@@ -248,6 +256,61 @@ def test_bad_call_raises_named_error_before_changing_anything(call, error, words
         assert word in message
     assert "XLA" not in message and "INVALID_ARGUMENT" not in message
     assert_same(cache.detach(), before, "cache")
+
+
+def test_planned_calls_match_eager_as_arguments_change() -> None:
+    """Calls after the first go straight to XLA (`Compiled._plan`) while they look like
+    it; a new cache (adopted then), a read-only argument in another layout or one with
+    torch's lazy negation, a cache reassigned in a module, each match eager."""
+    compiled = outofplace.compile(step, step_args())
+    cache, pos, k = step_args()
+    expected = cache.clone()
+    other = torch.randn(4, 16, 2, 8)
+    expected_other = other.clone()
+    calls = [(cache, expected, k), (other, expected_other, k * 2),
+             (cache, expected, torch._neg_view(k)), (cache, expected, k * 3)]
+    for target, eager, update in calls:
+        out = compiled(target, pos, update)
+        assert_same(out, step(eager, pos, update.resolve_neg()), "output")
+        assert_same(target, eager, "cache")
+        pos = pos + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled(cache, pos, torch.randn(2, 4, 8).transpose(0, 1))  # traced again
+    assert len(compiled._relaid) == 1
+
+    class Cached(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(4, 16, 2, 8))
+
+        def forward(self, pos, k):
+            self.cache[:, pos] = k
+            return self.cache.sum()
+
+    module = Cached()
+    compiled = outofplace.compile(module, (pos, k))
+    for value in (1.0, 2.0):
+        compiled(torch.tensor(0), k)
+        module.cache = torch.full((4, 16, 2, 8), value)  # read again at the next call
+        eager = Cached()
+        eager.cache = module.cache.clone()
+        out = compiled(torch.tensor(1), k)
+        assert_same(out, eager(torch.tensor(1), k), "sum")
+        assert_same(module.cache, eager.cache, "the reassigned cache, written")
+
+
+def test_written_input_bumps_its_version_as_eager() -> None:
+    """A write autograd must see: a backward through a tensor saved before the call
+    raises, as after eager's write, on the first call (adopting) and planned ones."""
+    compiled = outofplace.compile(step, step_args())
+    cache, pos, k = step_args()
+    for _ in range(3):
+        weight = torch.ones((), requires_grad=True)
+        saved = (weight * cache).sum()  # saves cache for its backward
+        compiled(cache, pos, k)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            saved.backward()
 
 
 # -------------------------------------------------------------------------- layouts

@@ -13,6 +13,8 @@ when it finds one, compiles again without the fusion pass.
 
 from __future__ import annotations
 
+import bisect
+import ctypes
 import functools
 import math
 import threading
@@ -237,14 +239,14 @@ def _holder_of(tensor: torch.Tensor) -> _Holder | None:
     there, of the holder's size, covers the holder's memory.)"""
     holder = _HOLDERS.get(tensor.data_ptr())
     if holder is not None and tensor.is_contiguous() and \
-            tensor.numel() * tensor.element_size() == holder.nbytes:
+            tensor.nbytes == holder.nbytes:
         return holder
     return None
 
 
 def _covers_storage(tensor: torch.Tensor) -> bool:
     return tensor.is_contiguous() and tensor.storage_offset() == 0 and \
-        tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+        tensor.untyped_storage().nbytes() == tensor.nbytes
 
 
 def why_not_adoptable(tensor: torch.Tensor) -> str | None:
@@ -296,7 +298,7 @@ class _Memory:
     def __init__(self, tensor: torch.Tensor) -> None:
         self.tensor = tensor
         self.__array_interface__ = {
-            "shape": (tensor.numel() * tensor.element_size(),), "typestr": "|u1",
+            "shape": (tensor.nbytes,), "typestr": "|u1",
             "data": (tensor.data_ptr(), False), "version": 3}
 
 
@@ -345,14 +347,20 @@ class _Stage:
     """The kept, XLA-owned buffer a small read-only argument is copied into at each call,
     and the tensor over it."""
 
-    __slots__ = ("array", "tensor")
+    __slots__ = ("array", "tensor", "ptr", "nbytes")
 
     def __init__(self, shape: tuple[int, ...], dtype: torch.dtype) -> None:
         self.array = _owned_copy(torch.zeros(shape, dtype=dtype))
         self.tensor = _Viewer(shape, dtype)(self.array) if math.prod(shape) else None
+        self.ptr = self.array.unsafe_buffer_pointer()
+        self.nbytes = math.prod(shape) * dtype.itemsize
 
     def __call__(self, tensor: torch.Tensor) -> Any:
-        if self.tensor is not None:
+        if self.tensor is None:
+            return self.array
+        if tensor.is_contiguous() and not tensor.is_neg():  # its bytes are its values
+            ctypes.memmove(self.ptr, tensor.data_ptr(), self.nbytes)
+        else:
             self.tensor.copy_(tensor.detach() if tensor.requires_grad else tensor)
         return self.array
 
@@ -370,11 +378,18 @@ class CpuExecutable:
                  inputs: list[tuple[tuple[int, ...], torch.dtype]],
                  results: list[tuple[tuple[int, ...], torch.dtype]],
                  options: dict[str, Any] = COMPILE_OPTIONS) -> None:
+        from jax._src.lib import xla_client
+
         self.names, self.io_map = names, io_map
         self.donated = sorted(io_map)
         self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
         self.executable = compile_for_cpu(stablehlo, options)
         self._viewers = [_Viewer(s, d) for s, d in results]
+        # What makes each result a jax Array, in C++
+        # (`disassemble_into_single_device_arrays` makes them in Python: µs a call).
+        self._handlers = [xla_client.array_result_handler(
+            _jax().core.ShapedArray(s, _numpy_dtype(d)), _sharding(), committed=True,
+            _skip_checks=True) for s, d in results]
         self._stages = {i: _Stage(s, d) for i, (s, d) in enumerate(inputs)
                         if i not in io_map and self.input_bytes[i] <= STAGED_BYTES}
         self._zero_copied = [i for i in range(len(inputs))
@@ -402,8 +417,8 @@ class CpuExecutable:
 
     def execute(self, arguments: list[Any]) -> list[Any]:
         """The executable run on jax Arrays of outofplace's device: one array per result."""
-        return [r[0] for r in self.executable.execute_sharded(
-            arguments).disassemble_into_single_device_arrays()]
+        return self.executable.execute_sharded(arguments).consume_with_handlers(
+            self._handlers)
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """Runs the program: written arguments hold their new values after it. Returns
@@ -411,6 +426,25 @@ class CpuExecutable:
         tensor is that result)."""
         with _LOCK:
             return self._run(inputs)
+
+    def run_adopted(self, inputs: list[torch.Tensor]) -> list[torch.Tensor | None] | None:
+        """`self(inputs)` when every written argument is XLA's already (adopted by an
+        earlier call) and no other argument starts in its memory: as an adopted argument
+        covers all of its storage, none shares memory with it. Else None, nothing done
+        (the caller takes the general path, which checks and adopts)."""
+        with _LOCK:
+            holders = []
+            for i in self.donated:
+                holder = _holder_of(inputs[i])
+                if holder is None:
+                    return None
+                holders.append(holder)
+            starts = sorted(map(torch.Tensor.data_ptr, inputs))
+            for holder in holders:
+                if bisect.bisect_left(starts, holder.ptr + holder.nbytes) - \
+                        bisect.bisect_left(starts, holder.ptr) != 1:
+                    return None
+            return self._run(inputs, holders)
 
     def _zero_copy(self, i: int, tensor: torch.Tensor) -> Any:
         """A large read-only argument as XLA takes it: a view of torch memory."""
@@ -421,7 +455,10 @@ class CpuExecutable:
             tensor = tensor.contiguous()
         return _put(_host(tensor), "ZERO_COPY")
 
-    def _run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    def _run(self, inputs: list[torch.Tensor], holders: list[_Holder] | None = None
+             ) -> list[torch.Tensor | None]:
+        """Runs the program; `holders`, when given, are the written arguments' (else each
+        is found, adopted or copied here)."""
         arguments: list[Any] = [None] * len(inputs)
         for i, stage in self._stages.items():
             arguments[i] = stage(inputs[i])
@@ -429,9 +466,9 @@ class CpuExecutable:
             arguments[i] = self._zero_copy(i, inputs[i])
         adopted: dict[int, _Holder] = {}
         copied: list[int] = []
-        for i in self.donated:
+        for n, i in enumerate(self.donated):
             tensor = inputs[i]
-            holder = _holder_of(tensor)
+            holder = _holder_of(tensor) if holders is None else holders[n]
             if holder is None:
                 why = why_not_adoptable(tensor)
                 if why is None:
