@@ -236,6 +236,17 @@ def test_write_of_a_tensor_onto_itself() -> None:
     assert_matches_eager(f, torch.tensor([[2.0, -1.0, 1.0, -2.0, 0.0]]))
 
 
+def test_scatter_into_a_reshaped_slice() -> None:
+    """IREE folded the slice into the scatter and could not compile it (`expected rank
+    to be smaller or equal to the other rank`); found by the fuzzer (seed 9,200,175)."""
+    def f(x, w):
+        x[1:2].unsqueeze(-2).index_put_((torch.tensor([0, 0, 0]),), w, accumulate=True)
+        return x * 2
+
+    assert_matches_eager(f, torch.tensor([2.0, -1.0, 1.0, 0.0]),
+                         torch.tensor([[-1.0], [3.0], [1.0]]))
+
+
 def test_two_scatters_at_one_index_tensor() -> None:
     """IREE narrowed the shared indices to i32 once per scatter and could not compile
     the module (`unresolved source materialization`)."""

@@ -172,3 +172,21 @@ func.func @main(%x: tensor<4x2xf32>, %index: tensor<3xi64>, %v: tensor<3x2xf32>)
   }) : (tensor<4x2xf32>, tensor<3x1xi64>, tensor<3x2xf32>) -> tensor<4x2xf32>
   return %1 : tensor<4x2xf32>
 }""")
+
+
+def test_scatter_into_a_reshaped_slice_does_not_compile() -> None:
+    """Workaround: `_work_around_iree`, a barrier on a scatter operand that is a slice
+    (through reshapes), as on a gather's."""
+    with pytest.raises(Exception, match="expected rank to be smaller or equal"):
+        _compile("""
+func.func @main(%x: tensor<4xf32>, %w: tensor<3x1xf32>) -> tensor<1x1xf32> {
+  %0 = stablehlo.slice %x [1:2] : (tensor<4xf32>) -> tensor<1xf32>
+  %1 = stablehlo.reshape %0 : (tensor<1xf32>) -> tensor<1x1xf32>
+  %i = stablehlo.constant dense<0> : tensor<3x1xi64>
+  %2 = "stablehlo.scatter"(%1, %i, %w) <{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %s = stablehlo.add %a, %b : tensor<f32>
+    stablehlo.return %s : tensor<f32>
+  }) : (tensor<1x1xf32>, tensor<3x1xi64>, tensor<3x1xf32>) -> tensor<1x1xf32>
+  return %2 : tensor<1x1xf32>
+}""")

@@ -493,8 +493,12 @@ def _work_around_iree(module: Any) -> None:
 
     - A gather from a slice that is not contiguous (`x[:, -1:, idx]`): IREE folds the
       slice into the gather's load and fails to compile it (`LLVM Translation failed
-      for operation: builtin.unrealized_conversion_cast`). A gather's operand that is a
-      slice (through reshapes and transposes) is put behind a barrier: the slice is copied out first.
+      for operation: builtin.unrealized_conversion_cast`); a scatter into a reshaped
+      slice (`x[1:2].view(1, 1).index_add_(0, i, w)`) fails the same way (`expected rank
+      to be smaller or equal to the other rank`). A gather's or scatter's operand that is
+      a slice (through reshapes and transposes; for a scatter, a slice of part of its
+      operand: a barrier on all of a tensor written in place made IREE copy it onto
+      itself) is put behind a barrier: the slice is copied out first.
       (Not every computed operand: a barrier on a value also returned in place made IREE
       copy it onto itself.)
     - Two dynamic_update_slices of the same constant, the second just before the first
@@ -527,12 +531,15 @@ def _work_around_iree(module: Any) -> None:
                 _behind_barrier(op, 1)
             else:
                 scattered_at.append(op.operands[1])
-        source = _defining_op(op.operands[0]) if op.name == "stablehlo.gather" else None
+        source = _defining_op(op.operands[0]) \
+            if op.name in ("stablehlo.gather", "stablehlo.scatter") else None
         while source is not None and source.name in ("stablehlo.reshape",
                                                      "stablehlo.transpose"):
             source = _defining_op(source.operands[0])
-        if source is not None and source.name == "stablehlo.slice":
-            _behind_barrier(op, 0)
+        if source is not None and source.name == "stablehlo.slice" and (
+                op.name == "stablehlo.gather" or _elements(source.results[0]) <
+                _elements(source.operands[0])):  # (a scatter into all of a tensor
+            _behind_barrier(op, 0)                # behind a barrier: a copy onto itself)
         elif _whole_update(op, 1) and _is_constant(op.operands[1]):
             _selected_constant(op)
         elif op.name == "stablehlo.dynamic_update_slice" and (
@@ -559,6 +566,12 @@ def _selected_constant(op: Any) -> None:
                                      operands=[opaque.results[0], update, operand])
     op.results[0].replace_all_uses_with(select.results[0])
     op.erase()
+
+
+def _elements(value: Any) -> int:
+    from iree.compiler import ir
+
+    return math.prod(ir.RankedTensorType(value.type).shape)
 
 
 def _behind_barrier(op: Any, operand: int) -> None:
