@@ -13,7 +13,7 @@ import torch.fx
 
 from ..errors import UnsupportedMutationError
 from ..indexing import clamp_bound
-from .fx_graph import call, source_line, view_roots
+from .fx_graph import call, operand_at, source_line, view_roots
 from .inline import inline, trace
 
 
@@ -55,6 +55,14 @@ _SELF_ON_REAL = {torch.ops.aten.resolve_conj.default, torch.ops.aten.resolve_neg
                  torch.ops.aten.conj_physical_.default}
 
 
+def _inlined(graph: torch.fx.Graph, node: torch.fx.Node, fn: Callable[..., Any],
+             *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` traced on the fake values of the nodes among its arguments
+    and inlined at the insertion point, with `node`'s stack trace."""
+    gm, inputs = trace(graph, fn, args, kwargs)
+    return inline(graph, gm, inputs, node.meta.get("stack_trace"))
+
+
 def real_conjugations(graph: torch.fx.Graph) -> None:
     """`x.resolve_conj()`, `x.resolve_neg()`, `x.conj_physical_()` of a real `x`  =>  `x`."""
     for node in list(graph.nodes):
@@ -92,8 +100,7 @@ def _logcumsumexp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node |
     decomposition, log(cumsum(exp(x))), gave inf for x = 1e4 where eager gives 1e4."""
     if not node.meta["val"].is_floating_point():
         return None
-    gm, inputs = trace(graph, _log_cum_sum_exp, node.args, node.kwargs)
-    return inline(graph, gm, inputs, node.meta.get("stack_trace"))
+    return _inlined(graph, node, _log_cum_sum_exp, *node.args, **node.kwargs)
 
 
 _DROPOUTS = tuple(getattr(torch.ops.aten, name).default for name in (
@@ -127,15 +134,13 @@ def _fill_diagonal(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node 
     """x.fill_diagonal_(v)  =>  `_filled_diagonal`: a write at the diagonal's positions
     (torch-mlir has no fill_diagonal_). A wrapped fill of a matrix that is not
     contiguous steps through memory eager's way only: left to be refused."""
-    x, value = node.args[:2]
-    wrap = node.args[2] if len(node.args) > 2 else node.kwargs.get("wrap", False)
+    x, value, wrap = node.args[0], node.args[1], bool(operand_at(node, 2))
     shape = x.meta["val"].shape
     if not all(isinstance(n, int) for n in shape) or (
             wrap and len(shape) == 2 and shape[0] > shape[1] + 1 and
             not x.meta["val"].is_contiguous()):
         return None
-    gm, inputs = trace(graph, _filled_diagonal, (x, value, wrap), {})
-    return inline(graph, gm, inputs, node.meta.get("stack_trace"))
+    return _inlined(graph, node, _filled_diagonal, x, value, wrap)
 
 
 def _clamped_bools(x: torch.Tensor, low: torch.Tensor | None = None,
@@ -160,10 +165,8 @@ def _bool_clamp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | N
     x = node.args[0]
     if x.meta["val"].dtype != torch.bool:
         return None
-    low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
-    high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
-    gm, inputs = trace(graph, _clamped_bools, (x, low, high), {})
-    result = inline(graph, gm, inputs, node.meta.get("stack_trace"))
+    result = _inlined(graph, node, _clamped_bools, x, operand_at(node, 1),
+                      operand_at(node, 2))
     return call(graph, torch.ops.aten.copy_.default, x, result) if _CLAMPS[node.target] \
         else result
 
@@ -183,9 +186,7 @@ def _put(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor,
 def _put_in_place(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     """x.put_(i, v)  =>  `_put`: torch-mlir has no put_."""
     x, index, source = node.args[:3]
-    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
-    gm, inputs = trace(graph, _put, (x, index, source, accumulate), {})
-    return inline(graph, gm, inputs, node.meta.get("stack_trace"))
+    return _inlined(graph, node, _put, x, index, source, bool(operand_at(node, 3)))
 
 
 @_decomposes(torch.ops.aten.addcmul_.default, torch.ops.aten.addcdiv_.default,
