@@ -537,9 +537,9 @@ def _work_around_iree(module: Any) -> None:
                                                      "stablehlo.transpose"):
             source = _defining_op(source.operands[0])
         if source is not None and source.name == "stablehlo.slice" and (
-                op.name == "stablehlo.gather" or _elements(source.results[0]) <
-                _elements(source.operands[0])):  # (a scatter into all of a tensor
-            _behind_barrier(op, 0)                # behind a barrier: a copy onto itself)
+                op.name == "stablehlo.gather" or
+                _elements(source.results[0]) < _elements(source.operands[0])):
+            _behind_barrier(op, 0)
         elif _whole_update(op, 1) and _is_constant(op.operands[1]):
             _selected_constant(op)
         elif op.name == "stablehlo.dynamic_update_slice" and (
