@@ -113,6 +113,17 @@ def int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.V
                                operands=items, loc=loc, ip=ip).result
 
 
+def stablehlo_splat(tensor_type: ir.Type, value: int | float | bool,
+                    loc: ir.Location | None = None) -> ir.Value:
+    """A `stablehlo.constant` of `tensor_type` (a ranked tensor type) every element of
+    which is `value`."""
+    element = ir.RankedTensorType(tensor_type).element_type
+    attr = ir.FloatAttr.get(element, float(value)) if isinstance(element, ir.FloatType) \
+        else ir.IntegerAttr.get(element, int(value))
+    return ir.Operation.create("stablehlo.constant", results=[tensor_type], attributes={
+        "value": ir.DenseElementsAttr.get_splat(tensor_type, attr)}, loc=loc).result
+
+
 def tensor_literal(tensor: torch.Tensor, loc: ir.Location | None = None,
                    ip: ir.InsertionPoint | None = None) -> ir.Value:
     """`torch.vtensor.literal` holding `tensor` as an inline dense attribute."""

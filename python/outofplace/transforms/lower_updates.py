@@ -32,8 +32,8 @@ from .. import torch_types
 from ..op_registry import OPERATOR_TWINS, aten_name
 from ..errors import UnsupportedMutationError, warn_out_of_bounds_policy
 from ..indexing import constant_bound, from_end, index_entries
-from ..ir_utils import (builtin_shape, constant_bool, constant_int, to_builtin,
-                        torch_constant, unnamed)
+from ..ir_utils import (builtin_shape, constant_bool, constant_int, stablehlo_splat,
+                        to_builtin, torch_constant, unnamed)
 from .registry import Option, register_pass
 
 
@@ -43,13 +43,7 @@ def _i64() -> ir.Type:
 
 def _scalar_constant(element: ir.Type, value: int | float | bool,
                      loc: ir.Location | None) -> ir.Value:
-    scalar = ir.RankedTensorType.get([], element, loc=loc)
-    if isinstance(element, ir.FloatType):
-        attr = ir.FloatAttr.get(element, float(value))
-    else:
-        attr = ir.IntegerAttr.get(element, int(value))
-    return ir.Operation.create("stablehlo.constant", results=[scalar], attributes={
-        "value": ir.DenseElementsAttr.get_splat(scalar, attr)}, loc=loc).result
+    return stablehlo_splat(ir.RankedTensorType.get([], element, loc=loc), value, loc)
 
 
 def _static(op: ir.Operation, name: str) -> list[int]:

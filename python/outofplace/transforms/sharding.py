@@ -34,7 +34,7 @@ from typing import Any
 
 from torch_mlir import ir
 
-from ..ir_utils import all_operations, main_function, unnamed
+from ..ir_utils import all_operations, main_function, stablehlo_splat, unnamed
 
 # One entry per dimension: the mesh axes it is split over, major first; () is whole.
 Spec = tuple[tuple[str, ...], ...]
@@ -118,12 +118,8 @@ def _clamp_runtime_starts(main: Any) -> None:
             if room == 0 or (isinstance(start, ir.OpResult)
                              and start.owner.name == "stablehlo.constant"):
                 continue
-            element = ir.RankedTensorType(start.type).element_type
             with ir.InsertionPoint(op), loc:
-                low, high = (ir.Operation.create("stablehlo.constant", results=[start.type],
-                             attributes={"value": ir.DenseElementsAttr.get_splat(
-                                 start.type, ir.IntegerAttr.get(element, bound))}).result
-                             for bound in (0, room))
+                low, high = (stablehlo_splat(start.type, bound) for bound in (0, room))
                 clamped = ir.Operation.create("stablehlo.clamp", results=[start.type],
                                               operands=[low, start, high])
             op.operands[2 + dim] = clamped.result
@@ -171,23 +167,17 @@ def _scatter_without_merged_dims(main: Any) -> None:
         element = indices_t.element_type
         shape = list(indices_t.shape)
         with ir.InsertionPoint(op), unnamed(op.location):
-            def constant(value: int) -> Any:
-                return ir.Operation.create("stablehlo.constant", results=[indices_t],
-                                           attributes={"value": ir.DenseElementsAttr.get_splat(
-                                               indices_t, ir.IntegerAttr.get(element, value))}
-                                           ).result
-
             def binary(name: str, a: Any, b: Any) -> Any:
                 return ir.Operation.create(f"stablehlo.{name}", results=[indices_t],
                                            operands=[a, b]).result
 
             columns = []
             for d in range(m):
-                column = indices
-                if math.prod(whole[d + 1:m]) > 1:
-                    column = binary("divide", column, constant(math.prod(whole[d + 1:m])))
+                column, inner = indices, math.prod(whole[d + 1:m])
+                if inner > 1:
+                    column = binary("divide", column, stablehlo_splat(indices_t, inner))
                 if d:  # the first keeps what is out of range out of range
-                    column = binary("remainder", column, constant(whole[d]))
+                    column = binary("remainder", column, stablehlo_splat(indices_t, whole[d]))
                 columns.append(column)
             vector_shape = list(shape)
             vector_shape[vector] = m

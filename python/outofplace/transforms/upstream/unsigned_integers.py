@@ -25,7 +25,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 
-from ...ir_utils import all_operations
+from ...ir_utils import all_operations, stablehlo_splat
 from ..registry import register_pass
 
 
@@ -72,11 +72,8 @@ def _unsigned_inits(op: ir.Operation) -> list[ir.Operation]:
             continue
         if value == wanted:
             continue
-        with op.location, ir.InsertionPoint(op):
-            constant = ir.Operation.create("stablehlo.constant", results=[init.type],
-                                           attributes={"value": ir.DenseElementsAttr.get_splat(
-                                               init.type, ir.IntegerAttr.get(element, wanted))})
-        op.operands[i] = constant.results[0]
+        with ir.InsertionPoint(op):
+            op.operands[i] = stablehlo_splat(init.type, wanted, op.location)
         replaced.append(init.owner.operation)
     return replaced
 
