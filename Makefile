@@ -7,12 +7,13 @@ STAMP := $(VENV)/.outofplace-installed
 .PHONY: demo test lit pytest bench profile fuzz clean
 N ?= 10000
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py python/outofplace/backends/planned_call.cpp
 	$(PYTHON_SYSTEM) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch from the local wheel store, before anything can pull CUDA.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test,xla,iree]'
+	# No build isolation: the C++ planned call (setup.py) builds against this torch.
+	$(BIN)/pip install --quiet --no-build-isolation -e '.[test,xla,iree]'
 	touch $@
 
 demo: $(STAMP)

@@ -5,7 +5,9 @@ called as a user calls it, per call, beside eager PyTorch:
 - `compiled(cache, pos, k)` (`outofplace.compile`, engine "xla");
 - `torch.compile(step, backend="outofplace")`;
 - the executable alone: the same XLA executable's `execute`, the cache fed back;
-- `jax.jit(lambda c, p, k: c.at[:, p].set(k), donate_argnums=0)` called as a JAX user does.
+- `jax.jit(lambda c, p, k: (c.at[:, p].set(k), k.sum()), donate_argnums=0)`, the same
+  program in JAX, called as a JAX user does, and without `k.sum()` (the update alone);
+- `torch.compile(step, backend="eager")`: what dynamo's frame and guards cost alone.
 Then the peak resident memory of a call against the cache's size, update patterns that
 also read the cache (a slice before or after the write, the whole cache, attention), and
 the cost of the checked mode (`check_bounds=True`: the flags program run before the step).
@@ -164,18 +166,29 @@ def measure_size(cache_bytes: int, log: Callable[[str], None]) -> SizeRow:
     run = torch.compile(step, backend="outofplace", dynamic=False)
     run(cache, pos, k)
     row.times["torch.compile backend"] = median_time(lambda: run(cache, pos, k))
+    torch._dynamo.reset()
+    run = torch.compile(step, backend="eager", dynamic=False)  # dynamo's own cost
+    run(cache, pos, k)
+    row.times["torch.compile, eager backend"] = median_time(lambda: run(cache, pos, k))
     row.times["eager"] = median_time(lambda: step(cache, pos, k))
     del holder, executable, view, cache, run, compiled
     torch._dynamo.reset()
 
-    update = jax.jit(lambda c, p, kk: c.at[:, p].set(kk), donate_argnums=0)
+    # the same program in JAX: the cache donated and updated, and k.sum()
+    update = jax.jit(lambda c, p, kk: (c.at[:, p].set(kk), kk.sum()), donate_argnums=0)
     state = {"c": jax.numpy.zeros((pat.B, seq, pat.H, pat.D), jax.numpy.float32)}
     p, kj = jax.numpy.asarray(seq // 2), jax.numpy.asarray(k.numpy())
 
     def jit_call() -> None:
-        state["c"] = update(state["c"], p, kj)
-        state["c"].block_until_ready()
+        state["c"], total = update(state["c"], p, kj)
+        total.block_until_ready()  # one execution makes both
     row.times["jax.jit, donated"] = median_time(jit_call)
+    update_only = jax.jit(lambda c, p, kk: c.at[:, p].set(kk), donate_argnums=0)
+
+    def jit_update_only() -> None:  # a smaller program: the update without k.sum()
+        state["c"] = update_only(state["c"], p, kj)
+        state["c"].block_until_ready()
+    row.times["jax.jit, update only"] = median_time(jit_update_only)
     del state
     return row
 

@@ -119,7 +119,7 @@ class Compiled:
     bounds_check: bounds.BoundsCheck | None = None  # run before main (bounds.py)
     _traced_strides: Any = field(default=None, repr=False)  # strides seen with `layouts`
     _static: dict = field(default_factory=dict, repr=False)  # shapes -> Compiled (for XLA)
-    _plan: tuple | None = field(default=None, repr=False)  # see `_make_plan`
+    _plan: Any = field(default=None, repr=False)  # see `_make_plan`
 
     @functools.cached_property
     def dynamic(self) -> bool:
@@ -305,45 +305,29 @@ class Compiled:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Runs the program; mutated inputs and buffers are updated as eager would."""
-        if self._plan is not None and not kwargs:  # like the last checked call: to XLA
-            inputs = self._planned_inputs(args)
-            results = None if inputs is None else self._xla.run_adopted(inputs)
+        plan = self._plan
+        if plan is not None and not kwargs:  # like the last checked call: to XLA
+            inputs = [*_state_tensors(self.signature, self.source), *args] \
+                if self.signature.state_targets else args
+            results = plan(inputs)
             if results is not None:
                 return self._finish(inputs, results)
         return self.run(args, kwargs, self.engine)
 
-    def _planned_inputs(self, args: tuple) -> list[torch.Tensor] | None:
-        """The arguments of main for a call like the one `_plan` was made from, which
-        `run` checked: as many positional tensors, each on the CPU with the dtype, shape,
-        strides and storage offset that passed `_arguments` and `_other_layout` then,
-        and no written one requiring grad (under grad mode); else None, for `run` to
-        check the call (raise, or compile for another layout). Whether a written argument
-        shares memory with another, `run_adopted` checks."""
-        expected, written, state = self._plan
-        if len(args) + state != len(expected):
-            return None
-        inputs = [*_state_tensors(self.signature, self.source), *args] if state else \
-            list(args)
-        for value, (dtype, shape, strides, offset) in zip(inputs, expected):
-            if not isinstance(value, torch.Tensor) or value.dtype != dtype or \
-                    value.shape != shape or value.stride() != strides or \
-                    value.storage_offset() != offset or not value.is_cpu:
-                return None
-        for i in written:
-            if inputs[i].requires_grad and torch.is_grad_enabled():
-                return None
-        return inputs
-
     def _make_plan(self, inputs: list[torch.Tensor]) -> None:
-        """After a call `run` checked and ran on XLA: what `__call__` expects of the next
-        calls to take them straight to the executable. Not for calls needing more than
-        that (a bounds check, complex or non-tensor arguments, keywords)."""
+        """After a call `run` checked and ran on XLA: the planned call (xla.planned_call)
+        that takes the next calls straight to the executable while their arguments look
+        like these (dtype, shape, strides, storage offset; no written one requiring grad),
+        which passed `_arguments` and `_other_layout`; it returns None for any other call,
+        which `run` then checks (raises, or compiles for another layout). Not made for
+        calls needing more than that (a bounds check, complex or non-tensor arguments)."""
         if self.engine in ("auto", "xla") and self.bounds_check is None and \
                 self.signature.positional_tensors is not None and \
                 not self.signature.complex_arguments:
             state = len(self.signature.state_targets)
-            self._plan = ([(t.dtype, t.shape, t.stride(), t.storage_offset())
-                           for t in inputs], [i for i in self.io_map if i >= state], state)
+            self._plan = xla.planned_call(
+                self._xla, [(t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
+                            for t in inputs], [i for i in self.io_map if i >= state])
 
     def _xla_executable(self) -> xla.CpuExecutable:
         if self.dynamic:

@@ -20,6 +20,27 @@ pytest.importorskip("jax")
 pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWarning")
 
 
+@pytest.fixture(params=["C++", "Python"], autouse=True)
+def planned_call(request, monkeypatch) -> str:
+    """Every test runs with the planned calls of backends/planned_call.cpp and with their
+    Python twin (used when the extension is not built)."""
+    if request.param == "Python":
+        monkeypatch.setattr(xla, "planned_call", xla._PlannedCall)
+    return request.param
+
+
+def test_planned_call_extension_is_built() -> None:
+    """`make` builds the C++ planned call (setup.py); without it calls take the Python
+    twin, which is slower."""
+    from outofplace.backends import _planned_call
+
+    compiled = outofplace.compile(step, step_args())
+    cache, pos, k = step_args()
+    compiled(cache, pos, k)
+    assert isinstance(compiled._plan, _planned_call.PlannedCall) or \
+        xla.planned_call is xla._PlannedCall
+
+
 def step(cache, pos, k):
     cache[:, pos] = k
     return k.sum()
@@ -393,19 +414,47 @@ def test_failure_after_the_engine_ran_names_what_was_updated(monkeypatch) -> Non
     assert_same(cache, eager_cache, "cache after the next call")
 
 
+def test_planned_call_failing_after_the_engine_ran(monkeypatch) -> None:
+    """A planned call failing after XLA wrote the cache in place, while making its
+    other result a tensor: the error says the cache holds the new value, and it does."""
+    from jax._src.array import ArrayImpl
+
+    compiled = outofplace.compile(step, step_args())
+    cache, pos, k = step_args()
+    compiled(cache, pos, k)  # adopted; the next call is planned
+    eager = cache.clone()
+    step(eager, torch.tensor(5), k + 1)
+    pointer = ArrayImpl.unsafe_buffer_pointer
+
+    def broken(array):  # the 0-d result (k.sum()) fails to become a tensor
+        if array.ndim == 0:
+            raise RuntimeError("injected")
+        return pointer(array)
+    monkeypatch.setattr(ArrayImpl, "unsafe_buffer_pointer", broken)
+    with pytest.raises(xla.CallFailed, match="injected.*arguments 'cache' already hold "
+                       "the call's new values"):
+        compiled(cache, torch.tensor(5), k + 1)
+    monkeypatch.undo()
+    assert_same(cache, eager, "cache (updated, as the error says)")
+    assert_same(compiled(cache, pos, k), step(eager, pos, k), "the next call")
+    assert_same(cache, eager, "cache after the next call")
+
+
 def test_engine_failing_after_taking_the_buffer_says_so() -> None:
     compiled = outofplace.compile(step, step_args())
     cache, pos, k = step_args()
     compiled(cache, pos, k)
     executable = compiled._xla
+    loaded = executable.executable
 
-    def failing(arrays):
-        arrays[0].delete()  # as a donation into a failed execution leaves it
-        raise RuntimeError("injected")
-    executable.execute = failing
+    class Failing:
+        def execute_sharded(self, arrays):
+            arrays[0].delete()  # as a donation into a failed execution leaves it
+            raise RuntimeError("injected")
+    executable.executable = Failing()
     with pytest.raises(xla.CallFailed, match="arguments 'cache': their values are lost"):
         compiled(cache, pos, k)
-    del executable.execute
+    executable.executable = loaded
     assert bool((cache == 0).all())  # usable memory, not a dangling pointer
     compiled(cache, pos, k)
     assert_same(cache[:, 3], k, "cache after the next call")

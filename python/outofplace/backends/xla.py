@@ -484,25 +484,16 @@ class CpuExecutable:
         try:
             results = self.execute(arguments)
         except Exception as error:
-            lost = [i for i, h in adopted.items() if h.array.is_deleted()]
-            for i in lost:  # XLA took the buffer: the memory may be gone
-                _re_point(inputs[i], _Holder(_owned_copy(torch.zeros_like(inputs[i]))))
-            if not lost:
-                raise
-            raise CallFailed(
-                f"the call failed ({type(error).__name__}: {error}) after XLA took the "
-                f"buffers of {_named(self.names, lost)}: their values are lost (now zeros); "
-                "the other arguments keep their values from before the call") from error
+            self._execute_failed(inputs, adopted, error)
+            raise
         done: list[int] = []  # written arguments that hold their new values
         try:
             for i, holder in adopted.items():
                 result = results[self.io_map[i]]
                 if result.unsafe_buffer_pointer() == holder.ptr:
                     holder.array = result
-                else:  # XLA wrote elsewhere: the storage follows the new buffer
-                    _re_point(inputs[i], _Holder(result))
-                    self.report[self.names[i]] = \
-                        "in place, though XLA returned it in a new buffer"
+                else:
+                    self._moved(i, inputs[i], result)
                 done.append(i)
                 torch.autograd.graph.increment_version(inputs[i])
             for i in copied:
@@ -515,12 +506,70 @@ class CpuExecutable:
                 out[r] = self._viewers[r](results[r])
             return out
         except Exception as error:
-            kept = [i for i in self.donated if i not in done]
+            self._failed_after(done, error)
+            raise
+
+    def _moved(self, i: int, tensor: torch.Tensor, result: Any) -> None:
+        """XLA wrote argument i's new value elsewhere: its storage follows the new buffer."""
+        _re_point(tensor, _Holder(result))
+        self.report[self.names[i]] = "in place, though XLA returned it in a new buffer"
+
+    def _execute_failed(self, inputs: list[torch.Tensor], adopted: dict[int, _Holder],
+                        error: Exception) -> None:
+        """After XLA failed: raises CallFailed naming the written arguments whose buffers
+        it took (their memory re-pointed at zeros), or returns when it took none."""
+        lost = [i for i, h in adopted.items() if h.array.is_deleted()]
+        for i in lost:  # XLA took the buffer: the memory may be gone
+            _re_point(inputs[i], _Holder(_owned_copy(torch.zeros_like(inputs[i]))))
+        if lost:
             raise CallFailed(
-                f"the call failed after XLA ran ({type(error).__name__}: {error}); "
-                f"{_named(self.names, done)} already hold the call's new values "
-                f"(updated in place); {_named(self.names, kept)} keep their values from "
-                "before the call") from error
+                f"the call failed ({type(error).__name__}: {error}) after XLA took the "
+                f"buffers of {_named(self.names, lost)}: their values are lost (now zeros); "
+                "the other arguments keep their values from before the call") from error
+
+    def _failed_after(self, done: list[int], error: Exception) -> None:
+        """Raises CallFailed for a failure after XLA ran, naming the written arguments
+        that hold their new values (`done`) and those that keep their old ones."""
+        kept = [i for i in self.donated if i not in done]
+        raise CallFailed(
+            f"the call failed after XLA ran ({type(error).__name__}: {error}); "
+            f"{_named(self.names, done)} already hold the call's new values "
+            f"(updated in place); {_named(self.names, kept)} keep their values from "
+            "before the call") from error
+
+
+def planned_call(executable: CpuExecutable, layouts: list[tuple], written: list[int]
+                 ) -> Callable[[Any], list[torch.Tensor | None] | None]:
+    """A call of `executable` for arguments in `layouts` ((dtype, shape, strides, storage
+    offset) each), `written` ones not requiring grad: it returns the results as
+    `executable(inputs)` does, or None, having changed nothing, when the arguments do
+    not look like that or a written one is not XLA's already (`run_adopted`). In C++
+    (planned_call.cpp) when the extension is built, else its Python twin."""
+    try:
+        from ._planned_call import PlannedCall
+    except ImportError:  # not built: the same checks in Python
+        return _PlannedCall(executable, layouts, written)
+    return PlannedCall(executable, layouts, written)
+
+
+class _PlannedCall:
+    """planned_call.cpp in Python."""
+
+    def __init__(self, executable: CpuExecutable, layouts: list[tuple],
+                 written: list[int]) -> None:
+        self.executable, self.layouts, self.written = executable, layouts, written
+
+    def __call__(self, inputs: Any) -> list[torch.Tensor | None] | None:
+        if len(inputs) != len(self.layouts):
+            return None
+        for value, (dtype, shape, strides, offset) in zip(inputs, self.layouts):
+            if not isinstance(value, torch.Tensor) or value.layout != torch.strided or \
+                    not value.is_cpu or value.dtype != dtype or value.shape != shape or \
+                    value.stride() != strides or value.storage_offset() != offset:
+                return None
+        if torch.is_grad_enabled() and any(inputs[i].requires_grad for i in self.written):
+            return None
+        return self.executable.run_adopted(inputs)
 
 
 def _named(names: list[str], indices: list[int]) -> str:
