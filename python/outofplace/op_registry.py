@@ -159,7 +159,7 @@ def twin_is_available(twin: torch._ops.OpOverload, context: ir.Context) -> bool:
 
 # 0-d index dtypes eager applies as an int (`x[pos]` is then a select, a view); a 0-d
 # bool or uint8 index is a mask (a copy).
-_POSITION_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8})
+POSITION_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8})
 
 
 def is_position_view(op: ir.Operation) -> bool:
@@ -180,7 +180,7 @@ def is_position_view(op: ir.Operation) -> bool:
     positions = [torch_types.TensorType.of(v.type) for v in items.operands
                  if torch_types.is_tensor(v.type)]
     return bool(positions) and all(
-        t.sizes == () and t.dtype in _POSITION_DTYPES for t in positions)
+        t.sizes == () and t.dtype in POSITION_DTYPES for t in positions)
 
 
 def viewed_operand(op: ir.Operation) -> int | None:

@@ -109,6 +109,36 @@ def test_returned_mutated_input_is_the_callers_tensor() -> None:
         assert bool((cache[0] == 7).all())
 
 
+def returns_list_and_position_views(cache, pos, k):
+    cache[:, pos] = k
+    return cache.chunk(2, 1)[1], cache.split(3)[0], cache.unbind(1)[2], cache[:, pos], \
+        cache[pos]
+
+
+def test_returned_list_and_position_views_are_views_of_the_callers_tensor() -> None:
+    """Views eager returns through split, chunk and unbind, and at a runtime position
+    (`cache[:, pos]`, a 0-d tensor argument), are those views of the caller's tensor,
+    taken with this call's position: not results of main, and writes through them
+    reach the cache (fuzzer, seeds 9,400,135 and 9,400,253)."""
+    args = (torch.randn(4, 6), torch.tensor(2), torch.randn(4))
+    compiled = assert_matches_eager(returns_list_and_position_views, *args)
+    assert compiled.stablehlo.count("-> tensor<4x6xf32> {") == 1  # the cache alone
+    for engine in ("xla", "interpreter"):
+        cache = args[0].clone()
+        eager_cache = args[0].clone()
+        for pos in (1, 3, -1):
+            outs = compiled.run((cache, torch.tensor(pos), args[2]), engine=engine)
+            eager = returns_list_and_position_views(eager_cache, torch.tensor(pos), args[2])
+            for out, expected in zip(outs, eager):
+                assert out._base is cache
+                assert (out.shape, out.stride(), out.storage_offset()) == \
+                    (expected.shape, expected.stride(), expected.storage_offset())
+            assert_same_tree(outs, eager, f"[{engine}] outputs at {pos}")
+            outs[3].fill_(pos)  # eager's views write through
+            eager[3].fill_(pos)
+            assert_same(cache, eager_cache, f"[{engine}] cache written through a view")
+
+
 def test_input_returned_twice_and_unwritten_input_returned() -> None:
     def f(cache, x):
         cache.add_(x)

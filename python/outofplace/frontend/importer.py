@@ -10,6 +10,7 @@ written tensor, becomes `!torch.tensor`.
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -442,13 +443,77 @@ def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
     return held
 
 
+@dataclass(frozen=True)
+class Input:
+    """In an output's view operands: the call's argument `index` of main (a position)."""
+
+    index: int
+
+
+def _at_positions(tensor: torch.Tensor, key: tuple, *positions: torch.Tensor
+                  ) -> torch.Tensor:
+    """`tensor[:, pos]` as eager indexes it, a view: `key` has None for each `:` and the
+    number of the 0-d position tensor for each other dimension."""
+    return tensor[tuple(slice(None) if k is None else positions[k] for k in key)]
+
+
+def _position_view(value: torch.fx.Node, arguments: dict[torch.fx.Node, int]
+                   ) -> tuple | None:
+    """`x[:, pos]` with 0-d integer tensors that are arguments, traced as `index.Tensor`
+    (runtime_positions.py; op_registry.is_position_view): eager's view of x, taken
+    again on the caller's tensors, else None."""
+    if value.target is not torch.ops.aten.index.Tensor:
+        return None
+    key, positions = [], []
+    for item in value.args[1]:
+        if item is None:
+            key.append(None)
+            continue
+        fake = item.meta.get("val") if isinstance(item, torch.fx.Node) else None
+        if item not in arguments or not isinstance(fake, torch.Tensor) or fake.dim() or \
+                fake.dtype not in op_registry.POSITION_DTYPES:
+            return None
+        key.append(len(positions))
+        positions.append(Input(arguments[item]))
+    return _at_positions, (tuple(key), *positions), {}
+
+
+def _returns_views(node: Any) -> bool:
+    """Whether `node` is an op returning a list of views of its input (split, chunk,
+    unbind: `Tensor(a)[]`)."""
+    if not isinstance(node, torch.fx.Node) or \
+            not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    returns = node.target._schema.returns
+    return len(returns) == 1 and returns[0].alias_info is not None and \
+        isinstance(returns[0].type, torch.ListType)
+
+
 def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int]
                     ) -> tuple[int, tuple] | None:
     """(argument index, view ops from it) when `value` is an argument, or a view of one
-    through view ops with constant operands that shared its storage when traced (in-place
-    ops return their self), else None."""
+    eager would return, else None: through view ops with constant operands that shared
+    its storage when traced (in-place ops return their self), an item of a list of
+    views (split, chunk, unbind), or `x[pos]` at 0-d argument positions. A view's
+    operands may hold `Input`s, the call's arguments."""
     views = []
     while value not in arguments:
+        if isinstance(value, torch.fx.Node) and value.target is operator.getitem and \
+                _returns_views(value.args[0]):
+            views.append((operator.getitem, (value.args[1],), {}))
+            value = value.args[0]
+            if any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(
+                    (value.args[1:], value.kwargs))):
+                return None
+            views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
+            value = value.args[0]
+            continue
+        position = _position_view(value, arguments) if isinstance(value, torch.fx.Node) \
+            else None
+        if position is not None:
+            views.append(position)
+            value = value.args[0]
+            continue
         effects = op_effects(value) if isinstance(value, torch.fx.Node) else None
         if effects is None or effects.result_views != 0:
             return None
