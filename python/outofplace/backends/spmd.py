@@ -207,7 +207,8 @@ class ShardedExecutable:
             # a result that is state is the caller's tensor, as eager returns it; the
             # others are replicated: any device holds all of it
             return [inputs[self._state[i]] if i in self._state
-                    else self._viewer(i, results[i], dtype)(results[i]._arrays[0])
+                    else self._viewer(i, results[i], dtype)(
+                        results[i]._fully_replicated_shard())
                     for i, dtype in enumerate(result_dtypes)]
 
     def _viewer(self, index: int, result: Any, dtype: torch.dtype) -> xla._Viewer:
@@ -461,8 +462,8 @@ def _written(tensor: torch.Tensor, writes: list[_Write], results: list[Any]
             except RuntimeError:
                 return None
             continue
-        # replicated: any device's
-        values = [results[r]._arrays[0] for r in write.results]
+        # replicated: one device's (`_fully_replicated_shard`: one array, not one a device)
+        values = [results[r]._fully_replicated_shard() for r in write.results]
         update = xla._tensor_over(values.pop(), tensor.dtype) if write.with_update else None
         if write.op == "dynamic_update_slice":
             given = iter(values)
