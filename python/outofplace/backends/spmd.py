@@ -12,7 +12,8 @@ equal to the state by copying in only what the call wrote: the engine's module a
 returns where each `dynamic_update_slice` or `scatter` of the state wrote, and the host
 copies those regions from the devices' new shards into the caller's tensor; a state
 whose new value is not such a chain of writes is copied back whole, a shard per device
-(docs/sharding.md, "Running").
+(docs/sharding.md, "Running"). Small read-only arguments are copied into buffers the
+devices keep (`_Stage`): a call makes no device arrays for them.
 
 The report reads the partitioned module (converted back to MLIR by jaxlib): each device's
 buffer of sharded state, whether the alias survived, and which collective or copy reads
