@@ -7,12 +7,14 @@
 program is stepped in a loop with the cache resident on the devices, its updated (donated)
 cache fed back as the next step's: outofplace's program as `Compiled.__call__` runs it
 (through `jax.jit`'s dispatch, backends/spmd.py), JAX's `jax.jit` with the same shardings
-and `donate_argnums`, and outofplace's program on one device. Then `Compiled.__call__`
-itself on torch tensors. Bytes per device are XLA's compiled memory stats.
+and `donate_argnums`, outofplace's program on one device, and `Compiled.__call__` itself
+on torch tensors, in turns (a round each, five rounds: the machine is shared and its load
+varies). Bytes per device are XLA's compiled memory stats.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import sys
@@ -33,9 +35,11 @@ from outofplace.backends import xla  # noqa: E402
 
 warnings.filterwarnings("ignore")
 DEVICES = 4
+ROUNDS = 5
 
 
-def _median_us(step, state, seconds: float = 1.5) -> float:
+def _median_us(step, state, seconds: float):
+    """The median time of a step in a loop of `seconds`, and the state it left."""
     for _ in range(3):
         state = step(state)
     times, start = [], time.perf_counter()
@@ -44,7 +48,20 @@ def _median_us(step, state, seconds: float = 1.5) -> float:
         state = step(state)
         jax.block_until_ready(state)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+    return statistics.median(times) * 1e6, state
+
+
+def _in_turns(programs: dict, rounds: int = ROUNDS, seconds: float = 0.5) -> dict:
+    """Each program's time per step, the programs measured in turns, a round each, so
+    that the load of this shared machine falls on all of them alike: per program, its
+    rounds' medians."""
+    states = {name: fresh() for name, (_, fresh) in programs.items()}
+    found: dict[str, list[float]] = {name: [] for name in programs}
+    for _ in range(rounds):
+        for name, (step, _) in programs.items():
+            median, states[name] = _median_us(step, states[name], seconds)
+            found[name].append(median)
+    return found
 
 
 def run(shape: tuple[int, int, int, int]) -> dict:
@@ -89,33 +106,36 @@ def run(shape: tuple[int, int, int, int]) -> dict:
     def single_step(c):
         return one.execute([c, k1, pos1])[single.io_map[0]]
 
-    times = {
-        "outofplace, 4 devices": _median_us(ours, fresh()),
-        "JAX jit, 4 devices": _median_us(lambda c: jitted(c, k, pos), fresh()),
-        "outofplace, 1 device": _median_us(
-            single_step, jax.device_put(np.zeros(shape, np.float32), device)),
-    }
     # Compiled.__call__ on torch tensors: the first call copies the cache in; the others
     # find it on the devices and copy the written row from them into the caller's tensor
     cache = torch.zeros(shape)
     t0 = time.perf_counter()
     sharded(cache, args[1], args[2])
     first_ms = (time.perf_counter() - t0) * 1e3
-    calls = []
-    for step in range(200):
-        position = torch.tensor(step % S)
-        t0 = time.perf_counter()
-        sharded(cache, args[1], position)
-        calls.append(time.perf_counter() - t0)
+    positions, steps = [torch.tensor(p) for p in range(S)], itertools.count()
+
+    def call(_):
+        sharded(cache, args[1], positions[next(steps) % S])
+
+    rounds = _in_turns({
+        "outofplace, 4 devices": (ours, fresh),
+        "JAX jit, 4 devices": (lambda c: jitted(c, k, pos), fresh),
+        "outofplace, 1 device": (single_step, lambda: jax.device_put(
+            np.zeros(shape, np.float32), device)),
+        "Compiled.__call__": (call, lambda: None),
+    })
     assert torch.equal(cache[:, :, :200], torch.ones(B, H, min(200, S), D))
-    call_us = statistics.median(calls) * 1e6
+    times = {name: statistics.median(found) for name, found in rounds.items()}
+    ratios = [a / b for a, b in zip(rounds["outofplace, 4 devices"],
+                                    rounds["JAX jit, 4 devices"])]
     stats = {
         "outofplace, 4 devices": engine._executable.get_compiled_memory_stats(),
         "JAX jit, 4 devices": compiled_jax.runtime_executable().get_compiled_memory_stats(),
         "outofplace, 1 device": one.get_compiled_memory_stats(),
     }
-    return {"shape": shape, "times": times, "stats": stats, "report": report,
-            "call_us": call_us, "first_ms": first_ms}
+    return {"shape": shape, "times": times, "rounds": rounds, "ratios": ratios,
+            "stats": stats, "report": report, "first_ms": first_ms,
+            "load": os.getloadavg()}
 
 
 def markdown(result: dict) -> str:
@@ -130,20 +150,31 @@ def markdown(result: dict) -> str:
            "| program | time per step | argument bytes per device | aliased bytes per "
            "device | temp bytes per device |", "|---|---|---|---|---|"]
     for name, us in times.items():
+        if name == "Compiled.__call__":
+            continue
         s = stats.get(name) or stats.get("JAX jit, 4 devices")
         out.append(f"| {name} | {us:.1f} µs | {s.argument_size_in_bytes:,} | "
                    f"{s.alias_size_in_bytes:,} | {s.temp_size_in_bytes:,} |")
-    ours, jit = times["outofplace, 4 devices"], times["JAX jit, 4 devices"]
-    out += ["", f"outofplace / JAX jit (both through jax.jit's C++ dispatch; ours also "
-            f"returns the clamped position, for the host): {ours / jit:.2f}x. The "
-            "per-device bytes are the same: a quarter of the cache, aliased.\n",
-            f"`Compiled.__call__` on torch tensors, the cache resident on the devices "
+    ours, call = times["outofplace, 4 devices"], times["Compiled.__call__"]
+    out += ["", f"Each time is the median of {ROUNDS} rounds' medians, the programs "
+            "(and `Compiled.__call__` below) measured in turns, a round each, so that the "
+            "load of the shared machine falls on all alike (load average "
+            f"{result['load'][0]:.2f} at the end).\n",
+            "outofplace / JAX jit (both through jax.jit's C++ dispatch; ours also "
+            "returns the clamped position, for the host): "
+            f"{statistics.median(result['ratios']):.2f}x (per round: "
+            f"{', '.join(f'{r:.2f}' for r in result['ratios'])}). The per-device bytes "
+            "are the same: a quarter of the cache, aliased.\n",
+            "`Compiled.__call__` on torch tensors, the cache resident on the devices "
             "and the written row copied from the devices into the caller's tensor "
-            "(docs/sharding.md, "
-            f"\"Running\"): {result['call_us']:.1f} µs a step (median of 200); its first "
-            f"call, which copies the cache to the devices: {result['first_ms']:.1f} ms. "
-            "Each call also puts `k` and `pos` on the 4 devices and wraps the results. "
-            "(Before the cache was resident, a call copied it in and out: 84.6 ms.)\n",
+            f"(docs/sharding.md, \"Running\"): {call:.1f} µs a step, against "
+            f"{ours:.1f} µs for the executable stepped back to back (between calls the "
+            "host checks the arguments, copies `k` and `pos` into buffers the 4 devices "
+            "keep, and copies the written row from each device's shard; the devices' "
+            "threads, idle meanwhile, then take longer to start the next step); its "
+            "first call, which copies the cache to the "
+            f"devices: {result['first_ms']:.1f} ms. (Before the cache was resident, a "
+            "call copied it in and out: 84.6 ms.)\n",
             "The sharding report:\n", "```", str(result["report"]), "```", ""]
     return "\n".join(out)
 

@@ -361,6 +361,77 @@ def test_inference_tensors_are_copied_in_every_call():
     assert not compiled._sharded()._resident
 
 
+def test_small_arguments_go_through_kept_device_buffers():
+    """The read-only arguments (k, pos, idx) are copied into buffers the devices keep, the
+    same ones every call: each call's values reach the program (a negative view's as
+    values, not as its bytes)."""
+    compiled = outofplace.compile(writes, _cache_calls([0])[0], mesh={"x": 4},
+                                  shardings={"cache": SPECS["heads"]})
+    engine = compiled._sharded()
+    cache = torch.randn(B, H, S, D)
+    mirror = cache.clone()
+    kept = None
+    for step, p in enumerate([3, 7, 12, 0]):
+        _, k, pos, idx = _cache_calls([p])[0]
+        if step == 2:
+            k = torch._neg_view(k)
+        assert_same(compiled(cache, k, pos, idx), writes(mirror, k.clone(), pos, idx),
+                    f"result of call {step}")
+        assert_same(cache, mirror, f"cache after call {step}")
+        arrays = {i: stage.array for i, stage in engine._stages.items()}
+        assert set(arrays) == {1, 2, 3}
+        assert kept is None or all(arrays[i] is kept[i] for i in arrays)
+        kept = arrays
+
+
+def test_call_counts_its_write_in_the_version():
+    """The host writes the cache's new rows behind torch's back (NumPy): the call still
+    counts a write in the tensor's version, so autograd refuses a backward through a
+    value saved before it, as after eager's in-place write."""
+    compiled = outofplace.compile(writes, _cache_calls([0])[0], mesh={"x": 2},
+                                  shardings={"cache": SPECS["sequence"]})
+    for run in (compiled, writes):
+        cache, k, pos, idx = _cache_calls([5])[0]
+        weight = torch.ones(S, D, requires_grad=True)
+        product = (cache * weight).sum()  # saves cache for backward
+        before = cache._version
+        run(cache, k, pos, idx)
+        assert cache._version > before
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            product.backward()
+
+
+def test_calls_from_threads():
+    """Calls from several threads on their own caches, through one program (its kept
+    buffers for k and pos and each cache's resident state): each cache as eager leaves
+    it."""
+    import threading
+
+    compiled = outofplace.compile(writes, _cache_calls([0])[0], mesh={"x": 4},
+                                  shardings={"cache": SPECS["batch"]})
+    caches = [torch.randn(B, H, S, D) for _ in range(4)]
+    mirrors = [c.clone() for c in caches]
+    failures = []
+
+    def steps(t):
+        try:
+            for p in range(t, S, 3):
+                _, k, pos, idx = _cache_calls([p])[0]
+                expected = writes(mirrors[t], k, pos, idx)
+                assert_same(compiled(caches[t], k, pos, idx), expected, f"{t} at {p}")
+        except Exception as error:  # noqa: BLE001 (reported below)
+            failures.append(error)
+
+    threads = [threading.Thread(target=steps, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    for t in range(4):
+        assert_same(caches[t], mirrors[t], f"cache {t}")
+
+
 PAGES, PAGE = 8, 4
 
 

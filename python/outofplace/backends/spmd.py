@@ -12,7 +12,8 @@ equal to the state by copying in only what the call wrote: the engine's module a
 returns where each `dynamic_update_slice` or `scatter` of the state wrote, and the host
 copies those regions from the devices' new shards into the caller's tensor; a state
 whose new value is not such a chain of writes is copied back whole, a shard per device
-(docs/sharding.md, "Running").
+(docs/sharding.md, "Running"). Small read-only arguments are copied into buffers the
+devices keep (`_Stage`): a call makes no device arrays for them.
 
 The report reads the partitioned module (converted back to MLIR by jaxlib): each device's
 buffer of sharded state, whether the alias survived, and which collective or copy reads
@@ -21,7 +22,9 @@ an aliased buffer. `docs/sharding.md` shows one.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import functools
 import math
 import threading
 import weakref
@@ -127,6 +130,9 @@ class ShardedExecutable:
         # (argument, id of the caller's tensor) -> its state on the devices
         self._resident: dict[tuple[int, int], _Resident] = {}
         self._lock = threading.Lock()
+        # small read-only arguments: kept buffers on the devices each call copies into
+        self._stages: dict[int, _Stage] = {}
+        self._viewers: dict[int, xla._Viewer] = {}  # result -> its viewer
 
     def _jit(self, text: str) -> tuple[Any, list[int]]:
         """The module as a jax `Compiled` for the mesh, whose call is jax's C++ dispatch:
@@ -179,14 +185,9 @@ class ShardedExecutable:
     def _placement(self, index: int) -> _Placement:
         if index not in self._placements:
             spec = self._specs.get(index, ())
-            sharding = self._jax.sharding.NamedSharding(
-                self._mesh, self._jax.sharding.PartitionSpec(*(axes or None for axes in spec)))
-            shape = tuple(self._shapes[index])
-            slices = sharding.devices_indices_map(shape)
-            self._placements[index] = _Placement(
-                sharding, shape, list(slices),
-                [tuple(slice(*s.indices(n)[:2]) for s, n in zip(slices[d], shape))
-                 for d in slices])
+            self._placements[index] = _Placement(self._jax.sharding.NamedSharding(
+                self._mesh, self._jax.sharding.PartitionSpec(*(axes or None for axes in spec))),
+                tuple(self._shapes[index]))
         return self._placements[index]
 
     def __call__(self, inputs: list[torch.Tensor], result_dtypes: list[torch.dtype]
@@ -207,21 +208,33 @@ class ShardedExecutable:
             # a result that is state is the caller's tensor, as eager returns it; the
             # others are replicated: any device holds all of it
             return [inputs[self._state[i]] if i in self._state
-                    else xla._tensor_over(results[i].addressable_data(0), dtype)
+                    else self._viewer(i, results[i], dtype)(
+                        results[i]._fully_replicated_shard())
                     for i, dtype in enumerate(result_dtypes)]
+
+    def _viewer(self, index: int, result: Any, dtype: torch.dtype) -> xla._Viewer:
+        """What makes a result a tensor over its first device's buffer, made once."""
+        if index not in self._viewers:
+            self._viewers[index] = xla._Viewer(tuple(result.shape), dtype)
+        return self._viewers[index]
 
     def _on_devices(self, index: int, tensor: torch.Tensor) -> Any:
         """An argument as a jax Array on the mesh: a written one the state left on the
         devices by the last call, while the caller's tensor is as that call left it."""
-        placement = self._placement(index)
-        if index not in self._io_map:  # lent: XLA reads the tensor's memory
-            return placement.put(xla._host(tensor.contiguous()), owned=False)
+        if index not in self._io_map:
+            stage = self._stages.get(index)
+            if stage is None and 0 < tensor.nbytes <= xla.STAGED_BYTES:
+                stage = self._stages[index] = _Stage(self._placement(index), tensor.dtype)
+            if stage is not None:  # copied into the devices' kept buffers
+                return stage(tensor)
+            # lent: XLA reads the tensor's memory
+            return self._placement(index).put(xla._host(tensor.contiguous()), owned=False)
         resident = self._resident.pop((index, id(tensor)), None)
         if resident is not None and resident.holds(tensor):
             return resident.array
         # XLA updates a donated buffer in place only when it owns it (host memory it was
         # lent is copied whole by each call that donates it): one copy of each shard
-        return placement.put(xla._host(tensor.contiguous()), owned=True)
+        return self._placement(index).put(xla._host(tensor.contiguous()), owned=True)
 
     def _keep(self, index: int, tensor: torch.Tensor, results: list[Any]) -> None:
         """Makes the caller's tensor the argument's new value, and keeps that value on the
@@ -231,36 +244,10 @@ class ShardedExecutable:
         regions = None if writes is None else _written(tensor, writes, results)
         if regions is None:  # all of it
             regions = [(tensor, tuple(slice(0, n) for n in tensor.shape), None)]
-        self._copy_in(index, tensor, [s.data for s in array.addressable_shards], regions)
+        self._placement(index).copy_in(tensor, array._arrays, regions)
         if _tracked(tensor):
             key = (index, id(tensor))
             self._resident[key] = _Resident(tensor, array, self._resident, key)
-
-    def _copy_in(self, index: int, tensor: torch.Tensor, shards: list[Any],
-                 regions: list[Region]) -> None:
-        """Writes each region into the caller's tensor, in order: its value, or the part
-        of each device's new shard that holds it."""
-        placement = self._placement(index)
-        held = dict(zip(placement.devices, placement.slices))
-        pieces = {}  # a replicated axis holds the same shard twice: one of them
-        for shard in shards:
-            slices = held[next(iter(shard.devices()))]
-            pieces.setdefault(tuple((s.start, s.stop) for s in slices), (slices, shard))
-        data: dict[int, torch.Tensor] = {}  # each shard's memory, viewed once
-        with torch.no_grad():
-            for target, where, value in regions:
-                if value is not None:
-                    target[where].copy_(value)
-                    continue
-                for slices, shard in pieces.values():
-                    common = _overlap(where, slices)
-                    if common is None:
-                        continue
-                    if id(shard) not in data:
-                        data[id(shard)] = xla._tensor_over(shard, tensor.dtype)
-                    target[common].copy_(data[id(shard)][tuple(
-                        slice(c.start - s.start, c.stop - s.start)
-                        for c, s in zip(common, slices))])
 
     @property
     def host_sync(self) -> dict[str, str]:
@@ -307,14 +294,26 @@ def _version(tensor: torch.Tensor) -> int | None:
         return None
 
 
-@dataclass
 class _Placement:
     """How an argument lies on the mesh: its sharding, and each device's slice."""
 
-    sharding: Any
-    shape: tuple[int, ...]
-    devices: list[Any]
-    slices: list[tuple[slice, ...]]
+    def __init__(self, sharding: Any, shape: tuple[int, ...]) -> None:
+        self.sharding, self.shape = sharding, shape
+        indices = sharding.devices_indices_map(shape)
+        self.devices = list(indices)
+        self.slices = [tuple(slice(*s.indices(n)[:2]) for s, n in zip(indices[d], shape))
+                       for d in self.devices]
+        # A jax Array's per-device arrays (`_arrays`) are in the sharding's device order:
+        # each one's slice, and the positions of the distinct ones (a replicated axis
+        # holds the same shard twice)
+        held = dict(zip(self.devices, self.slices))
+        self.held = [held[d] for d in sharding._addressable_device_assignment]
+        first: dict[tuple, int] = {}
+        for position, slices in enumerate(self.held):
+            first.setdefault(tuple((s.start, s.stop) for s in slices), position)
+        self.distinct = sorted(first.values())
+        self.boxes = [[(s.start, s.stop) for s in slices] for slices in self.held]
+        self._views: dict[int, tuple[int, np.ndarray]] = {}  # position -> (address, view)
 
     def put(self, host: np.ndarray, owned: bool) -> Any:
         """The array on the devices, a shard each: in buffers XLA owns (copies), or over
@@ -331,6 +330,95 @@ class _Placement:
         if owned:
             array.block_until_ready()
         return array
+
+    def copy_in(self, tensor: torch.Tensor, shards: list[Any], regions: list[Region]
+                ) -> None:
+        """Writes each region into the caller's tensor, in order: its value, or (a region
+        of the tensor itself) the part of each device's new shard (`shards`: an array's
+        `_arrays`) that holds it, copied by NumPy (a few µs a piece, a third of torch's
+        indexing and copy); torch counts the write in the tensor's version."""
+        host = None  # the caller's tensor as NumPy sees it, made when first needed
+        for target, where, value in regions:
+            if value is not None:
+                with torch.no_grad():
+                    target[where].copy_(value)
+                continue
+            if host is None:
+                if tensor.numel() == 0:
+                    continue
+                host = _array(tensor.data_ptr(), tuple(tensor.shape), tensor.dtype,
+                              tuple(s * tensor.element_size() for s in tensor.stride()))
+            for position in self.distinct:
+                box = self.boxes[position]
+                common = [(max(w.start, a), min(w.stop, b)) for w, (a, b) in zip(where, box)]
+                if all(lo < hi for lo, hi in common):
+                    host[tuple(slice(lo, hi) for lo, hi in common)] = \
+                        self._view(position, shards[position], tensor.dtype)[tuple(
+                            slice(lo - a, hi - a) for (lo, hi), (a, _) in zip(common, box))]
+        torch.autograd.graph.increment_version(tensor)
+
+    def _view(self, position: int, shard: Any, dtype: torch.dtype) -> np.ndarray:
+        """A NumPy view of a device's shard, made once per address: a donated state's new
+        shard is the old one's buffer. The view owns nothing: it is read only while the
+        shard at its address is alive (during the call that returned it)."""
+        address = shard.unsafe_buffer_pointer()
+        kept = self._views.get(position)
+        if kept is None or kept[0] != address:
+            shape = tuple(b - a for a, b in self.boxes[position])
+            kept = self._views[position] = (address, _array(address, shape, dtype))
+        return kept[1]
+
+
+class _Stage:
+    """A small read-only argument's kept buffers on the devices, XLA's own (a shard
+    each), which each call copies the caller's tensor into: no new device arrays per
+    call (as xla._Stage on one device). Calls hold the engine's lock and wait for the
+    program, so no call reads them while the next one writes."""
+
+    def __init__(self, placement: _Placement, dtype: torch.dtype) -> None:
+        self.array = placement.put(np.zeros(placement.shape, xla._numpy_dtype(dtype)),
+                                   owned=True)
+        shards = self.array._arrays
+        self.whole = all(tuple(s.stop - s.start for s in slices) == placement.shape
+                         for slices in placement.held)  # replicated: every device all
+        self.addresses = [a.unsafe_buffer_pointer() for a in shards]
+        self.nbytes = math.prod(placement.shape) * dtype.itemsize
+        # tensors over each device's buffer (they keep the array), and its slice
+        self.views = [(xla._tensor_over(a, dtype), slices)
+                      for a, slices in zip(shards, placement.held)]
+
+    def __call__(self, tensor: torch.Tensor) -> Any:
+        if self.whole and tensor.is_contiguous() and not tensor.is_neg() \
+                and not tensor.is_conj():  # its bytes are its values
+            source = tensor.data_ptr()
+            for address in self.addresses:
+                ctypes.memmove(address, source, self.nbytes)
+        else:
+            with torch.no_grad():
+                for view, slices in self.views:
+                    view.copy_(tensor[slices])
+        return self.array
+
+
+def _array(address: int, shape: tuple[int, ...], dtype: torch.dtype,
+           strides: tuple[int, ...] | None = None) -> np.ndarray:
+    """A NumPy view of memory at an address, which it does not own (bfloat16 as its
+    bits)."""
+    return np.asarray(_Address(address, shape, _typestr(dtype), strides))
+
+
+@functools.cache
+def _typestr(dtype: torch.dtype) -> str:
+    return "<u2" if dtype == torch.bfloat16 else xla._numpy_dtype(dtype).str
+
+
+class _Address:
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, address: int, shape: tuple[int, ...], typestr: str,
+                 strides: tuple[int, ...] | None = None) -> None:
+        self.__array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
+                                    "data": (address, False), "version": 3}
 
 
 def _contiguous(array: np.ndarray) -> np.ndarray:
@@ -375,18 +463,18 @@ def _written(tensor: torch.Tensor, writes: list[_Write], results: list[Any]
             except RuntimeError:
                 return None
             continue
-        # replicated: any device's
-        values = [results[r].addressable_data(0) for r in write.results]
+        # replicated: one device's (`_fully_replicated_shard`: one array, not one a device)
+        values = [results[r]._fully_replicated_shard() for r in write.results]
         update = xla._tensor_over(values.pop(), tensor.dtype) if write.with_update else None
         if write.op == "dynamic_update_slice":
             given = iter(values)
-            starts = [min(max(int(np.asarray(next(given))) if s is None else s, 0), n - u)
+            starts = [min(max(int(_read(next(given))) if s is None else s, 0), n - u)
                       for s, n, u in zip(write.starts, current.shape, write.update)]
             # (the op clamps its starts)
             regions.append((current, tuple(slice(s, s + u)
                                            for s, u in zip(starts, write.update)), update))
             continue
-        windows = _scatter_windows(tuple(current.shape), np.asarray(values[0]),
+        windows = _scatter_windows(tuple(current.shape), _read(values[0]),
                                    write.update, write.dimensions)
         if windows is None:
             return None
@@ -398,6 +486,13 @@ def _written(tensor: torch.Tensor, writes: list[_Write], results: list[Any]
                 len(windows), *[w.stop - w.start for w in windows[0]]))
         regions += [(current, where, row) for where, row in zip(windows, rows)]
     return regions
+
+
+def _read(array: Any) -> np.ndarray:
+    """A copy of a one-device array's values, read at its address (the call is over)."""
+    if array.size == 0:
+        return np.empty(array.shape, array.dtype)
+    return np.array(_Address(array.unsafe_buffer_pointer(), array.shape, array.dtype.str))
 
 
 def _scatter_windows(shape: tuple[int, ...], indices: np.ndarray, updates: tuple[int, ...],
@@ -424,12 +519,6 @@ def _scatter_windows(shape: tuple[int, ...], indices: np.ndarray, updates: tuple
             return None
         windows.append(tuple(slice(c, c + w) for c, w in zip(corner, window)))
     return windows
-
-
-def _overlap(a: tuple[slice, ...], b: tuple[slice, ...]) -> tuple[slice, ...] | None:
-    """The common part of two regions (slices with starts and stops), or None."""
-    common = tuple(slice(max(x.start, y.start), min(x.stop, y.stop)) for x, y in zip(a, b))
-    return None if any(c.start >= c.stop for c in common) else common
 
 
 def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
