@@ -351,6 +351,28 @@ def test_planned_calls_match_eager_as_arguments_change() -> None:
         assert_same(module.cache, eager.cache, "the reassigned cache, written")
 
 
+def test_lazily_negated_arguments_match_eager() -> None:
+    """Tensors with torch's negative bit (`torch._neg_view`), whose bytes are their
+    values negated: a written one is copied in and out (not adopted: XLA's buffer
+    would hold the bytes), a large read-only one is read as its values."""
+    def f(cache, big):
+        cache.add_(big[:4])
+        return cache.sum() + big.sum()
+
+    n = xla.STAGED_BYTES // 4 * 2  # read through a view of torch memory, not staged
+    compiled = outofplace.compile(f, (torch.zeros(4), torch.ones(n)), engine="xla")
+    cache = torch._neg_view(torch.arange(4.0))
+    eager_cache = torch._neg_view(torch.arange(4.0))
+    big = torch._neg_view(torch.arange(float(n)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            assert_same(compiled(cache, big), f(eager_cache, big), "output")
+            assert_same(cache.resolve_neg(), eager_cache.resolve_neg(), "cache")
+    assert cache.is_neg()
+    assert "lazily negated" in compiled.in_place_report["cache"]
+
+
 def test_written_input_bumps_its_version_as_eager() -> None:
     """A write autograd must see: a backward through a tensor saved before the call
     raises, as after eager's write, on the first call (adopting) and planned ones."""

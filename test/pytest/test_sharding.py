@@ -361,6 +361,20 @@ def test_inference_tensors_are_copied_in_every_call():
     assert not compiled._sharded()._resident
 
 
+def test_lazily_negated_state_matches_eager():
+    """A state tensor with torch's negative bit (`torch._neg_view`): its bytes are its
+    values negated, on the way to the devices and back into it."""
+    compiled = outofplace.compile(writes, _cache_calls([0])[0], mesh={"x": 2},
+                                  shardings={"cache": SPECS["heads"]})
+    cache = torch._neg_view(torch.randn(B, H, S, D))
+    mirror = torch._neg_view(cache.resolve_neg().neg())
+    for p in [3, 6]:
+        _, k, pos, idx = _cache_calls([p])[0]
+        assert_same(compiled(cache, k, pos, idx), writes(mirror, k, pos, idx), f"at {p}")
+        assert cache.is_neg()
+        assert_same(cache.resolve_neg(), mirror.resolve_neg(), f"cache at {p}")
+
+
 def test_small_arguments_go_through_kept_device_buffers():
     """The read-only arguments (k, pos, idx) are copied into buffers the devices keep, the
     same ones every call: each call's values reach the program (a negative view's as

@@ -352,9 +352,11 @@ class _Placement:
                 box = self.boxes[position]
                 common = [(max(w.start, a), min(w.stop, b)) for w, (a, b) in zip(where, box)]
                 if all(lo < hi for lo, hi in common):
+                    values = self._view(position, shards[position], tensor.dtype)[tuple(
+                        slice(lo - a, hi - a) for (lo, hi), (a, _) in zip(common, box))]
+                    # a lazily negated tensor's bytes are its values negated
                     host[tuple(slice(lo, hi) for lo, hi in common)] = \
-                        self._view(position, shards[position], tensor.dtype)[tuple(
-                            slice(lo - a, hi - a) for (lo, hi), (a, _) in zip(common, box))]
+                        -values if tensor.is_neg() else values
         torch.autograd.graph.increment_version(tensor)
 
     def _view(self, position: int, shard: Any, dtype: torch.dtype) -> np.ndarray:

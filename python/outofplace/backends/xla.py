@@ -257,6 +257,8 @@ def why_not_adoptable(tensor: torch.Tensor) -> str | None:
         return "empty"
     if not tensor.is_contiguous():
         return "not contiguous"
+    if tensor.is_neg():
+        return "a lazily negated view (torch._neg_view): its bytes are not its values"
     if not _covers_storage(tensor):
         return "a view into a larger storage"
     if tensor.untyped_storage().is_shared():
@@ -303,7 +305,10 @@ class _Memory:
 
 
 def _host(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of a contiguous CPU tensor's memory (bfloat16 as ml_dtypes')."""
+    """A numpy view of a contiguous CPU tensor's values (bfloat16 as ml_dtypes'): its
+    memory, or a copy's when torch's lazy negation makes its bytes not its values."""
+    if tensor.is_neg():
+        tensor = tensor.resolve_neg()
     dtype = _numpy_dtype(tensor.dtype)
     if tensor.numel() == 0:
         return np.empty(tuple(tensor.shape), dtype)
