@@ -160,8 +160,8 @@ def markdown(result: dict) -> str:
             "(and `Compiled.__call__` below) measured in turns, a round each, so that the "
             "load of the shared machine falls on all alike (load average "
             f"{result['load'][0]:.2f} at the end).\n",
-            "outofplace / JAX jit (both through jax.jit's C++ dispatch; ours also "
-            "returns the clamped position, for the host): "
+            "outofplace / JAX jit (both through jax.jit's C++ dispatch; the host "
+            "computes the clamped position itself, backends/host_scalars.py): "
             f"{statistics.median(result['ratios']):.2f}x (per round: "
             f"{', '.join(f'{r:.2f}' for r in result['ratios'])}). The per-device bytes "
             "are the same: a quarter of the cache, aliased.\n",

@@ -375,6 +375,69 @@ def test_lazily_negated_state_matches_eager():
         assert_same(cache.resolve_neg(), mirror.resolve_neg(), f"cache at {p}")
 
 
+STARTS = """
+func.func @main(%pos: tensor<i64>, %u: tensor<ui8>) -> (tensor<i64>, tensor<i32>, tensor<i1>) {
+  %zero = stablehlo.constant dense<0> : tensor<i64>
+  %size = stablehlo.constant dense<64> : tensor<i64>
+  %last = stablehlo.constant dense<63> : tensor<i64>
+  %neg = stablehlo.compare LT, %pos, %zero, SIGNED : (tensor<i64>, tensor<i64>) -> tensor<i1>
+  %wrapped = stablehlo.add %pos, %size : tensor<i64>
+  %chosen = stablehlo.select %neg, %wrapped, %pos : tensor<i1>, tensor<i64>
+  %start = stablehlo.clamp %zero, %chosen, %last : tensor<i64>
+  %narrow = stablehlo.convert %pos : (tensor<i64>) -> tensor<i32>
+  %minus = stablehlo.negate %narrow : tensor<i32>
+  %square = stablehlo.multiply %minus, %narrow : tensor<i32>
+  %u64 = stablehlo.convert %u : (tensor<ui8>) -> tensor<i64>
+  %most = stablehlo.maximum %square, %narrow : tensor<i32>
+  %r = stablehlo.reshape %u64 : (tensor<i64>) -> tensor<1xi64>
+  %back = stablehlo.reshape %r : (tensor<1xi64>) -> tensor<i64>
+  %ub = stablehlo.convert %pos : (tensor<i64>) -> tensor<ui8>
+  %above = stablehlo.compare GT, %ub, %u, UNSIGNED : (tensor<ui8>, tensor<ui8>) -> tensor<i1>
+  %sum = stablehlo.subtract %start, %back : tensor<i64>
+  return %sum, %most, %above : tensor<i64>, tensor<i32>, tensor<i1>
+}
+"""
+
+
+@pytest.mark.parametrize("pos", [-70, -1, 0, 5, 63, 64, 2**31 + 5, -(2**33) - 3])
+def test_host_scalars_compute_as_the_program(pos):
+    """host_scalars.py (the starts of a sharded state's writes, computed on the host)
+    against the reference interpreter on the same module: wrapping, clamping, integer
+    widths, unsigned compares."""
+    from jax._src.interpreters import mlir as jax_mlir
+    from jax._src.lib.mlir import ir as jax_ir
+    from torch_mlir import ir
+
+    from outofplace.backends import host_scalars
+    from outofplace.backends.interpreter import interpret
+    from outofplace.context import make_context
+
+    inputs = [torch.tensor(pos), torch.tensor(7, dtype=torch.uint8)]
+    with make_context():
+        expected = interpret(ir.Module.parse(STARTS), inputs,
+                             [torch.int64, torch.int32, torch.bool])
+    with jax_mlir.make_ir_context():
+        module = jax_ir.Module.parse(STARTS)
+        main = module.body.operations[0]
+        block = main.regions[0].blocks[0]
+        returned = list(block.operations[len(block.operations) - 1].operands)
+        got = [host_scalars.host_scalar(v, {0, 1})(inputs) for v in returned]
+        assert host_scalars.host_scalar(returned[0], {1}) is None  # pos not read-only
+    assert got == [int(t) for t in expected]
+
+
+def test_runtime_start_is_computed_on_the_host():
+    """`c[:, :, pos] = k`: the start (pos wrapped, clamped) is computed from `pos` on the
+    host; the engine's module returns only the program's own results."""
+    compiled = outofplace.compile(writes, _cache_calls([0])[0], mesh={"x": 2},
+                                  shardings={"cache": SPECS["heads"]})
+    executable = compiled._sharded()
+    chains = [w for chain in executable._writes.values() if chain for w in chain]
+    dynamic = [w for w in chains if w.op == "dynamic_update_slice"]
+    assert dynamic and not any(w.results for w in dynamic)
+    assert any(callable(s) for w in dynamic for s in w.starts)
+
+
 def test_small_arguments_go_through_kept_device_buffers():
     """The read-only arguments (k, pos, idx) are copied into buffers the devices keep, the
     same ones every call: each call's values reach the program (a negative view's as

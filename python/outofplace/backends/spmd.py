@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import xla
+from . import host_scalars, xla
+from .host_scalars import host_scalar
 
 # Ops that move or duplicate a whole buffer, as jaxlib's HLO -> MLIR translation names them.
 MOVES = {"stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
@@ -204,7 +205,7 @@ class ShardedExecutable:
             for position, r in enumerate(self._order):
                 results[r] = returned[position]
             for arg in self._io_map:
-                self._keep(arg, inputs[arg], results)
+                self._keep(arg, inputs, results)
             # a result that is state is the caller's tensor, as eager returns it; the
             # others are replicated: any device holds all of it
             return [inputs[self._state[i]] if i in self._state
@@ -236,12 +237,13 @@ class ShardedExecutable:
         # lent is copied whole by each call that donates it): one copy of each shard
         return self._placement(index).put(xla._host(tensor.contiguous()), owned=True)
 
-    def _keep(self, index: int, tensor: torch.Tensor, results: list[Any]) -> None:
+    def _keep(self, index: int, inputs: list[torch.Tensor], results: list[Any]) -> None:
         """Makes the caller's tensor the argument's new value, and keeps that value on the
         devices for the next call."""
+        tensor = inputs[index]
         array = results[self._io_map[index]]
         writes = self._writes.get(index)
-        regions = None if writes is None else _written(tensor, writes, results)
+        regions = None if writes is None else _written(tensor, writes, results, inputs)
         if regions is None:  # all of it
             regions = [(tensor, tuple(slice(0, n) for n in tensor.shape), None)]
         self._placement(index).copy_in(tensor, array._arrays, regions)
@@ -443,15 +445,16 @@ class _Write:
     dimensions: tuple = ()
     update: tuple[int, ...] = ()  # the update's (scatter: the updates') shape
     with_update: bool = False  # the last result is the update (after a reshape)
-    starts: tuple[int | None, ...] = ()  # dynamic_update_slice: the constant starts, None
-    # for each start that is a result
+    # dynamic_update_slice: per start, a constant, a function of the call's arguments
+    # (host_scalars.py), or None: one of `results`
+    starts: tuple[int | host_scalars.Scalar | None, ...] = ()
 
 
 Region = tuple[torch.Tensor, tuple[slice, ...], "torch.Tensor | None"]
 
 
-def _written(tensor: torch.Tensor, writes: list[_Write], results: list[Any]
-             ) -> list[Region] | None:
+def _written(tensor: torch.Tensor, writes: list[_Write], results: list[Any],
+             inputs: list[torch.Tensor]) -> list[Region] | None:
     """Where the call wrote the state, in order: (the caller's tensor or a view of it,
     the region, its new value, or None to read it from the devices' shards). None when a
     scatter's writes are not plain (`_scatter_windows`) or the tensor's layout does not
@@ -470,7 +473,8 @@ def _written(tensor: torch.Tensor, writes: list[_Write], results: list[Any]
         update = xla._tensor_over(values.pop(), tensor.dtype) if write.with_update else None
         if write.op == "dynamic_update_slice":
             given = iter(values)
-            starts = [min(max(int(_read(next(given))) if s is None else s, 0), n - u)
+            starts = [min(max(int(_read(next(given))) if s is None else
+                              s if isinstance(s, int) else s(inputs), 0), n - u)
                       for s, n, u in zip(write.starts, current.shape, write.update)]
             # (the op clamps its starts)
             regions.append((current, tuple(slice(s, s + u)
@@ -578,6 +582,7 @@ def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] 
     from jax._src.lib.mlir.dialects import func, hlo
 
     block = main.regions[0].blocks[0]
+    read_only = set(range(len(block.arguments))) - set(io_map)
     ret = block.operations[len(block.operations) - 1]
     returned = list(ret.operands)
     exposed: list[Any] = []
@@ -608,7 +613,10 @@ def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] 
             starts: tuple[int | None, ...] = ()
             if op.name == "stablehlo.dynamic_update_slice":
                 update, dimensions = op.operands[1], ()
-                starts = tuple(map(_constant, list(op.operands)[2:]))
+                # each start a constant, else computed on the host when it can be
+                # (host_scalars.py), else returned
+                starts = tuple(host_scalar(v, read_only) if c is None else c for v, c in
+                               zip(list(op.operands)[2:], map(_constant, list(op.operands)[2:])))
                 values = [v for v, c in zip(list(op.operands)[2:], starts) if c is None]
             else:
                 numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
