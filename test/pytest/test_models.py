@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import outofplace
-from differential import assert_module_state_matches, assert_same_tree
+from differential import assert_matches_eager, assert_module_state_matches, \
+    assert_same_tree
 
 
 def _cnn() -> torch.nn.Module:
@@ -33,6 +34,29 @@ def test_batchnorm_cnn_several_steps(train):
         for name, buffer in eager.named_buffers():
             torch.testing.assert_close(dict(model.named_buffers())[name], buffer,
                                        rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", [torch.nn.BatchNorm1d, torch.nn.BatchNorm2d])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batchnorm_with_cumulative_average(norm, affine):
+    """momentum=None: the running statistics are the average of every batch's, with the
+    factor 1 / num_batches_tracked (frontend/cumulative_batch_norm.py); several steps
+    against eager on every engine, then eval mode reading them."""
+    torch.manual_seed(0)
+    shape = (6, 3) if norm is torch.nn.BatchNorm1d else (4, 3, 5, 5)
+    model = norm(3, momentum=None, affine=affine).train()
+    for step in range(3):
+        assert_matches_eager(model, torch.randn(*shape) * (step + 1) + step)
+    eager = copy.deepcopy(model)
+    compiled = outofplace.compile(model, (torch.randn(*shape),))
+    for step in range(3):
+        x = torch.randn(*shape) + step
+        assert_same_tree(compiled(x), eager(x), f"output at step {step}")
+        assert_module_state_matches(model, eager, f"state at step {step}")
+    model.eval()
+    eager.eval()
+    x = torch.randn(*shape)
+    assert_same_tree(outofplace.compile(model, (x,))(x), eager(x), "eval output")
 
 
 class PagedKVCache(torch.nn.Module):

@@ -30,7 +30,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import bounds_checks, complex_pairs, fx_rewrites, higher_order
+from . import bounds_checks, complex_pairs, cumulative_batch_norm, fx_rewrites, higher_order
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
@@ -234,7 +234,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
              module.register_forward_hook(leave, always_call=True)]
     modes = torch._C._len_torch_function_stack()
     try:
-        with steps:
+        with steps, cumulative_batch_norm.traced(module):
             return torch.export.export(module, tuple(args), kwargs or {}, strict=False,
                                        dynamic_shapes=dynamic_shapes)
     except _DATA_DEPENDENT as error:
