@@ -143,9 +143,15 @@ def assert_call_matches_eager(compiled: outofplace.Compiled, f: Any, args: tuple
     _assert_call_matches(actual, expected, (compiled_args, compiled_kwargs),
                          (eager_args, eager_kwargs), f"[{engine}]", engine)
     if engine == "xla" and compiled.engine in ("auto", "xla") and not kwargs:
-        # Again on the same tensors through `compiled(...)`: after a checked call on
+        # Again on the same tensors, their values reset to the arguments' (so that
+        # rounding does not compound), through `compiled(...)`: after a checked call on
         # XLA this is the planned call (backends/planned_call.cpp); the first call's
         # outputs must stay eager's (views of inputs change with them, as in eager).
+        for argument, compiled_arg, eager_arg in zip(*map(
+                pytree.tree_leaves, (args, compiled_args, eager_args))):
+            if isinstance(argument, torch.Tensor):
+                compiled_arg.untyped_storage().copy_(argument.untyped_storage())
+                eager_arg.untyped_storage().copy_(argument.untyped_storage())
         expected_again = f(*eager_args)
         actual_again = compiled(*compiled_args)
         _assert_call_matches(actual_again, expected_again, compiled_args, eager_args,

@@ -332,3 +332,27 @@ def test_resized_out_of_a_pointwise_op_on_transposed_inputs_is_refused() -> None
     eager = flatten_of_resized_out(transposed((3, 3, 4)), torch.tensor(0.))
     assert eager.flatten()[7] != 0  # the write went into a copy, as said above
     assert_matches_eager(flatten_of_resized_out, torch.randn(3, 3, 4), torch.tensor(0.))
+
+
+def _write_through_position_of_as_strided(x, pos, w):
+    x.as_strided((2,), (2,))[pos].add_(w)
+    return x * 1
+
+
+def _read_as_strided_after_position_write(x, pos):
+    v = x.as_strided((2,), (1,))
+    x[pos].add_(1)
+    return v * 1
+
+
+@pytest.mark.parametrize("f, args", [
+    (_write_through_position_of_as_strided,
+     (torch.arange(6.0).reshape(2, 3), torch.tensor(1), torch.tensor(10.0))),
+    (_read_as_strided_after_position_write, (torch.arange(3.0), torch.tensor(0))),
+])
+def test_position_views_are_views_before_import(f: Callable, args: tuple) -> None:
+    """`v[pos]` (pos a 0-d tensor) is a view in the FX analyses too (fx_graph's
+    is_position_view): a write through it into an as_strided view reached the gathered
+    copy only, and an as_strided read was not re-taken after a write through it; both
+    silently kept the old values (fuzzer, seed 9,700,469)."""
+    assert_matches_eager(f, *args)

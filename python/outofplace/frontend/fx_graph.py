@@ -122,6 +122,19 @@ def source_line(node: torch.fx.Node) -> str:
     return f"{frames[-1][0]}:{frames[-1][1]}" if frames else ""
 
 
+def is_position_view(node: torch.fx.Node) -> bool:
+    """`x[:, pos]` as runtime_positions.py traces it: `index.Tensor` at only None and 0-d
+    integer positions, a view of x in eager (op_registry.is_position_view, in MLIR).
+    Its fake value is a copy: only the graph says it is a view."""
+    if node.target is not torch.ops.aten.index.Tensor:
+        return False
+    positions = [item for item in node.args[1] if item is not None]
+    return bool(positions) and all(
+        isinstance(item, torch.fx.Node) and isinstance(item.meta.get("val"), torch.Tensor)
+        and item.meta["val"].dim() == 0
+        and item.meta["val"].dtype in op_registry.POSITION_DTYPES for item in positions)
+
+
 def view_roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node],
                                                dict[torch.fx.Node, torch.fx.Node]]:
     """Each node's root through views and list views, and the roots written in place,
@@ -131,6 +144,9 @@ def view_roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node
     for node in graph.nodes:
         if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) \
                 and is_list_view(node.args[0]):
+            roots[node] = roots.get(node.args[0], node.args[0])
+            continue
+        if is_position_view(node):
             roots[node] = roots.get(node.args[0], node.args[0])
             continue
         effects = op_effects(node)
@@ -157,7 +173,10 @@ def written_operands(node: torch.fx.Node, position: int) -> list[torch.fx.Node]:
 
 
 def view_base(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The tensor a pure view op views (its `Tensor(a)` operand)."""
+    """The tensor a pure view op views (its `Tensor(a)` operand), or a position view
+    (`is_position_view`) its indexed tensor."""
+    if is_position_view(node):
+        return node.args[0]
     effects = op_effects(node)
     if effects is None or not effects.is_view or effects.result_views >= len(node.args):
         return None
