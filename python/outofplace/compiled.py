@@ -252,15 +252,34 @@ class Compiled:
             if not value.is_cpu:
                 raise ValueError(f"argument '{name}' is on {value.device}; outofplace runs "
                                  "on CPU tensors")
-            if value.requires_grad and given[i].is_leaf and i in self.io_map and \
-                    i >= len(state) and torch.is_grad_enabled():
+            if i in self.io_map:
+                self._check_writable(name, value, given[i], i >= len(state))
+        signature.symbolic_sizes.check(self.input_names, inputs)
+        signature.refuse_written_inputs_sharing_memory(inputs)
+        return inputs
+
+    @staticmethod
+    def _check_writable(name: str, value: torch.Tensor, given: torch.Tensor,
+                        user_input: bool) -> None:
+        """Raises ValueError for a tensor the program writes that a call cannot write as
+        eager would: one that requires grad with grad enabled (eager refuses a leaf; for
+        another, eager records the write in its autograd history, which a compiled call
+        cannot: its gradients would be silently wrong), an inference tensor outside
+        inference mode (eager refuses it)."""
+        if user_input and value.requires_grad and torch.is_grad_enabled():
+            if given.is_leaf:
                 raise ValueError(f"argument '{name}' is a leaf tensor that requires grad, "
                                  "and the program writes it in place, which eager refuses: "
                                  "call under torch.no_grad() or pass a tensor that does "
                                  "not require grad")
-        signature.symbolic_sizes.check(self.input_names, inputs)
-        signature.refuse_written_inputs_sharing_memory(inputs)
-        return inputs
+            raise ValueError(f"argument '{name}' requires grad and the program writes it "
+                             "in place: eager records the write in its autograd history, "
+                             "a compiled call cannot (gradients through it would be "
+                             "wrong): call under torch.no_grad() or pass a detached tensor")
+        if value.is_inference() and not torch.is_inference_mode_enabled():
+            raise ValueError(f"argument '{name}' is an inference tensor and the program "
+                             "writes it in place, which eager refuses outside inference "
+                             "mode: call under torch.inference_mode() or pass a clone")
 
     def _check_count(self, args: tuple, kwargs: dict) -> None:
         """Raises TypeError for a call with another number of positional arguments, or
@@ -317,7 +336,8 @@ class Compiled:
     def _make_plan(self, inputs: list[torch.Tensor]) -> None:
         """After a call `run` checked and ran on XLA: the planned call (xla.planned_call)
         that takes the next calls straight to the executable while their arguments look
-        like these (dtype, shape, strides, storage offset; no written one requiring grad),
+        like these (dtype, shape, strides, storage offset; no written one requiring grad,
+        none an inference tensor outside inference mode),
         which passed `_arguments` and `_other_layout`; it returns None for any other call,
         which `run` then checks (raises, or compiles for another layout). Not made for
         calls needing more than that (a bounds check, complex or non-tensor arguments)."""

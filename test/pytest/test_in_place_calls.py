@@ -502,3 +502,54 @@ def test_read_only_inputs_and_results_are_not_shared_between_calls() -> None:
         big.fill_(-1)  # the caller's memory changes: the result does not
         assert_same(big_same, x[0].expand(n), "the clone of big, its input overwritten")
     assert_same(cache, torch.full((4,), 9.0), "cache")
+
+
+def scale(x, y):
+    x.mul_(y)
+    return y.sum()
+
+
+def test_written_non_leaf_requiring_grad_is_refused() -> None:
+    """Eager records `x.mul_(y)` in the autograd history of a non-leaf x; a compiled call
+    cannot, and a backward through x would give the gradient of x before the call
+    (silently wrong): refused while grad is enabled, on the first call and planned ones;
+    under no_grad it runs as eager does."""
+    compiled = outofplace.compile(scale, (torch.randn(5), torch.randn(5)))
+    weight, y = torch.randn(5, requires_grad=True), torch.randn(5)
+    with torch.no_grad():
+        x = weight * 1
+    compiled(x, y)  # adopted; the next call is planned
+    for _ in range(2):
+        x = weight * 1
+        before = x.detach().clone()
+        with pytest.raises(ValueError, match="argument 'x' requires grad and the program "
+                           "writes it in place.*torch.no_grad"):
+            compiled(x, y)
+        assert_same(x.detach(), before, "x")
+    x, eager = weight.detach() * 1, weight.detach() * 1
+    with torch.no_grad():
+        for _ in range(2):
+            assert_same(compiled(x, y), scale(eager, y), "output")
+            assert_same(x, eager, "x")
+
+
+def test_written_inference_tensor_outside_inference_mode_is_refused() -> None:
+    """Eager refuses an in-place write of an inference tensor outside inference mode; a
+    call raised torch's error only after XLA had written it (bumping its version), and a
+    planned call did the same. Inside inference mode it runs as eager does."""
+    compiled = outofplace.compile(scale, (torch.randn(5), torch.randn(5)))
+    with torch.inference_mode():
+        x, y = torch.randn(5), torch.randn(5)
+        eager = x.clone()
+    for call in range(4):
+        if call in (1, 3):  # the second one planned
+            before = x.clone()
+            with pytest.raises(ValueError, match="argument 'x' is an inference tensor.*"
+                               "outside inference mode"):
+                compiled(x, y)
+            assert_same(x, before, "x")
+        else:
+            with torch.inference_mode():
+                assert_same(compiled(x, y), scale(eager, y), "output")
+            assert_same(x, eager, "x")
+

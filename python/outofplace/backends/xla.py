@@ -543,8 +543,9 @@ def planned_call(executable: CpuExecutable, layouts: list[tuple], written: list[
     """A call of `executable` for arguments in `layouts` ((dtype, shape, strides, storage
     offset) each), `written` ones not requiring grad: it returns the results as
     `executable(inputs)` does, or None, having changed nothing, when the arguments do
-    not look like that or a written one is not XLA's already (`run_adopted`). In C++
-    (planned_call.cpp) when the extension is built, else its Python twin."""
+    not look like that, a written one is not XLA's already (`run_adopted`) or is an
+    inference tensor outside inference mode. In C++ (planned_call.cpp) when the
+    extension is built, else its Python twin."""
     try:
         from ._planned_call import PlannedCall
     except ImportError:  # not built: the same checks in Python
@@ -568,6 +569,9 @@ class _PlannedCall:
                     value.stride() != strides or value.storage_offset() != offset:
                 return None
         if torch.is_grad_enabled() and any(inputs[i].requires_grad for i in self.written):
+            return None
+        if not torch.is_inference_mode_enabled() and \
+                any(inputs[i].is_inference() for i in self.executable.donated):
             return None
         return self.executable.run_adopted(inputs)
 
