@@ -553,3 +553,31 @@ def test_written_inference_tensor_outside_inference_mode_is_refused() -> None:
                 assert_same(compiled(x, y), scale(eager, y), "output")
             assert_same(x, eager, "x")
 
+
+def add_then_double(x, y):
+    x.add_(y)
+    return y * 2, x.sum()
+
+
+def test_lazily_negated_views_give_their_values() -> None:
+    """A tensor from `torch._neg_view` holds the negation of its values in its memory. XLA
+    read that memory as the values for a large read-only argument (taken without a
+    copy) and a written one (adopted or copied), and a negated view of an adopted
+    tensor passed as the written argument ran on the adopted buffer as it is."""
+    n = xla.STAGED_BYTES // 4 * 2  # a read-only argument this large is not staged
+    compiled = outofplace.compile(add_then_double, (torch.randn(n), torch.randn(n)))
+    x, base = torch.randn(n), torch.randn(n)
+    eager_x, eager_base = x.clone(), base.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for written, read in [(lambda x, b: x, lambda x, b: torch._neg_view(b)),  # read
+                              (lambda x, b: torch._neg_view(b), lambda x, b: x),  # copied
+                              (lambda x, b: x, lambda x, b: b),  # x adopted, planned next
+                              (lambda x, b: torch._neg_view(x), lambda x, b: b),
+                              (lambda x, b: torch._neg_view(x), lambda x, b: b)]:
+            out = compiled(written(x, base), read(x, base))
+            expected = add_then_double(written(eager_x, eager_base),
+                                       read(eager_x, eager_base))
+            assert_same_tree(out, expected, "outputs")
+            assert_same(x, eager_x, "x")
+            assert_same(base, eager_base, "base")

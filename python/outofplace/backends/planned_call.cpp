@@ -158,7 +158,7 @@ class PlannedCall {
       if (tensor.is_inference() && !c10::InferenceMode::is_enabled()) return py::none();
       auto start = reinterpret_cast<uintptr_t>(tensor.data_ptr());
       py::object holder = holders_get_(start);
-      if (holder.is_none() || !tensor.is_contiguous() ||
+      if (holder.is_none() || !tensor.is_contiguous() || tensor.is_neg() ||
           static_cast<int64_t>(tensor.nbytes()) != holder.attr(name.nbytes).cast<int64_t>())
         return py::none();
       uintptr_t end = start + tensor.nbytes();
