@@ -581,3 +581,22 @@ def test_lazily_negated_views_give_their_values() -> None:
             assert_same_tree(out, expected, "outputs")
             assert_same(x, eager_x, "x")
             assert_same(base, eager_base, "base")
+
+
+def test_lazily_negated_views_on_every_engine() -> None:
+    """IREE imported a contiguous negated view's memory as its values (and a written one
+    failed with torch's error on `view`); every engine reads and writes the values."""
+    from differential import ENGINES
+
+    compiled = outofplace.compile(add_then_double, (torch.randn(8), torch.randn(8)))
+    for engine in ENGINES:
+        x, base = torch.randn(8), torch.randn(8)
+        eager_x, eager_base = x.clone(), base.clone()
+        for written, read in [(lambda x, b: x, lambda x, b: torch._neg_view(b)),
+                              (lambda x, b: torch._neg_view(b), lambda x, b: x)]:
+            out = compiled.run((written(x, base), read(x, base)), engine=engine)
+            expected = add_then_double(written(eager_x, eager_base),
+                                       read(eager_x, eager_base))
+            assert_same_tree(out, expected, f"[{engine}] outputs")
+            assert_same(x, eager_x, f"[{engine}] x")
+            assert_same(base, eager_base, f"[{engine}] base")
