@@ -332,3 +332,25 @@ def test_resized_out_of_a_pointwise_op_on_transposed_inputs_is_refused() -> None
     eager = flatten_of_resized_out(transposed((3, 3, 4)), torch.tensor(0.))
     assert eager.flatten()[7] != 0  # the write went into a copy, as said above
     assert_matches_eager(flatten_of_resized_out, torch.randn(3, 3, 4), torch.tensor(0.))
+
+
+def add_into_prefix(cache, x):
+    cache[: x.shape[0]] += x  # a slice bounded by x's dynamic size (aten.sym_size.int)
+    return cache.sum(0)
+
+
+def test_slice_bounded_by_a_dynamic_size() -> None:
+    """`sym_size.int` has a CompositeImplicitAutograd kernel, so the pass decomposing ops
+    torch-mlir does not lower traced it, got the size of the trace (a constant) and
+    failed on its two users with a bare AssertionError. (IREE does not compile the
+    scatter of a dynamic window this writes: IreeCompileError.)"""
+    from differential import ENGINES, assert_call_matches_eager
+    from torch.export import Dim
+
+    compiled = outofplace.compile(add_into_prefix, (torch.zeros(8, 4), torch.ones(3, 4)),
+                                  dynamic_shapes={"cache": None,
+                                                  "x": {0: Dim("n", min=1, max=8)}})
+    for engine in (e for e in ENGINES if e != "iree"):
+        for n in (1, 3, 8):
+            assert_call_matches_eager(compiled, add_into_prefix,
+                                      (torch.randn(8, 4), torch.randn(n, 4)), {}, engine)
