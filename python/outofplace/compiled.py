@@ -228,11 +228,14 @@ class Compiled:
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """The arguments of main for a call, checked against what was compiled before
-        anything runs: a wrong count, type, shape, dtype, device or a written leaf that
-        requires grad raises TypeError or ValueError naming the argument."""
+        anything runs: a wrong count, type, shape, dtype, device, a written leaf that
+        requires grad or a constant of the trace the caller changed since
+        (`signature.guards`) raises TypeError or ValueError naming the argument."""
         signature = self.signature
         if kwargs or len(args) != signature.positional_tensors:
             self._check_count(args, kwargs)
+        for guard in signature.guards:
+            guard.check()
         state = _state_tensors(signature, self.source) if signature.state_targets else []
         given = state + signature.user_inputs(args, kwargs)
         inputs = signature.real_views(given)  # complex tensors as their real pairs
@@ -326,6 +329,8 @@ class Compiled:
         """Runs the program; mutated inputs and buffers are updated as eager would."""
         plan = self._plan
         if plan is not None and not kwargs:  # like the last checked call: to XLA
+            for guard in self.signature.guards:
+                guard.check()
             inputs = [*_state_tensors(self.signature, self.source), *args] \
                 if self.signature.state_targets else args
             results = plan(inputs)

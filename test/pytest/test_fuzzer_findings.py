@@ -354,3 +354,43 @@ def test_slice_bounded_by_a_dynamic_size() -> None:
         for n in (1, 3, 8):
             assert_call_matches_eager(compiled, add_into_prefix,
                                       (torch.randn(8, 4), torch.randn(n, 4)), {}, engine)
+
+
+SHIFT = torch.tensor([1.0, 2.0, 3.0, 4.0])  # a global the program reads
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.tensor(2.0)  # a plain tensor attribute: not a buffer
+
+    def forward(self, x):
+        x.mul_(self.scale)
+        return x + SHIFT
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: m.scale.fill_(3.0), lambda m: setattr(m, "scale", torch.tensor(2.0)),
+    lambda m: SHIFT.add_(1), lambda m: setattr(m.scale, "data", torch.tensor(2.0))])
+def test_constants_the_caller_changed_are_refused(change) -> None:
+    """torch.export lifts a module's plain tensor attribute and a global tensor as
+    constants, literals of the program: a call after the caller wrote or replaced one used
+    the values it had when compiled. Such a call raises, before anything is written."""
+    saved = SHIFT.clone()
+    model = Scaled()
+    try:
+        compiled = outofplace.compile(model, (torch.randn(4),))
+        assert compiled.input_names == ["x"]  # still literals
+        x = torch.randn(4)
+        for _ in range(2):  # unchanged, the first call and a planned one
+            expected = x.clone()
+            torch.testing.assert_close(compiled(x), Scaled()(expected))
+            torch.testing.assert_close(x, expected)
+        change(model)
+        before = x.clone()
+        with pytest.raises(ValueError, match="is a constant of the compiled program.*"
+                           "written or replaced since"):
+            compiled(x)
+        torch.testing.assert_close(x, before)
+    finally:
+        SHIFT.copy_(saved)

@@ -600,3 +600,31 @@ def test_lazily_negated_views_on_every_engine() -> None:
             assert_same_tree(out, expected, f"[{engine}] outputs")
             assert_same(x, eager_x, f"[{engine}] x")
             assert_same(base, eager_base, f"[{engine}] base")
+
+
+def test_optimizer_settings_changed_since_compiling_are_refused() -> None:
+    """An SGD step's `lr` is a Python number the trace made a constant: after a
+    learning-rate scheduler changed it, calls silently kept stepping with the old one."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def train(x, y):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+
+    x, y = torch.randn(3, 4), torch.randn(3, 2)
+    train(x, y)  # creates the momentum buffers
+    compiled = outofplace.compile(train, (x, y))
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)  # adds `initial_lr`
+    compiled(x, y)  # the planned call's first
+    compiled(x, y)
+    scheduler.step()
+    before = model.weight.detach().clone()
+    with pytest.raises(ValueError, match=r"compiled with SGD param_groups\[0\]\['lr'\] = "
+                       r"0.1, and it is 0.05 now"):
+        compiled(x, y)
+    assert_same(model.weight.detach(), before, "weight")

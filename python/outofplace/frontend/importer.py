@@ -65,6 +65,11 @@ class ProgramSignature:
     held: dict[str, Callable[[], torch.Tensor]] = field(default_factory=dict)
     # Parameters whose `.grad` the program clears (`opt.zero_grad()`): cleared after a call.
     cleared_grads: list[torch.Tensor] = field(default_factory=list)
+    # What the trace made constants of the program that the caller may change (the
+    # values of optimizers' param groups, tensors it holds that the program only reads):
+    # each `check()` raises ValueError at a call when it changed since.
+    guards: list[training.OptimizerSettings | training.HeldConstant] = \
+        field(default_factory=list)
     # Per argument of main its sizes, symbolic where dynamic (dynamic_shapes), and ranges.
     symbolic_sizes: SymbolicSizes = field(default_factory=SymbolicSizes)
     # With check_bounds: what each flag of the bounds-check result checks (bounds_checks.py)
@@ -314,7 +319,7 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     state = [(_state_value(ep, spec.target), placeholders[spec.arg.name])
              for spec in ep.graph_signature.input_specs
              if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
-    held = _held_constants(ep, graph, placeholders, roots or {}, state)
+    held, read_constants = _held_constants(ep, graph, placeholders, roots or {}, state)
     for node in graph.nodes:  # ops on a fake constant would run on the caller's tensor
         if isinstance(node.meta.get("val"), torch._subclasses.FakeTensor):
             node.meta["val"].constant = None
@@ -399,7 +404,8 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
                                  bounds_checks=checks,
                                  bounds_result=None if flags is None else kept[flags],
                                  complex_arguments=complex_arguments,
-                                 complex_results=complex_results)
+                                 complex_results=complex_results,
+                                 guards=read_constants)
     return gm, signature
 
 
@@ -413,16 +419,19 @@ def _state_node(value: torch.Tensor, state: list[tuple[torch.Tensor, torch.fx.No
 def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
                     placeholders: dict[str, torch.fx.Node], roots: dict[str, Any],
                     state: list[tuple[torch.Tensor, torch.fx.Node]]
-                    ) -> dict[str, training.HeldTensor]:
+                    ) -> tuple[dict[str, training.HeldTensor], list[training.HeldConstant]]:
     """Constant target -> how to find it at each call, for each tensor constant that is
     state the caller holds: one the program writes, or a `.grad` or an optimizer's (found
-    through `roots`). A written constant without a path is the exported tensor itself."""
+    through `roots`). A written constant without a path is the exported tensor itself.
+    And the other constants found through `roots` (a module's plain tensor attribute, a
+    global), which stay literals of the program: each checked unchanged at a call."""
     _, written = view_roots(graph)
     specs = [spec for spec in ep.graph_signature.input_specs
              if spec.kind == InputKind.CONSTANT_TENSOR and
              _state_node(ep.constants[spec.target], state) is None]
     paths = training.find_paths(roots, [ep.constants[s.target] for s in specs])
     held: dict[str, training.HeldTensor] = {}
+    read: list[training.HeldConstant] = []
     names: set[str] = set()
     for spec, found in zip(specs, paths):
         value = ep.constants[spec.target]
@@ -433,13 +442,16 @@ def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
         elif is_written:
             root, path, name = value, (), spec.target
         else:
+            if found is not None:
+                read.append(training.HeldConstant(training.HeldTensor(
+                    found[0], found[1], found[2], tuple(value.shape), value.dtype)))
             continue
         while name in names:
             name += "_"
         names.add(name)
         held[spec.target] = training.HeldTensor(root, path, name, tuple(value.shape),
                                                 value.dtype)
-    return held
+    return held, read
 
 
 def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int]
@@ -543,6 +555,8 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
                     source, tuple(("attr", part) for part in name.split(".")), name,
                     tuple(value.shape), value.dtype)
     signature.cleared_grads = steps.cleared if steps is not None else []
+    if steps is not None:
+        signature.guards += steps.settings.values()
     state = [signature.held[target]() if target in signature.held else
              _state_value(ep, target) for target in signature.state_targets]
     signature.refuse_written_inputs_sharing_memory(
