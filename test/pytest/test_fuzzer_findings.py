@@ -394,3 +394,22 @@ def test_constants_the_caller_changed_are_refused(change) -> None:
         torch.testing.assert_close(x, before)
     finally:
         SHIFT.copy_(saved)
+
+
+def copy_then_add(x, y, z):
+    x.copy_(y)
+    return z + 1
+
+
+def test_one_tensor_given_for_two_read_arguments() -> None:
+    """torch.export makes one input of a tensor given twice: compiled with `y` and `z`
+    the same tensor, the program read `z` for both, and a call given two tensors copied
+    z into x. (A call in another layout compiles again with the call's tensors, so a
+    later call in that layout hit it too.)"""
+    t = torch.randn(4)
+    compiled = outofplace.compile(copy_then_add, (torch.randn(4), t, t))
+    x, y, z = torch.zeros(4), torch.ones(4), torch.full((4,), 5.0)
+    assert torch.equal(compiled(x, y, z), z + 1)
+    assert torch.equal(x, y)
+    with pytest.raises(outofplace.UnsupportedMutationError, match="shares memory"):
+        outofplace.compile(copy_then_add, (t, t, torch.randn(4)))

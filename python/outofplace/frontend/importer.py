@@ -189,6 +189,24 @@ _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
 _INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a single memory"
 
 
+def _distinct_tensors(tree: Any) -> Any:
+    """The tree with a tensor given again (`f(x, t, t)`) replaced by a view of all of it:
+    torch.export makes one input of one tensor object given twice, and the program would
+    read one argument for both at calls given two tensors. (Sharing memory, they still
+    share it: a written one is refused.)"""
+    seen: set[int] = set()
+
+    def distinct(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        if id(leaf) in seen:
+            return leaf.view(leaf.shape)
+        seen.add(id(leaf))
+        return leaf
+
+    return pytree.tree_map(distinct, tree)
+
+
 def export(f: Any, args: tuple, kwargs: dict | None = None,
            steps: training.OptimizerSteps | None = None,
            dynamic_shapes: Any = None) -> ExportedProgram:
@@ -237,9 +255,10 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     hooks = [module.register_forward_pre_hook(enter, with_kwargs=True),
              module.register_forward_hook(leave, always_call=True)]
     modes = torch._C._len_torch_function_stack()
+    args, kwargs = _distinct_tensors((tuple(args), kwargs or {}))
     try:
         with steps:
-            return torch.export.export(module, tuple(args), kwargs or {}, strict=False,
+            return torch.export.export(module, args, kwargs, strict=False,
                                        dynamic_shapes=dynamic_shapes)
     except _DATA_DEPENDENT as error:
         frames = traceback.extract_tb(error.__traceback__)
