@@ -267,8 +267,8 @@ class Compiled:
         """Raises ValueError for a tensor the program writes that a call cannot write as
         eager would: one that requires grad with grad enabled (eager refuses a leaf; for
         another, eager records the write in its autograd history, which a compiled call
-        cannot: its gradients would be silently wrong), an inference tensor outside
-        inference mode (eager refuses it)."""
+        cannot: its gradients would be silently wrong), one whose elements share memory
+        (expanded), an inference tensor outside inference mode (eager refuses it)."""
         if user_input and value.requires_grad and torch.is_grad_enabled():
             if given.is_leaf:
                 raise ValueError(f"argument '{name}' is a leaf tensor that requires grad, "
@@ -279,6 +279,11 @@ class Compiled:
                              "in place: eager records the write in its autograd history, "
                              "a compiled call cannot (gradients through it would be "
                              "wrong): call under torch.no_grad() or pass a detached tensor")
+        if torch._debug_has_internal_overlap(value) == 1:  # 1: it does (2: unknown)
+            raise ValueError(f"argument '{name}' has elements that share memory (an "
+                             "expanded tensor) and the program writes it, which eager "
+                             "refuses for most writes and a call cannot write back: pass "
+                             "a tensor whose elements do not overlap (a clone)")
         if value.is_inference() and not torch.is_inference_mode_enabled():
             raise ValueError(f"argument '{name}' is an inference tensor and the program "
                              "writes it in place, which eager refuses outside inference "

@@ -628,3 +628,22 @@ def test_optimizer_settings_changed_since_compiling_are_refused() -> None:
                        r"0.1, and it is 0.05 now"):
         compiled(x, y)
     assert_same(model.weight.detach(), before, "weight")
+
+
+def scale_then_add(x, z):
+    x.add_(1)
+    z.mul_(0.5)
+    return x.sum()
+
+
+def test_written_argument_with_overlapping_elements_is_refused() -> None:
+    """An expanded tensor for an argument the program writes: eager raises at that write;
+    a call wrote the other written arguments, then failed copying the result back into
+    the expanded tensor. Refused before anything runs."""
+    compiled = outofplace.compile(scale_then_add, (torch.randn(4), torch.randn(4)))
+    x, z = torch.randn(4), torch.randn(4)
+    compiled(x, z)  # adopted; the next call would be planned
+    before = x.clone()
+    with pytest.raises(ValueError, match="argument 'z' has elements that share memory"):
+        compiled(x, torch.randn(1).expand(4))
+    assert_same(x, before, "x")
