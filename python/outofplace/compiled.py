@@ -228,11 +228,14 @@ class Compiled:
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """The arguments of main for a call, checked against what was compiled before
-        anything runs: a wrong count, type, shape, dtype, device or a written leaf that
-        requires grad raises TypeError or ValueError naming the argument."""
+        anything runs: a wrong count, type, shape, dtype, device, a written leaf that
+        requires grad or a constant of the trace the caller changed since
+        (`signature.guards`) raises TypeError or ValueError naming the argument."""
         signature = self.signature
         if kwargs or len(args) != signature.positional_tensors:
             self._check_count(args, kwargs)
+        for guard in signature.guards:
+            guard.check()
         state = _state_tensors(signature, self.source) if signature.state_targets else []
         given = state + signature.user_inputs(args, kwargs)
         inputs = signature.real_views(given)  # complex tensors as their real pairs
@@ -252,15 +255,39 @@ class Compiled:
             if not value.is_cpu:
                 raise ValueError(f"argument '{name}' is on {value.device}; outofplace runs "
                                  "on CPU tensors")
-            if value.requires_grad and given[i].is_leaf and i in self.io_map and \
-                    i >= len(state) and torch.is_grad_enabled():
+            if i in self.io_map:
+                self._check_writable(name, value, given[i], i >= len(state))
+        signature.symbolic_sizes.check(self.input_names, inputs)
+        signature.refuse_written_inputs_sharing_memory(inputs)
+        return inputs
+
+    @staticmethod
+    def _check_writable(name: str, value: torch.Tensor, given: torch.Tensor,
+                        user_input: bool) -> None:
+        """Raises ValueError for a tensor the program writes that a call cannot write as
+        eager would: one that requires grad with grad enabled (eager refuses a leaf; for
+        another, eager records the write in its autograd history, which a compiled call
+        cannot: its gradients would be silently wrong), one whose elements share memory
+        (expanded), an inference tensor outside inference mode (eager refuses it)."""
+        if user_input and value.requires_grad and torch.is_grad_enabled():
+            if given.is_leaf:
                 raise ValueError(f"argument '{name}' is a leaf tensor that requires grad, "
                                  "and the program writes it in place, which eager refuses: "
                                  "call under torch.no_grad() or pass a tensor that does "
                                  "not require grad")
-        signature.symbolic_sizes.check(self.input_names, inputs)
-        signature.refuse_written_inputs_sharing_memory(inputs)
-        return inputs
+            raise ValueError(f"argument '{name}' requires grad and the program writes it "
+                             "in place: eager records the write in its autograd history, "
+                             "a compiled call cannot (gradients through it would be "
+                             "wrong): call under torch.no_grad() or pass a detached tensor")
+        if torch._debug_has_internal_overlap(value) == 1:  # 1: it does (2: unknown)
+            raise ValueError(f"argument '{name}' has elements that share memory (an "
+                             "expanded tensor) and the program writes it, which eager "
+                             "refuses for most writes and a call cannot write back: pass "
+                             "a tensor whose elements do not overlap (a clone)")
+        if value.is_inference() and not torch.is_inference_mode_enabled():
+            raise ValueError(f"argument '{name}' is an inference tensor and the program "
+                             "writes it in place, which eager refuses outside inference "
+                             "mode: call under torch.inference_mode() or pass a clone")
 
     def _check_count(self, args: tuple, kwargs: dict) -> None:
         """Raises TypeError for a call with another number of positional arguments, or
@@ -307,6 +334,8 @@ class Compiled:
         """Runs the program; mutated inputs and buffers are updated as eager would."""
         plan = self._plan
         if plan is not None and not kwargs:  # like the last checked call: to XLA
+            for guard in self.signature.guards:
+                guard.check()
             inputs = [*_state_tensors(self.signature, self.source), *args] \
                 if self.signature.state_targets else args
             results = plan(inputs)
@@ -317,7 +346,8 @@ class Compiled:
     def _make_plan(self, inputs: list[torch.Tensor]) -> None:
         """After a call `run` checked and ran on XLA: the planned call (xla.planned_call)
         that takes the next calls straight to the executable while their arguments look
-        like these (dtype, shape, strides, storage offset; no written one requiring grad),
+        like these (dtype, shape, strides, storage offset; no written one requiring grad,
+        none an inference tensor outside inference mode),
         which passed `_arguments` and `_other_layout`; it returns None for any other call,
         which `run` then checks (raises, or compiles for another layout). Not made for
         calls needing more than that (a bounds check, complex or non-tensor arguments)."""

@@ -356,3 +356,84 @@ def test_position_views_are_views_before_import(f: Callable, args: tuple) -> Non
     copy only, and an as_strided read was not re-taken after a write through it; both
     silently kept the old values (fuzzer, seed 9,700,469)."""
     assert_matches_eager(f, *args)
+
+
+def add_into_prefix(cache, x):
+    cache[: x.shape[0]] += x  # a slice bounded by x's dynamic size (aten.sym_size.int)
+    return cache.sum(0)
+
+
+def test_slice_bounded_by_a_dynamic_size() -> None:
+    """`sym_size.int` has a CompositeImplicitAutograd kernel, so the pass decomposing ops
+    torch-mlir does not lower traced it, got the size of the trace (a constant) and
+    failed on its two users with a bare AssertionError. (IREE does not compile the
+    scatter of a dynamic window this writes: IreeCompileError.)"""
+    from differential import ENGINES, assert_call_matches_eager
+    from torch.export import Dim
+
+    compiled = outofplace.compile(add_into_prefix, (torch.zeros(8, 4), torch.ones(3, 4)),
+                                  dynamic_shapes={"cache": None,
+                                                  "x": {0: Dim("n", min=1, max=8)}})
+    for engine in (e for e in ENGINES if e != "iree"):
+        for n in (1, 3, 8):
+            assert_call_matches_eager(compiled, add_into_prefix,
+                                      (torch.randn(8, 4), torch.randn(n, 4)), {}, engine)
+
+
+SHIFT = torch.tensor([1.0, 2.0, 3.0, 4.0])  # a global the program reads
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.tensor(2.0)  # a plain tensor attribute: not a buffer
+
+    def forward(self, x):
+        x.mul_(self.scale)
+        return x + SHIFT
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: m.scale.fill_(3.0), lambda m: setattr(m, "scale", torch.tensor(2.0)),
+    lambda m: SHIFT.add_(1), lambda m: setattr(m.scale, "data", torch.tensor(2.0))])
+def test_constants_the_caller_changed_are_refused(change) -> None:
+    """torch.export lifts a module's plain tensor attribute and a global tensor as
+    constants, literals of the program: a call after the caller wrote or replaced one used
+    the values it had when compiled. Such a call raises, before anything is written."""
+    saved = SHIFT.clone()
+    model = Scaled()
+    try:
+        compiled = outofplace.compile(model, (torch.randn(4),))
+        assert compiled.input_names == ["x"]  # still literals
+        x = torch.randn(4)
+        for _ in range(2):  # unchanged, the first call and a planned one
+            expected = x.clone()
+            torch.testing.assert_close(compiled(x), Scaled()(expected))
+            torch.testing.assert_close(x, expected)
+        change(model)
+        before = x.clone()
+        with pytest.raises(ValueError, match="is a constant of the compiled program.*"
+                           "written or replaced since"):
+            compiled(x)
+        torch.testing.assert_close(x, before)
+    finally:
+        SHIFT.copy_(saved)
+
+
+def copy_then_add(x, y, z):
+    x.copy_(y)
+    return z + 1
+
+
+def test_one_tensor_given_for_two_read_arguments() -> None:
+    """torch.export makes one input of a tensor given twice: compiled with `y` and `z`
+    the same tensor, the program read `z` for both, and a call given two tensors copied
+    z into x. (A call in another layout compiles again with the call's tensors, so a
+    later call in that layout hit it too.)"""
+    t = torch.randn(4)
+    compiled = outofplace.compile(copy_then_add, (torch.randn(4), t, t))
+    x, y, z = torch.zeros(4), torch.ones(4), torch.full((4,), 5.0)
+    assert torch.equal(compiled(x, y, z), z + 1)
+    assert torch.equal(x, y)
+    with pytest.raises(outofplace.UnsupportedMutationError, match="shares memory"):
+        outofplace.compile(copy_then_add, (t, t, torch.randn(4)))

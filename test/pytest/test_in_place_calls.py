@@ -351,28 +351,6 @@ def test_planned_calls_match_eager_as_arguments_change() -> None:
         assert_same(module.cache, eager.cache, "the reassigned cache, written")
 
 
-def test_lazily_negated_arguments_match_eager() -> None:
-    """Tensors with torch's negative bit (`torch._neg_view`), whose bytes are their
-    values negated: a written one is copied in and out (not adopted: XLA's buffer
-    would hold the bytes), a large read-only one is read as its values."""
-    def f(cache, big):
-        cache.add_(big[:4])
-        return cache.sum() + big.sum()
-
-    n = xla.STAGED_BYTES // 4 * 2  # read through a view of torch memory, not staged
-    compiled = outofplace.compile(f, (torch.zeros(4), torch.ones(n)), engine="xla")
-    cache = torch._neg_view(torch.arange(4.0))
-    eager_cache = torch._neg_view(torch.arange(4.0))
-    big = torch._neg_view(torch.arange(float(n)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for _ in range(3):
-            assert_same(compiled(cache, big), f(eager_cache, big), "output")
-            assert_same(cache.resolve_neg(), eager_cache.resolve_neg(), "cache")
-    assert cache.is_neg()
-    assert "lazily negated" in compiled.in_place_report["cache"]
-
-
 def test_written_input_bumps_its_version_as_eager() -> None:
     """A write autograd must see: a backward through a tensor saved before the call
     raises, as after eager's write, on the first call (adopting) and planned ones."""
@@ -554,3 +532,148 @@ def test_read_only_inputs_and_results_are_not_shared_between_calls() -> None:
         big.fill_(-1)  # the caller's memory changes: the result does not
         assert_same(big_same, x[0].expand(n), "the clone of big, its input overwritten")
     assert_same(cache, torch.full((4,), 9.0), "cache")
+
+
+def scale(x, y):
+    x.mul_(y)
+    return y.sum()
+
+
+def test_written_non_leaf_requiring_grad_is_refused() -> None:
+    """Eager records `x.mul_(y)` in the autograd history of a non-leaf x; a compiled call
+    cannot, and a backward through x would give the gradient of x before the call
+    (silently wrong): refused while grad is enabled, on the first call and planned ones;
+    under no_grad it runs as eager does."""
+    compiled = outofplace.compile(scale, (torch.randn(5), torch.randn(5)))
+    weight, y = torch.randn(5, requires_grad=True), torch.randn(5)
+    with torch.no_grad():
+        x = weight * 1
+    compiled(x, y)  # adopted; the next call is planned
+    for _ in range(2):
+        x = weight * 1
+        before = x.detach().clone()
+        with pytest.raises(ValueError, match="argument 'x' requires grad and the program "
+                           "writes it in place.*torch.no_grad"):
+            compiled(x, y)
+        assert_same(x.detach(), before, "x")
+    x, eager = weight.detach() * 1, weight.detach() * 1
+    with torch.no_grad():
+        for _ in range(2):
+            assert_same(compiled(x, y), scale(eager, y), "output")
+            assert_same(x, eager, "x")
+
+
+def test_written_inference_tensor_outside_inference_mode_is_refused() -> None:
+    """Eager refuses an in-place write of an inference tensor outside inference mode; a
+    call raised torch's error only after XLA had written it (bumping its version), and a
+    planned call did the same. Inside inference mode it runs as eager does."""
+    compiled = outofplace.compile(scale, (torch.randn(5), torch.randn(5)))
+    with torch.inference_mode():
+        x, y = torch.randn(5), torch.randn(5)
+        eager = x.clone()
+    for call in range(4):
+        if call in (1, 3):  # the second one planned
+            before = x.clone()
+            with pytest.raises(ValueError, match="argument 'x' is an inference tensor.*"
+                               "outside inference mode"):
+                compiled(x, y)
+            assert_same(x, before, "x")
+        else:
+            with torch.inference_mode():
+                assert_same(compiled(x, y), scale(eager, y), "output")
+            assert_same(x, eager, "x")
+
+
+def add_then_double(x, y):
+    x.add_(y)
+    return y * 2, x.sum()
+
+
+def test_lazily_negated_views_give_their_values() -> None:
+    """A tensor from `torch._neg_view` holds the negation of its values in its memory. XLA
+    read that memory as the values for a large read-only argument (taken without a
+    copy) and a written one (adopted or copied), and a negated view of an adopted
+    tensor passed as the written argument ran on the adopted buffer as it is."""
+    n = xla.STAGED_BYTES // 4 * 2  # a read-only argument this large is not staged
+    compiled = outofplace.compile(add_then_double, (torch.randn(n), torch.randn(n)))
+    x, base = torch.randn(n), torch.randn(n)
+    eager_x, eager_base = x.clone(), base.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for written, read in [(lambda x, b: x, lambda x, b: torch._neg_view(b)),  # read
+                              (lambda x, b: torch._neg_view(b), lambda x, b: x),  # copied
+                              (lambda x, b: x, lambda x, b: b),  # x adopted, planned next
+                              (lambda x, b: torch._neg_view(x), lambda x, b: b),
+                              (lambda x, b: torch._neg_view(x), lambda x, b: b)]:
+            out = compiled(written(x, base), read(x, base))
+            expected = add_then_double(written(eager_x, eager_base),
+                                       read(eager_x, eager_base))
+            assert_same_tree(out, expected, "outputs")
+            assert_same(x, eager_x, "x")
+            assert_same(base, eager_base, "base")
+
+
+def test_lazily_negated_views_on_every_engine() -> None:
+    """IREE imported a contiguous negated view's memory as its values (and a written one
+    failed with torch's error on `view`); every engine reads and writes the values."""
+    from differential import ENGINES
+
+    compiled = outofplace.compile(add_then_double, (torch.randn(8), torch.randn(8)))
+    for engine in ENGINES:
+        x, base = torch.randn(8), torch.randn(8)
+        eager_x, eager_base = x.clone(), base.clone()
+        for written, read in [(lambda x, b: x, lambda x, b: torch._neg_view(b)),
+                              (lambda x, b: torch._neg_view(b), lambda x, b: x)]:
+            out = compiled.run((written(x, base), read(x, base)), engine=engine)
+            expected = add_then_double(written(eager_x, eager_base),
+                                       read(eager_x, eager_base))
+            assert_same_tree(out, expected, f"[{engine}] outputs")
+            assert_same(x, eager_x, f"[{engine}] x")
+            assert_same(base, eager_base, f"[{engine}] base")
+
+
+def test_optimizer_settings_changed_since_compiling_are_refused() -> None:
+    """An SGD step's `lr` is a Python number the trace made a constant: after a
+    learning-rate scheduler changed it, calls silently kept stepping with the old one."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def train(x, y):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+
+    x, y = torch.randn(3, 4), torch.randn(3, 2)
+    train(x, y)  # creates the momentum buffers
+    compiled = outofplace.compile(train, (x, y))
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)  # adds `initial_lr`
+    compiled(x, y)  # the planned call's first
+    compiled(x, y)
+    scheduler.step()
+    before = model.weight.detach().clone()
+    with pytest.raises(ValueError, match=r"compiled with SGD param_groups\[0\]\['lr'\] = "
+                       r"0.1, and it is 0.05 now"):
+        compiled(x, y)
+    assert_same(model.weight.detach(), before, "weight")
+
+
+def scale_then_add(x, z):
+    x.add_(1)
+    z.mul_(0.5)
+    return x.sum()
+
+
+def test_written_argument_with_overlapping_elements_is_refused() -> None:
+    """An expanded tensor for an argument the program writes: eager raises at that write;
+    a call wrote the other written arguments, then failed copying the result back into
+    the expanded tensor. Refused before anything runs."""
+    compiled = outofplace.compile(scale_then_add, (torch.randn(4), torch.randn(4)))
+    x, z = torch.randn(4), torch.randn(4)
+    compiled(x, z)  # adopted; the next call would be planned
+    before = x.clone()
+    with pytest.raises(ValueError, match="argument 'z' has elements that share memory"):
+        compiled(x, torch.randn(1).expand(4))
+    assert_same(x, before, "x")

@@ -741,8 +741,10 @@ def _runtime() -> tuple[Any, Any, Any]:
 
 
 def _importable(tensor: torch.Tensor) -> bool:
+    """Whether IREE can take the tensor's memory as its values (not a lazily negated
+    view, whose memory holds their negation)."""
     return tensor.device.type == "cpu" and tensor.is_contiguous() and \
-        tensor.data_ptr() % _ALIGNMENT == 0
+        not tensor.is_neg() and tensor.data_ptr() % _ALIGNMENT == 0
 
 
 def _import(tensor: torch.Tensor, copy: bool = False) -> tuple[torch.Tensor, Any]:

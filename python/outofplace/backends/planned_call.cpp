@@ -3,14 +3,14 @@
 // backends/xla.py's calling convention, with the per-call work that is the same every
 // call taken out of Python: the arguments are compared with the layouts of the call the
 // plan was made from (dtype, shape, strides, storage offset, CPU; no written argument
-// requiring grad), each written argument must already be XLA's (adopted, covering its
-// whole storage, no other argument starting in its memory), small read-only arguments
-// are copied into their kept buffers, the executable runs, each donated buffer comes
-// back at its address, written arguments bump their version, and the other results
-// become tensors over XLA's buffers. Anything else (a first call, another layout, a
-// buffer XLA moved, a failure) is Python's: `__call__` returns None before anything is
-// changed, or calls back into CpuExecutable. The Python twin of this file is
-// `CpuExecutable.run_adopted` with `Compiled._planned_inputs`; the tests run both.
+// requiring grad or an inference tensor outside inference mode), each written argument
+// must already be XLA's (adopted, covering its whole storage, no other argument starting
+// in its memory), small read-only arguments are copied into their kept buffers, the
+// executable runs, each donated buffer comes back at its address, written arguments bump
+// their version, and the other results become tensors over XLA's buffers. Anything else
+// (a first call, another layout, a buffer XLA moved, a failure) is Python's: `__call__`
+// returns None before anything is changed, or calls back into CpuExecutable. The Python
+// twin of this file is `xla._PlannedCall`; the tests run both.
 #include <torch/extension.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
@@ -155,9 +155,10 @@ class PlannedCall {
     holders.reserve(donated_.size());
     for (int64_t i : donated_) {
       const at::Tensor& tensor = tensors[i];
+      if (tensor.is_inference() && !c10::InferenceMode::is_enabled()) return py::none();
       auto start = reinterpret_cast<uintptr_t>(tensor.data_ptr());
       py::object holder = holders_get_(start);
-      if (holder.is_none() || !tensor.is_contiguous() ||
+      if (holder.is_none() || !tensor.is_contiguous() || tensor.is_neg() ||
           static_cast<int64_t>(tensor.nbytes()) != holder.attr(name.nbytes).cast<int64_t>())
         return py::none();
       uintptr_t end = start + tensor.nbytes();

@@ -238,7 +238,7 @@ def _holder_of(tensor: torch.Tensor) -> _Holder | None:
     `_re_point` swapped start at a holder's address, so a contiguous tensor starting
     there, of the holder's size, covers the holder's memory.)"""
     holder = _HOLDERS.get(tensor.data_ptr())
-    if holder is not None and tensor.is_contiguous() and \
+    if holder is not None and tensor.is_contiguous() and not tensor.is_neg() and \
             tensor.nbytes == holder.nbytes:
         return holder
     return None
@@ -255,10 +255,10 @@ def why_not_adoptable(tensor: torch.Tensor) -> str | None:
         return f"on {tensor.device}, not the CPU"
     if tensor.numel() == 0:
         return "empty"
+    if tensor.is_neg():
+        return "a lazily negated view (its memory holds the negation of its values)"
     if not tensor.is_contiguous():
         return "not contiguous"
-    if tensor.is_neg():
-        return "a lazily negated view (torch._neg_view): its bytes are not its values"
     if not _covers_storage(tensor):
         return "a view into a larger storage"
     if tensor.untyped_storage().is_shared():
@@ -305,14 +305,14 @@ class _Memory:
 
 
 def _host(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of a contiguous CPU tensor's values (bfloat16 as ml_dtypes'): its
-    memory, or a copy's when torch's lazy negation makes its bytes not its values."""
-    if tensor.is_neg():
-        tensor = tensor.resolve_neg()
+    """A numpy view of a contiguous CPU tensor's values (bfloat16 as ml_dtypes'): of its
+    memory, or of a copy where the memory holds their negation (a lazily negated view,
+    `torch._neg_view`)."""
     dtype = _numpy_dtype(tensor.dtype)
     if tensor.numel() == 0:
         return np.empty(tuple(tensor.shape), dtype)
-    return np.asarray(_Memory(tensor.detach())).view(dtype).reshape(tuple(tensor.shape))
+    values = tensor.detach().resolve_neg()
+    return np.asarray(_Memory(values)).view(dtype).reshape(tuple(tensor.shape))
 
 
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
@@ -453,6 +453,9 @@ class CpuExecutable:
 
     def _zero_copy(self, i: int, tensor: torch.Tensor) -> Any:
         """A large read-only argument as XLA takes it: a view of torch memory."""
+        if tensor.is_neg():  # its memory holds the negation of its values
+            self._copied(i, self.input_bytes[i], "it is a lazily negated view")
+            tensor = tensor.resolve_neg()
         if not tensor.is_contiguous() or tensor.data_ptr() % 64:
             # XLA takes host memory without a copy only when it is contiguous and 64-byte
             # aligned; it copies the rest.
@@ -548,8 +551,9 @@ def planned_call(executable: CpuExecutable, layouts: list[tuple], written: list[
     """A call of `executable` for arguments in `layouts` ((dtype, shape, strides, storage
     offset) each), `written` ones not requiring grad: it returns the results as
     `executable(inputs)` does, or None, having changed nothing, when the arguments do
-    not look like that or a written one is not XLA's already (`run_adopted`). In C++
-    (planned_call.cpp) when the extension is built, else its Python twin."""
+    not look like that, a written one is not XLA's already (`run_adopted`) or is an
+    inference tensor outside inference mode. In C++ (planned_call.cpp) when the
+    extension is built, else its Python twin."""
     try:
         from ._planned_call import PlannedCall
     except ImportError:  # not built: the same checks in Python
@@ -573,6 +577,9 @@ class _PlannedCall:
                     value.stride() != strides or value.storage_offset() != offset:
                 return None
         if torch.is_grad_enabled() and any(inputs[i].requires_grad for i in self.written):
+            return None
+        if not torch.is_inference_mode_enabled() and \
+                any(inputs[i].is_inference() for i in self.executable.donated):
             return None
         return self.executable.run_adopted(inputs)
 

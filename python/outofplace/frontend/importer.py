@@ -34,7 +34,8 @@ from . import bounds_checks, complex_pairs, cumulative_batch_norm, fx_rewrites, 
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
-from .fx_graph import op_effects, overlaps, source_line, storage_of, view_roots
+from .fx_graph import (is_position_view, op_effects, overlaps, source_line,
+                       storage_of, view_roots)
 from .masked_values import MaskedValues
 from . import training
 from .runtime_positions import RuntimePositions, user_line
@@ -66,6 +67,11 @@ class ProgramSignature:
     held: dict[str, Callable[[], torch.Tensor]] = field(default_factory=dict)
     # Parameters whose `.grad` the program clears (`opt.zero_grad()`): cleared after a call.
     cleared_grads: list[torch.Tensor] = field(default_factory=list)
+    # What the trace made constants of the program that the caller may change (the
+    # values of optimizers' param groups, tensors it holds that the program only reads):
+    # each `check()` raises ValueError at a call when it changed since.
+    guards: list[training.OptimizerSettings | training.HeldConstant] = \
+        field(default_factory=list)
     # Per argument of main its sizes, symbolic where dynamic (dynamic_shapes), and ranges.
     symbolic_sizes: SymbolicSizes = field(default_factory=SymbolicSizes)
     # With check_bounds: what each flag of the bounds-check result checks (bounds_checks.py)
@@ -185,6 +191,24 @@ _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
 _INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a single memory"
 
 
+def _distinct_tensors(tree: Any) -> Any:
+    """The tree with a tensor given again (`f(x, t, t)`) replaced by a view of all of it:
+    torch.export makes one input of one tensor object given twice, and the program would
+    read one argument for both at calls given two tensors. (Sharing memory, they still
+    share it: a written one is refused.)"""
+    seen: set[int] = set()
+
+    def distinct(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        if id(leaf) in seen:
+            return leaf.view(leaf.shape)
+        seen.add(id(leaf))
+        return leaf
+
+    return pytree.tree_map(distinct, tree)
+
+
 def export(f: Any, args: tuple, kwargs: dict | None = None,
            steps: training.OptimizerSteps | None = None,
            dynamic_shapes: Any = None) -> ExportedProgram:
@@ -233,9 +257,10 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     hooks = [module.register_forward_pre_hook(enter, with_kwargs=True),
              module.register_forward_hook(leave, always_call=True)]
     modes = torch._C._len_torch_function_stack()
+    args, kwargs = _distinct_tensors((tuple(args), kwargs or {}))
     try:
         with steps, cumulative_batch_norm.traced(module):
-            return torch.export.export(module, tuple(args), kwargs or {}, strict=False,
+            return torch.export.export(module, args, kwargs, strict=False,
                                        dynamic_shapes=dynamic_shapes)
     except _DATA_DEPENDENT as error:
         frames = traceback.extract_tb(error.__traceback__)
@@ -315,7 +340,7 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     state = [(_state_value(ep, spec.target), placeholders[spec.arg.name])
              for spec in ep.graph_signature.input_specs
              if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
-    held = _held_constants(ep, graph, placeholders, roots or {}, state)
+    held, read_constants = _held_constants(ep, graph, placeholders, roots or {}, state)
     for node in graph.nodes:  # ops on a fake constant would run on the caller's tensor
         if isinstance(node.meta.get("val"), torch._subclasses.FakeTensor):
             node.meta["val"].constant = None
@@ -400,7 +425,8 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
                                  bounds_checks=checks,
                                  bounds_result=None if flags is None else kept[flags],
                                  complex_arguments=complex_arguments,
-                                 complex_results=complex_results)
+                                 complex_results=complex_results,
+                                 guards=read_constants)
     return gm, signature
 
 
@@ -414,16 +440,19 @@ def _state_node(value: torch.Tensor, state: list[tuple[torch.Tensor, torch.fx.No
 def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
                     placeholders: dict[str, torch.fx.Node], roots: dict[str, Any],
                     state: list[tuple[torch.Tensor, torch.fx.Node]]
-                    ) -> dict[str, training.HeldTensor]:
+                    ) -> tuple[dict[str, training.HeldTensor], list[training.HeldConstant]]:
     """Constant target -> how to find it at each call, for each tensor constant that is
     state the caller holds: one the program writes, or a `.grad` or an optimizer's (found
-    through `roots`). A written constant without a path is the exported tensor itself."""
+    through `roots`). A written constant without a path is the exported tensor itself.
+    And the other constants found through `roots` (a module's plain tensor attribute, a
+    global), which stay literals of the program: each checked unchanged at a call."""
     _, written = view_roots(graph)
     specs = [spec for spec in ep.graph_signature.input_specs
              if spec.kind == InputKind.CONSTANT_TENSOR and
              _state_node(ep.constants[spec.target], state) is None]
     paths = training.find_paths(roots, [ep.constants[s.target] for s in specs])
     held: dict[str, training.HeldTensor] = {}
+    read: list[training.HeldConstant] = []
     names: set[str] = set()
     for spec, found in zip(specs, paths):
         value = ep.constants[spec.target]
@@ -434,13 +463,16 @@ def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
         elif is_written:
             root, path, name = value, (), spec.target
         else:
+            if found is not None:
+                read.append(training.HeldConstant(training.HeldTensor(
+                    found[0], found[1], found[2], tuple(value.shape), value.dtype)))
             continue
         while name in names:
             name += "_"
         names.add(name)
         held[spec.target] = training.HeldTensor(root, path, name, tuple(value.shape),
                                                 value.dtype)
-    return held
+    return held, read
 
 
 @dataclass(frozen=True)
@@ -462,16 +494,14 @@ def _position_view(value: torch.fx.Node, arguments: dict[torch.fx.Node, int]
     """`x[:, pos]` with 0-d integer tensors that are arguments, traced as `index.Tensor`
     (runtime_positions.py; op_registry.is_position_view): eager's view of x, taken
     again on the caller's tensors, else None."""
-    if value.target is not torch.ops.aten.index.Tensor:
+    if not is_position_view(value):
         return None
     key, positions = [], []
     for item in value.args[1]:
         if item is None:
             key.append(None)
             continue
-        fake = item.meta.get("val") if isinstance(item, torch.fx.Node) else None
-        if item not in arguments or not isinstance(fake, torch.Tensor) or fake.dim() or \
-                fake.dtype not in op_registry.POSITION_DTYPES:
+        if item not in arguments:
             return None
         key.append(len(positions))
         positions.append(Input(arguments[item]))
@@ -608,6 +638,8 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
                     source, tuple(("attr", part) for part in name.split(".")), name,
                     tuple(value.shape), value.dtype)
     signature.cleared_grads = steps.cleared if steps is not None else []
+    if steps is not None:
+        signature.guards += steps.settings.values()
     state = [signature.held[target]() if target in signature.held else
              _state_value(ep, target) for target in signature.state_targets]
     signature.refuse_written_inputs_sharing_memory(

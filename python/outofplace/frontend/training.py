@@ -12,9 +12,11 @@ keep.
 
 Tensors the program reaches through plain Python objects (optimizer state, `.grad`,
 parameters of a model only the optimizer holds) are lifted by torch.export as constants.
-`held_state` finds each one's path from the program's roots (`opt.state[lin.weight]
-.exp_avg`); such a tensor, when the program writes it or it is a `.grad` or an optimizer's,
-becomes an argument read at every call by its path and written back like a buffer.
+`importer._held_constants` finds each one's path from the program's roots
+(`opt.state[lin.weight].exp_avg`); such a tensor, when the program writes it or it is a
+`.grad` or an optimizer's, becomes an argument read at every call by its path and
+written back like a buffer. The param groups' Python values (`lr`) are the trace's
+constants: `OptimizerSettings` refuses a call after they changed.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class OptimizerSteps:
         self.restores: list[Callable[[], None]] = []
         self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.cleared: list[torch.Tensor] = []  # real parameters whose .grad the program clears
+        self.settings: dict[int, OptimizerSettings] = {}  # per optimizer stepped, by id
         self.item_mode = ItemAsTensor()
 
     def __enter__(self) -> "OptimizerSteps":
@@ -154,6 +157,7 @@ class OptimizerSteps:
                 opt.state[traced[id(key)]] = dict(opt.state.pop(key))
 
     def _before(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.settings.setdefault(id(opt), OptimizerSettings(opt))
         self.scalar_lists = _ScalarTensorLists()
         self.scalar_lists.__enter__()
 
@@ -171,6 +175,40 @@ class OptimizerSteps:
                         "program could not keep it; run one step eagerly before "
                         "compiling, so the step updates existing state in place",
                         location=where)
+
+
+class OptimizerSettings:
+    """The Python values of a stepped optimizer's param groups (`lr`, `momentum`, ...),
+    which the trace made constants of the program: `check` raises when the caller changed
+    one since (a learning-rate scheduler), which the compiled step would not see."""
+
+    def __init__(self, opt: torch.optim.Optimizer) -> None:
+        self.optimizer = opt
+        self.groups = self._values()
+
+    def _values(self) -> list[dict[str, Any]]:
+        return [{k: v for k, v in group.items()
+                 if k != "params" and not isinstance(v, torch.Tensor)}
+                for group in self.optimizer.param_groups]
+
+    def check(self) -> None:
+        groups = self.optimizer.param_groups
+        if len(groups) == len(self.groups) and all(
+                group.get(k, self) == v for group, traced in zip(groups, self.groups)
+                for k, v in traced.items()):
+            return  # (a key added since, a scheduler's `initial_lr`, is not read)
+        i, key = next(((i, k) for i, (group, traced) in enumerate(zip(groups, self.groups))
+                       for k, v in traced.items() if group.get(k, self) != v),
+                      (min(len(groups), len(self.groups)), None))
+        if key is None:
+            raise ValueError(f"the program was compiled for {type(self.optimizer).__name__}"
+                             f" with {len(self.groups)} param groups, it has {len(groups)} "
+                             "now: compile again")
+        raise ValueError(
+            f"the program was compiled with {type(self.optimizer).__name__} param_groups"
+            f"[{i}][{key!r}] = {self.groups[i][key]!r}, and it is "
+            f"{groups[i].get(key, 'missing')!r} now: the compiled step keeps the value it "
+            "was traced with; compile again for the new value")
 
 
 class SavedTensors(TorchDispatchMode):
@@ -375,6 +413,27 @@ class HeldTensor:
         return value
 
 
+class HeldConstant:
+    """A tensor the caller holds that the program reads as a constant (a module's plain
+    tensor attribute, a global: torch.export lifts them as constants, and they are
+    literals of the program): `check` raises ValueError at a call when it is another
+    tensor or was written since, which the compiled program would not see."""
+
+    def __init__(self, held: HeldTensor) -> None:
+        self.held = held
+        self.tensor = held()
+        self.version, self.address = self.tensor._version, self.tensor.data_ptr()
+
+    def check(self) -> None:
+        value = self.held()
+        if value is not self.tensor or value._version != self.version or \
+                value.data_ptr() != self.address:
+            raise ValueError(
+                f"`{self.held.name}` is a constant of the compiled program (its values "
+                "when compiled), and it was written or replaced since: compile again, "
+                "or make it a buffer or an argument (read at every call)")
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
@@ -462,10 +521,10 @@ def find_paths(roots: dict[str, Any], targets: list[torch.Tensor]
 
 
 def program_roots(f: Any) -> dict[str, Any]:
-    """Where a program's held tensors are looked for: the module, or the objects a
-    function names (globals and closure cells)."""
+    """Where a program's held tensors are looked for: the objects a function names
+    (globals and closure cells); for a module, itself and those its forward names."""
     if isinstance(f, torch.nn.Module):
-        return {"": f}
+        return {**program_roots(type(f).forward), "": f}
     code = getattr(f, "__code__", None)
     if code is None:
         return {}

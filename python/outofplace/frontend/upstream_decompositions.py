@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.utils._pytree as pytree
 import torch.fx
 from torch._decomp import decomposition_table
 from torch_mlir import ir
@@ -113,7 +114,7 @@ def decompose_unregistered(graph: torch.fx.Graph) -> None:
             node = _as_twin_and_copy(graph, node, effects.twin)
             effects = op_effects(node)
         if effects is None or effects.written or _lowered(node.target) or \
-                not _decomposable(node.target):
+                not _decomposable(node.target) or not _computes_tensors(node):
             continue
         if effects.is_view and roots.get(node, node) in written:
             continue
@@ -131,6 +132,12 @@ def decompose_unregistered(graph: torch.fx.Graph) -> None:
         with graph.inserting_before(node):
             result = inline(graph, gm, inputs, node.meta.get("stack_trace"))
         replace_node(graph, node, result)
+
+
+def _computes_tensors(node: torch.fx.Node) -> bool:
+    """Whether a node's value is tensors: a size (`sym_size.int` of a dynamic dimension,
+    CompositeImplicitAutograd) traced would be the size it has in the trace, a constant."""
+    return all(isinstance(v, torch.Tensor) for v in pytree.tree_leaves(node.meta.get("val")))
 
 
 def _as_twin_and_copy(graph: torch.fx.Graph, node: torch.fx.Node,
