@@ -247,6 +247,22 @@ def test_scatter_into_a_reshaped_slice() -> None:
                          torch.tensor([[-1.0], [3.0], [1.0]]))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.bool])
+def test_scatter_into_a_slice_of_a_copy_beside_a_read_of_it(dtype) -> None:
+    """IREE updated the slice of `x0` where the later read of `x0[0]` found it (that read
+    saw the scattered value) although the scatter writes a copy; a barrier on the
+    scatter's operand did not stop it, computing the operand into a buffer of its own
+    does. Found by the fuzzer (seed 9,900,145)."""
+    def f(x0, i, pos, w):
+        t1 = x0.clone()
+        t1.unsqueeze(-2)[:1, i, pos] = w
+        return x0[0] * 1, t1
+
+    assert_matches_eager(f, (torch.arange(20).reshape(4, 5) - 7).to(dtype),
+                         torch.tensor([0]), torch.tensor(-1, dtype=torch.int32),
+                         torch.zeros(1, 1, dtype=dtype))
+
+
 def test_two_scatters_at_one_index_tensor() -> None:
     """IREE narrowed the shared indices to i32 once per scatter and could not compile
     the module (`unresolved source materialization`)."""

@@ -500,7 +500,9 @@ def _work_around_iree(module: Any) -> None:
       operand: a barrier on all of a tensor written in place made IREE copy it onto
       itself) is put behind a barrier: the slice is copied out first.
       (Not every computed operand: a barrier on a value also returned in place made IREE
-      copy it onto itself.)
+      copy it onto itself.) A scatter's such operand is also computed into a buffer of
+      its own (`select(barrier(true), operand, zeros)`): behind a barrier alone, IREE
+      still updated the slice where a later read of the same slice found it.
     - Two dynamic_update_slices of the same constant, the second just before the first
       (`x[5] = 0; x[4] = 0`): IREE merges the two fills at a wrong offset (`invalid
       Write access range`). A constant update is put behind a barrier.
@@ -540,6 +542,8 @@ def _work_around_iree(module: Any) -> None:
                 op.name == "stablehlo.gather" or
                 _elements(source.results[0]) < _elements(source.operands[0])):
             _behind_barrier(op, 0)
+            if op.name == "stablehlo.scatter":
+                _copied(op, 0)
         elif _whole_update(op, 1) and _is_constant(op.operands[1]):
             _selected_constant(op)
         elif op.name == "stablehlo.dynamic_update_slice" and (
@@ -566,6 +570,34 @@ def _selected_constant(op: Any) -> None:
                                      operands=[opaque.results[0], update, operand])
     op.results[0].replace_all_uses_with(select.results[0])
     op.erase()
+
+
+def _copied(op: Any, operand: int) -> None:
+    """`op`'s operand as `select(barrier(true), operand, zeros)`: computed into a buffer
+    of its own, which IREE cannot take for the operand's (a barrier alone, it can)."""
+    from iree.compiler import ir
+
+    value = op.operands[operand]
+    type = ir.RankedTensorType(value.type)
+    with op.location, ir.InsertionPoint(op):
+        flags = ir.RankedTensorType.get(type.shape, ir.IntegerType.get_signless(1))
+        true = ir.Operation.create("stablehlo.constant", results=[flags], attributes={
+            "value": ir.DenseElementsAttr.get_splat(flags, ir.BoolAttr.get(True))})
+        opaque = ir.Operation.create("stablehlo.optimization_barrier", results=[flags],
+                                     operands=[true.results[0]])
+        zero = ir.Operation.create("stablehlo.constant", results=[type], attributes={
+            "value": ir.DenseElementsAttr.get_splat(type, _zero(type.element_type))})
+        select = ir.Operation.create("stablehlo.select", results=[type],
+                                     operands=[opaque.results[0], value, zero.results[0]])
+    op.operands[operand] = select.results[0]
+
+
+def _zero(element: Any) -> Any:
+    from iree.compiler import ir
+
+    if isinstance(element, ir.IntegerType):
+        return ir.IntegerAttr.get(element, 0)
+    return ir.FloatAttr.get(element, 0.0)
 
 
 def _elements(value: Any) -> int:
