@@ -347,10 +347,10 @@ class Compiled:
         """After a call `run` checked and ran on XLA: the planned call (xla.planned_call)
         that takes the next calls straight to the executable while their arguments look
         like these (dtype, shape, strides, storage offset; no written one requiring grad,
-        none an inference tensor outside inference mode),
-        which passed `_arguments` and `_other_layout`; it returns None for any other call,
-        which `run` then checks (raises, or compiles for another layout). Not made for
-        calls needing more than that (a bounds check, complex or non-tensor arguments)."""
+        none an inference tensor outside inference mode), which passed `_arguments` and
+        `_other_layout`; it returns None for any other call, which `run` then checks
+        (raises, or compiles for another layout). Not made for calls needing more than
+        that (a bounds check, complex or non-tensor arguments)."""
         if self.engine in ("auto", "xla") and self.bounds_check is None and \
                 self.signature.positional_tensors is not None and \
                 not self.signature.complex_arguments:

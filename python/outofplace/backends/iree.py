@@ -556,19 +556,8 @@ def _work_around_iree(module: Any) -> None:
 def _selected_constant(op: Any) -> None:
     """`dynamic_update_slice(x, c, ...)` with `c` a constant of x's type  =>
     `select(barrier(true), c, x)`: the constant, in a buffer IREE may write."""
-    from iree.compiler import ir
-
     update, operand = op.operands[1], op.operands[0]
-    with op.location, ir.InsertionPoint(op):
-        flags = ir.RankedTensorType.get(ir.RankedTensorType(update.type).shape,
-                                        ir.IntegerType.get_signless(1))
-        true = ir.Operation.create("stablehlo.constant", results=[flags], attributes={
-            "value": ir.DenseElementsAttr.get_splat(flags, ir.BoolAttr.get(True))})
-        opaque = ir.Operation.create("stablehlo.optimization_barrier", results=[flags],
-                                     operands=[true.results[0]])
-        select = ir.Operation.create("stablehlo.select", results=[op.results[0].type],
-                                     operands=[opaque.results[0], update, operand])
-    op.results[0].replace_all_uses_with(select.results[0])
+    op.results[0].replace_all_uses_with(_opaque_select(op, update, operand))
     op.erase()
 
 
@@ -580,16 +569,26 @@ def _copied(op: Any, operand: int) -> None:
     value = op.operands[operand]
     type = ir.RankedTensorType(value.type)
     with op.location, ir.InsertionPoint(op):
-        flags = ir.RankedTensorType.get(type.shape, ir.IntegerType.get_signless(1))
+        zero = ir.Operation.create("stablehlo.constant", results=[type], attributes={
+            "value": ir.DenseElementsAttr.get_splat(type, _zero(type.element_type))})
+    op.operands[operand] = _opaque_select(op, value, zero.results[0])
+
+
+def _opaque_select(op: Any, on_true: Any, on_false: Any) -> Any:
+    """`select(barrier(true), on_true, on_false)`, placed before `op`: on_true's value in
+    a buffer of its own, as IREE cannot see through the barrier to fold the select."""
+    from iree.compiler import ir
+
+    with op.location, ir.InsertionPoint(op):
+        flags = ir.RankedTensorType.get(ir.RankedTensorType(on_true.type).shape,
+                                        ir.IntegerType.get_signless(1))
         true = ir.Operation.create("stablehlo.constant", results=[flags], attributes={
             "value": ir.DenseElementsAttr.get_splat(flags, ir.BoolAttr.get(True))})
         opaque = ir.Operation.create("stablehlo.optimization_barrier", results=[flags],
                                      operands=[true.results[0]])
-        zero = ir.Operation.create("stablehlo.constant", results=[type], attributes={
-            "value": ir.DenseElementsAttr.get_splat(type, _zero(type.element_type))})
-        select = ir.Operation.create("stablehlo.select", results=[type],
-                                     operands=[opaque.results[0], value, zero.results[0]])
-    op.operands[operand] = select.results[0]
+        select = ir.Operation.create("stablehlo.select", results=[on_true.type],
+                                     operands=[opaque.results[0], on_true, on_false])
+    return select.results[0]
 
 
 def _zero(element: Any) -> Any:
