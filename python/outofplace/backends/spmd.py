@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 from . import host_scalars, xla
-from .host_scalars import host_scalar
 
 # Ops that move or duplicate a whole buffer, as jaxlib's HLO -> MLIR translation names them.
 MOVES = {"stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
@@ -610,14 +609,15 @@ def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] 
                 chains[arg].append(_Write("reshape", (), shape))
                 reshaped = True
                 continue
-            starts: tuple[int | None, ...] = ()
+            starts: tuple[int | host_scalars.Scalar | None, ...] = ()
             if op.name == "stablehlo.dynamic_update_slice":
                 update, dimensions = op.operands[1], ()
                 # each start a constant, else computed on the host when it can be
                 # (host_scalars.py), else returned
-                starts = tuple(host_scalar(v, read_only) if c is None else c for v, c in
-                               zip(list(op.operands)[2:], map(_constant, list(op.operands)[2:])))
-                values = [v for v, c in zip(list(op.operands)[2:], starts) if c is None]
+                given = list(op.operands)[2:]
+                starts = tuple(host_scalars.host_scalar(v, read_only) if c is None else c
+                               for v, c in zip(given, map(_constant, given)))
+                values = [v for v, c in zip(given, starts) if c is None]
             else:
                 numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
                 update, values = op.operands[2], [op.operands[1]]
