@@ -7,7 +7,7 @@ STAMP := $(VENV)/.outofplace-installed
 .PHONY: demo test lit pytest bench profile fuzz clean
 N ?= 10000
 
-$(STAMP): pyproject.toml setup.py python/outofplace/backends/planned_call.cpp
+$(STAMP): pyproject.toml setup.py $(wildcard python/outofplace/backends/*.cpp python/outofplace/backends/*.h)
 	$(PYTHON_SYSTEM) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch from the local wheel store, before anything can pull CUDA.

@@ -1,5 +1,5 @@
-"""The one C++ extension, the planned call (python/outofplace/backends/planned_call.cpp),
-built against the pinned torch; everything else about the package is in pyproject.toml.
+"""The one C++ extension, the planned calls (python/outofplace/backends/planned_call.cpp
+for one device, sharded_call.cpp for a mesh), built against the pinned torch; everything else about the package is in pyproject.toml.
 A build that fails (no C++ compiler) warns and installs the rest: outofplace then runs
 the planned call's Python twin (backends/xla.py), slower."""
 
@@ -12,14 +12,15 @@ class BuildOptional(BuildExtension):
         try:
             super().build_extensions()
         except Exception as error:  # noqa: BLE001 (a missing compiler fails in many ways)
-            self.warn(f"the planned call (C++) was not built, outofplace runs its Python "
+            self.warn(f"the planned calls (C++) were not built, outofplace runs its Python "
                       f"twin: {error}")
             self.extensions = []
 
 
 setup(
     ext_modules=[CppExtension("outofplace.backends._planned_call",
-                              ["python/outofplace/backends/planned_call.cpp"],
+                              ["python/outofplace/backends/planned_call.cpp",
+                               "python/outofplace/backends/sharded_call.cpp"],
                               extra_compile_args=["-O2", "-g0"])],
     cmdclass={"build_ext": BuildOptional},
 )

@@ -344,8 +344,8 @@ class Compiled:
         return self.run(args, kwargs, self.engine)
 
     def _make_plan(self, inputs: list[torch.Tensor]) -> None:
-        """After a call `run` checked and ran on XLA: the planned call (xla.planned_call)
-        that takes the next calls straight to the executable while their arguments look
+        """After a call `run` checked and ran on XLA: the planned call (xla.planned_call;
+        with a mesh, ShardedExecutable.planned_call) that takes the next calls straight to the executable while their arguments look
         like these (dtype, shape, strides, storage offset; no written one requiring grad,
         none an inference tensor outside inference mode), which passed `_arguments` and
         `_other_layout`; it returns None for any other call, which `run` then checks
@@ -355,9 +355,12 @@ class Compiled:
                 self.signature.positional_tensors is not None and \
                 not self.signature.complex_arguments:
             state = len(self.signature.state_targets)
-            self._plan = xla.planned_call(
-                self._xla, [(t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
-                            for t in inputs], [i for i in self.io_map if i >= state])
+            layouts = [(t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
+                       for t in inputs]
+            written = [i for i in self.io_map if i >= state]
+            self._plan = xla.planned_call(self._xla, layouts, written) \
+                if self.mesh is None else \
+                self._sharded().planned_call(layouts, written, len(self.result_types))
 
     def _xla_executable(self) -> xla.CpuExecutable:
         if self.dynamic:
@@ -386,8 +389,10 @@ class Compiled:
         if engine == "xla" and self.dynamic:  # XLA compiles static shapes: one per shape
             return self.specialized([tuple(t.shape) for t in inputs]).run(args, kwargs, engine)
         if self.mesh is not None:  # aliased shards are written into the caller's tensors
-            return self._outputs(inputs, self._sharded()(inputs, self.result_dtypes))
-        if engine == "xla":  # updates the written inputs; None for their results
+            results = self._sharded()(inputs, self.result_dtypes)
+            if self._plan is None:
+                self._make_plan(inputs)
+        elif engine == "xla":  # updates the written inputs; None for their results
             results = self._xla_executable()(inputs)
             if self._plan is None:
                 self._make_plan(inputs)

@@ -18,7 +18,7 @@ from outofplace.backends import spmd
 from outofplace.ir_utils import all_operations, main_function
 from outofplace.transforms.sharding import hlo_sharding
 from torch_mlir import ir
-from differential import assert_same
+from differential import assert_same, assert_same_tree
 
 jax = pytest.importorskip("jax")
 pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWarning")
@@ -27,6 +27,34 @@ B, H, S, D = 8, 8, 16, 4
 DEVICES = pytest.mark.parametrize("devices", [2, 4, 8])
 SPECS = {"heads": (None, "x", None, None), "batch": ("x", None, None, None),
          "sequence": (None, None, "x", None)}
+
+
+@pytest.fixture(params=["C++", "Python"], autouse=True)
+def planned_call(request, monkeypatch) -> str:
+    """Every test runs with the sharded planned call (backends/sharded_call.cpp) taking
+    the calls after the first, and with every call Python's (as without the extension)."""
+    if request.param == "Python":
+        monkeypatch.setattr(spmd.ShardedExecutable, "planned_call", lambda *_: None)
+    return request.param
+
+
+def test_sharded_planned_call_is_built(planned_call):
+    """`make` builds the sharded planned call (setup.py): a call after the first, on the
+    cache the first left on the devices, is C++'s (without it, every call is Python's)."""
+    from outofplace.backends import _planned_call
+
+    cache, k, pos, idx = _cache_calls([3])[0]
+    compiled = outofplace.compile(writes, (cache, k, pos, idx), mesh={"x": 2},
+                                  shardings={"cache": SPECS["heads"]})
+    compiled(cache, k, pos, idx)
+    if planned_call == "Python":
+        assert compiled._plan is None
+        return
+    assert isinstance(compiled._plan, _planned_call.ShardedCall)
+    taken = []
+    compiled._plan = _counting(compiled._plan, taken)
+    compiled(cache, k, torch.tensor(4), idx)
+    assert taken == [True]  # taken by the plan, not handed back
 
 
 def writes(cache, k, pos, idx):
@@ -287,6 +315,58 @@ def test_state_stays_on_the_devices(over, devices):
     assert compiled._sharded().host_sync == {"cache": "its writes repeated"}
 
 
+def slice_writes(cache, k, pos, count):
+    """Writes of slices only, at constant and runtime starts (the planned call repeats
+    them on the caller's tensor), and a state copied back whole."""
+    cache[:, :, 0] = k
+    cache[:, :, 5:7] = 2 * k.unsqueeze(2)
+    cache[:, :, pos] = k + 1
+    cache[1:3, :, pos + 1] = k[:2]
+    count += 1
+    return cache.sum(dim=(2, 3)), count * 2
+
+
+@DEVICES
+@pytest.mark.parametrize("over", SPECS)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_planned_calls_of_slice_writes_match_eager(over, devices, layout, planned_call):
+    """One cache (contiguous, or a transpose of one) and a counter over many calls at
+    positions on both sides of every shard boundary and counted from the end: each call
+    after the first is the planned call's (C++) and leaves the cache, the counter and the
+    results as eager does."""
+    def fresh():
+        if layout == "transposed":
+            return torch.randn(B, H, D, S).transpose(2, 3)
+        return torch.randn(B, H, S, D)
+
+    cache, count = fresh(), torch.zeros((), dtype=torch.int32)
+    k = torch.randn(B, H, D)
+    compiled = outofplace.compile(slice_writes, (fresh(), k, torch.tensor(0), count.clone()),
+                                  mesh={"x": devices}, shardings={"cache": SPECS[over]})
+    mirror, count_mirror = cache.clone(), count.clone()
+    taken = []
+    for step, p in enumerate([1, S // devices - 1, S // devices, S - 2, -2, -S, 3]):
+        k = torch.randn(B, H, D)
+        expected = slice_writes(mirror, k, torch.tensor(p), count_mirror)
+        assert_same_tree(compiled(cache, k, torch.tensor(p), count), expected, f"call {step}")
+        assert_same(cache, mirror, f"cache after call {step}")
+        assert_same(count, count_mirror, f"count after call {step}")
+        if step == 0 and planned_call == "C++":
+            compiled._plan = _counting(compiled._plan, taken)
+    assert taken == ([True] * 6 if planned_call == "C++" else [])
+    assert compiled._sharded().host_sync == {"cache": "its writes repeated",
+                                             "count": "copied back"}
+
+
+def _counting(plan, taken):
+    """The plan, noting in `taken` whether it took each call (or handed it back)."""
+    def call(inputs):
+        results = plan(inputs)
+        taken.append(results is not None)
+        return results
+    return call
+
+
 def test_state_that_is_not_a_chain_of_writes_is_copied_back():
     def decay_and_write(cache, k, pos):
         cache.mul_(0.5)
@@ -421,9 +501,13 @@ def test_host_scalars_compute_as_the_program(pos):
         main = module.body.operations[0]
         block = main.regions[0].blocks[0]
         returned = list(block.operations[len(block.operations) - 1].operands)
-        got = [host_scalars.host_scalar(v, {0, 1})(inputs) for v in returned]
+        scalars = [host_scalars.host_scalar(v, {0, 1}) for v in returned]
         assert host_scalars.host_scalar(returned[0], {1}) is None  # pos not read-only
-    assert got == [int(t) for t in expected]
+    assert [scalar(inputs) for scalar in scalars] == [int(t) for t in expected]
+    # as the sharded planned call evaluates them, in C++
+    from outofplace.backends import _planned_call
+    assert [_planned_call.evaluate(scalar, inputs) for scalar in scalars] == \
+        [int(t) for t in expected]
 
 
 def test_runtime_start_is_computed_on_the_host():

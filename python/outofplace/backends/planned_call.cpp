@@ -10,23 +10,20 @@
 // their version, and the other results become tensors over XLA's buffers. Anything else
 // (a first call, another layout, a buffer XLA moved, a failure) is Python's: `__call__`
 // returns None before anything is changed, or calls back into CpuExecutable. The Python
-// twin of this file is `xla._PlannedCall`; the tests run both.
-#include <torch/extension.h>
-#include <torch/csrc/autograd/python_variable.h>
+// twin of this file is `xla._PlannedCall`; the tests run both. The extension also holds
+// the sharded planned call (sharded_call.cpp).
+#include "calls.h"
+
 #include <torch/csrc/autograd/variable.h>
 
 #include <cstring>
 #include <vector>
 
-namespace py = pybind11;
+namespace outofplace __attribute__((visibility("hidden"))) {
+
+void bind_sharded_call(py::module_& m);
 
 namespace {
-
-struct Layout {
-  at::ScalarType dtype;
-  std::vector<int64_t> sizes, strides;
-  int64_t offset;
-};
 
 struct Stage {  // a small read-only argument's kept buffer (xla._Stage)
   int64_t index;
@@ -36,58 +33,11 @@ struct Stage {  // a small read-only argument's kept buffer (xla._Stage)
   int64_t nbytes;
 };
 
-struct Result {  // how an unaliased result becomes a tensor
-  int64_t index;
-  std::vector<int64_t> sizes;
-  at::ScalarType dtype;
-};
-
-// Attribute names read on every call, made once.
-struct Names {
-  py::str array{"array"}, ptr{"ptr"}, nbytes{"nbytes"}, consume{"consume_with_handlers"},
-      buffer_pointer{"unsafe_buffer_pointer"}, executable{"executable"},
-      execute{"execute_sharded"};
-};
-
-const Names& names() {
-  static const Names* names = new Names();  // never freed: outlives the interpreter
-  return *names;
-}
-
-uintptr_t buffer_pointer(const py::handle& array) {
-  return array.attr(names().buffer_pointer)().cast<uintptr_t>();
-}
-
-// A tensor over a jax Array's buffer, no copy: the tensor keeps the array alive.
-at::Tensor tensor_over(const py::object& array, const Result& result) {
-  int64_t numel = 1;
-  for (int64_t size : result.sizes) numel *= size;
-  auto options = at::TensorOptions().dtype(result.dtype);
-  if (numel == 0) return at::empty(result.sizes, options);
-  auto ptr = reinterpret_cast<void*>(buffer_pointer(array));
-  PyObject* owner = array.ptr();
-  Py_INCREF(owner);
-  return at::from_blob(
-      ptr, result.sizes,
-      [owner](void*) {
-        if (!Py_IsInitialized()) return;
-        py::gil_scoped_acquire gil;
-        Py_DECREF(owner);
-      },
-      options);
-}
-
 class PlannedCall {
  public:
   PlannedCall(py::object executable, py::list layouts, std::vector<int64_t> written)
-      : executable_(executable), written_(std::move(written)) {
-    for (py::handle item : layouts) {
-      auto entry = item.cast<py::tuple>();
-      layouts_.push_back({entry[0].cast<at::ScalarType>(),
-                          entry[1].cast<std::vector<int64_t>>(),
-                          entry[2].cast<std::vector<int64_t>>(),
-                          entry[3].cast<int64_t>()});
-    }
+      : executable_(executable), layouts_(parse_layouts(layouts)),
+        written_(std::move(written)) {
     auto io_map = executable.attr("io_map").cast<py::dict>();
     donated_ = executable.attr("donated").cast<std::vector<int64_t>>();
     for (int64_t i : donated_) aliased_.push_back(io_map[py::int_(i)].cast<int64_t>());
@@ -98,12 +48,7 @@ class PlannedCall {
                          stage.attr("nbytes").cast<int64_t>()});
     }
     zero_copied_ = executable.attr("_zero_copied").cast<std::vector<int64_t>>();
-    for (py::handle r : executable.attr("_unaliased")) {
-      int64_t index = r.cast<int64_t>();
-      py::object viewer = executable.attr("_viewers")[py::int_(index)];
-      results_.push_back({index, viewer.attr("shape").cast<std::vector<int64_t>>(),
-                          viewer.attr("dtype").cast<at::ScalarType>()});
-    }
+    results_ = viewed_results(executable.attr("_unaliased"), executable.attr("_viewers"));
     handlers_ = executable.attr("_handlers");
     zero_copy_ = executable.attr("_zero_copy");
     execute_failed_ = executable.attr("_execute_failed");
@@ -118,37 +63,15 @@ class PlannedCall {
   // The call's results (None for a result aliased with an argument), or None when the
   // call is not like the planned one: nothing is changed then.
   py::object call(py::sequence inputs) {
-    const size_t n = layouts_.size();
-    if (static_cast<size_t>(py::len(inputs)) != n) return py::none();
-    std::vector<at::Tensor> tensors;
-    tensors.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      PyObject* object = inputs[i].ptr();
-      if (!THPVariable_Check(object)) return py::none();
-      const at::Tensor& tensor = THPVariable_Unpack(object);
-      const Layout& layout = layouts_[i];
-      if (tensor.layout() != at::kStrided || !tensor.device().is_cpu() ||
-          tensor.scalar_type() != layout.dtype || !tensor.sizes().equals(layout.sizes) ||
-          !tensor.strides().equals(layout.strides) ||
-          tensor.storage_offset() != layout.offset)
-        return py::none();
-      tensors.push_back(tensor);
-    }
+    auto laid = laid_out(inputs, layouts_);
+    if (!laid) return py::none();
+    const std::vector<at::Tensor>& tensors = *laid;
     if (at::GradMode::is_enabled())
       for (int64_t i : written_)
         if (tensors[i].requires_grad()) return py::none();
 
     const Names& name = names();
-    acquire_();
-    struct Release {
-      py::object& release;
-      ~Release() {
-        try {
-          release();
-        } catch (py::error_already_set&) {
-        }
-      }
-    } release{release_};
+    Locked locked(acquire_, release_);
 
     // Each written argument is XLA's already, and the only one starting in its memory.
     std::vector<py::object> holders;
@@ -156,22 +79,15 @@ class PlannedCall {
     for (int64_t i : donated_) {
       const at::Tensor& tensor = tensors[i];
       if (tensor.is_inference() && !c10::InferenceMode::is_enabled()) return py::none();
-      auto start = reinterpret_cast<uintptr_t>(tensor.data_ptr());
-      py::object holder = holders_get_(start);
+      py::object holder = holders_get_(reinterpret_cast<uintptr_t>(tensor.data_ptr()));
       if (holder.is_none() || !tensor.is_contiguous() || tensor.is_neg() ||
-          static_cast<int64_t>(tensor.nbytes()) != holder.attr(name.nbytes).cast<int64_t>())
+          static_cast<int64_t>(tensor.nbytes()) != holder.attr(name.nbytes).cast<int64_t>() ||
+          !alone_in_its_memory(tensors, i))
         return py::none();
-      uintptr_t end = start + tensor.nbytes();
-      int starting = 0;
-      for (const at::Tensor& other : tensors) {
-        auto at = reinterpret_cast<uintptr_t>(other.data_ptr());
-        starting += at >= start && at < end;
-      }
-      if (starting != 1) return py::none();
       holders.push_back(std::move(holder));
     }
 
-    py::list arguments(n);
+    py::list arguments(tensors.size());
     for (const Stage& stage : stages_) {
       const at::Tensor& tensor = tensors[stage.index];
       if (tensor.is_contiguous() && !tensor.is_neg() && !tensor.is_conj()) {
@@ -211,8 +127,7 @@ class PlannedCall {
       }
       py::list out(results.size());
       for (const Result& result : results_)
-        out[result.index] = py::reinterpret_steal<py::object>(
-            THPVariable_Wrap(tensor_over(results[result.index], result)));
+        out[result.index] = wrap(tensor_over(results[result.index], result));
       return std::move(out);
     } catch (py::error_already_set& error) {
       failed_after_(done, error.value());  // raises
@@ -231,11 +146,15 @@ class PlannedCall {
 };
 
 }  // namespace
+}  // namespace outofplace
 
 PYBIND11_MODULE(_planned_call, m) {
-  m.doc() = "Compiled.__call__'s planned calls to XLA:CPU (backends/planned_call.cpp)";
-  py::class_<PlannedCall>(m, "PlannedCall")
-      .def(py::init<py::object, py::list, std::vector<int64_t>>(),
-           py::arg("executable"), py::arg("layouts"), py::arg("written"))
-      .def("__call__", &PlannedCall::call, py::arg("inputs"));
+  using outofplace::PlannedCall;
+  m.doc() = "Compiled.__call__'s planned calls to XLA:CPU (backends/planned_call.cpp, "
+            "backends/sharded_call.cpp)";
+  pybind11::class_<PlannedCall>(m, "PlannedCall")
+      .def(pybind11::init<pybind11::object, pybind11::list, std::vector<int64_t>>(),
+           pybind11::arg("executable"), pybind11::arg("layouts"), pybind11::arg("written"))
+      .def("__call__", &PlannedCall::call, pybind11::arg("inputs"));
+  outofplace::bind_sharded_call(m);
 }

@@ -29,7 +29,7 @@ import math
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -249,6 +249,34 @@ class ShardedExecutable:
         if _tracked(tensor):
             key = (index, id(tensor))
             self._resident[key] = _Resident(tensor, array, self._resident, key)
+
+    def planned_call(self, layouts: list[tuple], written: list[int], results: int
+                     ) -> Callable[[Any], list[torch.Tensor] | None] | None:
+        """After a call: a call of this program in C++ (sharded_call.cpp) for arguments in
+        `layouts` ((dtype, shape, strides, storage offset) each), the `written` ones not
+        requiring grad, each the tensor whose state the last call left on the devices:
+        it returns the program's `results` as a call does, or None, having changed
+        nothing, for any other call. None when the extension is not built: every call is
+        then Python's."""
+        built = xla.extension()
+        if built is None:
+            return None
+        return built.ShardedCall(self, layouts, written, results, {
+            index: self._regions(index) for index in self._io_map})
+
+    def _regions(self, index: int) -> list[list[tuple]] | None:
+        """Where a call writes a state, for the planned call: per write, (start: an int or
+        a host_scalars.Scalar, update size, dimension size) per dimension; all of it for
+        a state copied back; None when its writes are not such regions (a scatter, a
+        reshape, a start the program returns): `_keep` then takes it."""
+        shape = self._shapes[index]
+        writes = self._writes.get(index)
+        if writes is None:
+            return [[(0, n, n) for n in shape]]
+        if any(w.op != "dynamic_update_slice" or w.with_update or None in w.starts
+               for w in writes):
+            return None
+        return [list(zip(w.starts, w.update, shape)) for w in writes]
 
     @property
     def host_sync(self) -> dict[str, str]:

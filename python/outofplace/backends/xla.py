@@ -554,11 +554,21 @@ def planned_call(executable: CpuExecutable, layouts: list[tuple], written: list[
     not look like that, a written one is not XLA's already (`run_adopted`) or is an
     inference tensor outside inference mode. In C++ (planned_call.cpp) when the
     extension is built, else its Python twin."""
-    try:
-        from ._planned_call import PlannedCall
-    except ImportError:  # not built: the same checks in Python
+    built = extension()
+    if built is None:  # not built: the same checks in Python
         return _PlannedCall(executable, layouts, written)
-    return PlannedCall(executable, layouts, written)
+    return built.PlannedCall(executable, layouts, written)
+
+
+@functools.cache
+def extension() -> Any:
+    """The C++ planned calls (planned_call.cpp, sharded_call.cpp), or None when the
+    extension is not built (setup.py)."""
+    try:
+        from . import _planned_call
+    except ImportError:
+        return None
+    return _planned_call
 
 
 class _PlannedCall:

@@ -1,0 +1,141 @@
+// What the planned calls share (planned_call.cpp: one device; sharded_call.cpp: a mesh):
+// the layouts a plan was made for, Python names read on every call, and tensors over
+// XLA's buffers.
+#pragma once
+
+#include <torch/extension.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <optional>
+#include <vector>
+
+namespace outofplace __attribute__((visibility("hidden"))) {
+
+namespace py = pybind11;
+
+struct Layout {  // of an argument, as the call the plan was made from had it
+  at::ScalarType dtype;
+  std::vector<int64_t> sizes, strides;
+  int64_t offset;
+};
+
+// (dtype, shape, strides, storage offset) tuples, as Compiled._make_plan lists them
+inline std::vector<Layout> parse_layouts(const py::list& layouts) {
+  std::vector<Layout> parsed;
+  for (py::handle item : layouts) {
+    auto entry = item.cast<py::tuple>();
+    parsed.push_back({entry[0].cast<at::ScalarType>(), entry[1].cast<std::vector<int64_t>>(),
+                      entry[2].cast<std::vector<int64_t>>(), entry[3].cast<int64_t>()});
+  }
+  return parsed;
+}
+
+// The arguments as tensors when each is a strided CPU tensor of its layout, else nothing.
+inline std::optional<std::vector<at::Tensor>> laid_out(const py::sequence& inputs,
+                                                       const std::vector<Layout>& layouts) {
+  const size_t n = layouts.size();
+  if (static_cast<size_t>(py::len(inputs)) != n) return std::nullopt;
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* object = inputs[i].ptr();
+    if (!THPVariable_Check(object)) return std::nullopt;
+    const at::Tensor& tensor = THPVariable_Unpack(object);
+    const Layout& layout = layouts[i];
+    if (tensor.layout() != at::kStrided || !tensor.device().is_cpu() ||
+        tensor.scalar_type() != layout.dtype || !tensor.sizes().equals(layout.sizes) ||
+        !tensor.strides().equals(layout.strides) || tensor.storage_offset() != layout.offset)
+      return std::nullopt;
+    tensors.push_back(tensor);
+  }
+  return tensors;
+}
+
+// Whether `tensors[i]` is the only argument starting in its own memory.
+inline bool alone_in_its_memory(const std::vector<at::Tensor>& tensors, size_t i) {
+  auto start = reinterpret_cast<uintptr_t>(tensors[i].data_ptr());
+  uintptr_t end = start + tensors[i].nbytes();
+  int starting = 0;
+  for (const at::Tensor& other : tensors) {
+    auto at = reinterpret_cast<uintptr_t>(other.data_ptr());
+    starting += at >= start && at < end;
+  }
+  return starting == 1;
+}
+
+// Attribute names read on every call, made once.
+struct Names {
+  py::str array{"array"}, ptr{"ptr"}, nbytes{"nbytes"}, consume{"consume_with_handlers"},
+      buffer_pointer{"unsafe_buffer_pointer"}, executable{"executable"},
+      execute{"execute_sharded"}, arrays{"_arrays"}, block{"block_until_ready"},
+      replicated{"_fully_replicated_shard"}, holds{"holds"};
+};
+
+inline const Names& names() {
+  static const Names* names = new Names();  // never freed: outlives the interpreter
+  return *names;
+}
+
+inline uintptr_t buffer_pointer(const py::handle& array) {
+  return array.attr(names().buffer_pointer)().cast<uintptr_t>();
+}
+
+struct Result {  // how an unaliased result becomes a tensor
+  int64_t index;
+  std::vector<int64_t> sizes;
+  at::ScalarType dtype;
+};
+
+// The results a plan makes tensors of: xla._Viewer's, by result index.
+inline std::vector<Result> viewed_results(const py::object& indices, const py::object& viewers) {
+  std::vector<Result> results;
+  for (py::handle r : indices) {
+    int64_t index = r.cast<int64_t>();
+    py::object viewer = viewers[py::int_(index)];
+    results.push_back({index, viewer.attr("shape").cast<std::vector<int64_t>>(),
+                       viewer.attr("dtype").cast<at::ScalarType>()});
+  }
+  return results;
+}
+
+// A tensor over a jax Array's buffer, no copy: the tensor keeps the array alive.
+inline at::Tensor tensor_over(const py::object& array, const Result& result) {
+  int64_t numel = 1;
+  for (int64_t size : result.sizes) numel *= size;
+  auto options = at::TensorOptions().dtype(result.dtype);
+  if (numel == 0) return at::empty(result.sizes, options);
+  auto ptr = reinterpret_cast<void*>(buffer_pointer(array));
+  PyObject* owner = array.ptr();
+  Py_INCREF(owner);
+  return at::from_blob(
+      ptr, result.sizes,
+      [owner](void*) {
+        if (!Py_IsInitialized()) return;
+        py::gil_scoped_acquire gil;
+        Py_DECREF(owner);
+      },
+      options);
+}
+
+inline py::object wrap(at::Tensor tensor) {
+  return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(tensor)));
+}
+
+// Holds a Python lock (its acquire and release) for a scope.
+class Locked {
+ public:
+  Locked(const py::object& acquire, const py::object& release) : release_(release) {
+    acquire();
+  }
+  ~Locked() {
+    try {
+      release_();
+    } catch (py::error_already_set&) {
+    }
+  }
+
+ private:
+  const py::object& release_;
+};
+
+}  // namespace outofplace
