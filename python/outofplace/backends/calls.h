@@ -68,7 +68,7 @@ struct Names {
   py::str array{"array"}, ptr{"ptr"}, nbytes{"nbytes"}, consume{"consume_with_handlers"},
       buffer_pointer{"unsafe_buffer_pointer"}, executable{"executable"},
       execute{"execute_sharded"}, arrays{"_arrays"}, block{"block_until_ready"},
-      replicated{"_fully_replicated_shard"}, holds{"holds"};
+      replicated{"_fully_replicated_shard"}, holds{"holds"}, version{"version"};
 };
 
 inline const Names& names() {

@@ -272,7 +272,6 @@ class ShardedCall {
       }
     }
     resident_ = engine.attr("_resident");
-    make_resident_ = py::module_::import("outofplace.backends.spmd").attr("_Resident");
     on_devices_ = engine.attr("_on_devices");
     keep_ = engine.attr("_keep");
     acquire_ = engine.attr("_lock").attr("acquire");
@@ -296,7 +295,7 @@ class ShardedCall {
 
     // Each written argument is the tensor the last call left, its state on the devices.
     std::vector<py::tuple> keys;
-    std::vector<py::object> arrays;
+    std::vector<py::object> residents;
     for (const State& state : states_) {
       const at::Tensor& tensor = tensors[state.index];
       if (tensor.is_inference() && !c10::InferenceMode::is_enabled()) return py::none();
@@ -306,7 +305,7 @@ class ShardedCall {
       if (found == nullptr || !alone_in_its_memory(tensors, state.index) ||
           !py::handle(found).attr(name.holds)(inputs[state.index]).cast<bool>())
         return py::none();
-      arrays.push_back(py::handle(found).attr(name.array));
+      residents.push_back(py::reinterpret_borrow<py::object>(found));
       keys.push_back(std::move(key));
     }
 
@@ -322,14 +321,17 @@ class ShardedCall {
       }
     }
     for (int64_t i : lent_) arguments[i] = on_devices_(i, inputs[i]);
-    // The states leave the table: should the call fail, the caller's tensors, not yet
-    // written, are the state again.
-    for (size_t s = 0; s < states_.size(); ++s) {
-      arguments[states_[s].index] = arrays[s];
-      PyDict_DelItem(resident_.ptr(), keys[s].ptr());
-    }
+    for (size_t s = 0; s < states_.size(); ++s)
+      arguments[states_[s].index] = residents[s].attr(name.array);
 
-    py::tuple returned = compiled_(*arguments);
+    py::tuple returned;
+    try {
+      returned = compiled_(*arguments);
+    } catch (py::error_already_set&) {
+      // the states leave the table: the caller's tensors, not written, are the state
+      for (const py::tuple& key : keys) PyDict_DelItem(resident_.ptr(), key.ptr());
+      throw;
+    }
     py::list results(order_.size());
     for (size_t p = 0; p < order_.size(); ++p) {
       py::object value = returned[p];
@@ -365,7 +367,9 @@ class ShardedCall {
         }
       }
       torch::autograd::impl::bump_version(tensor);
-      resident_[keys[s]] = make_resident_(inputs[state.index], array, resident_, keys[s]);
+      // the tensor's state on the devices is the new one (spmd._Resident)
+      residents[s].attr(name.array) = array;
+      residents[s].attr(name.version) = tensor._version();
     }
 
     // a result that is state is the caller's tensor, as eager returns it; the others
@@ -387,7 +391,7 @@ class ShardedCall {
   std::vector<Result> results_;
   std::vector<State> states_;
   std::vector<Staged> staged_;
-  py::object resident_, make_resident_, on_devices_, keep_, acquire_, release_;
+  py::object resident_, on_devices_, keep_, acquire_, release_;
 };
 
 }  // namespace
