@@ -290,12 +290,17 @@ class Compiled:
                              "mode: call under torch.inference_mode() or pass a clone")
 
     def _check_count(self, args: tuple, kwargs: dict) -> None:
-        """Raises TypeError for a call with another number of positional arguments, or
-        without a keyword argument, than the program was compiled for."""
+        """Raises TypeError for a call with another number of positional arguments,
+        without a keyword argument or with one the program was not compiled with."""
         spec = self.signature.in_spec
         if spec is not None and spec.num_children == 2:
             expected = spec.child(0).num_children
             missing = [k for k in spec.child(1).context if k not in kwargs]
+            unknown = [k for k in kwargs if k not in spec.child(1).context]
+            if unknown:  # the traced program ignores them: a default it may not have
+                raise TypeError(f"keyword arguments {unknown} were not given when the "
+                                "program was compiled, which was traced without them: "
+                                "compile with them to pass them")
             if len(args) != expected or missing:
                 user_names = self.input_names[len(self.signature.state_targets):]
                 got = f"{len(args)} positional" + (f", without {missing}" if missing else "")
@@ -333,14 +338,20 @@ class Compiled:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Runs the program; mutated inputs and buffers are updated as eager would."""
         plan = self._plan
-        if plan is not None and not kwargs:  # like the last checked call: to XLA
-            for guard in self.signature.guards:
-                guard.check()
-            inputs = [*_state_tensors(self.signature, self.source), *args] \
-                if self.signature.state_targets else args
-            results = plan(inputs)
-            if results is not None:
-                return self._finish(inputs, results)
+        if plan is not None:  # like the last checked call: to XLA
+            given = args
+            if kwargs:  # keyword tensors, in main's order
+                keys = self.signature.flat_tensors[1]
+                given = (*args, *(kwargs[k] for k in keys)) \
+                    if len(kwargs) == len(keys) and all(k in kwargs for k in keys) else None
+            if given is not None:
+                for guard in self.signature.guards:
+                    guard.check()
+                inputs = [*_state_tensors(self.signature, self.source), *given] \
+                    if self.signature.state_targets else given
+                results = plan(inputs)
+                if results is not None:
+                    return self._finish(inputs, results)
         return self.run(args, kwargs, self.engine)
 
     def _make_plan(self, inputs: list[torch.Tensor]) -> None:
@@ -350,9 +361,9 @@ class Compiled:
         none an inference tensor outside inference mode), which passed `_arguments` and
         `_other_layout`; it returns None for any other call, which `run` then checks
         (raises, or compiles for another layout). Not made for calls needing more than
-        that (a bounds check, complex or non-tensor arguments)."""
+        that (a bounds check, complex or non-tensor arguments, nested ones)."""
         if self.engine in ("auto", "xla") and self.bounds_check is None and \
-                self.signature.positional_tensors is not None and \
+                self.signature.flat_tensors is not None and \
                 not self.signature.complex_arguments:
             state = len(self.signature.state_targets)
             layouts = [(t.dtype, tuple(t.shape), t.stride(), t.storage_offset())

@@ -14,7 +14,8 @@ import outofplace
 from outofplace import UnsupportedMutationError
 from outofplace.backends import xla
 
-from differential import assert_matches_eager, assert_same, assert_same_tree
+from differential import (assert_matches_eager, assert_same, assert_same_tree,
+                          count_planned_calls)
 
 pytest.importorskip("jax")
 pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWarning")
@@ -349,6 +350,38 @@ def test_planned_calls_match_eager_as_arguments_change() -> None:
         out = compiled(torch.tensor(1), k)
         assert_same(out, eager(torch.tensor(1), k), "sum")
         assert_same(module.cache, eager.cache, "the reassigned cache, written")
+
+
+@pytest.mark.parametrize("mesh", [None, {"x": 2}])
+def test_planned_calls_take_keyword_tensors(mesh) -> None:
+    """A program called with keyword tensors (as transformers' decoders take
+    `cache_position`) goes to the planned call too, the keywords in any order, on one
+    device and on a mesh; a missing or unknown keyword is still refused by name."""
+    def keyword_step(cache, k, *, pos, scale):
+        cache[:, pos] = k * scale
+        return cache.sum(dim=1)
+
+    cache, pos, k = step_args()
+    shardings = {"cache": ("x", None, None, None)} if mesh else None
+    compiled = outofplace.compile(keyword_step, (cache.clone(), k),
+                                  {"pos": pos, "scale": torch.tensor(2.0)},
+                                  mesh=mesh, shardings=shardings)
+    expected = cache.clone()
+    taken = []
+    for call, p in enumerate([1, 5, 15, 0]):
+        kwargs = {"pos": torch.tensor(p), "scale": torch.tensor(float(p))}
+        if call % 2:
+            kwargs = dict(reversed(kwargs.items()))
+        out = compiled(cache, k, **kwargs)
+        assert_same(out, keyword_step(expected, k, **kwargs), f"output {call}")
+        assert_same(cache, expected, f"cache after call {call}")
+        if call == 0:
+            count_planned_calls(compiled, taken)
+    assert taken == [True, True, True]
+    with pytest.raises(TypeError, match="scale"):
+        compiled(cache, k, pos=pos)
+    with pytest.raises(TypeError, match="other"):  # eager's default, maybe not traced
+        compiled(cache, k, pos=pos, scale=torch.tensor(1.0), other=pos)
 
 
 def test_written_input_bumps_its_version_as_eager() -> None:

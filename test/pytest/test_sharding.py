@@ -18,7 +18,7 @@ from outofplace.backends import spmd
 from outofplace.ir_utils import all_operations, main_function
 from outofplace.transforms.sharding import hlo_sharding
 from torch_mlir import ir
-from differential import assert_same, assert_same_tree
+from differential import assert_same, assert_same_tree, count_planned_calls
 
 jax = pytest.importorskip("jax")
 pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWarning")
@@ -52,7 +52,7 @@ def test_sharded_planned_call_is_built(planned_call):
         return
     assert isinstance(compiled._plan, _planned_call.ShardedCall)
     taken = []
-    compiled._plan = _counting(compiled._plan, taken)
+    count_planned_calls(compiled, taken)
     compiled(cache, k, torch.tensor(4), idx)
     assert taken == [True]  # taken by the plan, not handed back
 
@@ -212,7 +212,7 @@ def test_mesh_larger_than_the_devices_says_how_to_get_more():
         compiled(*_cache_calls([0])[0])
 
 
-def test_llama_decode_with_a_head_sharded_static_cache():
+def test_llama_decode_with_a_head_sharded_static_cache(planned_call):
     """Two decode steps of a tiny Llama whose StaticCache is split over its 4 key/value
     heads on 4 devices; logits and every cache buffer as eager."""
     transformers = pytest.importorskip("transformers")
@@ -232,13 +232,21 @@ def test_llama_decode_with_a_head_sharded_static_cache():
     compiled = outofplace.compile(model, (torch.randint(64, (1, 1)),),
                                   {"cache_position": torch.tensor([0])},
                                   mesh={"tp": 4}, shardings=caches)
-    for position, token in enumerate([5, 17]):
+    taken = []
+    for position, token in enumerate([5, 17, 3]):
         ids, where = torch.tensor([[token]]), torch.tensor([position])
         with torch.no_grad():
             expected = eager(ids.clone(), cache_position=where.clone())
         assert_same(compiled(ids, cache_position=where), expected, f"logits {position}")
         for (name, a), (_, e) in zip(model.named_buffers(), eager.named_buffers()):
             assert_same(a, e, f"{name} after step {position}")
+        if position == 0 and planned_call == "C++":
+            count_planned_calls(compiled, taken)
+    # the steps after the first are the planned call's, each cache's write a scatter at
+    # the one position the host computes from cache_position
+    assert taken == ([True, True] if planned_call == "C++" else [])
+    assert all(compiled._sharded()._regions(compiled.input_names.index(name))
+               for name in caches)
     report = compiled.sharding_report()
     sharded = {s.name: s for s in report.state if s.name in caches}
     assert all(s.device_shape == [1, 1, 8, 8] for s in sharded.values()), str(report)
@@ -352,19 +360,48 @@ def test_planned_calls_of_slice_writes_match_eager(over, devices, layout, planne
         assert_same(cache, mirror, f"cache after call {step}")
         assert_same(count, count_mirror, f"count after call {step}")
         if step == 0 and planned_call == "C++":
-            compiled._plan = _counting(compiled._plan, taken)
+            count_planned_calls(compiled, taken)
     assert taken == ([True] * 6 if planned_call == "C++" else [])
     assert compiled._sharded().host_sync == {"cache": "its writes repeated",
                                              "count": "copied back"}
 
 
-def _counting(plan, taken):
-    """The plan, noting in `taken` whether it took each call (or handed it back)."""
-    def call(inputs):
-        results = plan(inputs)
-        taken.append(results is not None)
-        return results
-    return call
+def indexed_writes(cache, k, pos, idx):
+    """A write at one runtime position through index_copy_ (a scatter at one index, which
+    the host computes) among slice writes."""
+    cache[:, :, 0] = k
+    cache.index_copy_(2, idx, k.unsqueeze(2) * 3)
+    cache[:, :, pos] = k + 1
+    return cache.sum(dim=(2, 3))
+
+
+@DEVICES
+@pytest.mark.parametrize("over", SPECS)
+def test_writes_at_one_index_match_eager(over, devices, planned_call):
+    """index_copy_ at one position (and one out of bounds, which the program drops, as
+    its OutOfBoundsPolicyWarning says) over calls on one cache: each call's writes are
+    repeated on the caller's tensor from the one index the host computes."""
+    compiled = outofplace.compile(indexed_writes, _cache_calls([0])[0],
+                                  mesh={"x": devices}, shardings={"cache": SPECS[over]})
+    assert all(w.starts for w in compiled._sharded()._writes[0])
+    cache = torch.randn(B, H, S, D)
+    mirror = cache.clone()
+    taken = []
+    for step, (p, i) in enumerate([(1, 2), (S // devices, S // devices - 1), (3, S - 1),
+                                   (2, S + 4), (5, 0)]):
+        _, k, pos, _ = _cache_calls([p])[0]
+        idx = torch.tensor([i])
+        if i < S:
+            expected = indexed_writes(mirror, k, pos, idx)
+        else:  # dropped
+            mirror[:, :, 0] = k
+            mirror[:, :, pos] = k + 1
+            expected = mirror.sum(dim=(2, 3))
+        assert_same(compiled(cache, k, pos, idx), expected, f"call {step}")
+        assert_same(cache, mirror, f"cache after call {step}")
+        if step == 0 and planned_call == "C++":
+            count_planned_calls(compiled, taken)
+    assert taken == ([True] * 4 if planned_call == "C++" else [])
 
 
 def test_state_that_is_not_a_chain_of_writes_is_copied_back():

@@ -7,10 +7,10 @@
 // call left on the devices (`_Resident.holds`), small read-only arguments are copied into
 // the devices' kept buffers (`_Stage`), the program runs through jax's dispatch, and each
 // written region is copied from the devices' new shards into the caller's tensor: where a
-// `dynamic_update_slice` wrote (its starts constants or computed here from the call's
-// arguments, host_scalars.py's trees) or, for a state that is not such a chain, all of
-// it. A state written otherwise (a scatter, a reshape) is handed to Python
-// (`ShardedExecutable._keep`). Anything else (a first call, another layout, a state not
+// `dynamic_update_slice` or a scatter at one index wrote (its starts constants or
+// computed here from the call's arguments, host_scalars.py's trees) or, for a state that
+// is not such a chain, all of it. A state written otherwise (a scatter at indices the
+// program returns, a reshape) is handed to Python (`ShardedExecutable._keep`). Anything else (a first call, another layout, a state not
 // on the devices, a negated view) returns None before anything is changed, and
 // `Compiled.run` takes the call. Without the extension every call is Python's.
 #include "calls.h"
@@ -139,6 +139,7 @@ struct Scalar {
 struct Start {  // of a write, in one dimension: a constant or computed from the arguments
   std::optional<Scalar> scalar;
   int64_t constant, size, length;  // the start (constant), the update's size, the dim's
+  bool clamps;  // a dynamic_update_slice's (else out of bounds nothing is written)
 };
 
 using Box = std::vector<std::pair<int64_t, int64_t>>;  // [start, stop) per dimension
@@ -247,7 +248,8 @@ class ShardedCall {
             std::vector<Start> starts;
             for (py::handle item : write) {
               auto entry = item.cast<py::tuple>();
-              Start start{std::nullopt, 0, entry[1].cast<int64_t>(), entry[2].cast<int64_t>()};
+              Start start{std::nullopt, 0, entry[1].cast<int64_t>(), entry[2].cast<int64_t>(),
+                          entry[3].cast<bool>()};
               if (py::isinstance<py::int_>(entry[0])) {
                 start.constant = entry[0].cast<int64_t>();
               } else {
@@ -352,12 +354,19 @@ class ShardedCall {
         std::vector<const uint8_t*> at(shards.size(), nullptr);
         for (const std::vector<Start>& write : state.writes) {
           Box region;
+          bool skipped = false;  // a scatter's window out of bounds
           for (const Start& start : write) {
             Int first = start.scalar ? (*start.scalar)(tensors) : Int(start.constant);
-            // the op clamps its starts
-            first = std::min<Int>(std::max<Int>(first, 0), start.length - start.size);
+            if (start.clamps)  // as the op does
+              first = std::min<Int>(std::max<Int>(first, 0), start.length - start.size);
+            else if (first < 0 || first + start.size > start.length)
+              skipped = true;
             region.push_back({static_cast<int64_t>(first),
                               static_cast<int64_t>(first) + start.size});
+          }
+          if (skipped) {  // XLA's choice: all of it, as spmd._written does
+            region.clear();
+            for (const Start& start : write) region.push_back({0, start.length});
           }
           for (int64_t p : state.distinct) {
             if (at[p] == nullptr)

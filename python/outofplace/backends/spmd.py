@@ -266,17 +266,18 @@ class ShardedExecutable:
 
     def _regions(self, index: int) -> list[list[tuple]] | None:
         """Where a call writes a state, for the planned call: per write, (start: an int or
-        a host_scalars.Scalar, update size, dimension size) per dimension; all of it for
-        a state copied back; None when its writes are not such regions (a scatter, a
-        reshape, a start the program returns): `_keep` then takes it."""
+        a host_scalars.Scalar, update size, dimension size, whether the start is clamped
+        (else out of bounds the write is skipped, and all of it copied)) per dimension;
+        all of it for a state copied back; None when its writes are not such regions (a
+        scatter at indices the program returns, a reshape): `_keep` then takes it."""
         shape = self._shapes[index]
         writes = self._writes.get(index)
         if writes is None:
-            return [[(0, n, n) for n in shape]]
-        if any(w.op != "dynamic_update_slice" or w.with_update or None in w.starts
-               for w in writes):
+            return [[(0, n, n, True) for n in shape]]
+        if any(not w.starts or w.with_update or None in w.starts for w in writes):
             return None
-        return [list(zip(w.starts, w.update, shape)) for w in writes]
+        return [[(s, u, n, w.op == "dynamic_update_slice")
+                 for s, u, n in zip(w.starts, w.update, shape)] for w in writes]
 
     @property
     def host_sync(self) -> dict[str, str]:
@@ -463,17 +464,23 @@ class _Write:
     a `scatter` that replaces elements (results: the indices), or a `reshape` of the state
     between them (`dimensions`: the new shape). After a reshape the host cannot read the
     region from the devices' shards (they are in the state's own shape): the results
-    then also hold the update, and the host writes it through a view of that shape."""
+    then also hold the update, and the host writes it through a view of that shape.
+
+    A scatter at one index the host computes (`c.index_copy_(2, pos, k)` with one
+    position) is one window, given as a dynamic_update_slice is: `starts` and its shape
+    (`update`); it is not clamped (out of bounds XLA skips it: the host then copies the
+    state whole)."""
 
     op: str
     results: tuple[int, ...]  # the engine module's results that say what it wrote
     # scatter: update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims,
     # index_vector_dim; reshape: the shape
     dimensions: tuple = ()
-    update: tuple[int, ...] = ()  # the update's (scatter: the updates') shape
+    # the update's shape (scatter: the updates'; at one host-computed index, its window's)
+    update: tuple[int, ...] = ()
     with_update: bool = False  # the last result is the update (after a reshape)
-    # dynamic_update_slice: per start, a constant, a function of the call's arguments
-    # (host_scalars.py), or None: one of `results`
+    # per dimension, a constant start, a function of the call's arguments
+    # (host_scalars.py), or None: one of `results`; a scatter's only at one host index
     starts: tuple[int | host_scalars.Scalar | None, ...] = ()
 
 
@@ -498,12 +505,16 @@ def _written(tensor: torch.Tensor, writes: list[_Write], results: list[Any],
         # replicated: one device's (`_fully_replicated_shard`: one array, not one a device)
         values = [results[r]._fully_replicated_shard() for r in write.results]
         update = xla._tensor_over(values.pop(), tensor.dtype) if write.with_update else None
-        if write.op == "dynamic_update_slice":
+        if write.starts:  # a dynamic_update_slice, or a scatter's one window
             given = iter(values)
-            starts = [min(max(int(_read(next(given))) if s is None else
-                              s if isinstance(s, int) else s(inputs), 0), n - u)
-                      for s, n, u in zip(write.starts, current.shape, write.update)]
-            # (the op clamps its starts)
+            starts = [int(_read(next(given))) if s is None else
+                      s if isinstance(s, int) else s(inputs) for s in write.starts]
+            bounds = list(zip(starts, write.update, current.shape))
+            if write.op == "scatter":  # out of bounds, skipped: all of it
+                if any(s < 0 or s + u > n for s, u, n in bounds):
+                    return None
+            else:  # the op clamps its starts
+                starts = [min(max(s, 0), n - u) for s, u, n in bounds]
             regions.append((current, tuple(slice(s, s + u)
                                            for s, u in zip(starts, write.update)), update))
             continue
@@ -653,10 +664,17 @@ def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] 
                               tuple(numbers.inserted_window_dims),
                               tuple(numbers.scattered_dims_to_operand_dims),
                               numbers.index_vector_dim)
+                window = _one_window(op, dimensions, read_only) if not reshaped else None
+                if window is not None:  # its index computed on the host
+                    starts, window_shape = window
+                    values = []
+            shape = tuple(ir.RankedTensorType(update.type).shape)
+            if starts and op.name == "stablehlo.scatter":
+                shape = window_shape
             values += [update] if reshaped else []
             chains[arg].append(_Write(
                 op.name[len("stablehlo."):], tuple(range(first, first + len(values))),
-                dimensions, tuple(ir.RankedTensorType(update.type).shape), reshaped, starts))
+                dimensions, shape, reshaped, starts))
             exposed += values
     if exposed:
         with ir.InsertionPoint(ret):
@@ -669,6 +687,26 @@ def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] 
             list(ir.ArrayAttr(main.attributes["res_attrs"]))
             + [ir.DictAttr.get({})] * len(exposed))
     return chains
+
+
+def _one_window(scatter: Any, dimensions: tuple, read_only: set[int]
+                ) -> tuple[tuple, tuple[int, ...]] | None:
+    """A replacing scatter at one index of one dimension that the host can compute from
+    the call's arguments (host_scalars.py): the window's starts and shape, else None."""
+    from jax._src.lib.mlir import ir
+
+    window_dims, inserted, to_operand, _ = dimensions
+    indices = ir.RankedTensorType(scatter.operands[1].type)
+    if math.prod(indices.shape) != 1 or len(to_operand) != 1:
+        return None
+    index = host_scalars.host_scalar(scatter.operands[1], read_only)
+    if index is None:
+        return None
+    operand = ir.RankedTensorType(scatter.operands[0].type).shape
+    updates = ir.RankedTensorType(scatter.operands[2].type).shape
+    sizes = iter(updates[d] for d in window_dims)
+    shape = tuple(1 if d in inserted else next(sizes) for d in range(len(operand)))
+    return tuple(index if d == to_operand[0] else 0 for d in range(len(operand))), shape
 
 
 def _aval(type: Any) -> tuple[tuple[int, ...], np.dtype]:

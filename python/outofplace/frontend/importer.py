@@ -85,18 +85,27 @@ class ProgramSignature:
     complex_results: frozenset[int] = frozenset()
 
     @functools.cached_property
-    def positional_tensors(self) -> int | None:
-        """n when the user's arguments are n positional tensors and nothing else (their
-        leaves are the arguments themselves: a call needs no flattening), else None."""
+    def flat_tensors(self) -> tuple[int, tuple[str, ...]] | None:
+        """(n, keys) when the user's arguments are n positional tensors and keyword tensors
+        named `keys` (in main's order) and nothing else: their leaves are the arguments
+        themselves, a call needs no flattening. Else None."""
         spec = self.in_spec
-        if spec is None or spec.num_children != 2 or spec.child(1).num_children or \
-                self.constant_inputs:
+        if spec is None or spec.num_children != 2 or self.constant_inputs:
             return None
-        n = spec.child(0).num_children
-        if any(not spec.child(0).child(i).is_leaf() for i in range(n)) or \
-                self.user_input_leaves != list(range(n)):
+        positional, keyword = spec.child(0), spec.child(1)
+        n, keys = positional.num_children, tuple(keyword.context or ())
+        if not all(child.is_leaf() for child in (*positional.children(),
+                                                  *keyword.children())) or \
+                self.user_input_leaves != list(range(n + len(keys))):
             return None
-        return n
+        return n, keys
+
+    @functools.cached_property
+    def positional_tensors(self) -> int | None:
+        """n when the user's arguments are n positional tensors and nothing else, else
+        None."""
+        flat = self.flat_tensors
+        return flat[0] if flat is not None and not flat[1] else None
 
     def user_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         """The user's tensor arguments among `args` and `kwargs`, in main's order."""
