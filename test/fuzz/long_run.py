@@ -117,6 +117,9 @@ def _environment(engines: str | None) -> dict[str, str]:
     env = dict(os.environ, OUTOFPLACE_VERIFY_EACH="1")
     if engines:
         env["OUTOFPLACE_TEST_ENGINES"] = engines
+    if engines and "mesh" in engines.split(","):  # devices for differential.MESH
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                            " --xla_force_host_platform_device_count=2").strip()
     return env
 
 
@@ -203,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="compile the first K passing programs again in a fresh "
                         "process and compare the StableHLO (also on a finished run)")
     parser.add_argument("--engines", help="the engines to check on, comma-separated "
-                        "(default: every one installed: interpreter, xla, iree)")
+                        "(default: every one installed: interpreter, xla, iree; \"mesh\" adds "
+                        "the program compiled again on 2 XLA:CPU devices)")
     parser.add_argument("--optimizer", action="store_true",
                         help="end a quarter of the programs with an optimizer-style "
                         "update (foreach lists, .item() arithmetic, a gradient then an "

@@ -96,7 +96,27 @@ from outofplace.backends import iree  # noqa: E402
 ENGINES = ["interpreter"] + ["xla"] * outofplace.xla.available() + \
     ["iree"] * iree.available()
 if os.environ.get("OUTOFPLACE_TEST_ENGINES"):  # a subset, e.g. "interpreter,xla"
-    ENGINES = [e for e in os.environ["OUTOFPLACE_TEST_ENGINES"].split(",") if e in ENGINES]
+    # "mesh" (asked for only): the program compiled again on a mesh of 2 XLA:CPU devices
+    # (`on_a_mesh`), which needs XLA_FLAGS=--xla_force_host_platform_device_count=2 or more
+    ENGINES = [e for e in os.environ["OUTOFPLACE_TEST_ENGINES"].split(",")
+               if e in ENGINES or (e == "mesh" and "xla" in ENGINES)]
+
+MESH = {"x": 2}
+
+
+def on_a_mesh(f: Any, args: tuple, kwargs: dict,
+              compiled: outofplace.Compiled) -> outofplace.Compiled:
+    """`f` compiled on `MESH`, each argument it writes split over the mesh along its first
+    dimension of an even size (replicated when none is)."""
+    shardings = {}
+    for i in compiled.io_map:
+        shape = compiled.input_types[i][0]
+        even = [d for d, n in enumerate(shape) if isinstance(n, int) and n and n % 2 == 0]
+        if even:
+            shardings[compiled.input_names[i]] = tuple(
+                "x" if d == even[0] else None for d in range(len(shape)))
+    args, kwargs = _clone((args, kwargs))
+    return outofplace.compile(f, list(args), kwargs, mesh=MESH, shardings=shardings)
 
 
 def assert_matches_eager(f: Any, *args: Any, **kwargs: Any) -> outofplace.Compiled:
@@ -125,7 +145,14 @@ def assert_matches_eager(f: Any, *args: Any, **kwargs: Any) -> outofplace.Compil
                 for name, value in _state(f).items():
                     value.copy_(before[name])
         eager_f = copy.deepcopy(pristine) if is_module else f
-        assert_call_matches_eager(compiled, eager_f, args, kwargs, engine)
+        program = compiled
+        if engine == "mesh":
+            program = on_a_mesh(f, args, kwargs, compiled)
+            if is_module:  # compiling again traced it: the module's state as before
+                with torch.no_grad():
+                    for name, value in _state(f).items():
+                        value.copy_(before[name])
+        assert_call_matches_eager(program, eager_f, args, kwargs, engine)
         if is_module:
             assert_module_state_matches(f, eager_f, f"[{engine}] state", engine)
     return compiled
@@ -139,25 +166,31 @@ def assert_call_matches_eager(compiled: outofplace.Compiled, f: Any, args: tuple
     eager_args, eager_kwargs = _clone((args, kwargs))
     compiled_args, compiled_kwargs = _clone((args, kwargs))
     expected = f(*eager_args, **eager_kwargs)
-    actual = compiled.run(compiled_args, compiled_kwargs, engine=engine)
+    # a mesh's program runs on XLA:CPU's devices (a mesh takes every call there)
+    actual = compiled.run(compiled_args, compiled_kwargs,
+                          engine="xla" if engine == "mesh" else engine)
     _assert_call_matches(actual, expected, (compiled_args, compiled_kwargs),
                          (eager_args, eager_kwargs), f"[{engine}]", engine)
-    if engine == "xla" and compiled.engine in ("auto", "xla") and not kwargs:
+    if engine in ("xla", "mesh") and compiled.engine in ("auto", "xla") and not kwargs:
         # Again on the same tensors, their values reset to the arguments' (so that
         # rounding does not compound), through `compiled(...)`: after a checked call on
-        # XLA this is the planned call (backends/planned_call.cpp); the first call's
-        # outputs must stay eager's (views of inputs change with them, as in eager).
+        # XLA this is the planned call (backends/planned_call.cpp, sharded_call.cpp);
+        # the first call's outputs must stay eager's (views of inputs change with them,
+        # as in eager). The reset is a write torch counts, as a caller's would be: a
+        # mesh keeps a written tensor's state on the devices until it changes.
         for argument, compiled_arg, eager_arg in zip(*map(
                 pytree.tree_leaves, (args, compiled_args, eager_args))):
             if isinstance(argument, torch.Tensor):
                 compiled_arg.untyped_storage().copy_(argument.untyped_storage())
                 eager_arg.untyped_storage().copy_(argument.untyped_storage())
+                if not compiled_arg.is_inference():
+                    torch.autograd.graph.increment_version(compiled_arg)
         expected_again = f(*eager_args)
         actual_again = compiled(*compiled_args)
         _assert_call_matches(actual_again, expected_again, compiled_args, eager_args,
-                             "[xla, second call]", engine)
-        assert_same_tree(actual, expected, "[xla] first call's output after the second",
-                         engine)
+                             f"[{engine}, second call]", engine)
+        assert_same_tree(actual, expected, f"[{engine}] first call's output after the "
+                         "second", engine)
 
 
 def _assert_call_matches(actual: Any, expected: Any, compiled_inputs: Any,
