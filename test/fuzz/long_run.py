@@ -117,9 +117,6 @@ def _environment(engines: str | None) -> dict[str, str]:
     env = dict(os.environ, OUTOFPLACE_VERIFY_EACH="1")
     if engines:
         env["OUTOFPLACE_TEST_ENGINES"] = engines
-    if engines and "mesh" in engines.split(","):  # devices for differential.MESH
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                            " --xla_force_host_platform_device_count=2").strip()
     return env
 
 

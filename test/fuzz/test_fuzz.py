@@ -162,6 +162,32 @@ def test_fuzzed_program_matches_eager(shard: int) -> None:
         _write_reports()
 
 
+MESH_SHARDS = 2  # of PROGRAMS_PER_SHARD programs, also compiled on a mesh
+
+
+@pytest.mark.parametrize("shard", range(MESH_SHARDS))
+def test_fuzzed_program_matches_eager_on_a_mesh(shard: int, monkeypatch) -> None:
+    """Programs compiled again on 2 XLA:CPU devices, each written argument split along
+    its first even dimension (differential.on_a_mesh), against eager on a first call and
+    a second through the sharded planned call; from seeds of their own."""
+    import differential
+
+    monkeypatch.setattr(differential, "ENGINES", ["mesh"])
+    STATS.shrinking = False
+
+    @seed(BASE_SEED + 1_000_000 + shard)
+    @settings(max_examples=PROGRAMS_PER_SHARD, deadline=None, database=None,
+              derandomize=False, suppress_health_check=list(HealthCheck), print_blob=False)
+    @given(program=programs())
+    def fuzz(program: Program) -> None:
+        check_program(program)
+
+    try:
+        fuzz()
+    finally:
+        _write_reports()
+
+
 # ----------------------------------------------------------------------------- summary
 def _merge(reports: list[dict]) -> dict:
     total = {"passed": 0, "refused": collections.Counter(), "refusal_example": {},

@@ -7,10 +7,16 @@ tensor (and, for an nn.Module, every buffer and parameter) with the same final v
 
 from __future__ import annotations
 
-import os
-
 import copy
+import os
 from typing import Any
+
+# Eight XLA:CPU devices for the sharded tests (test_sharding.py) and the "mesh" engine
+# below; read once, when jax starts its backend, so it is set before anything imports
+# jax. Programs without a mesh run on the first device as before.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_force_host_platform_device_count=8").strip()
 
 import torch
 import torch.utils._pytree as pytree
@@ -97,7 +103,7 @@ ENGINES = ["interpreter"] + ["xla"] * outofplace.xla.available() + \
     ["iree"] * iree.available()
 if os.environ.get("OUTOFPLACE_TEST_ENGINES"):  # a subset, e.g. "interpreter,xla"
     # "mesh" (asked for only): the program compiled again on a mesh of 2 XLA:CPU devices
-    # (`on_a_mesh`), which needs XLA_FLAGS=--xla_force_host_platform_device_count=2 or more
+    # (`on_a_mesh`)
     ENGINES = [e for e in os.environ["OUTOFPLACE_TEST_ENGINES"].split(",")
                if e in ENGINES or (e == "mesh" and "xla" in ENGINES)]
 
