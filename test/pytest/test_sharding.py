@@ -114,6 +114,20 @@ def test_two_axis_mesh():
     assert report.ok, str(report)
 
 
+@pytest.mark.parametrize("spec", [("dp", None, None, None), ("tp", None, None, None),
+                                  (None, "tp", None, None)])
+def test_state_replicated_over_one_axis_of_two(spec):
+    """A state split over one mesh axis and replicated over the other: each split piece
+    goes to two or four devices. Split on the first dimension, a piece is one contiguous
+    part of the tensor, and jaxlib's copy of one such piece to two devices failed with
+    "bad_function_call" (probe fuzzer seed 7: `s.view(-1)[p] = 5` on {"a": 2, "b": 2},
+    spec ("a", None)); the small read-only `k`, split so too, goes through its kept
+    buffers."""
+    compiled = _run_against_eager(writes, _cache_calls([0])[0], {"dp": 2, "tp": 4},
+                                  {"cache": spec, "k": spec[:3]}, _cache_calls([4, 11, 2]))
+    assert compiled.sharding_report().ok
+
+
 @DEVICES
 def test_batchnorm_data_parallel(devices):
     """Batch statistics need every device's rows: an all-reduce of partial sums, not a

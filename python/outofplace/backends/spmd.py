@@ -323,10 +323,21 @@ class _Placement:
         from jax._src.lib import xla_client
 
         semantics = xla_client.HostBufferSemantics
+        pieces, seen = [], set()
+        for where in self.slices:
+            piece = _contiguous(host[where + (...,)])
+            key = tuple((s.start, s.stop) for s in where)
+            if owned and key in seen and piece.size != host.size:
+                # jaxlib 0.10.2 copying one piece of host memory that is not a whole
+                # array to two devices fails with "bad_function_call" (a state
+                # replicated over a mesh axis, split on its first dimension over
+                # another): each device after the first gets a copy of its own
+                piece = piece.copy()
+            seen.add(key)
+            pieces.append(piece)
         array = xla_client.batched_device_put(
-            jax.core.ShapedArray(self.shape, host.dtype), self.sharding,
-            [_contiguous(host[where + (...,)]) for where in self.slices], self.devices,
-            True, owned, semantics.IMMUTABLE_ONLY_DURING_CALL if owned
+            jax.core.ShapedArray(self.shape, host.dtype), self.sharding, pieces,
+            self.devices, True, owned, semantics.IMMUTABLE_ONLY_DURING_CALL if owned
             else semantics.ZERO_COPY)
         if owned:
             array.block_until_ready()
