@@ -128,6 +128,19 @@ def test_state_replicated_over_one_axis_of_two(spec):
     assert compiled.sharding_report().ok
 
 
+def test_state_returned_only_as_a_view():
+    """A program that writes nothing and returns a view of its argument: main has no
+    results (the view is the caller's tensor's), and no result attributes to rewrite
+    (probe fuzzer seed 36 raised KeyError)."""
+    def first_row(s):
+        return s[0]
+
+    s = torch.randn(4, 4)
+    compiled = outofplace.compile(first_row, (s,), mesh={"x": 2}, shardings={"s": ("x", None)})
+    out = compiled(s)
+    assert_same(out, s[0], "result")
+    assert out.data_ptr() == s.data_ptr()  # eager's view of the caller's tensor
+
 @DEVICES
 def test_batchnorm_data_parallel(devices):
     """Batch statistics need every device's rows: an all-reduce of partial sums, not a

@@ -571,8 +571,10 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
         function = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         for kind, types in (("arg_attrs", function.inputs), ("res_attrs", function.results)):
             entries = []
-            for index, (entry, type) in enumerate(zip(ir.ArrayAttr(main.attributes[kind]),
-                                                      types)):
+            # (a main without results, or arguments, has no attributes for them)
+            given = list(ir.ArrayAttr(main.attributes[kind])) if kind in main.attributes \
+                else [ir.DictAttr.get({})] * len(types)
+            for index, (entry, type) in enumerate(zip(given, types)):
                 entry = ir.DictAttr(entry)
                 fields = {entry[i].name: entry[i].attr for i in range(len(entry))
                           if entry[i].name != "mhlo.sharding"}
