@@ -204,6 +204,24 @@ def test_bad_shardings_are_refused(mesh, shardings, message):
         outofplace.compile(writes, _cache_calls([0])[0], mesh=mesh, shardings=shardings)
 
 
+
+def test_mesh_with_dynamic_shapes_is_refused():
+    """A program with dynamic dimensions runs specialized to each call's shapes, which
+    dropped the mesh: every call ran on one device, its shardings unchecked (a batch of
+    6 "split" over 4), with no word said."""
+    from torch.export import Dim
+
+    def write(cache, k, pos):
+        cache[:, pos] = k
+        return cache.sum(1)
+
+    with pytest.raises(ValueError, match=r"argument 'cache' has a dynamic dimension "
+                       r"\(\[-1, 16\]"):
+        outofplace.compile(write, (torch.randn(4, 16), torch.randn(4), torch.tensor(1)),
+                           mesh={"x": 4}, shardings={"cache": ("x", None)},
+                           dynamic_shapes={"cache": {0: Dim("b", min=2, max=64)},
+                                           "k": {0: Dim("b", min=2, max=64)}, "pos": None})
+
 def test_mesh_larger_than_the_devices_says_how_to_get_more():
     compiled = outofplace.compile(writes, _cache_calls([0])[0], mesh={"x": 16},
                                   shardings={"cache": (None, None, "x", None)})
