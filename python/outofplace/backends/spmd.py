@@ -352,10 +352,21 @@ class _Placement:
         from jax._src.lib import xla_client
 
         semantics = xla_client.HostBufferSemantics
+        pieces, seen = [], set()
+        for where in self.slices:
+            piece = _contiguous(host[where + (...,)])
+            key = tuple((s.start, s.stop) for s in where)
+            if owned and key in seen and piece.size != host.size:
+                # jaxlib 0.10.2 copying one piece of host memory that is not a whole
+                # array to two devices fails with "bad_function_call" (a state
+                # replicated over a mesh axis, split on its first dimension over
+                # another): each device after the first gets a copy of its own
+                piece = piece.copy()
+            seen.add(key)
+            pieces.append(piece)
         array = xla_client.batched_device_put(
-            jax.core.ShapedArray(self.shape, host.dtype), self.sharding,
-            [_contiguous(host[where + (...,)]) for where in self.slices], self.devices,
-            True, owned, semantics.IMMUTABLE_ONLY_DURING_CALL if owned
+            jax.core.ShapedArray(self.shape, host.dtype), self.sharding, pieces,
+            self.devices, True, owned, semantics.IMMUTABLE_ONLY_DURING_CALL if owned
             else semantics.ZERO_COPY)
         if owned:
             array.block_until_ready()
@@ -599,8 +610,10 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
         function = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         for kind, types in (("arg_attrs", function.inputs), ("res_attrs", function.results)):
             entries = []
-            for index, (entry, type) in enumerate(zip(ir.ArrayAttr(main.attributes[kind]),
-                                                      types)):
+            # (a main without results, or arguments, has no attributes for them)
+            given = list(ir.ArrayAttr(main.attributes[kind])) if kind in main.attributes \
+                else [ir.DictAttr.get({})] * len(types)
+            for index, (entry, type) in enumerate(zip(given, types)):
                 entry = ir.DictAttr(entry)
                 fields = {entry[i].name: entry[i].attr for i in range(len(entry))
                           if entry[i].name != "mhlo.sharding"}

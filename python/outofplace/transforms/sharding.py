@@ -50,6 +50,13 @@ def normalize(mesh: dict[str, int], shardings: dict[str, Any] | None,
     if not mesh or any(not isinstance(n, str) or not isinstance(s, int) or s < 1
                        for n, s in mesh.items()):
         raise ValueError(f"mesh must map axis names to positive sizes, got {mesh!r}")
+    for name, shape in zip(input_names, shapes):
+        if any(n < 0 for n in shape):  # a dynamic dimension (dynamic_shapes)
+            raise ValueError(
+                f"argument '{name}' has a dynamic dimension "
+                f"({[n if n >= 0 else -1 for n in shape]}, -1 dynamic): a "
+                "program on a mesh has static shapes (each call would run on one device, "
+                "its shardings not checked); compile one program per shape")
     specs = {}
     for name, entries in (shardings or {}).items():
         if name not in input_names:
