@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                         "process and compare the StableHLO (also on a finished run)")
     parser.add_argument("--engines", help="the engines to check on, comma-separated "
                         "(default: every one installed: interpreter, xla, iree; \"mesh\" adds "
-                        "the program compiled again on 2 XLA:CPU devices)")
+                        "the program compiled again on 2 or 4 XLA:CPU devices)")
     parser.add_argument("--optimizer", action="store_true",
                         help="end a quarter of the programs with an optimizer-style "
                         "update (foreach lists, .item() arithmetic, a gradient then an "

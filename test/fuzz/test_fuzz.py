@@ -167,9 +167,10 @@ MESH_SHARDS = 2  # of PROGRAMS_PER_SHARD programs, also compiled on a mesh
 
 @pytest.mark.parametrize("shard", range(MESH_SHARDS))
 def test_fuzzed_program_matches_eager_on_a_mesh(shard: int, monkeypatch) -> None:
-    """Programs compiled again on 2 XLA:CPU devices, each written argument split along
-    its first even dimension (differential.on_a_mesh), against eager on a first call and
-    a second through the sharded planned call; from seeds of their own."""
+    """Programs compiled again on a mesh of 2 or 4 XLA:CPU devices, their written
+    arguments (some programs' read ones too) split (differential.on_a_mesh), against
+    eager on a first call and a second through the sharded planned call; from seeds of
+    their own."""
     import differential
 
     monkeypatch.setattr(differential, "ENGINES", ["mesh"])

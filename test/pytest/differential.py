@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import zlib
 from typing import Any
 
 # Eight XLA:CPU devices for the sharded tests (test_sharding.py) and the "mesh" engine
@@ -102,27 +103,36 @@ from outofplace.backends import iree  # noqa: E402
 ENGINES = ["interpreter"] + ["xla"] * outofplace.xla.available() + \
     ["iree"] * iree.available()
 if os.environ.get("OUTOFPLACE_TEST_ENGINES"):  # a subset, e.g. "interpreter,xla"
-    # "mesh" (asked for only): the program compiled again on a mesh of 2 XLA:CPU devices
-    # (`on_a_mesh`)
+    # "mesh" (asked for only): the program compiled again on a mesh (`on_a_mesh`)
     ENGINES = [e for e in os.environ["OUTOFPLACE_TEST_ENGINES"].split(",")
                if e in ENGINES or (e == "mesh" and "xla" in ENGINES)]
 
-MESH = {"x": 2}
-
-
 def on_a_mesh(f: Any, args: tuple, kwargs: dict,
               compiled: outofplace.Compiled) -> outofplace.Compiled:
-    """`f` compiled on `MESH`, each argument it writes split over the mesh along its first
-    dimension of an even size (replicated when none is)."""
+    """`f` compiled on a mesh of 2 XLA:CPU devices ({"x": 2}) or 4 ({"x": 2, "y": 2}),
+    each argument it writes (and, for some programs, each it reads) split along its
+    first even dimension over x, and over y along its next even one (or both axes on
+    the first, when it divides by 4); the choices are drawn from the program's text, the
+    same in every process."""
+    choice = zlib.crc32(compiled.stablehlo.encode())
+    mesh = {"x": 2} if choice % 2 else {"x": 2, "y": 2}
     shardings = {}
-    for i in compiled.io_map:
+    for i, name in enumerate(compiled.input_names):
+        if i not in compiled.io_map and not choice & 2:
+            continue
         shape = compiled.input_types[i][0]
         even = [d for d, n in enumerate(shape) if isinstance(n, int) and n and n % 2 == 0]
-        if even:
-            shardings[compiled.input_names[i]] = tuple(
-                "x" if d == even[0] else None for d in range(len(shape)))
+        if not even:
+            continue
+        spec: list[Any] = [None] * len(shape)
+        spec[even[0]] = "x"
+        if "y" in mesh and len(even) > 1:
+            spec[even[1]] = "y"
+        elif "y" in mesh and shape[even[0]] % 4 == 0:
+            spec[even[0]] = ("x", "y")
+        shardings[name] = tuple(spec)
     args, kwargs = _clone((args, kwargs))
-    return outofplace.compile(f, list(args), kwargs, mesh=MESH, shardings=shardings)
+    return outofplace.compile(f, list(args), kwargs, mesh=mesh, shardings=shardings)
 
 
 def assert_matches_eager(f: Any, *args: Any, **kwargs: Any) -> outofplace.Compiled:
