@@ -304,10 +304,10 @@ class ShardedCall {
       py::tuple key = py::make_tuple(state.index, reinterpret_cast<intptr_t>(
                                                       inputs[state.index].ptr()));
       PyObject* found = PyDict_GetItem(resident_.ptr(), key.ptr());  // borrowed
-      if (found == nullptr || !alone_in_its_memory(tensors, state.index) ||
-          !py::handle(found).attr(name.holds)(inputs[state.index]).cast<bool>())
-        return py::none();
-      residents.push_back(py::reinterpret_borrow<py::object>(found));
+      if (found == nullptr || !alone_in_its_memory(tensors, state.index)) return py::none();
+      py::object resident = py::reinterpret_borrow<py::object>(found);  // held from here
+      if (!resident.attr(name.holds)(inputs[state.index]).cast<bool>()) return py::none();
+      residents.push_back(std::move(resident));
       keys.push_back(std::move(key));
     }
 
