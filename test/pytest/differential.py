@@ -187,24 +187,24 @@ def assert_call_matches_eager(compiled: outofplace.Compiled, f: Any, args: tuple
                           engine="xla" if engine == "mesh" else engine)
     _assert_call_matches(actual, expected, (compiled_args, compiled_kwargs),
                          (eager_args, eager_kwargs), f"[{engine}]", engine)
-    if engine in ("xla", "mesh") and compiled.engine in ("auto", "xla") and not kwargs:
+    if engine in ("xla", "mesh") and compiled.engine in ("auto", "xla"):
         # Again on the same tensors, their values reset to the arguments' (so that
         # rounding does not compound), through `compiled(...)`: after a checked call on
         # XLA this is the planned call (backends/planned_call.cpp, sharded_call.cpp);
         # the first call's outputs must stay eager's (views of inputs change with them,
         # as in eager). The reset is a write torch counts, as a caller's would be: a
         # mesh keeps a written tensor's state on the devices until it changes.
-        for argument, compiled_arg, eager_arg in zip(*map(
-                pytree.tree_leaves, (args, compiled_args, eager_args))):
+        for argument, compiled_arg, eager_arg in zip(*map(pytree.tree_leaves, (
+                (args, kwargs), (compiled_args, compiled_kwargs), (eager_args, eager_kwargs)))):
             if isinstance(argument, torch.Tensor):
                 compiled_arg.untyped_storage().copy_(argument.untyped_storage())
                 eager_arg.untyped_storage().copy_(argument.untyped_storage())
                 if not compiled_arg.is_inference():
                     torch.autograd.graph.increment_version(compiled_arg)
-        expected_again = f(*eager_args)
-        actual_again = compiled(*compiled_args)
-        _assert_call_matches(actual_again, expected_again, compiled_args, eager_args,
-                             f"[{engine}, second call]", engine)
+        expected_again = f(*eager_args, **eager_kwargs)
+        actual_again = compiled(*compiled_args, **compiled_kwargs)
+        _assert_call_matches(actual_again, expected_again, (compiled_args, compiled_kwargs),
+                             (eager_args, eager_kwargs), f"[{engine}, second call]", engine)
         assert_same_tree(actual, expected, f"[{engine}] first call's output after the "
                          "second", engine)
 
