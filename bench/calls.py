@@ -9,8 +9,9 @@ called as a user calls it, per call, beside eager PyTorch:
   program in JAX, called as a JAX user does, and without `k.sum()` (the update alone);
 - `torch.compile(step, backend="eager")`: what dynamo's frame and guards cost alone.
 Then the peak resident memory of a call against the cache's size, update patterns that
-also read the cache (a slice before or after the write, the whole cache, attention), and
-the cost of the checked mode (`check_bounds=True`: the flags program run before the step).
+also read the cache (a slice before or after the write, the whole cache, attention), the
+cost of the checked mode (`check_bounds=True`: the flags program run before the step), and
+a call with `pos` given by keyword (as transformers' decoders take `cache_position`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ SEQ_BYTES = pat.B * pat.H * pat.D * 4  # bytes of one position of the cache
 
 
 def step(cache, pos, k):
+    cache[:, pos] = k
+    return k.sum()
+
+
+def keyword_step(cache, k, *, pos):
     cache[:, pos] = k
     return k.sum()
 
@@ -93,6 +99,13 @@ class CheckedRow:
     cache_bytes: int
     times: dict[str, float] = field(default_factory=dict)
     correct: bool | None = None  # in range: eager's cache; out of range: IndexError, kept
+
+
+@dataclass
+class KeywordRow:
+    cache_bytes: int
+    times: dict[str, float] = field(default_factory=dict)
+    correct: bool | None = None  # the cache after a keyword call is eager's
 
 
 def median_time(fn: Callable[[], Any], seconds: float = 1.0, warmup: int = 2,
@@ -287,6 +300,33 @@ def measure_checked(cache_bytes: int, log: Callable[[str], None]) -> CheckedRow:
     return row
 
 
+def measure_keywords(cache_bytes: int, log: Callable[[str], None]) -> KeywordRow:
+    """`step` with `pos` passed by keyword, called as `compiled(cache, k, pos=pos)` (the
+    planned call takes keyword tensors) and through `run` (the checked path, which every
+    keyword call took before), beside the positional step; alternated, three rounds."""
+    import outofplace
+
+    seq = cache_bytes // SEQ_BYTES
+    row = KeywordRow(cache_bytes)
+    cache, pos, k = _args(seq)
+    positional = outofplace.compile(step, _args(seq))
+    keyword = outofplace.compile(keyword_step, (_args(seq)[0], k), {"pos": pos})
+    expected = cache.clone()
+    expected[:, pos] = k
+    keyword(cache, k, pos=pos)
+    row.correct = bool(torch.equal(cache, expected))
+    for _ in range(3):
+        for name, call in (("positional", lambda: positional(cache, pos, k)),
+                           ("keyword", lambda: keyword(cache, k, pos=pos)),
+                           ("keyword, checked path",
+                            lambda: keyword.run((cache, k), {"pos": pos}))):
+            row.times.setdefault(name, []).append(median_time(call, seconds=0.3))
+    row.times = {name: statistics.median(t) for name, t in row.times.items()}
+    log(f"  keyword call at {cache_bytes >> 20} MiB: {row.times['keyword'] * 1e6:.1f} µs "
+        f"against {row.times['positional'] * 1e6:.1f} µs positional")
+    return row
+
+
 def floor_time() -> float:
     """The per-call floor of `compiled(...)`: the same step on a 1-position cache."""
     import outofplace
@@ -298,7 +338,8 @@ def floor_time() -> float:
 
 
 def run(sizes: list[int], log: Callable[[str], None]
-        ) -> tuple[list[SizeRow], list[ReaderRow], float, list[CheckedRow]]:
+        ) -> tuple[list[SizeRow], list[ReaderRow], float, list[CheckedRow],
+                   list[KeywordRow]]:
     warnings.filterwarnings("ignore")
     floor = floor_time()
     log(f"calls: per-call floor {floor * 1e6:.1f} µs")
@@ -306,4 +347,5 @@ def run(sizes: list[int], log: Callable[[str], None]
     readers = [measure_reader(name, s, floor, log) for name in READERS for s in sizes
                if s <= 256 << 20]
     checked = [measure_checked(s, log) for s in sizes]
-    return rows, readers, floor, checked
+    keywords = [measure_keywords(min(sizes), log)]
+    return rows, readers, floor, checked, keywords

@@ -532,9 +532,30 @@ def _checked_section(w: Any, rows: list[call_bench.CheckedRow]) -> None:
     w("")
 
 
+def _keyword_section(w: Any, rows: list[call_bench.KeywordRow]) -> None:
+    w("### Keyword tensors\n")
+    w("`step` with `pos` passed by keyword (`keyword_step(cache, k, *, pos)`, as "
+      "transformers' decoders take `cache_position`): **keyword** is `compiled(cache, k, "
+      "pos=pos)`, which the planned call takes; **keyword, checked path** the same call "
+      "through `compiled.run` (every check of a first call: what each keyword call cost "
+      "before the planned call took them); **positional** the positional step. Medians of "
+      "three alternating rounds. Correct: the cache after a keyword call is eager's.\n")
+    w("| cache | positional | keyword | keyword, checked path | keyword / positional | "
+      "correct |")
+    w("|---|---|---|---|---|---|")
+    for r in rows:
+        t = r.times
+        w(f"| {fmt_bytes(r.cache_bytes)} | {fmt_time(t['positional'])} | "
+          f"{fmt_time(t['keyword'])} | {fmt_time(t['keyword, checked path'])} | "
+          f"{fmt_ratio(t['keyword'] / t['positional'])} | "
+          f"{'yes' if r.correct else '**no**'} |")
+    w("")
+
+
 def _calls_section(w: Any, rows: list[call_bench.SizeRow],
                    readers: list[call_bench.ReaderRow], floor: float,
-                   checked: list[call_bench.CheckedRow] = ()) -> None:
+                   checked: list[call_bench.CheckedRow] = (),
+                   keywords: list[call_bench.KeywordRow] = ()) -> None:
     w("## The user's path: one call of a compiled KV-cache step\n")
     w("`step(cache, pos, k)`: `cache[:, pos] = k; return k.sum()` on a float32 cache "
       f"[{pat.B}, seq, {pat.H}, {pat.D}], `pos` a 0-d int64 tensor, called as a user calls "
@@ -592,6 +613,8 @@ def _calls_section(w: Any, rows: list[call_bench.SizeRow],
         w("")
     if checked:
         _checked_section(w, checked)
+    if keywords:
+        _keyword_section(w, keywords)
     w("### Targets\n")
     by = {r.cache_bytes: r.times for r in rows}
     small, large = min(by), max(by)
