@@ -213,8 +213,9 @@ class ShardedCall {
  public:
   // `engine`: a ShardedExecutable after a call; `layouts` as PlannedCall's; `written` the
   // written arguments that are the caller's (not module state); `regions`: for each
-  // written argument, its writes' starts ((start, update size, dimension size) per
-  // dimension, the start an int or a host_scalars.Scalar), or None for Python's;
+  // written argument, its writes ((start, update size, dimension size, clamped) per
+  // dimension, the start an int or a host_scalars.Scalar: ShardedExecutable._regions),
+  // or None for Python's;
   // `results` how many results the program has (the engine's module may return more).
   ShardedCall(py::object engine, py::list layouts, std::vector<int64_t> written,
               int64_t results, py::dict regions)
