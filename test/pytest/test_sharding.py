@@ -724,14 +724,17 @@ def paged_write(pool, k, block_table, positions):
 
 @DEVICES
 @pytest.mark.parametrize("over", ["heads", "pages"])
-def test_paged_cache_writes(over, devices):
+def test_paged_cache_writes(over, devices, planned_call):
     """Slot-mapping writes into a page pool split over heads or over pages: as eager over
     several calls with the pool resident, the host repeating the scatter (into the pool
-    itself: transforms/sharding.py splits each slot into a page and an offset)."""
+    itself: transforms/sharding.py splits each slot into a page and an offset); the calls
+    after the first are the planned call's, which hands the pool's writes (a scatter at
+    indices the program returns) to Python."""
     spec = {"heads": (None, None, "x", None), "pages": ("x", None, None, None)}[over]
     pool = torch.randn(PAGES, PAGE, H, D)
     mirror = pool.clone()
     tables = [torch.tensor([[3, 1], [0, 6]]), torch.tensor([[7, 2], [5, 4]])]
+    taken = []
     compiled = outofplace.compile(paged_write, (pool.clone(), torch.randn(2, H, D), tables[0],
                                                 torch.tensor([5, 2])),
                                   mesh={"x": devices}, shardings={"pool": spec})
@@ -740,6 +743,10 @@ def test_paged_cache_writes(over, devices):
         expected = paged_write(mirror, k, table, positions)
         assert_same(compiled(pool, k, table, positions), expected, f"result of call {step}")
         assert_same(pool, mirror, f"pool after call {step}")
+        if step == 0 and planned_call == "C++":
+            count_planned_calls(compiled, taken)
+    assert taken == ([True] * 3 if planned_call == "C++" else [])
+    assert compiled._sharded()._regions(0) is None  # Python's
     report = compiled.sharding_report()
     (state,) = report.state
     assert state.host == "its writes repeated", str(report)
