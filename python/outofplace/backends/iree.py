@@ -158,7 +158,8 @@ def _scatters_per_element(stablehlo: str, guard: bool = True) -> str:
     windowed form stays what outofplace emits: XLA runs it 5-20x faster.
 
     First, with `guard`, each scatter at indices computed at run time writes only in
-    bounds (`_windows_in_bounds`)."""
+    bounds (`_windows_in_bounds`), and each gather's such starts are clamped
+    (`_gather_starts_clamped`)."""
     from torch_mlir import ir as mlir
 
     from outofplace.context import make_context
@@ -171,6 +172,13 @@ def _scatters_per_element(stablehlo: str, guard: bool = True) -> str:
     for scatter in guarded:
         with context, scatter.location, mlir.InsertionPoint(scatter):
             _windows_in_bounds(scatter)
+    gathers = [op for op in all_operations(module.operation) if op.name ==
+               "stablehlo.gather" and _reads_arguments(op.operands[1]) and all(
+                   mlir.RankedTensorType(v.type).has_static_shape for v in op.operands)]
+    for gather in gathers:
+        with context, gather.location, mlir.InsertionPoint(gather):
+            _gather_starts_clamped(gather)
+    guarded += gathers
     scatters = [op for op in all_operations(module.operation)
                 if op.name == "stablehlo.scatter" and _windows_off_the_lead(op)]
     if not scatters:
@@ -235,6 +243,45 @@ def _reads_arguments(value: Any) -> bool:
         seen[id(owner)] = owner
         pending.extend(owner.operands)
     return False
+
+
+def _gather_starts_clamped(gather: Any) -> None:
+    """Clamps a gather's start indices into [0, size - slice size], as StableHLO's gather
+    does itself: IREE 3.13 read out of the operand's buffer instead when an index is out
+    of range (`s[i]`, `torch.take`; iree-org/iree#24881), garbage or another element."""
+    import numpy as np
+    from torch_mlir import ir as mlir
+    from torch_mlir._mlir_libs import _stablehlo
+
+    from outofplace.ir_utils import stablehlo_splat
+
+    operand, indices = gather.operands[0], gather.operands[1]
+    numbers = _stablehlo.GatherDimensionNumbers(gather.attributes["dimension_numbers"])
+    if list(numbers.operand_batching_dims):
+        return
+    starts, vector = list(numbers.start_index_map), numbers.index_vector_dim
+    sizes = list(mlir.DenseI64ArrayAttr(gather.attributes["slice_sizes"]))
+    shape = list(mlir.RankedTensorType(operand.type).shape)
+    indices_t = mlir.RankedTensorType(indices.type)
+    index = indices_t.element_type
+    numpy_type = np.int64 if mlir.IntegerType(index).width == 64 else np.int32
+    highest = np.array([shape[d] - sizes[d] for d in starts], dtype=numpy_type)
+    vector_t = mlir.RankedTensorType.get([len(starts)], index)
+    high = mlir.Operation.create("stablehlo.constant", results=[vector_t], attributes={
+        "value": mlir.DenseElementsAttr.get(highest, type=vector_t)}).result
+    if vector == indices_t.rank:  # one start an index: a [1] broadcast to the indices
+        along = []
+        high = mlir.Operation.create("stablehlo.reshape", results=[
+            mlir.RankedTensorType.get([], index)], operands=[high]).result
+    else:
+        along = [vector]
+    high = mlir.Operation.create("stablehlo.broadcast_in_dim", results=[indices_t],
+                                 operands=[high], attributes={
+                                     "broadcast_dimensions": mlir.DenseI64ArrayAttr.get(along)
+                                 }).result
+    clamped = mlir.Operation.create("stablehlo.clamp", results=[indices_t], operands=[
+        stablehlo_splat(indices_t, 0), indices, high]).result
+    gather.operands[1] = clamped
 
 
 def _windows_in_bounds(scatter: Any) -> None:
