@@ -128,6 +128,26 @@ def test_state_replicated_over_one_axis_of_two(spec):
     assert compiled.sharding_report().ok
 
 
+
+@DEVICES
+def test_scatter_into_a_value_computed_whole_then_split(devices):
+    """The state's new value made from a replicated value (`s[:] = v`), scattered into
+    twice: XLA:CPU folded the slice of each device's shard out of the replicated value
+    into the last scatter's read, clamped into the whole tensor, not the shard, and each
+    device not owning the filled index wrote another element at its shard's edge (probe
+    fuzzer seed 2,812: s[7] came back -3, the value scattered at 12)."""
+    def fill(s, v, i, w, j):
+        s[:] = v
+        s.scatter_(0, i, w)
+        s.index_fill_(0, j, -5)
+        return s.clone()
+
+    def calls():
+        return [(torch.zeros(16), torch.arange(16.0), torch.tensor([15, 0, 12, 14, 8, 10, 2]),
+                 -torch.arange(1.0, 8.0), torch.tensor([j])) for j in (12, 3, 15, 0)]
+
+    _run_against_eager(fill, calls()[0], {"x": devices}, {"s": ("x",)}, calls())
+
 def test_state_returned_only_as_a_view():
     """A program that writes nothing and returns a view of its argument: main has no
     results (the view is the caller's tensor's), and no result attributes to rewrite

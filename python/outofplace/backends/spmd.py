@@ -568,6 +568,7 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
                                               is_closed=True)
                 for dim in spec or [()] * rank])
 
+        _barrier_updated_operands(main, io_map, specs)
         function = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         for kind, types in (("arg_attrs", function.inputs), ("res_attrs", function.results)):
             entries = []
@@ -583,6 +584,46 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
                 entries.append(ir.DictAttr.get(fields))
             main.attributes[kind] = ir.ArrayAttr.get(entries)
         return module.operation.get_asm(), writes
+
+
+def _barrier_updated_operands(main: Any, io_map: dict[int, int], specs: dict[int, tuple]
+                               ) -> None:
+    """Puts the operand of each scatter and dynamic_update_slice whose result is a sharded
+    state's new value (through such updates) behind an `optimization_barrier`, unless it
+    is the argument itself.
+
+    `s[:] = v; s.scatter_(0, i, w); s.index_fill_(0, j, -5)` on s split over 2 devices
+    set an element on each device that does not own j to another element's value (probe
+    fuzzer seed 2,812). XLA's SPMD partitioner makes the last scatter a
+    dynamic_update_slice of each device's shard at the local index (clamped into the
+    shard) of select(owned, -5, dynamic_slice(shard, local index)), the shard being a
+    dynamic_slice of the replicated operand at the device's offset; the simplifier then
+    folds the two dynamic_slices into one of the replicated operand at offset + local
+    index, which is clamped into the whole operand, not the shard: where j is on another
+    device it reads the element at j and writes it at the shard's edge. Behind a
+    barrier the shard is not a dynamic_slice the simplifier folds (the state argument's
+    own shard never is)."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import hlo
+
+    block = main.regions[0].blocks[0]
+    returned = list(block.operations[len(block.operations) - 1].operands)
+    for arg, result in sorted(io_map.items()):
+        spec = specs.get(arg)
+        if not spec or not any(spec):
+            continue
+        value = returned[result]
+        while not isinstance(value.owner, ir.Block) and value.owner.name in (
+                "stablehlo.scatter", "stablehlo.dynamic_update_slice") \
+                and len(value.owner.results) == 1:
+            update = value.owner
+            operand = update.operands[0]
+            if isinstance(operand.owner, ir.Block) or operand.type != value.type:
+                break
+            with ir.InsertionPoint(update), update.location:
+                barrier = hlo.OptimizationBarrierOp([operand])
+            update.operands[0] = barrier.results[0]
+            value = operand
 
 
 def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] | None]:
