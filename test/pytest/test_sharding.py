@@ -148,6 +148,25 @@ def test_scatter_into_a_value_computed_whole_then_split(devices):
 
     _run_against_eager(fill, calls()[0], {"x": devices}, {"s": ("x",)}, calls())
 
+
+def test_scatter_after_a_write_then_writes_through_a_reshape():
+    """A constant write, a scatter, a runtime-position write and one through a reshape,
+    on 8 devices: every second row at the runtime position came back wrong (probe
+    fuzzer seed 2,322, reduced)."""
+    def four(s, i, p, q, r, v):
+        s[1, 10:16, :, :] = 3
+        s.index_fill_(1, i, -5)
+        s[:, :, p, -1] = s[:, :, p, -1] * 2 + 1
+        s.view(3, 32, 1)[:, q, r] = v
+        return s.clone()
+
+    def calls():
+        return [(torch.randint(-9, 9, (3, 16, 2, 1)), torch.tensor([14]), torch.tensor(p),
+                 torch.tensor(q), torch.tensor(-1), torch.tensor([1, 11, 18]))
+                for p, q in ((1, 0), (0, 31), (1, 17))]
+
+    _run_against_eager(four, calls()[0], {"x": 8}, {"s": (None, "x", None, None)}, calls())
+
 def test_state_returned_only_as_a_view():
     """A program that writes nothing and returns a view of its argument: main has no
     results (the view is the caller's tensor's), and no result attributes to rewrite
