@@ -167,6 +167,29 @@ def test_scatter_after_a_write_then_writes_through_a_reshape():
 
     _run_against_eager(four, calls()[0], {"x": 8}, {"s": (None, "x", None, None)}, calls())
 
+
+def test_scatter_between_a_slice_write_and_a_masked_fill():
+    """On 2 devices row 1 took the masked_fill_'s -2 where the mask is false (probe
+    fuzzer seed 3,274: s[1:3] = v; s.index_put_((i,), w); s.masked_fill_(m, -2);
+    s[p][q] = x, a [4, 1] float16 s split over its rows)."""
+    def four(s, v, i, w, m, p, q, x):
+        s[1:3, :] = v
+        s.index_put_((i,), w, accumulate=False)
+        s.masked_fill_(m, -2)
+        s[p][q] = x
+        return s.clone()
+
+    def calls():
+        return [(torch.tensor([[0.3418], [1.7959], [-2.0], [-2.0]], dtype=dtype),
+                 torch.tensor([[-0.9092], [1.334]], dtype=dtype), torch.tensor([3]),
+                 torch.tensor([[-0.1538]], dtype=dtype),
+                 torch.tensor([[True], [False], [False], [False]]), torch.tensor(-2),
+                 torch.tensor(0), torch.tensor(0.3472, dtype=dtype))
+                for dtype in (torch.float16, torch.float32)]
+
+    for call in calls():
+        _run_against_eager(four, call, {"x": 2}, {"s": ("x", None)}, [call])
+
 def test_state_returned_only_as_a_view():
     """A program that writes nothing and returns a view of its argument: main has no
     results (the view is the caller's tensor's), and no result attributes to rewrite

@@ -568,7 +568,7 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
                                               is_closed=True)
                 for dim in spec or [()] * rank])
 
-        _barrier_updated_operands(main, io_map, specs)
+        _barrier_scatter_operands(main)
         function = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         for kind, types in (("arg_attrs", function.inputs), ("res_attrs", function.results)):
             entries = []
@@ -586,13 +586,11 @@ def shardy_module(stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
         return module.operation.get_asm(), writes
 
 
-def _barrier_updated_operands(main: Any, io_map: dict[int, int], specs: dict[int, tuple]
-                               ) -> None:
-    """Puts the operand of each scatter that makes a sharded state's new value (through
-    dynamic_update_slices, scatters and reshapes of it) behind an `optimization_barrier`,
-    unless it is the argument itself.
+def _barrier_scatter_operands(main: Any) -> None:
+    """Puts the operand of each scatter in main behind an `optimization_barrier`, unless
+    it is an argument.
 
-    Without it, XLA:CPU computed wrong elements of the state on some devices:
+    Without it, XLA:CPU computed wrong elements of a sharded state on some devices:
     `s[:] = v; s.scatter_(0, i, w); s.index_fill_(0, j, -5)` on s split over 2 devices
     (probe fuzzer seed 2,812): the SPMD partitioner makes the last scatter a
     dynamic_update_slice of each device's shard at the local index (clamped into the
@@ -600,33 +598,24 @@ def _barrier_updated_operands(main: Any, io_map: dict[int, int], specs: dict[int
     dynamic_slice of the replicated operand at the device's offset, and the two
     dynamic_slices were folded into one of the whole operand at offset + local index,
     clamped into the whole operand, not the shard: where j is on another device, the
-    element at j was written at the shard's edge. And a scatter after a
-    dynamic_update_slice, then reshaped writes, on 8 devices (seed 2,322: every second
-    row of the rows written at a runtime position wrong). A barrier on the scatter's
-    operand made both right (one on a dynamic_update_slice's did not matter); on the
-    test's four-write cache step it costs nothing measurable."""
+    element at j was written at the shard's edge. Likewise a scatter after a
+    dynamic_update_slice, then writes through a reshape, on 8 devices (seed 2,322), and
+    a scatter between a slice write and a masked_fill_ on 2 (seed 3,274). A barrier on
+    the scatter's operand made each right (one on a dynamic_update_slice's did not
+    matter); on the test's four-write cache step it costs nothing measurable."""
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import hlo
 
     block = main.regions[0].blocks[0]
-    returned = list(block.operations[len(block.operations) - 1].operands)
-    for arg, result in sorted(io_map.items()):
-        spec = specs.get(arg)
-        if not spec or not any(spec):
+    for update in list(block.operations):
+        if update.name != "stablehlo.scatter" or len(update.results) != 1:
             continue
-        value = returned[result]
-        while not isinstance(value.owner, ir.Block) and value.owner.name in (
-                "stablehlo.scatter", "stablehlo.dynamic_update_slice",
-                "stablehlo.reshape") and len(value.owner.results) == 1:
-            update = value.owner
-            operand = update.operands[0]
-            if isinstance(operand.owner, ir.Block):
-                break
-            if update.name == "stablehlo.scatter":
-                with ir.InsertionPoint(update), update.location:
-                    barrier = hlo.OptimizationBarrierOp([operand])
-                update.operands[0] = barrier.results[0]
-            value = operand
+        operand = update.operands[0]
+        if isinstance(operand.owner, ir.Block):
+            continue
+        with ir.InsertionPoint(update), update.location:
+            barrier = hlo.OptimizationBarrierOp([operand])
+        update.operands[0] = barrier.results[0]
 
 
 def _expose_writes(main: Any, io_map: dict[int, int]) -> dict[int, list[_Write] | None]:
