@@ -80,7 +80,7 @@ def _compiler() -> Any:
     return library
 
 
-def compile_stablehlo(stablehlo: str, io_map: dict[int, int]
+def compile_stablehlo(stablehlo: str, io_map: dict[int, int], bounds_checked: bool = False
                       ) -> tuple[bytes, list[str], dict[int, int], set[int]]:
     """The vmfb of a StableHLO module, `alias_problems` of its stream-phase program, the
     results that are arguments returned as they came, or reshaped ({result: (argument,
@@ -120,7 +120,8 @@ def compile_stablehlo(stablehlo: str, io_map: dict[int, int]
                                        "\n".join(messages))
             return invocation
 
-        module = ir.Module.parse(_scatters_per_element(stablehlo), session.context)
+        module = ir.Module.parse(_scatters_per_element(stablehlo, not bounds_checked),
+                                 session.context)
         _boolean_add_as_or(module)
         passthrough, kept = _strip_returned_arguments(module)
         renumbered = {argument: kept.index(result) for argument, result in io_map.items()
@@ -149,12 +150,16 @@ def compile_stablehlo(stablehlo: str, io_map: dict[int, int]
         session.close()
 
 
-def _scatters_per_element(stablehlo: str) -> str:
+def _scatters_per_element(stablehlo: str, guard: bool = True) -> str:
     """The module with each scatter of whole windows that indexes a dimension other than
     the leading ones (`c[:, 0:64:8] = k`, `c.index_copy_(1, idx, k)`) rewritten as a
     scatter of single elements: IREE 3.13 updates the windowed form in a second buffer
     and copies it (0.1 s a step on a 64 MiB cache), the per-element one in place. The
-    windowed form stays what outofplace emits: XLA runs it 5-20x faster."""
+    windowed form stays what outofplace emits: XLA runs it 5-20x faster.
+
+    First, with `guard`, each scatter at indices computed at run time writes only in
+    bounds (`_windows_in_bounds`), and each gather's such starts are clamped
+    (`_gather_starts_clamped`)."""
     from torch_mlir import ir as mlir
 
     from outofplace.context import make_context
@@ -162,14 +167,264 @@ def _scatters_per_element(stablehlo: str) -> str:
 
     context = make_context()
     module = mlir.Module.parse(stablehlo, context)
+    guarded = [op for op in all_operations(module.operation)
+               if guard and op.name == "stablehlo.scatter" and _unguarded(op)]
+    for scatter in guarded:
+        with context, scatter.location, mlir.InsertionPoint(scatter):
+            _windows_in_bounds(scatter)
+    gathers = [op for op in all_operations(module.operation) if op.name ==
+               "stablehlo.gather" and _reads_arguments(op.operands[1]) and all(
+                   mlir.RankedTensorType(v.type).has_static_shape for v in op.operands)]
+    for gather in gathers:
+        with context, gather.location, mlir.InsertionPoint(gather):
+            _gather_starts_clamped(gather)
+    guarded += gathers
     scatters = [op for op in all_operations(module.operation)
                 if op.name == "stablehlo.scatter" and _windows_off_the_lead(op)]
     if not scatters:
-        return stablehlo
+        return str(module) if guarded else stablehlo
     for scatter in scatters:
         with context, scatter.location, mlir.InsertionPoint(scatter):
             _one_index_per_element(scatter)
     return str(module)
+
+
+# A scatter body of one op combining the old value and the update: the update that
+# leaves the old value as it is.
+_IDENTITIES = {"stablehlo.add": 0, "stablehlo.or": 0, "stablehlo.multiply": 1,
+               "stablehlo.and": 1, "stablehlo.maximum": "lowest", "stablehlo.minimum": "highest"}
+
+
+def _body(scatter: Any) -> str | None:
+    """"replace" when the scatter writes its updates, the combining op's name when it
+    is one op of the old value and the update, else None."""
+    body = scatter.regions[0].blocks[0]
+    ops = list(body.operations)
+    old, new = body.arguments[0], body.arguments[1]
+    if len(ops) == 1 and ops[0].operands[0] == new:
+        return "replace"
+    if len(ops) == 2 and ops[0].name in _IDENTITIES and \
+            {v for v in ops[0].operands} == {old, new} and ops[1].operands[0] == ops[0].result:
+        return ops[0].name
+    return None
+
+
+def _unguarded(scatter: Any) -> bool:
+    """A scatter of one operand, static shapes, no batching dimensions, whose indices are
+    not constants, and whose body `_windows_in_bounds` can make harmless."""
+    from torch_mlir import ir as mlir
+    from torch_mlir._mlir_libs import _stablehlo
+
+    if len(scatter.operands) != 3 or not all(
+            mlir.RankedTensorType(v.type).has_static_shape for v in scatter.operands):
+        return False
+    numbers = _stablehlo.ScatterDimensionNumbers(
+        scatter.attributes["scatter_dimension_numbers"])
+    updates = mlir.RankedTensorType(scatter.operands[2].type)
+    return not list(numbers.input_batching_dims) and _reads_arguments(scatter.operands[1]) \
+        and _body(scatter) is not None and math.prod(updates.shape) > 0 and \
+        isinstance(updates.element_type, (mlir.IntegerType, mlir.FloatType))
+
+
+def _reads_arguments(value: Any) -> bool:
+    """Whether `value` is computed from an argument of its function (not from constants
+    and iotas alone: indices known when compiling, which the frontend made in range)."""
+    from torch_mlir import ir as mlir
+
+    seen: dict[int, Any] = {}  # id -> the operation, kept alive so that ids stay its
+    pending = [value]
+    while pending:
+        value = pending.pop()
+        if not isinstance(value, mlir.OpResult):
+            return True
+        owner = value.owner.operation
+        if id(owner) in seen:
+            continue
+        seen[id(owner)] = owner
+        pending.extend(owner.operands)
+    return False
+
+
+def _gather_starts_clamped(gather: Any) -> None:
+    """Clamps a gather's start indices into [0, size - slice size], as StableHLO's gather
+    does itself: IREE 3.13 read out of the operand's buffer instead when an index is out
+    of range (`s[i]`, `torch.take`; iree-org/iree#24881), garbage or another element."""
+    import numpy as np
+    from torch_mlir import ir as mlir
+    from torch_mlir._mlir_libs import _stablehlo
+
+    from outofplace.ir_utils import stablehlo_splat
+
+    operand, indices = gather.operands[0], gather.operands[1]
+    numbers = _stablehlo.GatherDimensionNumbers(gather.attributes["dimension_numbers"])
+    if list(numbers.operand_batching_dims):
+        return
+    starts, vector = list(numbers.start_index_map), numbers.index_vector_dim
+    sizes = list(mlir.DenseI64ArrayAttr(gather.attributes["slice_sizes"]))
+    shape = list(mlir.RankedTensorType(operand.type).shape)
+    indices_t = mlir.RankedTensorType(indices.type)
+    index = indices_t.element_type
+    numpy_type = np.int64 if mlir.IntegerType(index).width == 64 else np.int32
+    highest = np.array([shape[d] - sizes[d] for d in starts], dtype=numpy_type)
+    vector_t = mlir.RankedTensorType.get([len(starts)], index)
+    high = mlir.Operation.create("stablehlo.constant", results=[vector_t], attributes={
+        "value": mlir.DenseElementsAttr.get(highest, type=vector_t)}).result
+    if vector == indices_t.rank:  # one start an index: a [1] broadcast to the indices
+        along = []
+        high = mlir.Operation.create("stablehlo.reshape", results=[
+            mlir.RankedTensorType.get([], index)], operands=[high]).result
+    else:
+        along = [vector]
+    high = mlir.Operation.create("stablehlo.broadcast_in_dim", results=[indices_t],
+                                 operands=[high], attributes={
+                                     "broadcast_dimensions": mlir.DenseI64ArrayAttr.get(along)
+                                 }).result
+    clamped = mlir.Operation.create("stablehlo.clamp", results=[indices_t], operands=[
+        stablehlo_splat(indices_t, 0), indices, high]).result
+    gather.operands[1] = clamped
+
+
+def _windows_in_bounds(scatter: Any) -> None:
+    """Rewrites a scatter (`_unguarded`) so that every window it writes is in bounds.
+    StableHLO skips a window out of bounds (the policy outofplace documents: "drops");
+    IREE 3.13 writes it anyway, out of the operand's buffer (iree-org/iree#13580):
+    another element's value, or memory past the buffer (heap corruption, the process
+    aborts). Each index vector out of bounds is replaced by an in-bounds one whose write
+    changes nothing: the last in-bounds index and its update (the same write twice),
+    or, when no index is in bounds, the clamped index and the operand's own window
+    there; for a combining body (add, multiply, ...) its clamped index and the op's
+    identity. The indices and updates become [N, K] and [N, window...]."""
+    import numpy as np
+    from torch_mlir import ir as mlir
+    from torch_mlir._mlir_libs import _stablehlo
+
+    from outofplace.ir_utils import stablehlo_splat
+
+    operand, indices, updates = scatter.operands
+    numbers = _stablehlo.ScatterDimensionNumbers(
+        scatter.attributes["scatter_dimension_numbers"])
+    window, inserted = list(numbers.update_window_dims), list(numbers.inserted_window_dims)
+    indexed, vector = list(numbers.scattered_dims_to_operand_dims), numbers.index_vector_dim
+    operand_t = mlir.RankedTensorType(operand.type)
+    indices_t = mlir.RankedTensorType(indices.type)
+    updates_t = mlir.RankedTensorType(updates.type)
+    shape, index, element = list(operand_t.shape), indices_t.element_type, \
+        updates_t.element_type
+    i1 = mlir.IntegerType.get_signless(1)
+
+    def op(name: str, result_shape: list[int], type: Any, *operands: Any,
+           **attributes: Any) -> Any:
+        return mlir.Operation.create(
+            f"stablehlo.{name}", results=[mlir.RankedTensorType.get(result_shape, type)],
+            operands=list(operands), attributes=attributes).result
+
+    def dims(values: list[int]) -> Any:
+        return mlir.DenseI64ArrayAttr.get(values)
+
+    def splat(result_shape: list[int], type: Any, value: Any) -> Any:
+        return stablehlo_splat(mlir.RankedTensorType.get(result_shape, type), value)
+
+    def compare(direction: str, a: Any, b: Any, result_shape: list[int]) -> Any:
+        return op("compare", result_shape, i1, a, b, comparison_direction=mlir.Attribute.parse(
+            f"#stablehlo<comparison_direction {direction}>"))
+
+    # the index vectors as rows: [N, K]
+    ishape = list(indices_t.shape)
+    if vector == len(ishape):
+        ishape.append(1)
+        indices = op("reshape", ishape, index, indices)
+    batch = [d for d in range(len(ishape)) if d != vector]
+    k = ishape[vector]
+    n = math.prod(ishape[d] for d in batch)
+    indices = op("transpose", [ishape[d] for d in batch] + [k], index, indices,
+                 permutation=dims(batch + [vector]))
+    rows = op("reshape", [n, k], index, indices)
+    # the updates as one window a row: [N, window...]
+    ushape = list(updates_t.shape)
+    scattered = [d for d in range(len(ushape)) if d not in window]
+    sizes = [ushape[d] for d in window]
+    updates = op("transpose", [ushape[d] for d in scattered + window], element, updates,
+                 permutation=dims(scattered + window))
+    windows = op("reshape", [n] + sizes, element, updates)
+    # each row in bounds: 0 <= start <= size - window, for each of its K entries
+    extent = iter(sizes)
+    window_size = [1 if d in inserted else next(extent) for d in range(len(shape))]
+    highest = mlir.DenseElementsAttr.get(
+        np.array([[shape[d] - window_size[d] for d in indexed]],
+                 dtype=np.int64 if mlir.IntegerType(index).width == 64 else np.int32),
+        type=mlir.RankedTensorType.get([1, k], index))
+    high = mlir.Operation.create("stablehlo.constant", results=[highest.type],
+                                 attributes={"value": highest}).result
+    high = op("broadcast_in_dim", [n, k], index, high, broadcast_dimensions=dims([0, 1]))
+    clamped = op("clamp", [n, k], index, splat([n, k], index, 0), rows, high)
+    fits = compare("EQ", clamped, rows, [n, k])
+    inside = None
+    for column in range(k):
+        part = op("slice", [n, 1], i1, fits, start_indices=dims([0, column]),
+                  limit_indices=dims([n, column + 1]), strides=dims([1, 1]))
+        part = op("reshape", [n], i1, part)
+        inside = part if inside is None else op("and", [n], i1, inside, part)
+    body = _body(scatter)
+    row_mask = op("broadcast_in_dim", [n, k], i1, inside, broadcast_dimensions=dims([0]))
+    window_mask = op("broadcast_in_dim", [n] + sizes, i1, inside,
+                     broadcast_dimensions=dims([0]))
+    if body == "replace":
+        # the last row in bounds (-1: none)
+        iota = op("iota", [n], index, iota_dimension=mlir.IntegerAttr.get(
+            mlir.IntegerType.get_signless(64), 0))
+        marked = op("select", [n], index, inside, iota, splat([n], index, -1))
+        scalar = mlir.RankedTensorType.get([], index)
+        reduce = mlir.Operation.create(
+            "stablehlo.reduce", results=[scalar], operands=[marked, splat([], index, -1)],
+            attributes={"dimensions": dims([0])}, regions=1)
+        block = mlir.Block.create_at_start(reduce.regions[0], [scalar, scalar])
+        with mlir.InsertionPoint(block):
+            most = mlir.Operation.create("stablehlo.maximum", results=[scalar],
+                                         operands=list(block.arguments)).result
+            mlir.Operation.create("stablehlo.return", operands=[most])
+        last = reduce.result
+        found = compare("GE", last, splat([], index, 0), [])
+        at = op("maximum", [], index, last, splat([], index, 0))
+        zero = splat([], index, 0)
+        target = op("dynamic_slice", [1, k], index, clamped, at, zero,
+                    slice_sizes=dims([1, k]))
+        its = op("dynamic_slice", [1] + sizes, element, windows, at,
+                 *[zero] * len(sizes), slice_sizes=dims([1] + sizes))
+        starts = [zero] * len(shape)
+        for column, d in enumerate(indexed):
+            entry = op("slice", [1, 1], index, target, start_indices=dims([0, column]),
+                       limit_indices=dims([1, column + 1]), strides=dims([1, 1]))
+            starts[d] = op("reshape", [], index, entry)
+        old = op("dynamic_slice", window_size, element, operand, *starts,
+                 slice_sizes=dims(window_size))
+        old = op("reshape", [1] + sizes, element, old)
+        instead = op("select", [1] + sizes, element, found, its, old)
+        instead = op("broadcast_in_dim", [n] + sizes, element, instead,
+                     broadcast_dimensions=dims(list(range(len(sizes) + 1))))
+        target = op("broadcast_in_dim", [n, k], index, target,
+                    broadcast_dimensions=dims([0, 1]))
+    else:
+        identity = _IDENTITIES[body]
+        if identity in ("lowest", "highest"):
+            if isinstance(element, mlir.IntegerType):
+                width = mlir.IntegerType(element).width
+                unsigned = mlir.IntegerType(element).is_unsigned
+                identity = (0 if unsigned else -(1 << (width - 1))) if identity == "lowest" \
+                    else ((1 << width) - 1 if unsigned else (1 << (width - 1)) - 1)
+            else:
+                identity = float("-inf") if identity == "lowest" else float("inf")
+        instead = splat([n] + sizes, element, identity)
+        target = clamped
+    rows = op("select", [n, k], index, row_mask, rows, target)
+    windows = op("select", [n] + sizes, element, window_mask, windows, instead)
+    scatter.operands[1] = rows
+    scatter.operands[2] = windows
+    scatter.attributes["scatter_dimension_numbers"] = _stablehlo.ScatterDimensionNumbers.get(
+        update_window_dims=list(range(1, len(sizes) + 1)), inserted_window_dims=inserted,
+        input_batching_dims=[], scatter_indices_batching_dims=[],
+        scattered_dims_to_operand_dims=indexed, index_vector_dim=1)
+    scatter.attributes["indices_are_sorted"] = mlir.BoolAttr.get(False)
+    scatter.attributes["unique_indices"] = mlir.BoolAttr.get(False)
 
 
 def _windows_off_the_lead(scatter: Any) -> bool:
@@ -823,11 +1078,12 @@ def _warn_experimental() -> None:
 class Executable:
     """A StableHLO module compiled once for IREE's llvm-cpu backend."""
 
-    def __init__(self, stablehlo: str, io_map: dict[int, int]) -> None:
+    def __init__(self, stablehlo: str, io_map: dict[int, int],
+                 bounds_checked: bool = False) -> None:
         _warn_experimental()
         self.io_map = dict(io_map)
         self.vmfb, self.alias_problems, self._passthrough, self._scratch = \
-            compile_stablehlo(stablehlo, self.io_map)
+            compile_stablehlo(stablehlo, self.io_map, bounds_checked)
         rt, instance, device = _runtime()
         module = rt.VmModule.copy_buffer(instance, self.vmfb)
         self._context = rt.VmContext(instance, [rt.create_hal_module(instance, device),
