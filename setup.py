@@ -1,7 +1,8 @@
 """The one C++ extension, the planned calls (python/outofplace/backends/planned_call.cpp
-for one device, sharded_call.cpp for a mesh), built against the pinned torch; everything else about the package is in pyproject.toml.
-A build that fails (no C++ compiler) warns and installs the rest: outofplace then runs
-the planned call's Python twin (backends/xla.py), slower."""
+for one device, sharded_call.cpp for a mesh), built against the pinned torch; everything
+else about the package is in pyproject.toml. A build that fails (no C++ compiler) warns
+and installs the rest: outofplace then runs the one-device planned call's Python twin
+(backends/xla.py) and every sharded call in Python (backends/spmd.py), slower."""
 
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension

@@ -358,7 +358,8 @@ class Compiled:
 
     def _make_plan(self, inputs: list[torch.Tensor]) -> None:
         """After a call `run` checked and ran on XLA: the planned call (xla.planned_call;
-        with a mesh, ShardedExecutable.planned_call) that takes the next calls straight to the executable while their arguments look
+        with a mesh, ShardedExecutable.planned_call) that takes the next calls straight to
+        the executable while their arguments look
         like these (dtype, shape, strides, storage offset; no written one requiring grad,
         none an inference tensor outside inference mode), which passed `_arguments` and
         `_other_layout`; it returns None for any other call, which `run` then checks
