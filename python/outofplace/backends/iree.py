@@ -211,7 +211,10 @@ def _body(scatter: Any) -> str | None:
 
 def _unguarded(scatter: Any) -> bool:
     """A scatter of one operand, static shapes, no batching dimensions, whose indices are
-    not constants, and whose body `_windows_in_bounds` can make harmless."""
+    not constants, and whose body combines (`index_add_`: `_windows_in_bounds` makes an
+    index out of bounds harmless with the op's identity). Not one that replaces: making
+    its indices harmless reads the operand, and IREE 3.13 then computed valid programs
+    wrongly (test_views.py, `position_beside_index_tensors`)."""
     from torch_mlir import ir as mlir
     from torch_mlir._mlir_libs import _stablehlo
 
@@ -222,7 +225,7 @@ def _unguarded(scatter: Any) -> bool:
         scatter.attributes["scatter_dimension_numbers"])
     updates = mlir.RankedTensorType(scatter.operands[2].type)
     return not list(numbers.input_batching_dims) and _reads_arguments(scatter.operands[1]) \
-        and _body(scatter) is not None and math.prod(updates.shape) > 0 and \
+        and _body(scatter) not in (None, "replace") and math.prod(updates.shape) > 0 and \
         isinstance(updates.element_type, (mlir.IntegerType, mlir.FloatType))
 
 
@@ -290,10 +293,8 @@ def _windows_in_bounds(scatter: Any) -> None:
     IREE 3.13 writes it anyway, out of the operand's buffer (iree-org/iree#13580):
     another element's value, or memory past the buffer (heap corruption, the process
     aborts). Each index vector out of bounds is replaced by an in-bounds one whose write
-    changes nothing: the last in-bounds index and its update (the same write twice),
-    or, when no index is in bounds, the clamped index and the operand's own window
-    there; for a combining body (add, multiply, ...) its clamped index and the op's
-    identity. The indices and updates become [N, K] and [N, window...]."""
+    changes nothing: its clamped index and the combining op's identity (add, multiply,
+    ...). The indices and updates become [N, K] and [N, window...]."""
     import numpy as np
     from torch_mlir import ir as mlir
     from torch_mlir._mlir_libs import _stablehlo
@@ -368,53 +369,17 @@ def _windows_in_bounds(scatter: Any) -> None:
     row_mask = op("broadcast_in_dim", [n, k], i1, inside, broadcast_dimensions=dims([0]))
     window_mask = op("broadcast_in_dim", [n] + sizes, i1, inside,
                      broadcast_dimensions=dims([0]))
-    if body == "replace":
-        # the last row in bounds (-1: none)
-        iota = op("iota", [n], index, iota_dimension=mlir.IntegerAttr.get(
-            mlir.IntegerType.get_signless(64), 0))
-        marked = op("select", [n], index, inside, iota, splat([n], index, -1))
-        scalar = mlir.RankedTensorType.get([], index)
-        reduce = mlir.Operation.create(
-            "stablehlo.reduce", results=[scalar], operands=[marked, splat([], index, -1)],
-            attributes={"dimensions": dims([0])}, regions=1)
-        block = mlir.Block.create_at_start(reduce.regions[0], [scalar, scalar])
-        with mlir.InsertionPoint(block):
-            most = mlir.Operation.create("stablehlo.maximum", results=[scalar],
-                                         operands=list(block.arguments)).result
-            mlir.Operation.create("stablehlo.return", operands=[most])
-        last = reduce.result
-        found = compare("GE", last, splat([], index, 0), [])
-        at = op("maximum", [], index, last, splat([], index, 0))
-        zero = splat([], index, 0)
-        target = op("dynamic_slice", [1, k], index, clamped, at, zero,
-                    slice_sizes=dims([1, k]))
-        its = op("dynamic_slice", [1] + sizes, element, windows, at,
-                 *[zero] * len(sizes), slice_sizes=dims([1] + sizes))
-        starts = [zero] * len(shape)
-        for column, d in enumerate(indexed):
-            entry = op("slice", [1, 1], index, target, start_indices=dims([0, column]),
-                       limit_indices=dims([1, column + 1]), strides=dims([1, 1]))
-            starts[d] = op("reshape", [], index, entry)
-        old = op("dynamic_slice", window_size, element, operand, *starts,
-                 slice_sizes=dims(window_size))
-        old = op("reshape", [1] + sizes, element, old)
-        instead = op("select", [1] + sizes, element, found, its, old)
-        instead = op("broadcast_in_dim", [n] + sizes, element, instead,
-                     broadcast_dimensions=dims(list(range(len(sizes) + 1))))
-        target = op("broadcast_in_dim", [n, k], index, target,
-                    broadcast_dimensions=dims([0, 1]))
-    else:
-        identity = _IDENTITIES[body]
-        if identity in ("lowest", "highest"):
-            if isinstance(element, mlir.IntegerType):
-                width = mlir.IntegerType(element).width
-                unsigned = mlir.IntegerType(element).is_unsigned
-                identity = (0 if unsigned else -(1 << (width - 1))) if identity == "lowest" \
-                    else ((1 << width) - 1 if unsigned else (1 << (width - 1)) - 1)
-            else:
-                identity = float("-inf") if identity == "lowest" else float("inf")
-        instead = splat([n] + sizes, element, identity)
-        target = clamped
+    identity = _IDENTITIES[body]
+    if identity in ("lowest", "highest"):
+        if isinstance(element, mlir.IntegerType):
+            width = mlir.IntegerType(element).width
+            unsigned = mlir.IntegerType(element).is_unsigned
+            identity = (0 if unsigned else -(1 << (width - 1))) if identity == "lowest" \
+                else ((1 << width) - 1 if unsigned else (1 << (width - 1)) - 1)
+        else:
+            identity = float("-inf") if identity == "lowest" else float("inf")
+    instead = splat([n] + sizes, element, identity)
+    target = clamped
     rows = op("select", [n, k], index, row_mask, rows, target)
     windows = op("select", [n] + sizes, element, window_mask, windows, instead)
     scatter.operands[1] = rows
