@@ -223,9 +223,7 @@ class Compiled:
 
     def _iree_executable(self) -> iree.Executable:
         if self._iree is None:
-            # checked (check_bounds=True), no index out of range reaches a scatter
-            self._iree = iree.Executable(self.stablehlo, self.io_map,
-                                         bounds_checked=self.bounds_check is not None)
+            self._iree = iree.Executable(self.stablehlo, self.io_map)
         return self._iree
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:

@@ -80,7 +80,7 @@ def _compiler() -> Any:
     return library
 
 
-def compile_stablehlo(stablehlo: str, io_map: dict[int, int], bounds_checked: bool = False
+def compile_stablehlo(stablehlo: str, io_map: dict[int, int]
                       ) -> tuple[bytes, list[str], dict[int, int], set[int]]:
     """The vmfb of a StableHLO module, `alias_problems` of its stream-phase program, the
     results that are arguments returned as they came, or reshaped ({result: (argument,
@@ -120,8 +120,7 @@ def compile_stablehlo(stablehlo: str, io_map: dict[int, int], bounds_checked: bo
                                        "\n".join(messages))
             return invocation
 
-        module = ir.Module.parse(_scatters_per_element(stablehlo, not bounds_checked),
-                                 session.context)
+        module = ir.Module.parse(_scatters_per_element(stablehlo), session.context)
         _boolean_add_as_or(module)
         passthrough, kept = _strip_returned_arguments(module)
         renumbered = {argument: kept.index(result) for argument, result in io_map.items()
@@ -150,15 +149,15 @@ def compile_stablehlo(stablehlo: str, io_map: dict[int, int], bounds_checked: bo
         session.close()
 
 
-def _scatters_per_element(stablehlo: str, guard: bool = True) -> str:
+def _scatters_per_element(stablehlo: str) -> str:
     """The module with each scatter of whole windows that indexes a dimension other than
     the leading ones (`c[:, 0:64:8] = k`, `c.index_copy_(1, idx, k)`) rewritten as a
     scatter of single elements: IREE 3.13 updates the windowed form in a second buffer
     and copies it (0.1 s a step on a 64 MiB cache), the per-element one in place. The
     windowed form stays what outofplace emits: XLA runs it 5-20x faster.
 
-    First, with `guard`, each scatter at indices computed at run time writes only in
-    bounds (`_windows_in_bounds`), and each gather's such starts are clamped
+    First, each combining scatter at indices computed at run time writes only in bounds
+    (`_windows_in_bounds`), and each gather's such starts are clamped
     (`_gather_starts_clamped`)."""
     from torch_mlir import ir as mlir
 
@@ -168,7 +167,7 @@ def _scatters_per_element(stablehlo: str, guard: bool = True) -> str:
     context = make_context()
     module = mlir.Module.parse(stablehlo, context)
     guarded = [op for op in all_operations(module.operation)
-               if guard and op.name == "stablehlo.scatter" and _unguarded(op)]
+               if op.name == "stablehlo.scatter" and _unguarded(op)]
     for scatter in guarded:
         with context, scatter.location, mlir.InsertionPoint(scatter):
             _windows_in_bounds(scatter)
@@ -379,8 +378,7 @@ def _windows_in_bounds(scatter: Any) -> None:
         else:
             identity = float("-inf") if identity == "lowest" else float("inf")
     instead = splat([n] + sizes, element, identity)
-    target = clamped
-    rows = op("select", [n, k], index, row_mask, rows, target)
+    rows = op("select", [n, k], index, row_mask, rows, clamped)
     windows = op("select", [n] + sizes, element, window_mask, windows, instead)
     scatter.operands[1] = rows
     scatter.operands[2] = windows
@@ -1043,12 +1041,11 @@ def _warn_experimental() -> None:
 class Executable:
     """A StableHLO module compiled once for IREE's llvm-cpu backend."""
 
-    def __init__(self, stablehlo: str, io_map: dict[int, int],
-                 bounds_checked: bool = False) -> None:
+    def __init__(self, stablehlo: str, io_map: dict[int, int]) -> None:
         _warn_experimental()
         self.io_map = dict(io_map)
         self.vmfb, self.alias_problems, self._passthrough, self._scratch = \
-            compile_stablehlo(stablehlo, self.io_map, bounds_checked)
+            compile_stablehlo(stablehlo, self.io_map)
         rt, instance, device = _runtime()
         module = rt.VmModule.copy_buffer(instance, self.vmfb)
         self._context = rt.VmContext(instance, [rt.create_hal_module(instance, device),
