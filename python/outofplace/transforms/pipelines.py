@@ -11,8 +11,8 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (constant_folding, diagonal, empty_tensors,  # noqa: F401 (they register
-               inplace_to_outofplace, lower_updates, lowering)  # their passes)
+from . import (constant_folding, diagonal, dot_transposes, empty_tensors,  # noqa: F401
+               inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)
 from ..context import load_torch_conversion
@@ -34,6 +34,7 @@ register_pipeline(
      "outofplace-dynamic-broadcasts",
      "outofplace-strip-constant-shields",
      "outofplace-upstream-unsigned-integers",
+     "outofplace-fold-transposes-into-dots",
      "outofplace-verify-stablehlo"],
     "Lower value-semantic torch IR to pure StableHLO")
 register_pipeline(

@@ -1,0 +1,45 @@
+// RUN: outofplace-opt %s --pass-pipeline='builtin.module(outofplace-fold-transposes-into-dots)' \
+// RUN:   | FileCheck %s
+
+// nn.Linear as torch-mlir lowers it: the dot reads the weight where it is.
+// CHECK-LABEL: func.func @linear(
+// CHECK-SAME:    %[[W:.*]]: tensor<6x4xf32>, %[[X:.*]]: tensor<1x4xf32>
+// CHECK-NOT:     stablehlo.transpose
+// CHECK:         %[[Y:.*]] = stablehlo.dot_general %[[X]], %[[W]], contracting_dims = [1] x [1] : (tensor<1x4xf32>, tensor<6x4xf32>) -> tensor<1x6xf32>
+// CHECK-NEXT:    return %[[Y]]
+func.func @linear(%w: tensor<6x4xf32>, %x: tensor<1x4xf32>) -> tensor<1x6xf32> {
+  %0 = stablehlo.transpose %w, dims = [1, 0] : (tensor<6x4xf32>) -> tensor<4x6xf32>
+  %1 = stablehlo.dot_general %x, %0, contracting_dims = [1] x [0] : (tensor<1x4xf32>, tensor<4x6xf32>) -> tensor<1x6xf32>
+  return %1 : tensor<1x6xf32>
+}
+
+// A weight gradient (grad^T @ x): the transposed lhs folded, batch dimensions mapped too.
+// CHECK-LABEL: func.func @both_sides_batched(
+// CHECK-SAME:    %[[A:.*]]: tensor<2x5x3xf32>, %[[B:.*]]: tensor<2x5x4xf32>
+// CHECK:         stablehlo.dot_general %[[A]], %[[B]], batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<2x5x3xf32>, tensor<2x5x4xf32>) -> tensor<2x3x4xf32>
+func.func @both_sides_batched(%a: tensor<2x5x3xf32>, %b: tensor<2x5x4xf32>) -> tensor<2x3x4xf32> {
+  %0 = stablehlo.transpose %a, dims = [0, 2, 1] : (tensor<2x5x3xf32>) -> tensor<2x3x5xf32>
+  %1 = stablehlo.dot_general %0, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x3x5xf32>, tensor<2x5x4xf32>) -> tensor<2x3x4xf32>
+  return %1 : tensor<2x3x4xf32>
+}
+
+// A transpose read elsewhere stays for that reader.
+// CHECK-LABEL: func.func @shared(
+// CHECK:         %[[T:.*]] = stablehlo.transpose
+// CHECK:         stablehlo.dot_general %{{.*}}, %arg0, contracting_dims = [1] x [1]
+// CHECK:         return %{{.*}}, %[[T]]
+func.func @shared(%w: tensor<6x4xf32>, %x: tensor<1x4xf32>) -> (tensor<1x6xf32>, tensor<4x6xf32>) {
+  %0 = stablehlo.transpose %w, dims = [1, 0] : (tensor<6x4xf32>) -> tensor<4x6xf32>
+  %1 = stablehlo.dot_general %x, %0, contracting_dims = [1] x [0] : (tensor<1x4xf32>, tensor<4x6xf32>) -> tensor<1x6xf32>
+  return %1, %0 : tensor<1x6xf32>, tensor<4x6xf32>
+}
+
+// Free dimensions that would change order through the permutation: left as it is.
+// CHECK-LABEL: func.func @free_dims_reordered(
+// CHECK:         %[[T:.*]] = stablehlo.transpose %arg0, dims = [2, 1, 0]
+// CHECK:         stablehlo.dot_general %[[T]], %arg1, contracting_dims = [1] x [0]
+func.func @free_dims_reordered(%a: tensor<3x5x2xf32>, %b: tensor<5x4xf32>) -> tensor<2x3x4xf32> {
+  %0 = stablehlo.transpose %a, dims = [2, 1, 0] : (tensor<3x5x2xf32>) -> tensor<2x5x3xf32>
+  %1 = stablehlo.dot_general %0, %b, contracting_dims = [1] x [0] : (tensor<2x5x3xf32>, tensor<5x4xf32>) -> tensor<2x3x4xf32>
+  return %1 : tensor<2x3x4xf32>
+}
