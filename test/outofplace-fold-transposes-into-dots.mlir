@@ -43,3 +43,41 @@ func.func @free_dims_reordered(%a: tensor<3x5x2xf32>, %b: tensor<5x4xf32>) -> te
   %1 = stablehlo.dot_general %0, %b, contracting_dims = [1] x [0] : (tensor<2x5x3xf32>, tensor<5x4xf32>) -> tensor<2x3x4xf32>
   return %1 : tensor<2x3x4xf32>
 }
+
+// nn.Linear on a 3-d input: the transposed weight broadcast to a batch of one. The batch
+// pair lost its weight side: the input's unit dimension is free (the same result type).
+// CHECK-LABEL: func.func @linear_3d(
+// CHECK-SAME:    %[[W:.*]]: tensor<6x4xf32>, %[[X:.*]]: tensor<1x1x4xf32>
+// CHECK-NOT:     stablehlo.transpose
+// CHECK-NOT:     stablehlo.broadcast_in_dim
+// CHECK:         %[[D:.*]] = stablehlo.dot_general %[[X]], %[[W]], contracting_dims = [2] x [1] : (tensor<1x1x4xf32>, tensor<6x4xf32>) -> tensor<1x1x6xf32>
+// CHECK-NEXT:    return %[[D]]
+func.func @linear_3d(%w: tensor<6x4xf32>, %x: tensor<1x1x4xf32>) -> tensor<1x1x6xf32> {
+  %0 = stablehlo.transpose %w, dims = [1, 0] : (tensor<6x4xf32>) -> tensor<4x6xf32>
+  %1 = stablehlo.broadcast_in_dim %0, dims = [1, 2] : (tensor<4x6xf32>) -> tensor<1x4x6xf32>
+  %2 = stablehlo.dot_general %x, %1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x1x4xf32>, tensor<1x4x6xf32>) -> tensor<1x1x6xf32>
+  return %2 : tensor<1x1x6xf32>
+}
+
+// A broadcast that repeats elements (grouped-query attention's repeat) is not looked through.
+// CHECK-LABEL: func.func @repeating_broadcast(
+// CHECK:         %[[B:.*]] = stablehlo.broadcast_in_dim %arg0
+// CHECK:         stablehlo.dot_general %arg1, %[[B]], batching_dims = [0] x [0], contracting_dims = [2] x [1]
+func.func @repeating_broadcast(%k: tensor<4x6xf32>, %q: tensor<2x1x4xf32>) -> tensor<2x1x6xf32> {
+  %0 = stablehlo.broadcast_in_dim %k, dims = [1, 2] : (tensor<4x6xf32>) -> tensor<2x4x6xf32>
+  %1 = stablehlo.dot_general %q, %0, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x1x4xf32>, tensor<2x4x6xf32>) -> tensor<2x1x6xf32>
+  return %1 : tensor<2x1x6xf32>
+}
+
+// A unit batch dimension the lhs has after its free one: the new result orders the unit
+// dimensions otherwise, a reshape restores the type.
+// CHECK-LABEL: func.func @unit_batch_moved(
+// CHECK:         %[[D:.*]] = stablehlo.dot_general %arg1, %arg0, contracting_dims = [0] x [1] : (tensor<4x3x1xf32>, tensor<6x4xf32>) -> tensor<3x1x6xf32>
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.reshape %[[D]] : (tensor<3x1x6xf32>) -> tensor<1x3x6xf32>
+// CHECK-NEXT:    return %[[Y]]
+func.func @unit_batch_moved(%w: tensor<6x4xf32>, %x: tensor<4x3x1xf32>) -> tensor<1x3x6xf32> {
+  %0 = stablehlo.transpose %w, dims = [1, 0] : (tensor<6x4xf32>) -> tensor<4x6xf32>
+  %1 = stablehlo.broadcast_in_dim %0, dims = [1, 2] : (tensor<4x6xf32>) -> tensor<1x4x6xf32>
+  %2 = stablehlo.dot_general %x, %1, batching_dims = [2] x [0], contracting_dims = [0] x [1] : (tensor<4x3x1xf32>, tensor<1x4x6xf32>) -> tensor<1x3x6xf32>
+  return %2 : tensor<1x3x6xf32>
+}
