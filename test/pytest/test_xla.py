@@ -222,3 +222,23 @@ def test_a_module_xla_rejects_is_an_internal_error_with_the_module() -> None:
         xla.compile_for_cpu(module)
     path = str(info.value).split("report it with ")[1].split(")")[0]
     assert Path(path).read_text() == module
+
+
+def test_in_place_report_names_the_argument_xla_copies() -> None:
+    """Two counters given one new value: XLA writes it into one through a `copy` at the
+    root, which the report puts on that counter, not on the argument whose position among
+    the written ones matches the result's index (the cache, with a result before them)."""
+    def step(a, b, cache, x):
+        cache[0] = x
+        a.fill_(x.sum())
+        b.fill_(x.sum())
+        return x * 2
+
+    compiled = outofplace.compile(step, (torch.zeros(()), torch.zeros(()),
+                                         torch.zeros(64, 1024), torch.randn(1024)))
+    assert compiled.io_map == {0: 1, 1: 2, 2: 3}
+    with pytest.warns(UserWarning, match="copied on every call"):
+        report = compiled.in_place_report
+    assert report["cache"] == "in place"
+    assert sorted(v.split(":")[0] for v in report.values()) == \
+        ["copied 4 bytes per call", "in place", "in place"]

@@ -403,10 +403,9 @@ class CpuExecutable:
                              if i not in io_map and i not in self._stages]
         aliased = set(io_map.values())
         self._unaliased = [r for r in range(len(results)) if r not in aliased]
-        aliases = {a: i for i, a in enumerate(self.donated)}  # parameter -> output
         copied = set().union(*(hlo_proto.copied_parameters(
-            m.as_serialized_hlo_module_proto(), aliases)
-            for m in self.executable.hlo_modules())) & aliases.keys()
+            m.as_serialized_hlo_module_proto(), io_map)
+            for m in self.executable.hlo_modules())) & io_map.keys()
         # Per argument: "in place", or what is copied per call and why.
         self.report = {names[a]: "in place" for a in self.donated}
         self._warned: set[tuple[int, str]] = set()
