@@ -58,6 +58,31 @@ def hlo_module_proto(stablehlo: str) -> bytes:
     return computation.as_serialized_hlo_module_proto()
 
 
+# The passes the XLA engine runs on the program before XLA:CPU compiles it: written
+# arguments without their unit dimensions (a batch-1 KV cache that attention reads is
+# copied otherwise), and the dots then read through the reshapes that leaves.
+LEGALIZE_FOR_CPU = "builtin.module(outofplace-squeeze-state, outofplace-fold-transposes-into-dots)"
+
+
+def legalize_for_cpu(stablehlo: str) -> tuple[str, list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """The StableHLO the XLA engine compiles for a module (`LEGALIZE_FOR_CPU`), and the
+    shapes of its arguments and results: a written argument's without its unit
+    dimensions (the caller's buffer holds the same bytes)."""
+    from torch_mlir import ir
+
+    from ..context import make_context
+    from ..ir_utils import main_function
+    from ..transforms.pipelines import run_pipeline
+
+    with make_context():
+        module = ir.Module.parse(stablehlo)
+        run_pipeline(module, LEGALIZE_FOR_CPU)
+        function_type = ir.FunctionType(main_function(module).type)
+        shapes = [[tuple(ir.RankedTensorType(t).shape) for t in types]
+                  for types in (function_type.inputs, function_type.results)]
+        return module.operation.get_asm(), *shapes
+
+
 def compile_for_cpu(stablehlo: str, options: dict[str, Any] = None) -> Any:
     """The loaded XLA:CPU executable of a StableHLO module on outofplace's client, safe from
     the misfusion above, compiled with `options` (default: `COMPILE_OPTIONS`)."""
@@ -161,7 +186,7 @@ def alias_problems(stablehlo: str, io_map: dict[int, int]) -> list[str]:
     the state itself (`old = x.clone()`) is reported too: the check cannot tell the two
     copies apart."""
     problems = []
-    for module in compile_for_cpu(stablehlo).hlo_modules():
+    for module in compile_for_cpu(legalize_for_cpu(stablehlo)[0]).hlo_modules():
         proto = module.as_serialized_hlo_module_proto()
         problems += hlo_proto.alias_problems(proto, io_map)
         problems += [f"argument {argument}: XLA copies the donated buffer"
@@ -390,13 +415,17 @@ class CpuExecutable:
         self.names, self.io_map = names, io_map
         self.donated = sorted(io_map)
         self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
+        stablehlo, input_shapes, result_shapes = legalize_for_cpu(stablehlo)
+        # The shape XLA takes each written argument in (its unit dimensions dropped).
+        self._squeezed = {i: input_shapes[i] for i in self.donated
+                          if input_shapes[i] != tuple(inputs[i][0])}
         self.executable = compile_for_cpu(stablehlo, options)
         self._viewers = [_Viewer(s, d) for s, d in results]
         # What makes each result a jax Array, in C++
         # (`disassemble_into_single_device_arrays` makes them in Python: µs a call).
         self._handlers = [xla_client.array_result_handler(
             _jax().core.ShapedArray(s, _numpy_dtype(d)), _sharding(), committed=True,
-            _skip_checks=True) for s, d in results]
+            _skip_checks=True) for s, (_, d) in zip(result_shapes, results)]
         self._stages = {i: _Stage(s, d) for i, (s, d) in enumerate(inputs)
                         if i not in io_map and self.input_bytes[i] <= STAGED_BYTES}
         self._zero_copied = [i for i in range(len(inputs))
@@ -480,13 +509,14 @@ class CpuExecutable:
             holder = _holder_of(tensor) if holders is None else holders[n]
             if holder is None:
                 why = why_not_adoptable(tensor)
+                shape = self._squeezed.get(i, tensor.shape)
                 if why is None:
-                    holder = _Holder(_owned_copy(tensor))  # the only copy, ever
+                    holder = _Holder(_owned_copy(tensor.view(shape)))  # the only copy, ever
                     _re_point(tensor, holder)
                 else:
                     self._copied(i, 2 * self.input_bytes[i], f"it is {why}")
                     copied.append(i)
-                    arguments[i] = _owned_copy(tensor)
+                    arguments[i] = _owned_copy(tensor.contiguous().view(shape))
                     continue
             adopted[i] = holder
             arguments[i] = holder.array
@@ -529,7 +559,8 @@ class CpuExecutable:
         it took (their memory re-pointed at zeros), or returns when it took none."""
         lost = [i for i, h in adopted.items() if h.array.is_deleted()]
         for i in lost:  # XLA took the buffer: the memory may be gone
-            _re_point(inputs[i], _Holder(_owned_copy(torch.zeros_like(inputs[i]))))
+            zeros = torch.zeros(self._squeezed.get(i, inputs[i].shape), dtype=inputs[i].dtype)
+            _re_point(inputs[i], _Holder(_owned_copy(zeros)))
         if lost:
             raise CallFailed(
                 f"the call failed ({type(error).__name__}: {error}) after XLA took the "

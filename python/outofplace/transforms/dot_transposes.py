@@ -16,8 +16,9 @@ fuse it into the dot (a bias add fused into the dot's output is enough): a batch
     %d = stablehlo.dot_general %x, %w, contracting_dims = [2] x [1]
     %y = stablehlo.reshape %d : (tensor<1x1x5632xf32>) -> tensor<1x1x5632xf32>
 
-Each operand is followed back through transposes and `broadcast_in_dim`s that only
-reorder dimensions or add dimensions of size 1, to the tensor they start from; each of
+Each operand is followed back through transposes, `broadcast_in_dim`s that only reorder
+dimensions or add dimensions of size 1, and reshapes that only add or drop dimensions of
+size 1, to the tensor they start from; each of
 the dot's dimensions is then a dimension of that tensor or a unit dimension the chain
 added. A pair of batch or contracting dimensions that lost one side is a unit dimension:
 its other side becomes a free dimension of size 1. The fold is made when the result's
@@ -55,6 +56,14 @@ def _root(value: ir.Value) -> tuple[ir.Value, list[int | None]]:
             if any(source[j] != result[r] for j, r in enumerate(placed)):
                 break  # it repeats elements
             where = {r: j for j, r in enumerate(placed)}
+            dims = [None if d is None else where.get(d) for d in dims]
+        elif op.name == "stablehlo.reshape":
+            source, result = _shape(op.operands[0]), _shape(op.result)
+            long_source = [j for j, n in enumerate(source) if n != 1]
+            long_result = [r for r, n in enumerate(result) if n != 1]
+            if [source[j] for j in long_source] != [result[r] for r in long_result]:
+                break  # it merges or splits dimensions
+            where = dict(zip(long_result, long_source))  # unit dimensions: added
             dims = [None if d is None else where.get(d) for d in dims]
         else:
             break
@@ -132,8 +141,8 @@ def _fold(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     "outofplace-fold-transposes-into-dots",
     "Fold transposes and unit broadcasts of dot_general operands into its dimension numbers",
     "`dot_general(transpose(w), x)` → `dot_general(w, x)` with the batch and contracting "
-    "dimensions mapped through the transposes and the `broadcast_in_dim`s that only add "
-    "unit dimensions, when the result's dimensions longer than 1 keep their order (a "
+    "dimensions mapped through the transposes, `broadcast_in_dim`s and reshapes that only "
+    "add (or, reshapes, drop) unit dimensions, when the result's dimensions longer than 1 keep their order (a "
     "`reshape` restores the unit ones): XLA:CPU otherwise copies a transposed weight "
     "(`nn.Linear`) on every call")
 def fold_transposes_into_dots(module: ir.Operation) -> None:
@@ -142,4 +151,4 @@ def fold_transposes_into_dots(module: ir.Operation) -> None:
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
     # the transposes and broadcasts the folding left without users (pure ops)
     erase_unused(all_operations(module), lambda op: op.name in (
-        "stablehlo.transpose", "stablehlo.broadcast_in_dim"))
+        "stablehlo.transpose", "stablehlo.broadcast_in_dim", "stablehlo.reshape"))

@@ -1,0 +1,205 @@
+"""`outofplace-squeeze-state`: a written argument with dimensions of size 1 (a KV cache
+[1, H, S, D] at batch 1) is passed, updated and returned without them, for XLA:CPU.
+
+XLA:CPU copies such a cache on every call when attention reads it right after the
+update: its dot canonicalization reads the batch-1 `dot_general`'s operand through a
+bitcast dropping the unit dimensions, its fusion pass fuses a second copy of the
+dynamic-update-slice into that bitcast (and into the bitcast of the output), and copy
+insertion then copies the parameter, 786 KB a layer a token in a 148M Llama (JAX's own
+program pays the same). With no bitcast between the parameter, the update, its readers
+and the output, the update stays in place:
+
+    func.func @main(%cache: tensor<1x12x256x64xf32> {tf.aliasing_output = 1 : i32}, ...)
+      %u = "stablehlo.scatter"(%cache, %i, %k) ...  -> tensor<1x12x256x64xf32>
+      %s = stablehlo.dot_general %q, %u, batching_dims = [0, 1] x [0, 1], ...
+  =>
+    func.func @main(%cache: tensor<12x256x64xf32> {tf.aliasing_output = 1 : i32}, ...)
+      %u = "stablehlo.scatter"(%cache, %i, %k') ...  -> tensor<12x256x64xf32>
+      %s' = stablehlo.dot_general %q, %u, batching_dims = [1] x [0], ...
+
+The argument and its aliased result lose their unit dimensions (the caller's buffer
+holds the same bytes), a `reshape` gives the old type back at the top, and each
+`dynamic_update_slice` and `scatter` whose operand is such a reshape is done on the
+reshape's operand instead, its result reshaped for its readers (a `scatter` only when
+the dimensions it drops are neither indexed nor batch dimensions: an index there could be
+out of bounds). Reshapes of reshapes fold; `outofplace-fold-transposes-into-dots` then
+reads the dots' operands through the remaining reshapes. Only the XLA engine runs it
+(backends/xla.py): the program a user exports keeps the shapes the caller's tensors have.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir._mlir_libs import _stablehlo
+from torch_mlir.dialects import func as func_d
+
+from ..ir_utils import all_operations, operations
+from .inplace_to_outofplace import io_map_of
+from .registry import register_pass
+
+
+def _shape(value: ir.Value) -> list[int]:
+    return list(ir.RankedTensorType(value.type).shape)
+
+
+def inserted_unit_dims(source: list[int], result: list[int]) -> list[int] | None:
+    """The dimensions of `result` a reshape of `source` inserts, when it only inserts
+    dimensions of size 1 (`source` is `result` without them), else None."""
+    inserted, j = [], 0
+    for d, size in enumerate(result):
+        if j < len(source) and source[j] == size:
+            j += 1
+        elif size == 1:
+            inserted.append(d)
+        else:
+            return None
+    return inserted if j == len(source) else None
+
+
+def _tensor_type(shape: list[int], like: ir.Value) -> ir.Type:
+    return ir.RankedTensorType.get(shape, ir.RankedTensorType(like.type).element_type)
+
+
+def _reshape(value: ir.Value, shape: list[int], ip: ir.InsertionPoint, loc: ir.Location
+             ) -> ir.Value:
+    return ir.Operation.create("stablehlo.reshape", results=[_tensor_type(shape, value)],
+                               operands=[value], loc=loc, ip=ip).result
+
+
+def _unsqueezed_operand(op: ir.Operation) -> tuple[ir.Value, list[int]] | None:
+    """(x, the dimensions inserted) when op's first operand is a reshape of x that only
+    inserts unit dimensions."""
+    operand = op.operands[0]
+    if not isinstance(operand, ir.OpResult) or operand.owner.name != "stablehlo.reshape":
+        return None
+    source = operand.owner.operands[0]
+    inserted = inserted_unit_dims(_shape(source), _shape(operand))
+    return (source, inserted) if inserted else None
+
+
+def _dropped(dims: list[int], removed: list[int]) -> list[int]:
+    """Dimension numbers with `removed` taken out and the rest renumbered."""
+    return [d - sum(r < d for r in removed) for d in dims if d not in removed]
+
+
+def _squeeze_update(op: ir.Operation) -> bool:
+    """A dynamic_update_slice or single scatter of a reshape inserting unit dimensions,
+    done on the reshape's operand, its result reshaped for op's readers; False, nothing
+    changed, when op is no such update."""
+    found = _unsqueezed_operand(op)
+    if found is None:
+        return False
+    source, removed = found
+    loc, ip = op.location, ir.InsertionPoint(op)
+    if op.name == "stablehlo.dynamic_update_slice":
+        update = op.operands[1]
+        update_shape = _shape(update)
+        if any(update_shape[d] != 1 for d in removed):
+            return False
+        starts = [s for d, s in enumerate(list(op.operands)[2:]) if d not in removed]
+        kept = [n for d, n in enumerate(update_shape) if d not in removed]
+        new = ir.Operation.create(
+            "stablehlo.dynamic_update_slice", results=[source.type], loc=loc, ip=ip,
+            operands=[source, _reshape(update, kept, ip, loc), *starts])
+        op.result.replace_all_uses_with(_reshape(new.result, _shape(op.result), ip, loc))
+        op.erase()
+        return True
+    if op.name != "stablehlo.scatter" or len(op.operands) != 3:
+        return False
+    numbers = _stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+    inserted = list(numbers.inserted_window_dims)
+    batching = list(numbers.input_batching_dims)
+    indexed = list(numbers.scattered_dims_to_operand_dims)
+    if any(d in indexed or d in batching for d in removed):
+        return False  # an index there may be out of bounds, where the scatter writes nothing
+    rank = len(_shape(op.operands[0]))
+    windows = [d for d in range(rank) if d not in inserted and d not in batching]
+    window_dims = list(numbers.update_window_dims)
+    update = op.operands[2]
+    update_shape = _shape(update)
+    gone = [window_dims[windows.index(d)] for d in removed if d in windows]
+    if any(update_shape[u] != 1 for u in gone):
+        return False
+    kept = [n for u, n in enumerate(update_shape) if u not in gone]
+    # changed where it is: the update body stays with the op
+    op.operands[0] = source
+    op.operands[2] = _reshape(update, kept, ip, loc)
+    op.attributes["scatter_dimension_numbers"] = _stablehlo.ScatterDimensionNumbers.get(
+        _dropped(window_dims, gone), _dropped(inserted, removed), _dropped(batching, removed),
+        list(numbers.scatter_indices_batching_dims), _dropped(indexed, removed),
+        numbers.index_vector_dim, context=op.context)
+    old_type = op.result.type
+    op.result.set_type(source.type)
+    reshaped = ir.Operation.create("stablehlo.reshape", results=[old_type],
+                                   operands=[op.result], loc=loc,
+                                   ip=ir.InsertionPoint.after(op))
+    op.result.replace_all_uses_except(reshaped.result, reshaped)
+    return True
+
+
+def _fold_reshapes(function: ir.Operation) -> None:
+    """reshape(reshape(x)) => reshape(x), and a reshape to x's own type => x; then the
+    reshapes nothing reads are erased."""
+    for op in all_operations(function):
+        if op.name != "stablehlo.reshape":
+            continue
+        operand = op.operands[0]
+        if isinstance(operand, ir.OpResult) and operand.owner.name == "stablehlo.reshape":
+            op.operands[0] = operand.owner.operands[0]
+        if op.operands[0].type == op.result.type:
+            op.result.replace_all_uses_with(op.operands[0])
+    for op in reversed(all_operations(function)):
+        if op.name == "stablehlo.reshape" and not list(op.result.uses):
+            op.erase()
+
+
+def _squeeze_argument(function: func_d.FuncOp, argument: int, result: int) -> bool:
+    """Argument `argument` and result `result` without their unit dimensions; False when
+    they have none or differ in type."""
+    block = function.entry_block
+    value = block.arguments[argument]
+    shape = _shape(value)
+    squeezed = [n for n in shape if n != 1]
+    ret = block.operations[len(block.operations) - 1]
+    if len(squeezed) == len(shape) or ret.operands[result].type != value.type:
+        return False
+    old_type = value.type
+    value.set_type(_tensor_type(squeezed, value))
+    first = block.operations[0]
+    unsqueezed = ir.Operation.create("stablehlo.reshape", results=[old_type],
+                                     operands=[value], loc=first.location,
+                                     ip=ir.InsertionPoint(first))
+    value.replace_all_uses_except(unsqueezed.result, unsqueezed)
+    ret.operands[result] = _reshape(ret.operands[result], squeezed, ir.InsertionPoint(ret),
+                                    ret.location)
+    return True
+
+
+@register_pass(
+    "outofplace-squeeze-state",
+    "Pass, update and return written arguments without their unit dimensions (XLA:CPU)",
+    "a written argument with dimensions of size 1 and its aliased result lose them; each "
+    "`dynamic_update_slice` and `scatter` of a reshape adding unit dimensions is done on "
+    "the reshape's operand (a scatter only where the dropped dimensions are not indexed): "
+    "XLA:CPU otherwise copies a batch-1 KV cache that attention reads after the update "
+    "(the XLA engine's legalization, backends/xla.py)")
+def squeeze_state(module: ir.Operation) -> None:
+    for op in operations(module.regions[0].blocks[0]):
+        if op.name == "func.func":
+            with op.location:  # (types need a location to be made)
+                _squeeze(op.opview)
+
+
+def _squeeze(function: func_d.FuncOp) -> None:
+    io_map = io_map_of(function)
+    changed = [a for a, r in sorted(io_map.items()) if _squeeze_argument(function, a, r)]
+    if not changed:
+        return
+    block = function.entry_block
+    function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments],
+        [v.type for v in block.operations[len(block.operations) - 1].operands]))
+    for op in all_operations(function.operation):  # in program order: a chain of updates
+        if op.name in ("stablehlo.dynamic_update_slice", "stablehlo.scatter"):
+            _squeeze_update(op)
+    _fold_reshapes(function.operation)
