@@ -35,7 +35,6 @@ register_pipeline(
      "outofplace-dynamic-broadcasts",
      "outofplace-strip-constant-shields",
      "outofplace-upstream-unsigned-integers",
-     "outofplace-fold-transposes-into-dots",
      "outofplace-verify-stablehlo"],
     "Lower value-semantic torch IR to pure StableHLO")
 register_pipeline(
