@@ -59,14 +59,36 @@ func.func @linear_3d(%w: tensor<6x4xf32>, %x: tensor<1x1x4xf32>) -> tensor<1x1x6
   return %2 : tensor<1x1x6xf32>
 }
 
-// A broadcast that repeats elements (grouped-query attention's repeat) is not looked through.
-// CHECK-LABEL: func.func @repeating_broadcast(
-// CHECK:         %[[B:.*]] = stablehlo.broadcast_in_dim %arg0
-// CHECK:         stablehlo.dot_general %arg1, %[[B]], batching_dims = [0] x [0], contracting_dims = [2] x [1]
-func.func @repeating_broadcast(%k: tensor<4x6xf32>, %q: tensor<2x1x4xf32>) -> tensor<2x1x6xf32> {
+// A batch dimension only one side has, the other broadcast to it (a 3-d nn.Linear's weight,
+// grouped-query attention's repeat): the dot reads the broadcast's operand once, the batch
+// dimension free on the side that has it.
+// CHECK-LABEL: func.func @batch_broadcast(
+// CHECK-NOT:     stablehlo.broadcast_in_dim
+// CHECK:         %[[D:.*]] = stablehlo.dot_general %arg1, %arg0, contracting_dims = [2] x [0] : (tensor<2x1x4xf32>, tensor<4x6xf32>) -> tensor<2x1x6xf32>
+// CHECK-NEXT:    return %[[D]]
+func.func @batch_broadcast(%k: tensor<4x6xf32>, %q: tensor<2x1x4xf32>) -> tensor<2x1x6xf32> {
   %0 = stablehlo.broadcast_in_dim %k, dims = [1, 2] : (tensor<4x6xf32>) -> tensor<2x4x6xf32>
   %1 = stablehlo.dot_general %q, %0, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x1x4xf32>, tensor<2x4x6xf32>) -> tensor<2x1x6xf32>
   return %1 : tensor<2x1x6xf32>
+}
+
+// Broadcast dimensions the dot cannot drop: a free one (the result repeats rows), a
+// contracted one (a sum of equal terms), a batch one both sides broadcast.
+// CHECK-LABEL: func.func @broadcasts_kept(
+// CHECK:         %[[X:.*]] = stablehlo.broadcast_in_dim %arg0
+// CHECK-NEXT:    stablehlo.dot_general %[[X]], %arg1, contracting_dims = [1] x [0]
+// CHECK-NEXT:    stablehlo.dot_general %[[X]], %arg4, contracting_dims = [0] x [0]
+// CHECK-NEXT:    %[[A:.*]] = stablehlo.broadcast_in_dim %arg2
+// CHECK-NEXT:    %[[B:.*]] = stablehlo.broadcast_in_dim %arg3
+// CHECK-NEXT:    stablehlo.dot_general %[[A]], %[[B]], batching_dims = [0] x [0], contracting_dims = [2] x [1]
+func.func @broadcasts_kept(%x: tensor<4xf32>, %w: tensor<4x5xf32>, %a: tensor<1x3xf32>, %b: tensor<3x6xf32>, %c: tensor<3x5xf32>) -> (tensor<3x5xf32>, tensor<4x5xf32>, tensor<2x1x6xf32>) {
+  %0 = stablehlo.broadcast_in_dim %x, dims = [1] : (tensor<4xf32>) -> tensor<3x4xf32>
+  %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<3x4xf32>, tensor<4x5xf32>) -> tensor<3x5xf32>
+  %2 = stablehlo.dot_general %0, %c, contracting_dims = [0] x [0] : (tensor<3x4xf32>, tensor<3x5xf32>) -> tensor<4x5xf32>
+  %3 = stablehlo.broadcast_in_dim %a, dims = [1, 2] : (tensor<1x3xf32>) -> tensor<2x1x3xf32>
+  %4 = stablehlo.broadcast_in_dim %b, dims = [1, 2] : (tensor<3x6xf32>) -> tensor<2x3x6xf32>
+  %5 = stablehlo.dot_general %3, %4, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x1x3xf32>, tensor<2x3x6xf32>) -> tensor<2x1x6xf32>
+  return %1, %2, %5 : tensor<3x5xf32>, tensor<4x5xf32>, tensor<2x1x6xf32>
 }
 
 // A unit batch dimension the lhs has after its free one: the new result orders the unit

@@ -21,6 +21,14 @@ def linear_4d(w, b, x):
     return F.linear(x.view(2, 1, 3, 4), w, b)
 
 
+def linear_3d_batched(w, b, x):  # the weight broadcast to x's batch of 3 by torch-mlir
+    return F.linear(x, w, b)
+
+
+def shared_keys(q, k):  # one key matrix broadcast to every query batch
+    return q @ k.expand(3, -1, -1)
+
+
 def linear_backward_shapes(w, x, g):  # the weight gradient: g^T @ x
     return g.t() @ x, g @ w
 
@@ -50,6 +58,9 @@ PROGRAMS = [
                            torch.randn(1, 4, dtype=d))),
     (linear_4d, lambda d: (torch.randn(5, 4, dtype=d), torch.randn(5, dtype=d),
                            torch.randn(6, 4, dtype=d))),
+    (linear_3d_batched, lambda d: (torch.randn(6, 4, dtype=d), torch.randn(6, dtype=d),
+                                   torch.randn(3, 1, 4, dtype=d))),
+    (shared_keys, lambda d: (torch.randn(3, 2, 4, dtype=d), torch.randn(4, 5, dtype=d))),
     (linear_backward_shapes, lambda d: (torch.randn(6, 4, dtype=d),
                                         torch.randn(3, 4, dtype=d),
                                         torch.randn(3, 6, dtype=d))),
@@ -78,3 +89,14 @@ def test_linear_reads_its_weight_untransposed():
     engine_module = legalize_for_cpu(compiled.stablehlo)[0]
     assert "stablehlo.transpose" not in engine_module
     assert engine_module.count("stablehlo.dot_general") == 2
+
+
+def test_batched_linear_reads_its_weight_once():
+    """A 3-d input of batch 8: torch-mlir broadcasts the weight to the batch (XLA:CPU
+    materialised [64, 2048, 5632] floats for a batch of 64); the engine's dot reads it once."""
+    compiled = outofplace.compile(torch.nn.Linear(4, 6), (torch.randn(8, 1, 4),))
+    broadcast_weight = "tensor<8x4x6xf32>"
+    assert broadcast_weight in compiled.stablehlo  # torch-mlir's form
+    engine_module = legalize_for_cpu(compiled.stablehlo)[0]
+    assert broadcast_weight not in engine_module
+    assert "batching_dims" not in engine_module
