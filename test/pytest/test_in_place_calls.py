@@ -194,6 +194,78 @@ def test_torch_compile_backend_in_place() -> None:
     assert_same(cache, eager_cache, "cache")
 
 
+def make_cache(k):
+    return torch.zeros(4, 8) + k  # a new tensor, over the buffer XLA wrote it in
+
+
+def write_row(cache, k, pos):
+    cache[pos] = k
+    return cache.sum()
+
+
+def test_a_result_written_by_another_program_is_taken_over() -> None:
+    """A cache one program makes (a prefill creating StaticCache's tensors) and another
+    writes (the decode steps): the result's XLA buffer is memory no one else sees, taken
+    over once and then updated in place, without a warning, on the planned calls too."""
+    make = outofplace.compile(make_cache, (torch.randn(8),))
+    write = outofplace.compile(write_row, (torch.zeros(4, 8), torch.randn(8), torch.tensor(0)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for round in range(3):  # the first call of `make` is checked, the later planned
+            k = torch.randn(8)
+            cache, expected = make(k), make_cache(k)
+            addresses = set()
+            for pos in (1, 3, 1):
+                v = torch.randn(8)
+                assert_same(write(cache, v, torch.tensor(pos)),
+                            write_row(expected, v, torch.tensor(pos)), "sum")
+                addresses.add(cache.data_ptr())
+            assert_same(cache, expected, f"cache, round {round}")
+            assert len(addresses) == 1  # taken over once, then written in place
+    assert not [w for w in caught if "copied" in str(w.message)], \
+        [str(w.message) for w in caught]
+    assert write.in_place_report["cache"] == "in place"
+
+
+def test_memory_numpy_shares_is_still_copied() -> None:
+    """Memory another owner sees (numpy's) is never taken over: the owner keeps seeing
+    the tensor's values."""
+    write = outofplace.compile(write_row, (torch.zeros(4, 8), torch.randn(8), torch.tensor(0)))
+    array = torch.zeros(4, 8).numpy()
+    cache = torch.from_numpy(array)
+    with pytest.warns(UserWarning, match="another owner allocated"):
+        write(cache, torch.ones(8), torch.tensor(2))
+    assert array[2].tolist() == [1.0] * 8
+
+
+def test_generate_through_the_torch_compile_backend_in_place() -> None:
+    """transformers' documented path: `model.forward = torch.compile(model.forward,
+    backend="outofplace")` and `generate` with a static cache. The caches the prefill graph
+    creates are updated in place by the decode graph: the same tokens as eager, no copy."""
+    transformers = pytest.importorskip("transformers")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).eval()
+    prompt = torch.tensor([[1, 5, 9, 2]])
+
+    def generate():
+        return model.generate(prompt, max_new_tokens=6, do_sample=False,
+                              cache_implementation="static")
+
+    with torch.no_grad():
+        expected = generate()
+        model.forward = torch.compile(model.forward, backend="outofplace")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):  # the second generate's prefill is a planned call
+                assert torch.equal(generate(), expected)
+    assert not [w for w in caught if "copied" in str(w.message)], \
+        [str(w.message) for w in caught]
+
+
 def test_non_adoptable_input_is_copied_with_one_warning() -> None:
     compiled = outofplace.compile(step, step_args())
     base = torch.randn(4, 2, 8, 16)

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <optional>
+#include <unordered_set>
 #include <vector>
 
 namespace outofplace __attribute__((visibility("hidden"))) {
@@ -98,20 +99,30 @@ inline std::vector<Result> viewed_results(const py::object& indices, const py::o
   return results;
 }
 
+// The addresses of the XLA buffers that live result tensors cover (touched with the GIL
+// held): a later call that writes such a tensor may take its memory over, as it takes
+// over a torch allocation (xla.why_not_adoptable asks `is_result_buffer`).
+inline std::unordered_set<uintptr_t>& result_buffers() {
+  static std::unordered_set<uintptr_t> buffers;
+  return buffers;
+}
+
 // A tensor over a jax Array's buffer, no copy: the tensor keeps the array alive.
 inline at::Tensor tensor_over(const py::object& array, const Result& result) {
   int64_t numel = 1;
   for (int64_t size : result.sizes) numel *= size;
   auto options = at::TensorOptions().dtype(result.dtype);
   if (numel == 0) return at::empty(result.sizes, options);
-  auto ptr = reinterpret_cast<void*>(buffer_pointer(array));
+  uintptr_t address = buffer_pointer(array);
   PyObject* owner = array.ptr();
   Py_INCREF(owner);
+  result_buffers().insert(address);
   return at::from_blob(
-      ptr, result.sizes,
-      [owner](void*) {
+      reinterpret_cast<void*>(address), result.sizes,
+      [owner, address](void*) {
         if (!Py_IsInitialized()) return;
         py::gil_scoped_acquire gil;
+        result_buffers().erase(address);
         Py_DECREF(owner);
       },
       options);

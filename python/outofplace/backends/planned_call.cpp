@@ -156,5 +156,9 @@ PYBIND11_MODULE(_planned_call, m) {
       .def(pybind11::init<pybind11::object, pybind11::list, std::vector<int64_t>>(),
            pybind11::arg("executable"), pybind11::arg("layouts"), pybind11::arg("written"))
       .def("__call__", &PlannedCall::call, pybind11::arg("inputs"));
+  m.def("is_result_buffer",
+        [](uintptr_t address) { return outofplace::result_buffers().count(address) > 0; },
+        pybind11::arg("address"),
+        "Whether a live result tensor a planned call made covers the XLA buffer at address");
   outofplace::bind_sharded_call(m);
 }

@@ -288,9 +288,22 @@ def why_not_adoptable(tensor: torch.Tensor) -> str | None:
         return "a view into a larger storage"
     if tensor.untyped_storage().is_shared():
         return "in shared memory"
-    if not tensor.untyped_storage().resizable():
+    if not tensor.untyped_storage().resizable() and not _is_result(tensor):
         return "memory another owner allocated (numpy, DLPack, a memory map)"
     return None
+
+
+# The holders of the XLA buffers the result tensors outofplace made cover, by address (the
+# C++ planned calls keep theirs: `is_result_buffer`). A result written by a later program
+# (a cache a prefill program created, written by the decode program) is memory no one
+# else sees: it is taken over as a torch allocation is.
+_RESULTS: "weakref.WeakValueDictionary[int, _Holder]" = weakref.WeakValueDictionary()
+
+
+def _is_result(tensor: torch.Tensor) -> bool:
+    address = tensor.untyped_storage().data_ptr()
+    built = extension()
+    return address in _RESULTS or (built is not None and built.is_result_buffer(address))
 
 
 def _re_point(tensor: torch.Tensor, holder: _Holder) -> None:
@@ -365,8 +378,9 @@ class _Viewer:
     def __call__(self, array: Any) -> torch.Tensor:
         if self.empty:
             return torch.empty(self.shape, dtype=self.dtype)
-        tensor = torch.from_numpy(np.asarray(
-            _Holder(array, self.shape, self.typestr, self.nbytes)))
+        holder = _Holder(array, self.shape, self.typestr, self.nbytes)
+        _RESULTS[holder.ptr] = holder
+        tensor = torch.from_numpy(np.asarray(holder))
         return tensor.view(self.dtype) if self.as_dtype else tensor
 
 
