@@ -16,6 +16,7 @@ bridge does; the programs are kept in a bounded cache.
 from __future__ import annotations
 
 import collections
+import re
 import warnings
 from typing import Any, Callable
 
@@ -85,8 +86,50 @@ class ShapeSpecializing:
         return self.program(args)(*args)
 
 
-def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """Compiles one graph once (per shape, when sizes are symbolic); the callable runs it."""
+# A dynamo source's steps that name nothing the user wrote: `L['self']`,
+# `._modules['layers']`, `._parameters['weight']`, `L['kwargs']['input_ids']`,
+# `L['args'][0]` (the module a bound `forward` was called on).
+_SOURCE_NOISE = re.compile(r"^L\['(?:self|kwargs)'\]|^L\['args'\]\[0\]|\._(?:modules|parameters|"
+                           r"buffers)(?=\[)")
+
+
+def _user_name(node: torch.fx.Node) -> str | None:
+    """The name of the user's tensor a dynamo placeholder stands for, as an identifier:
+    `model_layers_0_self_attn_q_proj_weight` for
+    `L['self']._modules['model']...._parameters['weight']`,
+    `past_key_values_layers_3_keys` for a StaticCache's layer; None when dynamo gave no
+    source."""
+    grapharg = node.meta.get("grapharg")
+    source = getattr(grapharg, "source", None)
+    if source is None:
+        return None
+    name = _SOURCE_NOISE.sub("", source.name)
+    name = re.sub(r"\W+", "_", name.replace("L['", "")).strip("_")
+    return name if name.isidentifier() else None
+
+
+def _name_placeholders(gm: torch.fx.GraphModule, names: list[str | None] | None) -> None:
+    """The graph's inputs take the names of the user's tensors they stand for (dynamo's
+    sources, or `names` by position when given and as many as the inputs), so that
+    messages and reports name those (`past_key_values_layers_3_keys`), not the graph's
+    positions (`args_10`, `primals_3`)."""
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    if names is None or len(names) != len(placeholders):
+        names = [_user_name(node) for node in placeholders]
+    for node, name in zip(placeholders, names):
+        if name is not None:
+            node._rename(name)  # through the graph's namespace: a name taken gets a suffix
+            node.target = node.name
+    # dynamo's graphs are lazy: their forward takes `*args` (which torch.export would
+    # name args_0, args_1, ...) until compiled for real
+    getattr(gm, "real_recompile", gm.recompile)()
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any],
+                   names: list[str | None] | None = None) -> Callable[..., Any]:
+    """Compiles one graph once (per shape, when sizes are symbolic); the callable runs it.
+    `names`: the user's names of its inputs, when dynamo's sources are not on them."""
+    _name_placeholders(gm, names)
     if any(_is_symbolic(example) for example in example_inputs):
         return ShapeSpecializing(gm)
     return compile_program(gm, tuple(_concrete(e) for e in example_inputs))
@@ -97,31 +140,27 @@ def _needs_gradients(example_inputs: list[Any]) -> bool:
         isinstance(e, torch.Tensor) and e.requires_grad for e in example_inputs)
 
 
-_TRAINING = None
-
-
-def _training_backend() -> Callable[..., Any]:
+def _training_backend(names: list[str | None]) -> Callable[..., Any]:
     """AOTAutograd splitting a graph that needs gradients into a forward and a backward
     graph, each compiled by outofplace, as torch's own backends do. Writes to inputs
     that need no gradient (a KV cache, BatchNorm's running statistics) stay in the
     forward graph (`keep_inference_input_mutations`, which inductor sets too), so
     outofplace updates them in place; without it AOTAutograd's wrapper would copy each
-    written buffer back after every call."""
-    global _TRAINING
-    if _TRAINING is None:
-        from torch._dynamo.backends.common import aot_autograd
-        from torch._functorch.aot_autograd import make_boxed_func
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
+    written buffer back after every call. The forward graph's inputs (`primals_1`, ...)
+    are dynamo's, in order: they take `names`, the user's tensors' names."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-        def boxed(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-            # AOTAutograd calls its compilers inside its fake mode: compiling (tracing
-            # again from real tensors, checking arguments) needs real ones.
-            with unset_fake_temporarily():
-                return make_boxed_func(_compile_graph(gm, example_inputs))
+    def boxed(gm: torch.fx.GraphModule, example_inputs: list[Any],
+              names: list[str | None] | None = None) -> Callable[..., Any]:
+        # AOTAutograd calls its compilers inside its fake mode: compiling (tracing
+        # again from real tensors, checking arguments) needs real ones.
+        with unset_fake_temporarily():
+            return make_boxed_func(_compile_graph(gm, example_inputs, names))
 
-        _TRAINING = aot_autograd(fw_compiler=boxed, bw_compiler=boxed,
-                                 keep_inference_input_mutations=True)
-    return _TRAINING
+    return aot_autograd(fw_compiler=lambda gm, inputs: boxed(gm, inputs, names),
+                        bw_compiler=boxed, keep_inference_input_mutations=True)
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -130,5 +169,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[...
     trained) is compiled as the forward and backward graphs AOTAutograd makes, so
     `loss.backward()` runs compiled code too."""
     if _needs_gradients(example_inputs):
-        return _training_backend()(gm, example_inputs)
+        names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
+        return _training_backend(names)(gm, example_inputs)
     return _compile_graph(gm, example_inputs)

@@ -1,6 +1,9 @@
 """torch.compile(..., backend="outofplace") mutates the caller's tensors like eager."""
 
 import copy
+import warnings
+
+import numpy as np
 
 import pytest
 import torch
@@ -307,3 +310,54 @@ def test_tiny_llama_trained_through_torch_compile_matches_eager():
         for (name, p), e in zip(model.named_parameters(), eager.parameters()):
             torch.testing.assert_close(p.grad, e.grad, msg=f"step {step} {name}.grad")
             torch.testing.assert_close(p, e, msg=f"step {step} {name}")
+
+
+class NumpyCache(torch.nn.Module):
+    """A cache over memory numpy owns (copied on every call, so warned of), and a
+    counter per layer with one new value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.from_numpy(np.zeros((4, 8), np.float32)))
+        self.register_buffer("steps_0", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("steps_1", torch.zeros((), dtype=torch.int64))
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x, pos):
+        self.cache[pos] = self.linear(x)
+        self.steps_0.add_(1)
+        self.steps_1.copy_(self.steps_0)
+        return self.cache.sum()
+
+
+def test_copy_warnings_name_the_users_tensors_once_per_compile():
+    """One warning per compiled graph, naming the module's buffers (not dynamo's
+    `args_3`), each with its true reason."""
+    torch._dynamo.reset()
+    model = NumpyCache()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="outofplace", dynamic=False)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x = torch.randn(8)
+            torch.testing.assert_close(compiled(x, 1), eager(x, 1))
+    assert_module_state_matches(model, eager, "state")
+    copies = [str(w.message) for w in caught if "copied on every call" in str(w.message)]
+    assert len(copies) == 1, copies
+    assert "'cache' (256 bytes): it is memory another owner allocated" in copies[0]
+    assert "'steps_1' (8 bytes): the program gives it the same new value as argument " \
+           "'steps_0'" in copies[0]
+
+
+def test_training_graphs_name_the_users_tensors():
+    """AOTAutograd's forward graph takes dynamo's inputs as `primals_1`, ...: messages
+    name the module's buffers."""
+    torch._dynamo.reset()
+    model = NumpyCache()
+    compiled = torch.compile(model, backend="outofplace", dynamic=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled(torch.randn(8), 1).backward()
+    copies = [str(w.message) for w in caught if "copied on every call" in str(w.message)]
+    assert copies and all("'steps_1'" in c and "primals_" not in c for c in copies), copies

@@ -68,6 +68,13 @@ def legalize_for_cpu(stablehlo: str) -> tuple[str, list[tuple[int, ...]], list[t
     """The StableHLO the XLA engine compiles for a module (`LEGALIZE_FOR_CPU`), and the
     shapes of its arguments and results: a written argument's without its unit
     dimensions (the caller's buffer holds the same bytes)."""
+    return _legalized(stablehlo)[:3]
+
+
+def _legalized(stablehlo: str) -> tuple[str, list[tuple[int, ...]], list[tuple[int, ...]],
+                                        dict[int, int]]:
+    """`legalize_for_cpu`'s module and shapes, and each result that returns the same value
+    as an earlier result: {result: that earlier result}."""
     from torch_mlir import ir
 
     from ..context import make_context
@@ -77,10 +84,14 @@ def legalize_for_cpu(stablehlo: str) -> tuple[str, list[tuple[int, ...]], list[t
     with make_context():
         module = ir.Module.parse(stablehlo)
         run_pipeline(module, LEGALIZE_FOR_CPU)
-        function_type = ir.FunctionType(main_function(module).type)
+        main = main_function(module)
+        function_type = ir.FunctionType(main.type)
         shapes = [[tuple(ir.RankedTensorType(t).shape) for t in types]
                   for types in (function_type.inputs, function_type.results)]
-        return module.operation.get_asm(), *shapes
+        returned = list(main.regions[0].blocks[0].operations)[-1].operands
+        first: dict[Any, int] = {}
+        same = {r: first.setdefault(v, r) for r, v in enumerate(returned)}
+        return module.operation.get_asm(), *shapes, {r: f for r, f in same.items() if f != r}
 
 
 def compile_for_cpu(stablehlo: str, options: dict[str, Any] = None) -> Any:
@@ -429,7 +440,7 @@ class CpuExecutable:
         self.names, self.io_map = names, io_map
         self.donated = sorted(io_map)
         self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
-        stablehlo, input_shapes, result_shapes = legalize_for_cpu(stablehlo)
+        stablehlo, input_shapes, result_shapes, same_results = _legalized(stablehlo)
         # The shape XLA takes each written argument in (its unit dimensions dropped).
         self._squeezed = {i: input_shapes[i] for i in self.donated
                           if input_shapes[i] != tuple(inputs[i][0])}
@@ -452,17 +463,45 @@ class CpuExecutable:
         # Per argument: "in place", or what is copied per call and why.
         self.report = {names[a]: "in place" for a in self.donated}
         self._warned: set[tuple[int, str]] = set()
+        self._unwarned: list[tuple[int, int, str]] = []
+        arguments_of = {r: a for a, r in io_map.items()}
         for a in sorted(copied):
+            shared = same_results.get(io_map[a])
             self._copied(a, self.input_bytes[a], "XLA:CPU's optimized program copies it "
-                         "(a `copy` of the donated buffer in its HLO)")
+                         "(a `copy` of the donated buffer in its HLO)" if shared is None else
+                         "the program gives it the same new value as "
+                         + (f"argument '{names[arguments_of[shared]]}'"
+                            if shared in arguments_of else f"result {shared}")
+                         + ", and one buffer cannot be both")
+        # (warned of at the first call, with what that call copies: one warning)
 
     def _copied(self, argument: int, nbytes: int, why: str) -> None:
-        name = self.names[argument]
-        self.report[name] = f"copied {nbytes} bytes per call: {why}"
+        """Argument's report says it is copied; the next `_warn_copies` warns of it, once
+        for each reason."""
+        self.report[self.names[argument]] = f"copied {nbytes} bytes per call: {why}"
         if (argument, why) not in self._warned:
             self._warned.add((argument, why))
-            warnings.warn(f"argument '{name}' is copied on every call ({nbytes} bytes), "
-                          f"not updated in place: {why}", stacklevel=4)
+            self._unwarned.append((argument, nbytes, why))
+
+    def _warn_copies(self, stacklevel: int) -> None:
+        """One warning for the copies found since the last: each argument by name, with
+        its bytes, grouped by reason."""
+        if not self._unwarned:
+            return
+        copies, self._unwarned = self._unwarned, []
+        if len(copies) == 1:
+            a, nbytes, why = copies[0]
+            message = (f"argument '{self.names[a]}' is copied on every call ({nbytes} "
+                       f"bytes), not updated in place: {why}")
+        else:
+            reasons: dict[str, list[str]] = {}
+            for a, nbytes, why in copies:
+                reasons.setdefault(why, []).append(f"'{self.names[a]}' ({nbytes} bytes)")
+            message = (f"{len(copies)} arguments are copied on every call "
+                       f"({sum(c[1] for c in copies)} bytes in all), not updated in place: "
+                       + "; ".join(f"{', '.join(names)}: {why}"
+                                   for why, names in reasons.items()))
+        warnings.warn(message, stacklevel=stacklevel + 1)
 
     def execute(self, arguments: list[Any]) -> list[Any]:
         """The executable run on jax Arrays of outofplace's device: one array per result."""
@@ -534,6 +573,7 @@ class CpuExecutable:
                     continue
             adopted[i] = holder
             arguments[i] = holder.array
+        self._warn_copies(stacklevel=3)
         try:
             results = self.execute(arguments)
         except Exception as error:
