@@ -17,7 +17,9 @@ from .fx_graph import call, operand_at, source_line, view_roots
 from .inline import inline, trace
 
 
-Decomposition = Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node | None]
+# A node's replacement (a tuple for an op of several results), or None: declined.
+Decomposition = Callable[[torch.fx.Graph, torch.fx.Node],
+                         torch.fx.Node | tuple[torch.fx.Node | None, ...] | None]
 
 
 _DECOMPOSITIONS: dict[torch._ops.OpOverload, Decomposition] = {}
@@ -42,6 +44,12 @@ def decompose(graph: torch.fx.Graph) -> None:
         with graph.inserting_before(node):
             replacement = fn(graph, node)
         if replacement is None:
+            continue
+        if isinstance(replacement, tuple):  # an op of several results: its getitems
+            for user in list(node.users):
+                user.replace_all_uses_with(replacement[user.args[1]])
+                graph.erase_node(user)
+            graph.erase_node(node)
             continue
         if replacement not in node.all_input_nodes:  # a new node, not an operand
             replacement.meta = dict(node.meta)
@@ -524,6 +532,62 @@ def _attention(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
         scores = call(graph, torch.ops.aten.add.Tensor, scores, mask)
     weights = call(graph, torch.ops.aten._softmax.default, scores, -1, False)
     return call(graph, torch.ops.aten.matmul.default, weights, v)
+
+
+def _convolution_gradients(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+                           stride: list[int], padding: list[int], dilation: list[int],
+                           groups: int, mask: list[bool]) -> tuple[torch.Tensor | None, ...]:
+    """The gradients of `convolution(x, w, stride, padding, dilation, groups)` as
+    convolutions, as JAX's transpose rules compute them: the input's a transposed
+    convolution of the output's gradient, the weight's a convolution of the input by the
+    output's gradient over the batch (strides and dilations swapped), cut to the kernel."""
+    spatial = range(2, x.dim())
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        # the full transposed convolution, then the input's rows of it: (rows past the
+        # last window, read by no output, have gradient 0). torch-mlir applies an
+        # output_padding to the dimensions in reverse order, so none is asked of it.
+        full = torch.ops.aten.convolution(grad, w, None, stride, [0] * len(stride),
+                                          dilation, True, [0] * len(stride), groups)
+        grad_input = full
+        for d in spatial:
+            grad_input = grad_input.narrow(d, padding[d - 2], min(
+                x.shape[d], full.shape[d] - padding[d - 2]))
+        extra = [x.shape[d] - grad_input.shape[d] for d in spatial]
+        if any(extra):
+            grad_input = torch.constant_pad_nd(
+                grad_input, [p for e in reversed(extra) for p in (0, e)])
+    if mask[1]:
+        # the batch contracted as the convolution's features: in groups, the input's
+        # channels [N, g * c, ...] as [c, g * N, ...], group-major, the gradient's
+        # [g * o, N, ...] (its transpose)
+        n, c = x.shape[0], x.shape[1] // groups
+        by_group = x.reshape(n, groups, c, *x.shape[2:]).permute(
+            2, 1, 0, *range(3, x.dim() + 1)).reshape(c, groups * n, *x.shape[2:])
+        by_batch = torch.ops.aten.convolution(
+            by_group, grad.transpose(0, 1), None, dilation, padding, stride,
+            False, [0] * len(stride), groups)
+        for d in spatial:
+            by_batch = by_batch.narrow(d, 0, w.shape[d])
+        grad_weight = by_batch.transpose(0, 1)
+    if mask[2]:
+        grad_bias = grad.sum([0, *spatial])
+    return grad_input, grad_weight, grad_bias
+
+
+@_decomposes(torch.ops.aten.convolution_backward.default)
+def _convolution_backward(graph: torch.fx.Graph, node: torch.fx.Node
+                          ) -> tuple[torch.fx.Node | None, ...] | None:
+    """convolution_backward (not transposed)  =>  `_convolution_gradients`:
+    torch-mlir computes the weight's gradient as a convolution grouped by the batch, over
+    a window one row and column too big, which XLA:CPU runs 3x slower than JAX's program
+    (a stride-2 3x3 convolution's backward, bench/op_classes.py)."""
+    (grad, x, w, _, stride, padding, dilation, transposed, output_padding, groups,
+     mask) = node.args
+    if transposed or any(output_padding):
+        return None
+    return _inlined(graph, node, _convolution_gradients, grad, x, w, list(stride),
+                    list(padding), list(dilation), groups, list(mask))
 
 
 @_decomposes(torch.ops.aten.remainder.Tensor, torch.ops.aten.remainder.Scalar,
