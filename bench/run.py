@@ -24,7 +24,27 @@ import calls  # noqa: E402
 import compile_time  # noqa: E402
 import emitted  # noqa: E402
 import iree_kv  # noqa: E402
+import op_classes  # noqa: E402
+import real_models  # noqa: E402
 import report  # noqa: E402
+
+# Sections a run may regenerate alone (`--sections`), in place in the existing report,
+# between `<!-- section: NAME -->` and `<!-- end: NAME -->`.
+SECTIONS = {"real-models": lambda log: real_models.run(real_models.ROWS, 20, log),
+            "op-classes": lambda log: op_classes.run(log=log)}
+
+
+def _framed(name: str, text: str) -> str:
+    return f"<!-- section: {name} -->\n{text.rstrip()}\n<!-- end: {name} -->\n"
+
+
+def replace_section(document: str, name: str, text: str) -> str:
+    """`document` with section `name` replaced by `text` (appended when it has none)."""
+    begin, end = f"<!-- section: {name} -->", f"<!-- end: {name} -->"
+    if begin not in document:
+        return document.rstrip() + "\n\n" + _framed(name, text)
+    head, rest = document.split(begin, 1)
+    return head + _framed(name, text) + rest.split(end, 1)[1].lstrip("\n")
 
 
 def _ints(text: str) -> list[int]:
@@ -50,12 +70,24 @@ def main() -> None:
                         "are skipped and say so")
     parser.add_argument("--call-sizes", type=_ints, default=[16, 256, 1024],
                         help="cache sizes in MiB of the user's-path calls (default 16,256,1024)")
-    parser.add_argument("--skip", choices=["emitted", "iree", "compile", "calls", "sharded"],
+    parser.add_argument("--skip", choices=["emitted", "iree", "compile", "calls", "sharded",
+                                           *SECTIONS],
                         action="append",
                         default=[])
+    parser.add_argument("--sections", type=lambda s: s.split(","), default=None,
+                        help=f"only these sections ({', '.join(SECTIONS)}), rewritten in "
+                        "place in the existing --output")
     args = parser.parse_args()
 
     start = time.time()
+    if args.sections:
+        out = Path(args.output)
+        document = out.read_text()
+        for name in args.sections:
+            document = replace_section(document, name, SECTIONS[name](
+                lambda m: print(f"[{time.time() - start:6.1f}s] {m}", flush=True)))
+        out.write_text(document)
+        return
     deadline = start + args.budget_minutes * 60 - 20  # leave time to write the report
     machine = report.machine_info()
 
@@ -86,6 +118,8 @@ def main() -> None:
         log("sharded KV update on 4 devices")
         sharded = subprocess.run([sys.executable, str(Path(__file__).parent / "sharded.py")],
                                  capture_output=True, text=True, check=True).stdout
+    sections = "".join("\n" + _framed(name, run(log)) for name, run in SECTIONS.items()
+                       if name not in args.skip)
     elapsed = time.time() - start
     load_end = os.getloadavg()
     text = report.render(machine=machine, rows=rows, floor=floor,
@@ -97,7 +131,7 @@ def main() -> None:
                          command=" ".join(["bench/run.py", *sys.argv[1:]]))
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + ("\n" + sharded if sharded else ""))
+    out.write_text(text + ("\n" + sharded if sharded else "") + sections)
     log(f"wrote {out} ({elapsed:.0f} s)")
 
 
