@@ -11,7 +11,8 @@ The lower-level steps work on torch-mlir modules, ours (`import_torch`) or the u
 from .compiled import Compiled, compile, import_torch
 from .context import make_context
 from .families import CompiledFamily, compile_family
-from .errors import OutOfBoundsPolicyWarning, UnsupportedMutationError, UserError
+from .errors import (EngineUnavailableError, OutOfBoundsPolicyWarning,
+                     UnsupportedMutationError, UserError)
 from .frontend.importer import mark_mutable_tensors
 from .transforms.inplace_to_outofplace import inplace_to_outofplace
 from .transforms.pipelines import lower_to_stablehlo, run_pipeline
@@ -20,6 +21,7 @@ from .backends import xla
 __all__ = [
     "Compiled",
     "CompiledFamily",
+    "EngineUnavailableError",
     "OutOfBoundsPolicyWarning",
     "UnsupportedMutationError",
     "UserError",

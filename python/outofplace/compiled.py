@@ -19,7 +19,7 @@ from .backends import export, hlo_proto, iree, spmd, xla
 from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
-from .errors import OutOfBoundsPolicyWarning
+from .errors import EngineUnavailableError, OutOfBoundsPolicyWarning
 from .transforms.diagnostics import run_stage
 from .transforms.inplace_to_outofplace import io_map_of
 from .ir_utils import main_function
@@ -487,6 +487,22 @@ def import_torch(f: Any, args: tuple, kwargs: dict | None = None) -> ir.Module:
     return module
 
 
+def _check_engine(engine: str, mesh: Any) -> None:
+    """The engine named exists and can run here (its extra installed): else
+    EngineUnavailableError saying what to install or pass, at compile time."""
+    engines = ("auto", "xla", "iree", "interpreter")
+    if engine not in engines:
+        raise EngineUnavailableError(f"unknown engine '{engine}': use one of "
+                                     f"{', '.join(engines)}")
+    for name, needed, extra in (("xla", engine == "xla" or mesh is not None, "xla"),
+                                ("iree", engine == "iree", "iree")):
+        if needed and not (xla if name == "xla" else iree).available():
+            what = "a mesh" if name == "xla" and mesh is not None else f"engine='{name}'"
+            raise EngineUnavailableError(
+                f"{what} needs the {extra} extra, which is not installed: pip install "
+                f"'outofplace[{extra}]' (or compile for engine='interpreter')")
+
+
 def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "auto",
             dump_ir: str | None = None, verify_each: bool | None = None,
             mesh: Any = None,
@@ -519,6 +535,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     """
     if verify_each is None:
         verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
+    _check_engine(engine, mesh)
     device_mesh.refuse_dtensors(f, args, kwargs)
     mesh = device_mesh.read_mesh(mesh, shardings)
     context = make_context()

@@ -64,6 +64,11 @@ class UnsupportedMutationError(UserError):
                    location=source_line(operation.location))
 
 
+class EngineUnavailableError(UserError, ImportError):
+    """The engine asked for cannot run here: its extra is not installed, or the name is
+    not an engine's. Raised by `outofplace.compile`, before anything is traced."""
+
+
 class OutOfBoundsPolicyWarning(UserWarning):
     """A runtime index whose out-of-bounds behaviour differs from eager's: eager raises,
     the compiled program clamps (dynamic_update_slice) or drops (scatter)."""

@@ -615,3 +615,24 @@ def test_opt_reports_a_user_error_as_one_line_without_reproducer(tmp_path, capsy
     code, lines = _opt_with_pass(tmp_path, capsys, refusing)
     assert code == 1
     assert lines == ["outofplace-opt: error: index 5 is out of bounds"]
+
+
+@pytest.mark.parametrize("engine,extra,kwargs", [
+    ("iree", "iree", {}), ("xla", "xla", {}), ("auto", "xla", {"mesh": {"x": 2}})])
+def test_missing_extra_is_named_at_compile_time(engine, extra, kwargs, monkeypatch):
+    """An engine whose extra is not installed: a named error when compiling, saying what
+    to install, not a ModuleNotFoundError at the first call."""
+    from outofplace.backends import iree, xla
+
+    monkeypatch.setattr(iree if extra == "iree" else xla, "available", lambda: False)
+    traced = []
+    with pytest.raises(outofplace.EngineUnavailableError,
+                       match=rf"pip install 'outofplace\[{extra}\]'"):
+        outofplace.compile(lambda x: traced.append(x) or x.add_(1), (torch.zeros(2),),
+                           engine=engine, **kwargs)
+    assert not traced  # refused before tracing
+
+
+def test_unknown_engine_is_refused_at_compile_time():
+    with pytest.raises(outofplace.EngineUnavailableError, match="unknown engine 'xal'"):
+        outofplace.compile(lambda x: x.add_(1), (torch.zeros(2),), engine="xal")
