@@ -129,3 +129,40 @@ def test_family_members_must_update_the_same_arguments():
     with pytest.raises(ValueError, match=r"updates \[\], the first \['cache'\]"):
         outofplace.compile_family(step, [(torch.zeros(4), torch.ones(2)),
                                          (torch.zeros(4), torch.ones(1))])
+
+
+DECODERS = {  # family: (config class, model class, extra config)
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 16}),
+}
+
+
+@pytest.mark.parametrize("family,kv_heads", [("llama", 4), ("llama", 2), ("qwen2", 1),
+                                             ("gemma", 2)],
+                         ids=["llama-mha", "llama-gqa", "qwen2-mqa", "gemma-gqa"])
+def test_decoders_at_batch_one_keep_every_cache_in_place(family, kv_heads):
+    """A batch-1 decode step of transformers' decoders (MHA and grouped-query): logits as
+    eager's over steps, and XLA:CPU updates every key and value cache in place (the
+    attention that reads a cache right after its update once made XLA:CPU copy it)."""
+    config_class, model_class, extra = DECODERS[family]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=kv_heads, vocab_size=128, max_position_embeddings=64, **extra)
+    model = getattr(transformers, model_class)(config).eval()
+    model.generation_config = transformers.GenerationConfig(
+        use_cache=True, cache_implementation="static")
+    wrapper = executorch.TorchExportableModuleWithStaticCache(model, batch_size=1,
+                                                              max_cache_len=32)
+    eager = copy.deepcopy(wrapper)
+    with torch.no_grad():
+        compiled = outofplace.compile(wrapper, (torch.tensor([[5]]),),
+                                      {"cache_position": torch.tensor([0])})
+        for position, token in enumerate([3, 9, 4]):
+            ids, where = torch.tensor([[token]]), torch.tensor([position])
+            assert_same(compiled(ids, cache_position=where),
+                        eager(ids, cache_position=where), f"logits {position}")
+    assert_module_state_matches(wrapper, eager, "caches")
+    caches = {n: v for n, v in compiled.in_place_report.items() if "cache" in n}
+    assert len(caches) == 4 and all(v == "in place" for v in caches.values()), caches
