@@ -2,7 +2,7 @@
 
 `programs()` is a hypothesis strategy of `Program`s. A program is a function body of a few
 statements over a handful of input tensors: writes through every index category of
-design.md section 3 (ints, negative ints, slices with steps, `...`, `None`, bool masks,
+docs/index-categories.md (ints, negative ints, slices with steps, `...`, `None`, bool masks,
 integer tensors, mixed advanced indexing, runtime positions), in-place ops on views and
 views of views, whole-tensor ops, index ops, and reads interleaved between the writes (a
 view bound early and read late shows a stale view). Its `repr` is a runnable reproducer.

@@ -1,4 +1,4 @@
-"""Writes through views and setitem, against eager (design.md section 3).
+"""Writes through views and setitem, against eager (docs/index-categories.md).
 
 Each case is one index category or view op; the program writes through the view and
 reads the result, so a stale view or a wrong write-back shows as a mismatch.

@@ -1,5 +1,5 @@
 # RUN: %PYTHON %s | FileCheck %s
-"""One program per index category of design.md section 3, compiled to StableHLO.
+"""One program per index category of docs/index-categories.md, compiled to StableHLO.
 
 A write to a box of the root (an int, a unit-step slice, a tuple of them, Ellipsis,
 None, a chain of such views, also through t/transpose/permute/movedim) is one
