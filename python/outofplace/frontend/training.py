@@ -46,6 +46,48 @@ def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
         StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
 
 
+# A parameter or buffer larger than this is not copied before tracing: the weights, which
+# a copy would make compiling hold twice (issue 31). Tracing does not write them (it
+# writes fake tensors in their place), which `Snapshot.restore` checks.
+COPIED_BYTES = 1 << 20
+
+
+def module_state(module: torch.nn.Module) -> set[int]:
+    """The ids of a module's parameters and buffers."""
+    return {id(t) for t in (*module.parameters(), *module.buffers())}
+
+
+class Snapshot:
+    """Tensors as they were before tracing, restored after it: tracing may run small ops
+    on real tensors (a 0-d counter, a gradient, optimizer state it lifts as constants).
+    A tensor of `state` (module_state) larger than COPIED_BYTES is not copied: its
+    version counter tells whether it was written, which `restore` refuses, being unable to
+    undo it. Meta tensors hold nothing to copy."""
+
+    def __init__(self, tensors: list[torch.Tensor], state: set[int]) -> None:
+        self.copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.versions: list[tuple[torch.Tensor, int]] = []
+        for t in tensors:
+            if t.is_meta:
+                continue
+            if id(t) in state and t.nbytes > COPIED_BYTES and not t.is_inference():
+                self.versions.append((t, t._version))
+            else:
+                self.copies.append((t, t.detach().clone()))
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for tensor, value in self.copies:
+                tensor.copy_(value)
+        for tensor, version in self.versions:
+            if tensor._version != version:
+                raise RuntimeError(
+                    f"internal error: tracing wrote a parameter or buffer of "
+                    f"{tuple(tensor.shape)} elements, which outofplace did not copy before "
+                    "(a bug of outofplace's, please report it): its values may have "
+                    "changed")
+
+
 class OptimizerSteps:
     """While entered: every optimizer step works on the parameters the trace sees."""
 
@@ -66,7 +108,7 @@ class OptimizerSteps:
 
         # Tracing writes tensors it lifts as constants (optimizer state): compiling must
         # leave them as they were.
-        self.saved = [(t, t.detach().clone()) for t in reachable_tensors(self.roots)]
+        self.saved = Snapshot(reachable_tensors(self.roots), module_state(self.module))
         self.handles = [register_optimizer_step_pre_hook(self._before),
                         register_optimizer_step_post_hook(self._after)]
         # Fake tensors of one element compute on the real tensor they stand for, and
@@ -81,9 +123,7 @@ class OptimizerSteps:
             handle.remove()
         while self.restores:
             self.restores.pop()()
-        with torch.no_grad():
-            for tensor, value in self.saved:
-                tensor.copy_(value)
+        self.saved.restore()
 
     def items_as_tensors(self) -> "ItemAsTensor":
         """The mode the traced forward runs in: `.item()` stays a 0-d tensor."""
