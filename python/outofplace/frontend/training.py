@@ -47,8 +47,7 @@ def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 # A parameter or buffer larger than this is not copied before tracing: the weights, which
-# a copy would make compiling hold twice (issue 31). Tracing does not write them (it
-# writes fake tensors in their place), which `Snapshot.restore` checks.
+# a copy would make compiling hold twice (issue 31).
 COPIED_BYTES = 1 << 20
 
 
@@ -60,32 +59,25 @@ def module_state(module: torch.nn.Module) -> set[int]:
 class Snapshot:
     """Tensors as they were before tracing, restored after it: tracing may run small ops
     on real tensors (a 0-d counter, a gradient, optimizer state it lifts as constants).
-    A tensor of `state` (module_state) larger than COPIED_BYTES is not copied: its
-    version counter tells whether it was written, which `restore` refuses, being unable to
-    undo it. Meta tensors hold nothing to copy."""
+
+    A tensor of `state` (module_state) larger than COPIED_BYTES is not copied. Tracing
+    cannot write its values: torch.export traces on fake tensors, and a fake tensor
+    computes on the real one it stands for only when it has at most
+    `fake_tensor.CONSTANT_NUMEL_LIMIT` elements (one); the real tensors our hooks write
+    are gradients (`OptimizerSteps.leave`), which are not module state. (Its version
+    counter is no witness: an in-place op on a buffer the program reaches through a
+    plain Python object, HF's StaticCache, counts a version of the real buffer though
+    the fake one is written.) Meta tensors hold nothing to copy."""
 
     def __init__(self, tensors: list[torch.Tensor], state: set[int]) -> None:
-        self.copies: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.versions: list[tuple[torch.Tensor, int]] = []
-        for t in tensors:
-            if t.is_meta:
-                continue
-            if id(t) in state and t.nbytes > COPIED_BYTES and not t.is_inference():
-                self.versions.append((t, t._version))
-            else:
-                self.copies.append((t, t.detach().clone()))
+        self.copies = [(t, t.detach().clone()) for t in tensors if not t.is_meta and not (
+            id(t) in state and t.nbytes > COPIED_BYTES and
+            t.numel() > fake_tensor.CONSTANT_NUMEL_LIMIT)]
 
     def restore(self) -> None:
         with torch.no_grad():
             for tensor, value in self.copies:
                 tensor.copy_(value)
-        for tensor, version in self.versions:
-            if tensor._version != version:
-                raise RuntimeError(
-                    f"internal error: tracing wrote a parameter or buffer of "
-                    f"{tuple(tensor.shape)} elements, which outofplace did not copy before "
-                    "(a bug of outofplace's, please report it): its values may have "
-                    "changed")
 
 
 class OptimizerSteps:
