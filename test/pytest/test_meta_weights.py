@@ -69,8 +69,12 @@ def test_call_before_the_weights_are_loaded_says_so():
         compiled(torch.randn(5, 6), torch.tensor(0))
 
 
-transformers = pytest.importorskip("transformers")
-executorch = pytest.importorskip("transformers.integrations.executorch")
+try:
+    import transformers
+    from transformers.integrations import executorch
+except ImportError:
+    transformers = None
+NEEDS_TRANSFORMERS = pytest.mark.skipif(transformers is None, reason="needs transformers")
 
 CACHE = 8
 
@@ -95,6 +99,7 @@ def _wrapper(model: torch.nn.Module) -> torch.nn.Module:
         model, batch_size=1, max_cache_len=CACHE, device="cpu")
 
 
+@NEEDS_TRANSFORMERS
 @pytest.mark.parametrize("assign", [False, True], ids=["to_empty", "assign"])
 def test_llama_compiled_on_meta_then_loaded_matches_eager(assign):
     model = _llama("meta")
@@ -115,6 +120,7 @@ def test_llama_compiled_on_meta_then_loaded_matches_eager(assign):
             assert_module_state_matches(wrapper, eager, f"state at {position}")
 
 
+@NEEDS_TRANSFORMERS
 def test_program_making_tensors_on_meta_is_refused():
     """Built whole under torch.device("meta"), HF's StaticCache records the meta device
     and makes its positions there: no call could run that program."""
