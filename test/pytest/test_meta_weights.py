@@ -212,3 +212,35 @@ def test_compile_allocates_nothing_of_the_weights_size():
     x = torch.randn(1, 2048)
     assert_same(compiled(x, torch.tensor(2)), eager(x, torch.tensor(2)), "output")
     assert_module_state_matches(module, eager)
+
+
+class _Listed(torch.nn.Module):
+    """A 4 MiB cache and a counter reached through a plain Python list, as HF's
+    StaticCache holds them (torch.export lifts them as constants, traced as fakes that
+    count versions of the real ones)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.arange(1 << 20, dtype=torch.float32))
+        self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+        self.held = [self.cache, self.count]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cache, count = self.held
+        cache.mul_(2).add_(x.sum())
+        count.add_(1)
+        return cache[:4] * count
+
+
+def test_compiling_leaves_large_buffers_it_does_not_copy_as_they_were():
+    """Tracing writes only fakes of a buffer over COPIED_BYTES, so compiling, which no
+    longer copies it to restore it, leaves its values as they were; a small one is
+    restored from its copy."""
+    module, eager = _Listed(), _Listed()
+    assert module.cache.nbytes > outofplace.frontend.training.COPIED_BYTES
+    compiled = outofplace.compile(module, (torch.ones(3),))
+    assert_module_state_matches(module, eager, "after compiling")
+    for step in range(2):
+        x = torch.randn(3)
+        assert_same(compiled(x), eager(x), f"step {step}")
+        assert_module_state_matches(module, eager, f"step {step}")

@@ -231,7 +231,8 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     steps = steps or training.OptimizerSteps(module)
     # Tracing may run small ops on real buffers it does not see as module state (a 0-d
     # counter held by a plain Python object): compiling must leave the model as it was.
-    saved = training.Snapshot(list(module.buffers()), training.module_state(module))
+    saved = training.Snapshot(list(module.buffers()),
+                              training.uncopied_state(module, steps.roots))
     # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
     # before export's own handler of __getitem__ (which calls .item() on a position).
     positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
