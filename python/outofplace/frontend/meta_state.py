@@ -14,6 +14,7 @@ read them fails loudly (`refuse_meta_constant`).
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any, Iterator
 
 import torch
@@ -61,7 +62,7 @@ def refuse_meta_device(error: RuntimeError) -> None:
     a device it holds as a value (HF's StaticCache records the device it was built on),
     it is not the CPU program, and no call could run it."""
     text = str(error)
-    if "meta" in text and "device" in text:
+    if re.search(r"\bmeta\b", text) and "device" in text:
         raise UnsupportedMutationError(
             "torch.export", "the program makes or moves a tensor to the meta device (a "
             "device it holds as a value, recorded when it was built under "
