@@ -254,7 +254,9 @@ class Compiled:
                                  f"{want[1]} tensor, got {got[0]} {got[1]}")
             if not value.is_cpu:
                 raise ValueError(f"argument '{name}' is on {value.device}; outofplace runs "
-                                 "on CPU tensors")
+                                 "on CPU tensors" + (": load the weights of a module "
+                                 "compiled on meta before calling it (docs/models.md)"
+                                 if value.is_meta else ""))
             if i in self.io_map:
                 self._check_writable(name, value, given[i], i >= len(state))
         signature.symbolic_sizes.check(self.input_names, inputs)

@@ -33,12 +33,14 @@ RECOMPILE_WARNING = 8
 
 
 def _concrete(example: Any) -> Any:
-    """A real tensor in place of a fake one, with its layout (the program is compiled for
-    the layout it is traced with): the graph is traced again from it."""
+    """A meta tensor in place of a fake one, with its layout (the program is compiled for
+    the layout it is traced with): the graph is traced again from it, as the CPU tensor
+    it stands for (frontend/meta_state.py), without memory for the values (the graph's
+    inputs are the model's weights too)."""
     if isinstance(example, torch.Tensor) and \
             isinstance(example, torch._subclasses.fake_tensor.FakeTensor):
-        storage = torch.zeros(example.untyped_storage().nbytes() // example.itemsize,
-                              dtype=example.dtype)
+        storage = torch.empty(example.untyped_storage().nbytes() // example.itemsize,
+                              dtype=example.dtype, device="meta")
         return storage.as_strided(example.shape, example.stride(), example.storage_offset())
     return example
 

@@ -30,7 +30,8 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import bounds_checks, complex_pairs, cumulative_batch_norm, fx_rewrites, higher_order
+from . import (bounds_checks, complex_pairs, cumulative_batch_norm, fx_rewrites, higher_order,
+               meta_state)
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
@@ -230,7 +231,8 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     steps = steps or training.OptimizerSteps(module)
     # Tracing may run small ops on real buffers it does not see as module state (a 0-d
     # counter held by a plain Python object): compiling must leave the model as it was.
-    saved = [(t, t.detach().clone()) for t in module.buffers()]
+    saved = training.Snapshot(list(module.buffers()),
+                              training.uncopied_state(module, steps.roots))
     # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
     # before export's own handler of __getitem__ (which calls .item() on a position).
     positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
@@ -268,7 +270,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     modes = torch._C._len_torch_function_stack()
     args, kwargs = _distinct_tensors((tuple(args), kwargs or {}))
     try:
-        with steps, cumulative_batch_norm.traced(module):
+        with steps, cumulative_batch_norm.traced(module), meta_state.traced_as_cpu():
             return torch.export.export(module, args, kwargs, strict=False,
                                        dynamic_shapes=dynamic_shapes)
     except _DATA_DEPENDENT as error:
@@ -286,6 +288,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
             "would be baked in, and differ at the next call), and something here needs a "
             f"Python number ({error})", location=items.lines[-1]) from error
     except RuntimeError as error:
+        meta_state.refuse_meta_device(error)
         if _INTERNAL_OVERLAP not in str(error):
             raise
         frames = traceback.extract_tb(error.__traceback__)
@@ -301,9 +304,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         saved_tensors.release()
         for hook in hooks:
             hook.remove()
-        with torch.no_grad():
-            for tensor, value in saved:
-                tensor.copy_(value)
+        saved.restore()
 
 
 def _constant_output(node: Any) -> bool:
@@ -377,6 +378,7 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
             input_names.append(name)
             arguments.append(node)
         elif spec.kind == InputKind.CONSTANT_TENSOR:
+            meta_state.refuse_meta_constant(spec.target, ep.constants[spec.target])
             attr = f"_outofplace_constant_{len(gm._buffers)}"
             gm.register_buffer(attr, ep.constants[spec.target])
             with graph.inserting_before(node):
@@ -600,6 +602,7 @@ class _InlineConstants(FxImporterHooks):
     def resolve_literal(self, gni: Any, literal: Any, info: Any) -> ir.Value | None:
         if not isinstance(literal, torch.Tensor) or literal.dtype not in _INLINED_DTYPES:
             return None
+        meta_state.refuse_meta_constant(getattr(info, "name", "a tensor constant"), literal)
         return tensor_literal(literal)
 
 

@@ -46,6 +46,67 @@ def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
         StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
 
 
+# A parameter or buffer larger than this is not copied before tracing when tracing
+# cannot write it (`uncopied_state`): the weights, which a copy would make compiling hold
+# twice (issue 31).
+COPIED_BYTES = 1 << 20
+
+
+def uncopied_state(module: torch.nn.Module, roots: dict[str, Any]) -> set[int]:
+    """The ids of `module`'s parameters and buffers over COPIED_BYTES that tracing cannot
+    write: the program meets each only as module state, where torch.export puts a fake
+    tensor in its place. One that a plain Python object holds, or a view of it (HF's
+    StaticCache keeps its buffers in a list, an optimizer its parameters), the program
+    meets as the real tensor, and an op on real tensors alone runs for real inside the
+    trace (`cache.mul_(2)`): those are copied. Empty when the objects reachable from
+    `roots` are too many to look through."""
+    held = _held_outside_state(roots)
+    if held is None:
+        return set()
+    storages = {t.untyped_storage().data_ptr() for t in held if not t.is_meta}
+    return {id(t) for t in (*module.parameters(), *module.buffers())
+            if t.nbytes > COPIED_BYTES and not t.is_meta and
+            t.untyped_storage().data_ptr() not in storages}
+
+
+def _held_outside_state(roots: dict[str, Any]) -> list[torch.Tensor] | None:
+    """The real tensors reachable from the roots other than as a module's parameter or
+    buffer, or None past _SEARCH_LIMIT objects."""
+    queue, seen, found = list(roots.values()), set(), []
+    while queue:
+        value = queue.pop()
+        if id(value) in seen:
+            continue
+        if len(seen) >= _SEARCH_LIMIT:
+            return None
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor) and \
+                not isinstance(value, torch._subclasses.FakeTensor):
+            found.append(value)
+        for (kind, key), child in _children(value):
+            if isinstance(value, torch.nn.Module) and kind == "attr" and \
+                    (key in value._parameters or key in value._buffers):
+                continue
+            queue.append(child)
+    return found
+
+
+class Snapshot:
+    """Tensors as they were before tracing, restored after it: tracing may run small ops
+    on real tensors (a 0-d counter, a gradient, optimizer state it lifts as constants,
+    a buffer held by a plain Python object). The tensors of `uncopied` (ids,
+    `uncopied_state`) and meta tensors, which hold nothing, are not copied."""
+
+    def __init__(self, tensors: list[torch.Tensor], uncopied: set[int]) -> None:
+        self.copies = [(t, t.detach().clone()) for t in tensors
+                       if not t.is_meta and id(t) not in uncopied]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for tensor, value in self.copies:
+                tensor.copy_(value)
+
+
 class OptimizerSteps:
     """While entered: every optimizer step works on the parameters the trace sees."""
 
@@ -66,7 +127,10 @@ class OptimizerSteps:
 
         # Tracing writes tensors it lifts as constants (optimizer state): compiling must
         # leave them as they were.
-        self.saved = [(t, t.detach().clone()) for t in reachable_tensors(self.roots)]
+        # (The module's buffers are export's own snapshot: importer.export.)
+        buffers = {id(t) for t in self.module.buffers()}
+        self.saved = Snapshot([t for t in reachable_tensors(self.roots) if id(t) not in buffers],
+                              uncopied_state(self.module, self.roots))
         self.handles = [register_optimizer_step_pre_hook(self._before),
                         register_optimizer_step_post_hook(self._after)]
         # Fake tensors of one element compute on the real tensor they stand for, and
@@ -81,9 +145,7 @@ class OptimizerSteps:
             handle.remove()
         while self.restores:
             self.restores.pop()()
-        with torch.no_grad():
-            for tensor, value in self.saved:
-                tensor.copy_(value)
+        self.saved.restore()
 
     def items_as_tensors(self) -> "ItemAsTensor":
         """The mode the traced forward runs in: `.item()` stays a 0-d tensor."""
