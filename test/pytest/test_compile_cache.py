@@ -195,6 +195,49 @@ def test_the_passes_warnings_are_warned_on_a_hit(cache_dir):
         assert any(Path(w.filename).name == "test_compile_cache.py" for w in caught)
 
 
+def test_processes_compiling_at_once(tmp_path):
+    script = tmp_path / "program.py"
+    script.write_text(SCRIPT)
+    environment = {**os.environ, "PYTHONPATH": str(ROOT / "python"),
+                   "OUTOFPLACE_CACHE_DIR": str(tmp_path / "cache"), "OUTOFPLACE_CACHE": "1"}
+    runs = [subprocess.Popen([sys.executable, str(script)], env=environment, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for _ in range(2)]
+    for run in runs:
+        out, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["same"]
+    assert len(_entries(tmp_path / "cache")) == 2  # no temporary file left
+    third = _run(tmp_path)
+    assert third["same"] and third["stats"] == {"lowered hit": 1, "xla hit": 1}
+
+
+def test_another_version_misses(cache_dir, monkeypatch):
+    w = torch.randn(32, 32)
+    _compile_and_call(Scaled(w))
+    versions = compile_cache.versions()
+    monkeypatch.setattr(compile_cache, "versions",
+                        lambda: versions.replace("jaxlib ", "jaxlib 0.0.1+"))
+    stats, x = _compile_and_call(Scaled(w))
+    assert stats == {"lowered miss": 1, "lowered write": 1, "xla miss": 1, "xla write": 1}
+    assert torch.equal(x, w)
+
+
+def test_the_versions_name_each_distribution(monkeypatch):
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    before = compile_cache.versions()
+    compile_cache.versions.cache_clear()
+    try:
+        monkeypatch.setattr(importlib.metadata, "version",
+                            lambda name: "9.9" if name == "torch-mlir" else real(name))
+        assert compile_cache.versions() != before
+        assert "torch-mlir 9.9" in compile_cache.versions()
+    finally:
+        compile_cache.versions.cache_clear()
+
+
 def test_the_key_covers_versions_and_parts():
     assert compile_cache.key("xla", "a", "bc") != compile_cache.key("xla", "ab", "c")
     assert compile_cache.key("xla", "a") != compile_cache.key("lowered", "a")
