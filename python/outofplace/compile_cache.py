@@ -18,7 +18,8 @@ at once are safe; one that does not read back whole (its checksum) is ignored an
 recompiled, never an error.
 
 Folder: `OUTOFPLACE_CACHE_DIR`, else `$XDG_CACHE_HOME/outofplace`, else
-`~/.cache/outofplace`. Off with `OUTOFPLACE_CACHE=0` or `outofplace.compile(...,
+`~/.cache/outofplace`, created readable by its owner only: an XLA entry is native code
+the process loads and runs, so the folder must be one only trusted users can write. Off with `OUTOFPLACE_CACHE=0` or `outofplace.compile(...,
 cache=False)`. `stats` counts hits, misses and writes per kind in this process.
 """
 
@@ -150,7 +151,8 @@ def write(kind: str, entry: str, metadata: dict, blob: bytes) -> None:
     body = len(header).to_bytes(8, "little") + header + blob
     data = MAGIC + hashlib.sha256(body).hexdigest().encode() + body
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{entry[:16]}-")
         try:
             with os.fdopen(handle, "wb") as file:
