@@ -5,8 +5,9 @@ seconds (docs/api.md#progress).
     with progress.stage("trace"):
         ...
 
-Stages nest (a compile holds trace, import, the pipeline's stages); the indicator runs
-while any is open, showing the innermost. It is shown only when stderr is a terminal,
+Stages nest (a compile holds trace, import, the pipeline's stages, and they hold each
+of outofplace's Python passes, logged at DEBUG); the indicator runs while any is open,
+showing the open ones. It is shown only when stderr is a terminal,
 OUTOFPLACE_QUIET is not set to 1 and the "outofplace" logger is enabled for warnings
 (`logging.getLogger("outofplace").setLevel(logging.ERROR)` silences it); never in tests
 or CI, whose stderr is no terminal.
@@ -47,11 +48,12 @@ def quiet() -> bool:
 
 
 @contextlib.contextmanager
-def stage(name: str) -> Iterator[None]:
-    """Logs `name`'s start and end (with its time) and shows it on the indicator."""
+def stage(name: str, level: int = logging.INFO) -> Iterator[None]:
+    """Logs `name`'s start and end (with its time) at `level` and shows it on the
+    indicator."""
     global _indicator
     start = time.perf_counter()
-    logger.info("%s: started", name)
+    logger.log(level, "%s: started", name)
     with _lock:
         _open.append((name, start))
         if len(_open) == 1 and not quiet():
@@ -66,7 +68,7 @@ def stage(name: str) -> Iterator[None]:
                 _indicator = None
         if indicator is not None:
             indicator.stop()
-        logger.info("%s: done in %.2f s", name, time.perf_counter() - start)
+        logger.log(level, "%s: done in %.2f s", name, time.perf_counter() - start)
 
 
 def staged(name: str) -> Callable:

@@ -34,6 +34,17 @@ def test_records_name_the_stages_in_order(caplog):
     assert [m.split(":")[0] for m in done] == ["trace", "import", "inplace-to-outofplace",
                                                "outofplace-lower-to-stablehlo", "compile"]
     caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="outofplace")
+    outofplace.compile(step, (torch.zeros(4, 2), torch.ones(2, 2)), cache=False)
+    started = _started(caplog)  # each of our Python passes inside its stage, at DEBUG
+    lowering = started.index("outofplace-lower-to-stablehlo")
+    assert started.index("inplace-to-outofplace") + 1 == started.index(
+        "inplace-to-outofplace", started.index("inplace-to-outofplace") + 1) < lowering
+    assert lowering < started.index("outofplace-lower-updates") < \
+        started.index("outofplace-fold-constants") < \
+        started.index("outofplace-strip-constant-shields")
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="outofplace")
     cache = torch.zeros(4, 2)
     compiled(cache, torch.ones(2, 2))  # XLA compiles at the first call
     assert _started(caplog) == ["xla compile"]
