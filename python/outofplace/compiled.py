@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,9 @@ from .transforms.specialize import specialize
 
 # Programs specialized to static shapes kept per dynamic program (for XLA).
 SHAPE_CACHE_SIZE = 16
+# Held while a program's XLA or sharded executable is made: threads calling a program for
+# the first time at once make one (another's would lack the state the first call left).
+_ENGINES = threading.RLock()
 
 
 def _tensor_types(types: list[ir.Type]) -> list[tuple[tuple[int, ...], torch.dtype]]:
@@ -166,12 +170,15 @@ class Compiled:
 
     def _sharded(self) -> spmd.ShardedExecutable:
         if self._spmd is None:
-            shapes = [ir.RankedTensorType(a.type).shape
-                      for a in main_function(self.module).arguments]
-            specs = {self.input_names.index(n): s for n, s in self.shardings.items()}
-            state = sharding.returned_state(main_function(self.module), self.io_map)
-            self._spmd = spmd.ShardedExecutable(self.stablehlo, self.mesh, specs,
-                                                self.io_map, state, self.input_names, shapes)
+            with _ENGINES:
+                if self._spmd is None:
+                    shapes = [ir.RankedTensorType(a.type).shape
+                              for a in main_function(self.module).arguments]
+                    specs = {self.input_names.index(n): s for n, s in self.shardings.items()}
+                    state = sharding.returned_state(main_function(self.module), self.io_map)
+                    self._spmd = spmd.ShardedExecutable(
+                        self.stablehlo, self.mesh, specs, self.io_map, state,
+                        self.input_names, shapes, self.cache)
         return self._spmd
 
     @property
@@ -382,9 +389,11 @@ class Compiled:
                              "(dynamic_shapes); calls on XLA run it specialized to their "
                              "shapes, ask `.specialized(shapes)` for one of them")
         if self._xla is None:
-            self._xla = xla.CpuExecutable(self.stablehlo, self.input_names, self.io_map,
-                                          self.input_types, self.result_types,
-                                          cache=self.cache)
+            with _ENGINES:
+                if self._xla is None:
+                    self._xla = xla.CpuExecutable(
+                        self.stablehlo, self.input_names, self.io_map, self.input_types,
+                        self.result_types, cache=self.cache)
         return self._xla
 
     def run(self, args: tuple, kwargs: dict | None = None, engine: str = "auto") -> Any:

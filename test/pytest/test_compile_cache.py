@@ -195,6 +195,25 @@ def test_the_passes_warnings_are_warned_on_a_hit(cache_dir):
         assert any(Path(w.filename).name == "test_compile_cache.py" for w in caught)
 
 
+def test_a_sharded_program_reads_the_cache(cache_dir):
+    def step(cache, pos, k):
+        cache[:, pos] = k
+        return cache.sum(0)
+
+    k = torch.randn(4)
+    for expected in ({"lowered miss": 1, "lowered write": 1, "spmd miss": 1, "spmd write": 1},
+                     {"lowered hit": 1, "spmd hit": 1}):
+        before = compile_cache.stats.copy()
+        cache, eager = torch.zeros(4, 8), torch.zeros(4, 8)
+        compiled = outofplace.compile(step, (torch.zeros(4, 8), torch.tensor(3), k),
+                                      mesh={"x": 2}, shardings={"cache": ("x", None)})
+        out = compiled(cache, torch.tensor(5), k)
+        assert torch.equal(out, step(eager, torch.tensor(5), k))
+        assert torch.equal(cache, eager)
+        assert dict(compile_cache.stats - before) == expected
+    assert len(_entries(cache_dir / "spmd")) == 1
+
+
 def test_processes_compiling_at_once(tmp_path):
     script = tmp_path / "program.py"
     script.write_text(SCRIPT)
