@@ -10,6 +10,8 @@ Two kinds of entries, each a file named by the SHA-256 of everything it depends 
   (how the caller's Python values map to main's arguments), which holds live objects.
 - "xla": the XLA:CPU executable of a StableHLO module (`backends/xla.py`), serialized by
   PJRT, keyed by the module's text, the compile options, the versions and the CPU.
+- "spmd": a sharded program's executable (`backends/spmd.py`), serialized by jax, keyed
+  by jax's lowered module, the devices, the options, the versions and the CPU.
 
 Every key includes the versions of Python, torch, torch-mlir, jax, jaxlib and IREE, and a
 hash of outofplace's own source files (so an edit of a pass invalidates it too). An entry
