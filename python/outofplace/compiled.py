@@ -31,9 +31,6 @@ from .transforms.specialize import specialize
 
 # Programs specialized to static shapes kept per dynamic program (for XLA).
 SHAPE_CACHE_SIZE = 16
-# Held while a program's XLA or sharded executable is made: threads calling a program for
-# the first time at once make one (another's would lack the state the first call left).
-_ENGINES = threading.RLock()
 
 
 def _tensor_types(types: list[ir.Type]) -> list[tuple[tuple[int, ...], torch.dtype]]:
@@ -125,6 +122,9 @@ class Compiled:
     _static: dict = field(default_factory=dict, repr=False)  # shapes -> Compiled (for XLA)
     _plan: Any = field(default=None, repr=False)  # see `_make_plan`
     cache: bool | None = None  # the compile cache (compile_cache.py); None: the environment
+    # Held while the XLA or sharded executable is made: threads calling the program for
+    # the first time at once make one (another's would lack the state the first call left).
+    _engines: Any = field(default_factory=threading.Lock, repr=False)
 
     @functools.cached_property
     def dynamic(self) -> bool:
@@ -170,7 +170,7 @@ class Compiled:
 
     def _sharded(self) -> spmd.ShardedExecutable:
         if self._spmd is None:
-            with _ENGINES:
+            with self._engines:
                 if self._spmd is None:
                     shapes = [ir.RankedTensorType(a.type).shape
                               for a in main_function(self.module).arguments]
@@ -389,7 +389,7 @@ class Compiled:
                              "(dynamic_shapes); calls on XLA run it specialized to their "
                              "shapes, ask `.specialized(shapes)` for one of them")
         if self._xla is None:
-            with _ENGINES:
+            with self._engines:
                 if self._xla is None:
                     self._xla = xla.CpuExecutable(
                         self.stablehlo, self.input_names, self.io_map, self.input_types,

@@ -214,6 +214,44 @@ def test_a_sharded_program_reads_the_cache(cache_dir):
     assert len(_entries(cache_dir / "spmd")) == 1
 
 
+def test_threads_calling_a_program_read_from_the_cache_at_once(cache_dir):
+    """Each thread's first call finds no executable: one is made (from the cache, so
+    quickly) and every call runs on it."""
+    import threading
+
+    def step(cache, pos, k):
+        cache[:, pos] = k
+        return cache.sum(0)
+
+    args = (torch.zeros(4, 8), torch.tensor(3), torch.ones(4))
+    for mesh in ({"x": 2}, None):
+        options = {"mesh": mesh, "shardings": {"cache": ("x", None)}} if mesh else {}
+        outofplace.compile(step, args, **options)(torch.zeros(4, 8), *args[1:])  # written
+        for attempt in range(3):
+            compiled = outofplace.compile(step, args, **options)
+            caches = [torch.zeros(4, 8) for _ in range(4)]
+            failures = []
+
+            def calls(t):
+                try:
+                    for p in range(t, 8, 2):
+                        compiled(caches[t], torch.tensor(p), torch.full((4,), float(p)))
+                except Exception as error:  # noqa: BLE001 (reported below)
+                    failures.append(error)
+
+            threads = [threading.Thread(target=calls, args=(t,)) for t in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert not failures, (mesh, failures)
+            for t, cache in enumerate(caches):
+                expected = torch.zeros(4, 8)
+                for p in range(t, 8, 2):
+                    step(expected, torch.tensor(p), torch.full((4,), float(p)))
+                assert torch.equal(cache, expected), (mesh, t)
+
+
 def test_processes_compiling_at_once(tmp_path):
     script = tmp_path / "program.py"
     script.write_text(SCRIPT)
