@@ -204,6 +204,11 @@ def _replay(recorded: list[tuple[str, str]]) -> None:
         warnings.warn(message, kind, stacklevel=level)
 
 
+def _recorded(caught: list) -> list[tuple[str, str]]:
+    return [(f"{w.category.__module__}:{w.category.__qualname__}", str(w.message))
+            for w in caught]
+
+
 def lowered(module: Any, entry: str | None, lower: Callable[[], tuple]) -> tuple:
     """`lower()` (outofplace's passes on `module`, in place: (module, io_map,
     input_types, result_types)) or, when the cache holds `entry`, what it returned
@@ -225,11 +230,14 @@ def lowered(module: Any, entry: str | None, lower: Callable[[], tuple]) -> tuple
         else:
             _replay([tuple(w) for w in metadata["warnings"]])
             return result
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = lower()
-    recorded = [(f"{w.category.__module__}:{w.category.__qualname__}", str(w.message))
-                for w in caught]
+    caught: list = []
+    try:  # (the filters in force decide what is recorded)
+        with warnings.catch_warnings(record=True) as caught:
+            result = lower()
+    except BaseException:  # a refusal: the warnings before it are warned all the same
+        _replay(_recorded(caught))
+        raise
+    recorded = _recorded(caught)
     if entry is not None:
         module, io_map, input_types, result_types = result
         import io

@@ -295,6 +295,18 @@ def test_the_versions_name_each_distribution(monkeypatch):
         compile_cache.versions.cache_clear()
 
 
+def test_the_warnings_before_a_refusal_are_warned():
+    import warnings
+
+    def lower():
+        warnings.warn("from a pass", UserWarning)
+        raise outofplace.UnsupportedMutationError("aten.x", "refused")
+
+    with pytest.warns(UserWarning, match="from a pass"), \
+            pytest.raises(outofplace.UnsupportedMutationError):
+        compile_cache.lowered(None, None, lower)
+
+
 def test_the_key_covers_versions_and_parts():
     assert compile_cache.key("xla", "a", "bc") != compile_cache.key("xla", "ab", "c")
     assert compile_cache.key("xla", "a") != compile_cache.key("lowered", "a")
