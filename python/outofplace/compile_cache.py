@@ -13,16 +13,17 @@ Two kinds of entries, each a file named by the SHA-256 of everything it depends 
 - "spmd": a sharded program's executable (`backends/spmd.py`), serialized by jax, keyed
   by jax's lowered module, the devices, the options, the versions and the CPU.
 
-Every key includes the versions of Python, torch, torch-mlir, jax, jaxlib and IREE, and a
-hash of outofplace's own source files (so an edit of a pass invalidates it too). An entry
-is written to a temporary file and renamed into place, so processes writing the same key
-at once are safe; one that does not read back whole (its checksum) is ignored and
-recompiled, never an error.
+Every key includes the versions of Python, torch, torch-mlir, jax, jaxlib, IREE, numpy and
+ml_dtypes, and a hash of outofplace's own files (so an edit of a pass invalidates it too).
+An entry is written to a temporary file and renamed into place, so processes writing the
+same key at once are safe; one that does not read back whole (its checksum), parse or
+load is ignored and compiled again, never an error.
 
 Folder: `OUTOFPLACE_CACHE_DIR`, else `$XDG_CACHE_HOME/outofplace`, else
 `~/.cache/outofplace`, created readable by its owner only: an XLA entry is native code
-the process loads and runs, so the folder must be one only trusted users can write. Off with `OUTOFPLACE_CACHE=0` or `outofplace.compile(...,
-cache=False)`. `stats` counts hits, misses and writes per kind in this process.
+the process loads and runs, so the folder must be one only trusted users can write. Off
+with `OUTOFPLACE_CACHE=0` or `outofplace.compile(..., cache=False)`. `stats` counts
+hits, misses and writes per kind in this process.
 """
 
 from __future__ import annotations
