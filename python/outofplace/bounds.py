@@ -100,9 +100,10 @@ class BoundsCheck:
     call's inputs raises IndexError for the first check that fails."""
 
     def __init__(self, split: tuple[ir.Module, list[int]], checks: list[Check],
-                 names: list[str], input_types: list[tuple[tuple[int, ...], torch.dtype]]
-                 ) -> None:
+                 names: list[str], input_types: list[tuple[tuple[int, ...], torch.dtype]],
+                 cache: bool | None = None) -> None:
         self.module, self.arguments = split  # the program, the arguments of main it takes
+        self.cache = cache  # the compile cache (compile_cache.py); None: the environment
         self.checks = checks
         self.names = [names[i] for i in self.arguments]
         self.input_types = [input_types[i] for i in self.arguments]
@@ -129,7 +130,7 @@ class BoundsCheck:
                 self._engines[key] = lambda ins, m=module: interpret(m, ins, [torch.bool])[0]
             elif engine == "xla":
                 executable = xla.CpuExecutable(asm, self.names, {}, input_types,
-                                               self._result_types)
+                                               self._result_types, cache=self.cache)
                 self._engines[key] = lambda ins, e=executable: e(ins)[0]
             elif engine == "iree":
                 executable = iree.Executable(asm, {})

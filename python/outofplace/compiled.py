@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch_mlir import ir
 
-from . import bounds
+from . import bounds, compile_cache, progress
 from .backends import export, hlo_proto, iree, spmd, xla
 from .frontend import device_mesh, importer
 from . import torch_types
@@ -120,6 +121,10 @@ class Compiled:
     _traced_strides: Any = field(default=None, repr=False)  # strides seen with `layouts`
     _static: dict = field(default_factory=dict, repr=False)  # shapes -> Compiled (for XLA)
     _plan: Any = field(default=None, repr=False)  # see `_make_plan`
+    cache: bool | None = None  # the compile cache (compile_cache.py); None: the environment
+    # Held while the XLA or sharded executable is made: threads calling the program for
+    # the first time at once make one (another's would lack the state the first call left).
+    _engines: Any = field(default_factory=threading.Lock, repr=False)
 
     @functools.cached_property
     def dynamic(self) -> bool:
@@ -143,7 +148,7 @@ class Compiled:
                 module, self.io_map, self.input_names, self.signature, self.source,
                 static(function_type.inputs, self.input_types),
                 static(function_type.results, self.result_types),
-                self.layouts, self.program, self.engine)
+                self.layouts, self.program, self.engine, cache=self.cache)
             if len(self._static) > SHAPE_CACHE_SIZE:
                 self._static.pop(next(iter(self._static)))
         return self._static[key]
@@ -165,12 +170,15 @@ class Compiled:
 
     def _sharded(self) -> spmd.ShardedExecutable:
         if self._spmd is None:
-            shapes = [ir.RankedTensorType(a.type).shape
-                      for a in main_function(self.module).arguments]
-            specs = {self.input_names.index(n): s for n, s in self.shardings.items()}
-            state = sharding.returned_state(main_function(self.module), self.io_map)
-            self._spmd = spmd.ShardedExecutable(self.stablehlo, self.mesh, specs,
-                                                self.io_map, state, self.input_names, shapes)
+            with self._engines:
+                if self._spmd is None:
+                    shapes = [ir.RankedTensorType(a.type).shape
+                              for a in main_function(self.module).arguments]
+                    specs = {self.input_names.index(n): s for n, s in self.shardings.items()}
+                    state = sharding.returned_state(main_function(self.module), self.io_map)
+                    self._spmd = spmd.ShardedExecutable(
+                        self.stablehlo, self.mesh, specs, self.io_map, state,
+                        self.input_names, shapes, self.cache)
         return self._spmd
 
     @property
@@ -333,7 +341,8 @@ class Compiled:
                              "tensors with the traced layout (for example .contiguous())")
         warnings.warn(f"{what}: compiling it again for this layout", stacklevel=4)
         other = compile(self.program, args, kwargs, engine=self.engine, mesh=self.mesh,
-                        shardings=self.shardings or None, check_bounds=self.check_bounds)
+                        shardings=self.shardings or None, check_bounds=self.check_bounds,
+                        cache=self.cache)
         self._relaid[tuple(layouts)] = other
         return other
 
@@ -382,8 +391,11 @@ class Compiled:
                              "(dynamic_shapes); calls on XLA run it specialized to their "
                              "shapes, ask `.specialized(shapes)` for one of them")
         if self._xla is None:
-            self._xla = xla.CpuExecutable(self.stablehlo, self.input_names, self.io_map,
-                                          self.input_types, self.result_types)
+            with self._engines:
+                if self._xla is None:
+                    self._xla = xla.CpuExecutable(
+                        self.stablehlo, self.input_names, self.io_map, self.input_types,
+                        self.result_types, cache=self.cache)
         return self._xla
 
     def run(self, args: tuple, kwargs: dict | None = None, engine: str = "auto") -> Any:
@@ -505,11 +517,33 @@ def _check_engine(engine: str, mesh: Any) -> None:
                 f"'outofplace[{extra}]' (or compile for engine='interpreter')")
 
 
+def _lower(module: ir.Module, signature: importer.ProgramSignature, dump_ir: str | None,
+           verify_each: bool) -> tuple:
+    """Runs outofplace's passes on an imported module: (module, io_map, input_types,
+    result_types); the part of `compile` the compile cache can skip."""
+    run_stage(module, 1, "inplace-to-outofplace", dump_ir)
+    io_map = io_map_of(main_function(module))
+    function_type = ir.FunctionType(main_function(module).type)
+    input_types = _tensor_types(function_type.inputs)
+    result_types = _tensor_types(function_type.results)
+    lowering = "outofplace-lower-to-stablehlo"
+    stages = pipeline_elements(f"builtin.module({lowering})") if verify_each \
+        else [lowering]
+    with warnings.catch_warnings():
+        if signature.bounds_result is not None:  # checked, not clamped
+            warnings.simplefilter("ignore", OutOfBoundsPolicyWarning)
+        for number, stage in enumerate(stages, 2):
+            run_stage(module, number, stage, dump_ir)
+    return module, io_map, input_types, result_types
+
+
+@progress.staged("compile")
 def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "auto",
             dump_ir: str | None = None, verify_each: bool | None = None,
             mesh: Any = None,
             shardings: dict[str, Any] | None = None,
-            dynamic_shapes: Any = None, check_bounds: bool = False) -> Compiled:
+            dynamic_shapes: Any = None, check_bounds: bool = False,
+            cache: bool | None = None) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
 
     `f` is an `nn.Module`, a plain function, a `torch.export.ExportedProgram` or the
@@ -534,6 +568,11 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     `check_bounds=True` makes a call whose runtime index tensors are out of range raise
     IndexError naming the statement, before anything is written (bounds.py); by default
     such indices are clamped or dropped (docs/api.md).
+
+    `cache` (default: on unless OUTOFPLACE_CACHE=0) reads and writes the persistent
+    compile cache (compile_cache.py, folder OUTOFPLACE_CACHE_DIR or ~/.cache/outofplace):
+    a program compiled before, by any process, skips outofplace's passes and XLA's
+    compile. `dump_ir` and `verify_each` run every pass.
     """
     if verify_each is None:
         verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
@@ -548,19 +587,12 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
             Path(dump_ir).mkdir(parents=True, exist_ok=True)
             (Path(dump_ir) / "0-torch-mutable.mlir").write_text(
                 module.operation.get_asm(enable_debug_info=True))
-        run_stage(module, 1, "inplace-to-outofplace", dump_ir)
-        io_map = io_map_of(main_function(module))
-        function_type = ir.FunctionType(main_function(module).type)
-        input_types = _tensor_types(function_type.inputs)
-        result_types = _tensor_types(function_type.results)
-        lowering = "outofplace-lower-to-stablehlo"
-        stages = pipeline_elements(f"builtin.module({lowering})") if verify_each \
-            else [lowering]
-        with warnings.catch_warnings():
-            if signature.bounds_result is not None:  # checked, not clamped
-                warnings.simplefilter("ignore", OutOfBoundsPolicyWarning)
-            for number, stage in enumerate(stages, 2):
-                run_stage(module, number, stage, dump_ir)
+        entry = compile_cache.lowered_key(module, dict(
+            engine=engine, mesh=mesh, shardings=shardings, dynamic_shapes=dynamic_shapes,
+            check_bounds=check_bounds, bounds_result=signature.bounds_result)) \
+            if compile_cache.enabled(cache) and not (dump_ir or verify_each) else None
+        module, io_map, input_types, result_types = compile_cache.lowered(
+            module, entry, lambda: _lower(module, signature, dump_ir, verify_each))
         flags = None
         if signature.bounds_result is not None:  # the flags: a program of their own
             flags = bounds.split(module, signature.bounds_result)
@@ -585,4 +617,5 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
                     shardings={signature.input_names[i]: s for i, s in specs.items()},
                     check_bounds=check_bounds, bounds_check=None if flags is None else
                     bounds.BoundsCheck(flags, signature.bounds_checks,
-                                       signature.input_names, input_types))
+                                       signature.input_names, input_types, cache),
+                    cache=cache)

@@ -10,6 +10,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
+# Tests compile afresh: the persistent compile cache would skip the passes and XLA's
+# compile of a program another run compiled (test_compile_cache.py turns it on; so does
+# OUTOFPLACE_CACHE=1 in the environment, to run a suite's programs from the cache).
+os.environ.setdefault("OUTOFPLACE_CACHE", "0")
 
 # first: it sets the XLA:CPU device count the sharded tests need before jax starts
 from differential import assert_matches_eager  # noqa: E402,F401

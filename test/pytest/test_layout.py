@@ -2,7 +2,8 @@
 
 frontend (torch program -> mutable torch IR) -> transforms (MLIR passes) -> backends
 (engines and exports). The modules at the top are the public API (compiled, dynamo) and
-what every stage shares (context, errors, indexing, ir_utils, op_registry, torch_types).
+what every stage shares (compile_cache, context, errors, indexing, ir_utils, op_registry,
+progress, torch_types).
 """
 
 import ast
@@ -10,7 +11,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "python" / "outofplace"
 STAGES = {"frontend": 1, "transforms": 2, "backends": 3}
-SHARED = {"context", "errors", "indexing", "ir_utils", "op_registry", "torch_types"}
+SHARED = {"compile_cache", "context", "errors", "indexing", "ir_utils", "op_registry",
+          "progress", "torch_types"}
 
 
 def _imports() -> dict[str, set[str]]:

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from . import host_scalars, xla
+from .. import compile_cache, progress
 
 # Ops that move or duplicate a whole buffer, as jaxlib's HLO -> MLIR translation names them.
 MOVES = {"stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
@@ -104,7 +105,7 @@ class ShardedExecutable:
 
     def __init__(self, stablehlo: str, mesh: dict[str, int], specs: dict[int, tuple],
                  io_map: dict[int, int], state: dict[int, int], input_names: list[str],
-                 shapes: list[list[int]]) -> None:
+                 shapes: list[list[int]], cache: bool | None = None) -> None:
         jax = xla._jax()
         from jax._src import xla_bridge
 
@@ -122,6 +123,7 @@ class ShardedExecutable:
         self._specs, self._io_map, self._names = specs, io_map, input_names
         self._state = state
         self._shapes, self._axes = shapes, mesh
+        self._cache = cache  # the compile cache (compile_cache.py); None: the environment
         text, self._writes = shardy_module(stablehlo, mesh, specs, state, io_map)
         self._placements: dict[int, _Placement] = {}
         self._compiled, self._order = self._jit(text)
@@ -178,9 +180,40 @@ class ShardedExecutable:
                           in_shardings=tuple(in_shardings),
                           out_shardings=tuple(out_shardings[r] for r in order)
                           ).lower(*in_avals)
-        compiled = xla._without_misfusion(lambda o: lowered.compile(compiler_options=o),
-                                          xla.COMPILE_OPTIONS)
-        return compiled, order
+        return self._compile(lowered), order
+
+    def _compile(self, lowered: Any) -> Any:
+        """The jax `Compiled` of `lowered`, safe from xla.py's misfusion; or, when the
+        compile cache holds it (compile_cache.py, keyed by jax's lowered module, the
+        devices, the options, XLA_FLAGS and the CPU), the executable jax serialized
+        then (`jax.experimental.serialize_executable`), loaded on the mesh's devices."""
+        import os
+
+        from jax.experimental import serialize_executable
+
+        client = self._devices[0].client
+        entry = compile_cache.key(
+            "spmd", lowered.as_text(), repr(sorted(xla.COMPILE_OPTIONS.items())),
+            repr([d.id for d in self._devices]), os.environ.get("XLA_FLAGS", ""),
+            client.platform_version, compile_cache.cpu()
+        ) if compile_cache.enabled(self._cache) else None
+        found = compile_cache.read("spmd", entry) if entry is not None else None
+        if found is not None:
+            try:
+                return serialize_executable.deserialize_and_load(
+                    found[1], lowered.in_tree, lowered.out_tree, backend=client,
+                    execution_devices=self._devices)
+            except Exception as error:  # read back whole, yet not loadable: compile
+                compile_cache.stats["spmd corrupt"] += 1
+                compile_cache.logger.warning("outofplace compile cache: ignoring the "
+                                             "entry %s (%s)", entry, error)
+        with progress.stage("xla compile"):
+            compiled = xla._without_misfusion(
+                lambda o: lowered.compile(compiler_options=o), xla.COMPILE_OPTIONS)
+        if entry is not None:
+            compile_cache.write("spmd", entry, {},
+                                serialize_executable.serialize(compiled)[0])
+        return compiled
 
     def _placement(self, index: int) -> _Placement:
         if index not in self._placements:

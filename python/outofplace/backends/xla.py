@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from . import hlo_proto
+from .. import compile_cache, progress
 
 
 @functools.cache
@@ -98,22 +99,66 @@ def _legalized(stablehlo: str) -> tuple[str, list[tuple[int, ...]], list[tuple[i
         return module.operation.get_asm(), *shapes, {r: f for r, f in same.items() if f != r}
 
 
+def _compile_options(options: dict[str, Any]) -> Any:
+    from jax._src.lib import xla_client
+
+    compile_options = xla_client.CompileOptions()
+    compile_options.env_option_overrides = list(options.items())
+    return compile_options
+
+
+def _devices() -> Any:
+    from jax._src.lib import xla_client
+
+    return xla_client.DeviceList((_device(),))
+
+
 def compile_for_cpu(stablehlo: str, options: dict[str, Any] = None) -> Any:
     """The loaded XLA:CPU executable of a StableHLO module on outofplace's client, safe from
     the misfusion above, compiled with `options` (default: `COMPILE_OPTIONS`)."""
-    from jax._src.lib import xla_client
-
-    devices = xla_client.DeviceList((_device(),))
-
     def build(options: dict[str, Any]) -> Any:
-        compile_options = xla_client.CompileOptions()
-        compile_options.env_option_overrides = list(options.items())
         try:
-            return _client().compile_and_load(stablehlo, devices, compile_options)
+            return _client().compile_and_load(stablehlo, _devices(), _compile_options(options))
         except Exception as error:  # XLA's own text: our StableHLO is at fault
             raise XlaCompileError(stablehlo, error) from error
 
     return _without_misfusion(build, COMPILE_OPTIONS if options is None else options)
+
+
+def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool | None
+                           ) -> tuple[Any, list[tuple[int, ...]], list[tuple[int, ...]],
+                                      dict[int, int]]:
+    """`compile_for_cpu` of `_legalized(stablehlo)`: the executable, the shapes of its
+    arguments and results and the results returning an earlier one's value; or, when the
+    compile cache holds them (compile_cache.py, on unless `cache` is False), the
+    executable PJRT serialized then, deserialized, and the rest as they were."""
+    import os
+
+    entry = compile_cache.key(
+        "xla", stablehlo, LEGALIZE_FOR_CPU, repr(sorted(options.items())),
+        os.environ.get("XLA_FLAGS", ""), _client().platform_version, compile_cache.cpu()
+    ) if compile_cache.enabled(cache) else None
+    found = compile_cache.read("xla", entry) if entry is not None else None
+    if found is not None:
+        metadata, blob = found
+        try:
+            executable = _client().deserialize_executable(blob, _devices(),
+                                                          _compile_options(options))
+            return executable, *([tuple(s) for s in metadata[k]]
+                                 for k in ("inputs", "results")), \
+                {int(r): f for r, f in metadata["same_results"]}
+        except Exception as error:  # read back whole, yet PJRT refuses it: compile
+            compile_cache.stats["xla corrupt"] += 1
+            compile_cache.logger.warning("outofplace compile cache: ignoring the entry "
+                                         "%s (%s)", entry, error)
+    with progress.stage("xla compile"):
+        legalized, inputs, results, same_results = _legalized(stablehlo)
+        executable = compile_for_cpu(legalized, options)
+    if entry is not None:
+        compile_cache.write("xla", entry, {"inputs": inputs, "results": results,
+                                           "same_results": sorted(same_results.items())},
+                            executable.serialize())
+    return executable, inputs, results, same_results
 
 
 class XlaCompileError(RuntimeError):
@@ -438,17 +483,18 @@ class CpuExecutable:
     def __init__(self, stablehlo: str, names: list[str], io_map: dict[int, int],
                  inputs: list[tuple[tuple[int, ...], torch.dtype]],
                  results: list[tuple[tuple[int, ...], torch.dtype]],
-                 options: dict[str, Any] = COMPILE_OPTIONS) -> None:
+                 options: dict[str, Any] = COMPILE_OPTIONS, *, cache: bool | None = None
+                 ) -> None:
         from jax._src.lib import xla_client
 
         self.names, self.io_map = names, io_map
         self.donated = sorted(io_map)
         self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
-        stablehlo, input_shapes, result_shapes, same_results = _legalized(stablehlo)
+        self.executable, input_shapes, result_shapes, same_results = \
+            cached_compile_for_cpu(stablehlo, options, cache)
         # The shape XLA takes each written argument in (its unit dimensions dropped).
         self._squeezed = {i: input_shapes[i] for i in self.donated
                           if input_shapes[i] != tuple(inputs[i][0])}
-        self.executable = compile_for_cpu(stablehlo, options)
         self._viewers = [_Viewer(s, d) for s, d in results]
         # What makes each result a jax Array, in C++
         # (`disassemble_into_single_device_arrays` makes them in Python: µs a call).

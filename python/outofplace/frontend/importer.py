@@ -33,7 +33,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 from . import (bounds_checks, complex_pairs, cumulative_batch_norm, fx_rewrites, higher_order,
                meta_state)
 
-from .. import op_registry, torch_types
+from .. import op_registry, progress, torch_types
 from ..errors import UnsupportedMutationError
 from .fx_graph import (is_position_view, op_effects, overlaps, source_line,
                        storage_of, view_roots)
@@ -640,8 +640,10 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     if dynamic_shapes is not None and isinstance(f, ExportedProgram):
         raise ValueError("dynamic_shapes is for a program to export: an ExportedProgram "
                          "has its dynamic dimensions already")
-    ep = export(source, args, kwargs, steps, dynamic_shapes)
-    module, signature = import_program(ep, context, roots, check_bounds)
+    with progress.stage("trace"):
+        ep = export(source, args, kwargs, steps, dynamic_shapes)
+    with progress.stage("import"):
+        module, signature = import_program(ep, context, roots, check_bounds)
     if not isinstance(f, (torch.nn.Module, ExportedProgram)):
         for name in signature.state_targets:  # the function's modules' state, by name
             if name not in signature.held:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from torch_mlir import ir
 
+from .. import progress
 from ..errors import UnsupportedMutationError, UserError, source_line
 from ..ir_utils import all_operations
 from ..op_registry import aten_name
@@ -34,7 +35,8 @@ def run_stage(module: ir.Module, number: int, stage: str, dump_dir: str | None =
     """Runs the pipeline element `stage` on `module`; dumps the IR after it when asked."""
     before = module.operation.clone()
     try:
-        run_pipeline(module, f"builtin.module({stage})")
+        with progress.stage(stage):
+            run_pipeline(module, f"builtin.module({stage})")
     except UserError:
         raise
     except Exception as error:

@@ -7,6 +7,7 @@ expand to their pipelines, and every other element goes to MLIR's own parser.
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from torch_mlir import ir, passmanager
@@ -16,6 +17,7 @@ from . import (constant_folding, diagonal, dot_transposes, empty_tensors,  # noq
                inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)
+from .. import progress
 from ..context import load_torch_conversion
 from .registry import PASSES, PIPELINES, Pass, register_pass, register_pipeline  # noqa: F401
 
@@ -107,7 +109,8 @@ def _python_pass(registered: Pass, options: dict[str, str],
                  failures: list[BaseException]) -> Callable[[ir.Operation, object], None]:
     def run(op: ir.Operation, pass_: object) -> None:
         try:
-            with op.context:  # a pass may run outside the caller's `with context`
+            with op.context, progress.stage(registered.argument, logging.DEBUG):
+                # (a pass may run outside the caller's `with context`)
                 registered.run(op.operation, options)
                 try:  # here, so that invalid IR is ours, not the next (torch-mlir) pass's
                     op.operation.verify()
