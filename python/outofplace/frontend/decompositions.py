@@ -405,6 +405,55 @@ def scalars_as_tensors(graph: torch.fx.Graph) -> None:
         graph.erase_node(node)
 
 
+def _is_tensor_type(argument: torch._C.Argument) -> bool:
+    kind = argument.type
+    if isinstance(kind, torch.OptionalType):
+        kind = kind.getElementType()
+    return isinstance(kind, torch.TensorType)
+
+
+def float_operands_as_tensors(graph: torch.fx.Graph) -> None:
+    """A Python float passed where the schema takes a Tensor (`buf.mul_(0.9)` is traced as
+    `mul_.Tensor(buf, 0.9)`), as a 0-d tensor of the dtype eager computes in.
+
+    Eager wraps the number as a double that promotes like a scalar and is read at the
+    computation's dtype; torch-mlir's importer makes it a float32 tensor
+    (`torch.tensor(0.9)`), so a float64 program multiplied by 0.9 rounded to float32
+    (an SGD step with momentum off by 1e-8)."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    for node in list(graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        schema = target._schema.arguments
+        given = [(i, a, node.args[i] if i < len(node.args) else node.kwargs.get(a.name))
+                 for i, a in enumerate(schema)]
+        floats = [(i, a, v) for i, a, v in given
+                  if _is_tensor_type(a) and isinstance(v, float)]
+        if not floats:
+            continue
+        tensors = [v.meta["val"] for _, a, v in given if isinstance(v, torch.fx.Node)
+                   and isinstance(v.meta.get("val"), torch.Tensor)]
+        if not tensors:
+            continue
+        _, dtype = elementwise_dtypes(
+            *tensors, *(v for _, _, v in floats),
+            type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        if not dtype.is_floating_point:
+            continue  # complex: the importer's
+        args, kwargs = list(node.args), dict(node.kwargs)
+        with graph.inserting_before(node):
+            for i, argument, value in floats:
+                number = call(graph, torch.ops.aten.scalar_tensor.default, value,
+                              dtype=dtype)
+                if i < len(args):
+                    args[i] = number
+                else:
+                    kwargs[argument.name] = number
+        node.args, node.kwargs = tuple(args), kwargs
+
+
 def _normalize(graph: torch.fx.Graph, x: torch.fx.Node, mean: torch.fx.Node,
                var: torch.fx.Node, eps: float, weight: Any, bias: Any,
                per_channel: list[int]) -> torch.fx.Node:
