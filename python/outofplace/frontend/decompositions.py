@@ -39,6 +39,8 @@ def decompose(graph: torch.fx.Graph) -> None:
     A decomposition may decline a node by returning None."""
     for node in list(graph.nodes):
         fn = _DECOMPOSITIONS.get(node.target)
+        if fn is None and isinstance(node.target, torch._ops.OpOverload):
+            fn = _DECOMPOSITIONS_BY_NAME.get(node.target._schema.name)
         if fn is None:
             continue
         with graph.inserting_before(node):
@@ -214,6 +216,20 @@ def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
                               torch.ops.aten.addcdiv_.default)
     add = torch.ops.aten.add_.Tensor if inplace else torch.ops.aten.add.Tensor
     return graph.call_function(add, (self, term))
+
+
+def _fma(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """fma(a, b, c)  =>  a * b + c. Dynamo writes `addcmul_`/`addcdiv_` with a `value`
+    and `add_` with a tensor `alpha` as inductor's fma (its own decompositions), which
+    torch-mlir does not define; eager's kernels round after the product, as this does."""
+    a, b, c = node.args[:3]
+    return graph.call_function(torch.ops.aten.add.Tensor,
+                               (call(graph, torch.ops.aten.mul.Tensor, a, b), c))
+
+
+# Ops defined only once their module is imported (torch._inductor.inductor_prims), by
+# schema name.
+_DECOMPOSITIONS_BY_NAME: dict[str, Decomposition] = {"prims::fma": _fma}
 
 
 _TRANSPOSE_LAST = (torch.ops.aten.mT.default, torch.ops.aten.mH.default,
