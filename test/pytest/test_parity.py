@@ -175,3 +175,83 @@ def test_fused_multiply_add_of_dynamo_matches_eager(program, path, dtype):
     eager = program(*expected)
     _assert_close(result, eager, "result")
     _assert_close(args[0], expected[0], "written x")
+
+
+T = 4
+
+
+class RingBuffer(torch.nn.Module):
+    """Its write index lives in a buffer: `p = ptr % T`, computed by the program."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("kv", torch.zeros(T, 3))
+        self.register_buffer("ptr", torch.tensor(0))
+
+    def forward(self, v):
+        p = self.ptr % T
+        self.kv[p] = v
+        self.ptr += 1
+        return self.kv[p]
+
+
+class RingAtArgument(torch.nn.Module):
+    """`pos % T` of an argument."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("kv", torch.zeros(T, 3))
+
+    def forward(self, v, pos):
+        p = pos % T
+        self.kv[p] = v
+        return self.kv[p]
+
+
+class ReadBeforeAdvance(torch.nn.Module):
+    """The view read at the pointer, then the pointer advanced: eager's view is of the
+    row the pointer named when it was read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("kv", torch.zeros(T, 3))
+        self.register_buffer("ptr", torch.tensor(0))
+
+    def forward(self, v):
+        self.kv[self.ptr] = v
+        row = self.kv[self.ptr]
+        self.ptr.add_(1).remainder_(T)
+        return row
+
+
+def _ring_calls(model_type):
+    calls = [(torch.full((3,), float(i)),) for i in range(1, 7)]
+    if model_type is RingAtArgument:
+        calls = [(v, torch.tensor(i)) for i, (v,) in enumerate(calls)]
+    return calls
+
+
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+@pytest.mark.parametrize("model_type", [RingBuffer, RingAtArgument, ReadBeforeAdvance])
+def test_ring_buffer_row_returned_is_a_view_of_the_buffer(model_type, path):
+    """`return self.kv[p]` with a position the program computes is eager's view of the
+    buffer: an output kept from an earlier call sees the later writes to its row (it
+    was a copy)."""
+    torch.manual_seed(0)
+    model, eager = model_type(), model_type()
+    calls = _ring_calls(model_type)
+    if path == "torch.compile":
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="outofplace")
+    else:
+        compiled = outofplace.compile(model, calls[0])
+    try:
+        outputs = [compiled(*args) for args in calls]
+    finally:
+        torch._dynamo.reset()
+    expected = [eager(*args) for args in calls]
+    for i, (out, exp) in enumerate(zip(outputs, expected)):
+        assert torch.equal(out, exp), f"output of call {i}: {out}, eager {exp}"
+        assert out._base is not None and out.untyped_storage().data_ptr() == \
+            model.kv.untyped_storage().data_ptr(), f"output of call {i} is no view of kv"
+    assert torch.equal(model.kv, eager.kv)
