@@ -255,3 +255,69 @@ def test_ring_buffer_row_returned_is_a_view_of_the_buffer(model_type, path):
         assert out._base is not None and out.untyped_storage().data_ptr() == \
             model.kv.untyped_storage().data_ptr(), f"output of call {i} is no view of kv"
     assert torch.equal(model.kv, eager.kv)
+
+
+class WritesThroughData(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(3))
+        self.scale = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        self.total.data[0] = x.sum()
+        self.total.data.add_(x)
+        self.scale.data.mul_(0.5)
+        return x * self.scale
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_write_through_data_of_a_buffer_and_a_parameter(path, grad):
+    """`.data` reaches the torch.compile backend as `_get_data_attr`, which torch.export
+    lifted as a fake constant ("Cannot access data pointer of Tensor")."""
+    model, eager = WritesThroughData(), WritesThroughData()
+    xs = [torch.randn(3) for _ in range(3)]
+    torch._dynamo.reset()
+    try:
+        with torch.set_grad_enabled(grad):
+            compiled = torch.compile(model, backend="outofplace") \
+                if path == "torch.compile" else outofplace.compile(model, (xs[0],))
+            outputs = [compiled(x) for x in xs]
+            expected = [eager(x) for x in xs]
+    finally:
+        torch._dynamo.reset()
+    for out, exp in zip(outputs, expected):
+        torch.testing.assert_close(out, exp)
+    assert torch.equal(model.total, eager.total)
+    assert torch.equal(model.scale, eager.scale)
+
+
+def test_set_to_a_storage_is_refused_at_its_line():
+    def program(x, y):
+        x.set_(y.untyped_storage())
+        return x + 1
+
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=r"set_\.source_Storage.*storage") as error:
+        outofplace.compile(program, (torch.randn(6), torch.randn(6)))
+    assert error.value.location.endswith(
+        f"test_parity.py:{program.__code__.co_firstlineno + 1}")
+
+
+def test_set_to_a_storage_under_torch_compile_matches_eager():
+    """Dynamo runs `x.set_(storage)` eagerly (a graph break): eager's aliasing."""
+    def program(x, y):
+        x.set_(y.untyped_storage())
+        x.add_(1)
+        return x * 2
+
+    x, y = torch.randn(6), torch.randn(6)
+    ex, ey = x.clone(), y.clone()
+    torch._dynamo.reset()
+    try:
+        result = torch.compile(program, backend="outofplace")(x, y)
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(result, program(ex, ey))
+    assert torch.equal(y, ey) and torch.equal(x, ex)
+    assert x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()

@@ -305,6 +305,18 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
             "Tensor.item", "the value read with .item() stays a 0-d tensor (a Python number "
             "would be baked in, and differ at the next call), and something here needs a "
             f"Python number ({error})", location=items.lines[-1]) from error
+    except NotImplementedError as error:
+        if "Storage" not in str(error):
+            raise
+        frames = traceback.extract_tb(error.__traceback__)
+        line = user_line(frames)
+        text = next((f.line or "" for f in reversed(frames)
+                     if line == f"{f.filename}:{f.lineno}"), "")
+        raise UnsupportedMutationError(
+            "torch.aten.set_.source_Storage" if "set_" in text else "a storage operand",
+            "it takes a storage (`x.set_(y.untyped_storage())`), which torch.export cannot "
+            "trace; take the view of the tensor that owns it (`y.view(-1)`, "
+            "`y.as_strided(...)`)", location=line) from error
     except RuntimeError as error:
         meta_state.refuse_meta_device(error)
         if _INTERNAL_OVERLAP not in str(error):
