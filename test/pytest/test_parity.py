@@ -321,3 +321,40 @@ def test_set_to_a_storage_under_torch_compile_matches_eager():
     assert torch.equal(result, program(ex, ey))
     assert torch.equal(y, ey) and torch.equal(x, ex)
     assert x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+
+
+class SlidingWindow(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("win", torch.zeros(T, 3))
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        hv = self.lin(x)
+        self.win[:-1] = self.win[1:].clone()
+        self.win[-1] = hv
+        return self.win.mean(0)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_last_row_written_with_gradients_enabled(path, grad):
+    """`self.win[-1] = hv` with gradients enabled: AOTAutograd writes it as
+    `select_scatter(win, hv, 0, -1)`, whose negative index torch-mlir's lowering failed
+    on."""
+    torch.manual_seed(0)
+    model = SlidingWindow()
+    eager = copy.deepcopy(model)
+    xs = [torch.randn(3) for _ in range(5)]
+    torch._dynamo.reset()
+    try:
+        with torch.set_grad_enabled(grad):
+            compiled = torch.compile(model, backend="outofplace") \
+                if path == "torch.compile" else outofplace.compile(model, (xs[0],))
+            outputs = [compiled(x) for x in xs]
+            expected = [eager(x) for x in xs]
+    finally:
+        torch._dynamo.reset()
+    for out, exp in zip(outputs, expected):
+        torch.testing.assert_close(out, exp)
+    torch.testing.assert_close(model.win, eager.win)

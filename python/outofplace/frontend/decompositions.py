@@ -12,7 +12,7 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
-from ..indexing import clamp_bound
+from ..indexing import clamp_bound, from_end
 from .fx_graph import call, operand_at, source_line, view_roots
 from .inline import inline, trace
 
@@ -225,6 +225,20 @@ def _fma(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     a, b, c = node.args[:3]
     return graph.call_function(torch.ops.aten.add.Tensor,
                                (call(graph, torch.ops.aten.mul.Tensor, a, b), c))
+
+
+@_decomposes(torch.ops.aten.select_scatter.default)
+def _select_scatter_from_end(graph: torch.fx.Graph, node: torch.fx.Node
+                             ) -> torch.fx.Node | None:
+    """select_scatter(x, v, dim, -1)  =>  select_scatter(x, v, dim, n - 1): torch-mlir's
+    lowering builds a scatter of no indices for a negative index and fails (AOTAutograd
+    writes `win[-1] = hv` so under torch.compile with gradients)."""
+    x, source, dim, index = node.args[:4]
+    if not isinstance(index, int) or index >= 0:
+        return None
+    size = x.meta["val"].shape[dim]
+    return graph.call_function(torch.ops.aten.select_scatter.default,
+                               (x, source, dim, from_end(index, size)))
 
 
 # Ops defined only once their module is imported (torch._inductor.inductor_prims), by
