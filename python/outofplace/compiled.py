@@ -459,7 +459,8 @@ class Compiled:
                 if value in self.signature.complex_arguments:
                     tensor = _as_complex(tensor)
                 for view, view_args, view_kwargs in views[0]:
-                    view_args = [inputs[a.index] if type(a) is importer.Input else a
+                    view_args = [inputs[a.index] if type(a) is importer.Input else
+                                 results[a.index] if type(a) is importer.Result else a
                                  for a in view_args]  # a position tensor of the call
                     tensor = view(tensor, *view_args, **view_kwargs)
                 leaves.append(tensor)

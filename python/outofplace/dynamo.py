@@ -165,11 +165,26 @@ def _training_backend(names: list[str | None]) -> Callable[..., Any]:
                         bw_compiler=boxed, keep_inference_input_mutations=True)
 
 
+def _data_as_detach(gm: torch.fx.GraphModule) -> None:
+    """`x.data` reaches the backend as `torch._C._autograd._get_data_attr(x)`, which
+    torch.export cannot trace (it lifts the result as a fake constant): it becomes
+    `x.detach()`, the same memory, as frontend/tensor_data.py makes `.data` of a traced
+    program."""
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch._C._autograd._get_data_attr:
+            node.op, node.target = "call_method", "detach"
+            changed = True
+    if changed:
+        gm.recompile()
+
+
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """The dynamo backend: compile the graph once (per shape, when sizes are symbolic),
     then run it on every call. A graph whose inputs require gradients (a model being
     trained) is compiled as the forward and backward graphs AOTAutograd makes, so
     `loss.backward()` runs compiled code too."""
+    _data_as_detach(gm)
     if _needs_gradients(example_inputs):
         names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
         return _training_backend(names)(gm, example_inputs)

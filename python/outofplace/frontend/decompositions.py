@@ -12,7 +12,7 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
-from ..indexing import clamp_bound
+from ..indexing import clamp_bound, from_end
 from .fx_graph import call, operand_at, source_line, view_roots
 from .inline import inline, trace
 
@@ -39,6 +39,8 @@ def decompose(graph: torch.fx.Graph) -> None:
     A decomposition may decline a node by returning None."""
     for node in list(graph.nodes):
         fn = _DECOMPOSITIONS.get(node.target)
+        if fn is None and isinstance(node.target, torch._ops.OpOverload):
+            fn = _DECOMPOSITIONS_BY_NAME.get(node.target._schema.name)
         if fn is None:
             continue
         with graph.inserting_before(node):
@@ -214,6 +216,34 @@ def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
                               torch.ops.aten.addcdiv_.default)
     add = torch.ops.aten.add_.Tensor if inplace else torch.ops.aten.add.Tensor
     return graph.call_function(add, (self, term))
+
+
+def _fma(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """fma(a, b, c)  =>  a * b + c. Dynamo writes `addcmul_`/`addcdiv_` with a `value`
+    and `add_` with a tensor `alpha` as inductor's fma (its own decompositions), which
+    torch-mlir does not define; eager's kernels round after the product, as this does."""
+    a, b, c = node.args[:3]
+    return graph.call_function(torch.ops.aten.add.Tensor,
+                               (call(graph, torch.ops.aten.mul.Tensor, a, b), c))
+
+
+@_decomposes(torch.ops.aten.select_scatter.default)
+def _select_scatter_from_end(graph: torch.fx.Graph, node: torch.fx.Node
+                             ) -> torch.fx.Node | None:
+    """select_scatter(x, v, dim, -1)  =>  select_scatter(x, v, dim, n - 1): torch-mlir's
+    lowering builds a scatter of no indices for a negative index and fails (AOTAutograd
+    writes `win[-1] = hv` so under torch.compile with gradients)."""
+    x, source, dim, index = node.args[:4]
+    if not isinstance(index, int) or index >= 0:
+        return None
+    size = x.meta["val"].shape[dim]
+    return graph.call_function(torch.ops.aten.select_scatter.default,
+                               (x, source, dim, from_end(index, size)))
+
+
+# Ops defined only once their module is imported (torch._inductor.inductor_prims), by
+# schema name.
+_DECOMPOSITIONS_BY_NAME: dict[str, Decomposition] = {"prims::fma": _fma}
 
 
 _TRANSPOSE_LAST = (torch.ops.aten.mT.default, torch.ops.aten.mH.default,
@@ -403,6 +433,55 @@ def scalars_as_tensors(graph: torch.fx.Graph) -> None:
         replacement.meta = dict(node.meta)
         node.replace_all_uses_with(replacement)
         graph.erase_node(node)
+
+
+def _is_tensor_type(argument: torch._C.Argument) -> bool:
+    kind = argument.type
+    if isinstance(kind, torch.OptionalType):
+        kind = kind.getElementType()
+    return isinstance(kind, torch.TensorType)
+
+
+def float_operands_as_tensors(graph: torch.fx.Graph) -> None:
+    """A Python float passed where the schema takes a Tensor (`buf.mul_(0.9)` is traced as
+    `mul_.Tensor(buf, 0.9)`), as a 0-d tensor of the dtype eager computes in.
+
+    Eager wraps the number as a double that promotes like a scalar and is read at the
+    computation's dtype; torch-mlir's importer makes it a float32 tensor
+    (`torch.tensor(0.9)`), so a float64 program multiplied by 0.9 rounded to float32
+    (an SGD step with momentum off by 1e-8)."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    for node in list(graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        schema = target._schema.arguments
+        given = [(i, a, node.args[i] if i < len(node.args) else node.kwargs.get(a.name))
+                 for i, a in enumerate(schema)]
+        floats = [(i, a, v) for i, a, v in given
+                  if _is_tensor_type(a) and isinstance(v, float)]
+        if not floats:
+            continue
+        tensors = [v.meta["val"] for _, a, v in given if isinstance(v, torch.fx.Node)
+                   and isinstance(v.meta.get("val"), torch.Tensor)]
+        if not tensors:
+            continue
+        _, dtype = elementwise_dtypes(
+            *tensors, *(v for _, _, v in floats),
+            type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        if not dtype.is_floating_point:
+            continue  # complex: the importer's
+        args, kwargs = list(node.args), dict(node.kwargs)
+        with graph.inserting_before(node):
+            for i, argument, value in floats:
+                number = call(graph, torch.ops.aten.scalar_tensor.default, value,
+                              dtype=dtype)
+                if i < len(args):
+                    args[i] = number
+                else:
+                    kwargs[argument.name] = number
+        node.args, node.kwargs = tuple(args), kwargs
 
 
 def _normalize(graph: torch.fx.Graph, x: torch.fx.Node, mean: torch.fx.Node,

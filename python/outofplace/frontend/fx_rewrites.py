@@ -45,6 +45,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     strided_views.as_strided_read_at_each_use(graph)
     strided_views.refuse_as_strided_of_written(graph)
     upstream_decompositions.refuse_undefined(graph)
+    decompositions.float_operands_as_tensors(graph)  # the decompositions' operands too
 
 
 def _fake_constants(graph: torch.fx.Graph) -> None:

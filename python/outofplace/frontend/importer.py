@@ -35,7 +35,7 @@ from . import (bounds_checks, complex_pairs, cumulative_batch_norm, fx_rewrites,
 
 from .. import op_registry, progress, torch_types
 from ..errors import UnsupportedMutationError
-from .fx_graph import (is_position_view, op_effects, overlaps, source_line,
+from .fx_graph import (call, is_position_view, op_effects, overlaps, source_line,
                        storage_of, view_roots)
 from .masked_values import MaskedValues
 from . import training
@@ -189,6 +189,22 @@ def _function_module(fn: Callable) -> torch.nn.Module:
     return module
 
 
+def _graph_module_with_hooks(gm: torch.fx.GraphModule) -> torch.nn.Module:
+    """A module running `gm`'s own code, for torch.export to trace a GraphModule (a
+    torch.compile graph) as it traces any module.
+
+    torch.export runs a GraphModule with an fx.Interpreter, which runs no forward hooks:
+    the modes `export` enters through them (runtime positions, `.data`, masked values,
+    `.item()` as a tensor, the optimizer's traced parameters) would not see the graph's
+    ops. This module shares gm's parameters, buffers and submodules (so their names and
+    tensors are gm's) and its forward is gm's, with gm's argument names."""
+    module = torch.nn.Module()
+    module._parameters, module._buffers, module._modules = \
+        gm._parameters, gm._buffers, gm._modules
+    module.forward = gm.forward
+    return module
+
+
 # What torch.export raises when a value computed from tensor data is needed as a Python
 # value (`.item()` in a shape, `if x.sum() > 0:`, the bounds check of a runtime index,
 # `x.narrow(0, pos, 1)` with a 0-d tensor `pos`).
@@ -229,6 +245,8 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         return f
     module = f if isinstance(f, torch.nn.Module) else _function_module(f)
     steps = steps or training.OptimizerSteps(module)
+    if isinstance(module, torch.fx.GraphModule):
+        module = _graph_module_with_hooks(module)
     # Tracing may run small ops on real buffers it does not see as module state (a 0-d
     # counter held by a plain Python object): compiling must leave the model as it was.
     saved = training.Snapshot(list(module.buffers()),
@@ -287,6 +305,18 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
             "Tensor.item", "the value read with .item() stays a 0-d tensor (a Python number "
             "would be baked in, and differ at the next call), and something here needs a "
             f"Python number ({error})", location=items.lines[-1]) from error
+    except NotImplementedError as error:
+        if "Storage" not in str(error):
+            raise
+        frames = traceback.extract_tb(error.__traceback__)
+        line = user_line(frames)
+        text = next((f.line or "" for f in reversed(frames)
+                     if line == f"{f.filename}:{f.lineno}"), "")
+        raise UnsupportedMutationError(
+            "torch.aten.set_.source_Storage" if "set_" in text else "a storage operand",
+            "it takes a storage (`x.set_(y.untyped_storage())`), which torch.export cannot "
+            "trace; take the view of the tensor that owns it (`y.view(-1)`, "
+            "`y.as_strided(...)`)", location=line) from error
     except RuntimeError as error:
         meta_state.refuse_meta_device(error)
         if _INTERNAL_OVERLAP not in str(error):
@@ -408,11 +438,12 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     leaves: list[tuple[str, Any, ...]] = []
     kept: dict[torch.fx.Node, int] = {}
     for value in output.args[0]:
-        alias = _argument_alias(value, {node: i for i, node in enumerate(arguments)})
+        alias = _argument_alias(value, {node: i for i, node in enumerate(arguments)},
+                                frozenset(written))
         if _constant_output(value):
             leaves.append(("constant", value))
         elif alias is not None:
-            leaves.append(("argument", *alias))
+            leaves.append(("argument", alias[0], _position_results(alias[1], graph, kept)))
         else:
             leaves.append(("result", kept.setdefault(value, len(kept))))
     flags, checks = bounds_checks.add_checks(graph) if check_bounds else (None, [])
@@ -493,6 +524,23 @@ class Input:
     index: int
 
 
+@dataclass(frozen=True)
+class Result:
+    """In an output's view operands: main's result `index`, a position the program
+    computed (`ptr % T`) or an argument it writes, as it was when the view was read."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class _Computed:
+    """A position of an output's view, before it is made a result: `node` as read by
+    `view`."""
+
+    node: torch.fx.Node
+    view: torch.fx.Node
+
+
 def _at_positions(tensor: torch.Tensor, key: tuple, *positions: torch.Tensor
                   ) -> torch.Tensor:
     """`tensor[:, pos]` as eager indexes it, a view: `key` has None for each `:` and the
@@ -500,11 +548,13 @@ def _at_positions(tensor: torch.Tensor, key: tuple, *positions: torch.Tensor
     return tensor[tuple(slice(None) if k is None else positions[k] for k in key)]
 
 
-def _position_view(value: torch.fx.Node, arguments: dict[torch.fx.Node, int]
-                   ) -> tuple | None:
-    """`x[:, pos]` with 0-d integer tensors that are arguments, traced as `index.Tensor`
+def _position_view(value: torch.fx.Node, arguments: dict[torch.fx.Node, int],
+                   written: frozenset[torch.fx.Node] = frozenset()) -> tuple | None:
+    """`x[:, pos]` with 0-d integer tensors, traced as `index.Tensor`
     (runtime_positions.py; op_registry.is_position_view): eager's view of x, taken
-    again on the caller's tensors, else None."""
+    again on the caller's tensors, else None. A position that is an argument the
+    program does not write is read from the call's arguments; any other (`ptr % T`, a
+    written `ptr`) is `_Computed`, to become a result of main."""
     if not is_position_view(value):
         return None
     key, positions = [], []
@@ -512,11 +562,25 @@ def _position_view(value: torch.fx.Node, arguments: dict[torch.fx.Node, int]
         if item is None:
             key.append(None)
             continue
-        if item not in arguments:
-            return None
         key.append(len(positions))
-        positions.append(Input(arguments[item]))
+        positions.append(Input(arguments[item]) if item in arguments and item not in written
+                         else _Computed(item, value))
     return _at_positions, (tuple(key), *positions), {}
+
+
+def _position_results(views: tuple, graph: torch.fx.Graph,
+                      kept: dict[torch.fx.Node, int]) -> tuple:
+    """The views with each `_Computed` position a result of main: a copy of it taken
+    right before the view reads it (the program may write it after)."""
+    def result(operand: Any) -> Any:
+        if type(operand) is not _Computed:
+            return operand
+        with graph.inserting_before(operand.view):
+            copy = call(graph, torch.ops.aten.clone.default, operand.node)
+        return Result(kept.setdefault(copy, len(kept)))
+
+    return tuple((view, tuple(result(a) for a in args), kwargs)
+                 for view, args, kwargs in views)
 
 
 def _returns_views(node: Any) -> bool:
@@ -530,13 +594,14 @@ def _returns_views(node: Any) -> bool:
         isinstance(returns[0].type, torch.ListType)
 
 
-def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int]
+def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int],
+                    written: frozenset[torch.fx.Node] = frozenset()
                     ) -> tuple[int, tuple] | None:
     """(argument index, view ops from it) when `value` is an argument, or a view of one
     eager would return, else None: through view ops with constant operands that shared
     its storage when traced (in-place ops return their self), an item of a list of
-    views (split, chunk, unbind), or `x[pos]` at 0-d argument positions. A view's
-    operands may hold `Input`s, the call's arguments."""
+    views (split, chunk, unbind), or `x[pos]` at 0-d positions. A view's operands may
+    hold `Input`s, the call's arguments, and `_Computed` positions."""
     views = []
     while value not in arguments:
         if isinstance(value, torch.fx.Node) and value.target is operator.getitem and \
@@ -549,8 +614,8 @@ def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int]
             views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
             value = value.args[0]
             continue
-        position = _position_view(value, arguments) if isinstance(value, torch.fx.Node) \
-            else None
+        position = _position_view(value, arguments, written) \
+            if isinstance(value, torch.fx.Node) else None
         if position is not None:
             views.append(position)
             value = value.args[0]

@@ -332,6 +332,10 @@ def _tensor_form(e: _Emitter, node: torch.fx.Node, tensors: dict[torch.fx.Node, 
         term = e(combine, e("mul.Tensor", args[1], kwargs["value"]), args[2])
         return e("add_.Tensor" if packet in (aten.addcmul_, aten.addcdiv_) else
                  "add.Tensor", args[0], term)
+    if packet in (aten.add_, aten.sub_, aten.add, aten.sub) and scalar_names == ["alpha"] \
+            and not scalar_positions and len(args) == 2:  # x.add_(y, alpha=t.item())
+        return e(f"{packet.__name__}.Tensor", args[0],
+                 e("mul.Tensor", _as_tensor(e, args[1]), kwargs["alpha"]))
     if scalar_names:
         return None
     overload = _per_tensor_overload(packet, args, kwargs)

@@ -222,9 +222,21 @@ class OptimizerSteps:
         self.settings.setdefault(id(opt), OptimizerSettings(opt))
         self.scalar_lists = _ScalarTensorLists()
         self.scalar_lists.__enter__()
+        # torch.export sets the flag, and torch.optim then computes its step counts and
+        # bias corrections as tensors of the step's dtype (float32), where eager reads
+        # them with .item() as Python floats: the step traces eager's code.
+        compiling = torch.compiler._is_compiling_flag
+        torch.compiler._is_compiling_flag = False
+
+        def end_step() -> None:  # after the step, or after a step that raised
+            torch.compiler._is_compiling_flag = compiling
+            self.scalar_lists.__exit__(None, None, None)
+        self.end_step = end_step
+        self.restores.append(end_step)
 
     def _after(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self.scalar_lists.__exit__(None, None, None)
+        self.restores.remove(self.end_step)
+        self.end_step()
         names = {id(p): n for n, p in self.module.named_parameters(remove_duplicate=False)}
         for key, entries in opt.state.items():
             for entry, value in entries.items():
@@ -428,12 +440,29 @@ class ItemAsTensor(torch.overrides.TorchFunctionMode):
 class _ScalarTensorLists(torch.overrides.TorchFunctionMode):
     """`torch._foreach_addcdiv_(p, a, b, scalars)` with one scalar per tensor in a 1-d
     tensor (Adam's foreach step when traced) as `p + scalars[i] * a / b` with lists of 0-d
-    tensors: tracing the op itself fails ("Expected scalars to be on CPU, got meta")."""
+    tensors: tracing the op itself fails ("Expected scalars to be on CPU, got meta").
+
+    Eager's foreach steps pass Python numbers computed from steps read with `.item()`,
+    which stay 0-d tensors here: a list of tensors is no `Scalar[]`, and the call fails
+    parsing its arguments, before any mode sees it. While entered, `torch._foreach_addc*`
+    stack such a list into the 1-d tensor this mode takes."""
 
     _OPS = {torch._foreach_addcdiv_: (torch._foreach_div_, True),
             torch._foreach_addcdiv: (torch._foreach_div_, False),
             torch._foreach_addcmul_: (torch._foreach_mul_, True),
             torch._foreach_addcmul: (torch._foreach_mul_, False)}
+
+    def __enter__(self) -> "_ScalarTensorLists":
+        self.originals = {op.__name__: op for op in self._OPS}
+        for name, op in self.originals.items():
+            setattr(torch, name, _stacking_scalars(op))
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        for name, op in self.originals.items():
+            setattr(torch, name, op)
+        if self in torch.overrides._get_current_function_mode_stack():
+            super().__exit__(*exc)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
@@ -446,6 +475,15 @@ class _ScalarTensorLists(torch.overrides.TorchFunctionMode):
                 return torch._foreach_add_(args[0], terms)
             return torch._foreach_add(args[0], terms)
         return func(*args, **kwargs)
+
+
+def _stacking_scalars(op: Callable[..., Any]) -> Callable[..., Any]:
+    def stacking(*args: Any, **kwargs: Any) -> Any:
+        if len(args) == 4 and isinstance(args[3], (list, tuple)) and args[3] and \
+                all(isinstance(s, torch.Tensor) for s in args[3]):
+            args = (*args[:3], torch.stack([s.reshape(()) for s in args[3]]))
+        return op(*args, **kwargs)
+    return stacking
 
 
 # A path from a root object to a tensor: ("attr", name), ("item", key) or ("grad", None).
