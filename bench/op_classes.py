@@ -140,6 +140,8 @@ def cases() -> list[Case]:
         Case("conv 3x3 backward [8, 64, 56, 56]", grads(conv_t, 0, 1),
              needing_grad(lambda: (randn(8, 64, 56, 56), randn(64, 64, 3, 3)), 0, 1),
              jgrads(conv_j, 0, 1)),
+        Case("conv 3x3 512→512 [8, 512, 2, 2] (window larger than the input)", conv_t,
+             lambda: (randn(8, 512, 2, 2), randn(512, 512, 3, 3)), conv_j),
         Case("conv 7x7/2 3→64 [8, 3, 224, 224]", conv7_t,
              lambda: (randn(8, 3, 224, 224), randn(64, 3, 7, 7)), conv7_j),
         Case("conv 7x7/2 backward [8, 3, 224, 224]", grads(conv7_t, 0, 1),
