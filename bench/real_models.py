@@ -6,7 +6,9 @@ ResNet-18 training step, against eager and inductor in one run (docs/performance
     .venv/bin/python bench/real_models.py --only 12.7M    # one row, JSON on stdout
 
 Each model runs in a process of its own, so that its peak resident memory is its own: the
-parent starts one per row (`--only`) and renders the rows. Weights are random (no
+parent starts one per row (`--only`), each with an empty compile cache (compile times are
+a first compile's; bench/compile_cache.py measures a second process), and renders the
+rows. Weights are random (no
 downloads); a decoder is transformers' `LlamaForCausalLM` in its static-cache export
 wrapper (`TorchExportableModuleWithStaticCache`, docs/models.md), batch 1, a cache of
 `CACHE` positions, timed on one decode step at a time as a serving loop calls it.
@@ -355,11 +357,15 @@ def render(rows: list[dict[str, Any]], load: tuple) -> str:
 
 def run(names: list[str], calls: int, log: Callable[[str], None] = print) -> str:
     """Every row in a process of its own; the section's markdown."""
+    import tempfile
+
     rows = []
     for name in names:
         log(f"real models: {name}")
-        done = subprocess.run([sys.executable, __file__, "--only", name, "--calls",
-                               str(calls)], capture_output=True, text=True)
+        with tempfile.TemporaryDirectory() as cache:  # compiles from nothing: a cold cache
+            done = subprocess.run([sys.executable, __file__, "--only", name, "--calls",
+                                   str(calls)], capture_output=True, text=True,
+                                  env={**os.environ, "OUTOFPLACE_CACHE_DIR": cache})
         lines = done.stdout.strip().splitlines()
         if done.returncode != 0 or not lines:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -776,3 +776,25 @@ def test_written_argument_with_overlapping_elements_is_refused() -> None:
     with pytest.raises(ValueError, match="argument 'z' has elements that share memory"):
         compiled(x, torch.randn(1).expand(4))
     assert_same(x, before, "x")
+
+
+def test_large_read_only_argument_seen_as_it_is_at_each_call() -> None:
+    """A weight is viewed in place, and the view kept for the next call at the same
+    address: a weight changed in place, or replaced by another tensor, between calls is
+    read as it is at the call."""
+    def exact(*shape):  # small integers: sums exact in any order
+        return torch.randint(-3, 4, shape).float()
+
+    linear = torch.nn.Linear(512, 512)  # a 1 MiB weight: viewed, not staged
+    assert linear.weight.nbytes > xla.STAGED_BYTES
+    with torch.no_grad():
+        linear.weight.copy_(exact(512, 512))
+        linear.bias.copy_(exact(512))
+    compiled = outofplace.compile(linear, (exact(2, 512),))
+    x = exact(2, 512)
+    with torch.no_grad():
+        for change in (lambda: None, lambda: linear.weight.mul_(-2),
+                       lambda: setattr(linear.weight, "data", exact(512, 512)),
+                       lambda: linear.weight.add_(1)):
+            change()
+            assert_same(compiled(x), linear(x), "output")
