@@ -16,10 +16,11 @@ import argparse
 import os
 import statistics
 import sys
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from real_models import _times  # seconds per call, after a warm-up call
 
 warnings.filterwarnings("ignore")
 
@@ -30,16 +31,6 @@ class Case:
     torch_fn: Callable[..., Any]  # the program, eager and compiled
     make: Callable[[], tuple]  # its arguments (float32)
     jax_fn: Callable[..., Any]  # the same op written in JAX, on numpy copies of them
-
-
-def _times(step: Callable[[], Any], calls: int, budget: float) -> list[float]:
-    step()
-    out, end = [], time.perf_counter() + budget
-    while len(out) < calls and (not out or time.perf_counter() < end):
-        start = time.perf_counter()
-        step()
-        out.append(time.perf_counter() - start)
-    return out
 
 
 def cases() -> list[Case]:
