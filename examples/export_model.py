@@ -2,8 +2,8 @@
 
 import torch
 
-from kv_cache import RollingKVCache
+from kv_cache import DecodeStep
 
 
 def kv_cache():
-    return RollingKVCache(), (torch.randn(2, 1, 4),)
+    return DecodeStep(), (torch.randn(8, 64), torch.randn(8, 64), torch.tensor(0))

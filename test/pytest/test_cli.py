@@ -24,7 +24,7 @@ def test_export_writes_every_format(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
         "io_map.json", "main.hlo.pb", "main.mlir", "main.mlirbc"]
     io_map = json.loads((tmp_path / "io_map.json").read_text())
-    assert io_map["inputs"] == ["kv_cache", "step", "k"]
+    assert io_map["inputs"] == ["kv_cache", "step", "q", "k", "pos"]
     assert [a["input_name"] for a in io_map["aliases"]] == ["kv_cache", "step"]
     assert (tmp_path / "ir" / "1-after-inplace-to-outofplace.mlir").exists()
     assert "aliases: kv_cache -> result 1, step -> result 2" in result.stderr
