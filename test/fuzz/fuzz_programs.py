@@ -1206,6 +1206,8 @@ def assert_program_matches_eager(program: Program) -> Any:
         except Exception:  # noqa: BLE001 - eager rejects the other values: no case
             continue
         for engine in ENGINES:
+            if engine == "dynamo":  # (its own two calls, in assert_matches_eager)
+                continue
             f_call, args, kwargs = program.build(call=number, layouts=number == 1)
             try:
                 assert_call_matches_eager(compiled, f_call, args, kwargs, engine)

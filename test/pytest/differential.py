@@ -103,9 +103,36 @@ from outofplace.backends import iree  # noqa: E402
 ENGINES = ["interpreter"] + ["xla"] * outofplace.xla.available() + \
     ["iree"] * iree.available()
 if os.environ.get("OUTOFPLACE_TEST_ENGINES"):  # a subset, e.g. "interpreter,xla"
-    # "mesh" (asked for only): the program compiled again on a mesh (`on_a_mesh`)
+    # asked for only: "mesh", the program compiled again on a mesh (`on_a_mesh`);
+    # "dynamo", the program through torch.compile(backend="outofplace") (`by_dynamo`)
     ENGINES = [e for e in os.environ["OUTOFPLACE_TEST_ENGINES"].split(",")
-               if e in ENGINES or (e == "mesh" and "xla" in ENGINES)]
+               if e in ENGINES or (e in ("mesh", "dynamo") and "xla" in ENGINES)]
+
+
+def by_dynamo(f: Any, eager_f: Any, args: tuple, kwargs: dict) -> None:
+    """The other path: `f` through `torch.compile(backend="outofplace", dynamic=False)`,
+    called twice, each call against eager on copies of the arguments. A program
+    `outofplace.compile` compiled must compile there too: a refusal fails the check."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    run = torch.compile(copy.deepcopy(f) if isinstance(f, torch.nn.Module) else f,
+                        backend="outofplace", dynamic=False)
+    for call in ("first", "second"):
+        compiled_args, compiled_kwargs = _clone((args, kwargs))
+        eager_args, eager_kwargs = _clone((args, kwargs))
+        try:
+            actual = run(*compiled_args, **compiled_kwargs)
+        except outofplace.UnsupportedMutationError as error:
+            raise AssertionError("torch.compile(backend='outofplace') refused a program "
+                                 f"outofplace.compile compiled: {error}") from error
+        expected = eager_f(*eager_args, **eager_kwargs)
+        _assert_call_matches(actual, expected, (compiled_args, compiled_kwargs),
+                             (eager_args, eager_kwargs), f"[dynamo, {call} call]", "xla")
+        if isinstance(f, torch.nn.Module):
+            assert_module_state_matches(run._orig_mod, eager_f, f"[dynamo, {call} call] "
+                                        "state", "xla")
+
 
 def on_a_mesh(f: Any, args: tuple, kwargs: dict,
               compiled: outofplace.Compiled) -> outofplace.Compiled:
@@ -162,6 +189,9 @@ def assert_matches_eager(f: Any, *args: Any, **kwargs: Any) -> outofplace.Compil
                     value.copy_(before[name])
         eager_f = copy.deepcopy(pristine) if is_module else f
         program = compiled
+        if engine == "dynamo":
+            by_dynamo(pristine if is_module else f, eager_f, args, kwargs)
+            continue
         if engine == "mesh":
             program = on_a_mesh(f, args, kwargs, compiled)
             if is_module:  # compiling again traced it: the module's state as before
