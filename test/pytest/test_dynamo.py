@@ -361,3 +361,21 @@ def test_training_graphs_name_the_users_tensors():
         compiled(torch.randn(8), 1).backward()
     copies = [str(w.message) for w in caught if "copied on every call" in str(w.message)]
     assert copies and all("'steps_1'" in c and "primals_" not in c for c in copies), copies
+
+
+def write_at(c, k, p):
+    c[:, p] = k  # the line messages name
+    return c.sum()
+
+
+def test_messages_name_the_users_line():
+    """A torch.compile graph is traced op by op with its nodes' stack traces: messages
+    name the user's line, not the graph's generated code (`<eval_with_key>`)."""
+    torch._dynamo.reset()
+    run = torch.compile(write_at, backend="outofplace", dynamic=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(torch.randn(4, 8), torch.randn(4), torch.tensor(3))
+    policy = [str(w.message) for w in caught if "out of bounds" in str(w.message)]
+    line = write_at.__code__.co_firstlineno + 1
+    assert policy and all(m.startswith(f"{__file__}:{line}:") for m in policy), policy

@@ -197,11 +197,18 @@ def _graph_module_with_hooks(gm: torch.fx.GraphModule) -> torch.nn.Module:
     the modes `export` enters through them (runtime positions, `.data`, masked values,
     `.item()` as a tensor, the optimizer's traced parameters) would not see the graph's
     ops. This module shares gm's parameters, buffers and submodules (so their names and
-    tensors are gm's) and its forward is gm's, with gm's argument names."""
+    tensors are gm's) and its forward runs gm's nodes with gm's argument names, each op
+    recorded with its node's stack trace (the user's lines, not gm's generated code)."""
     module = torch.nn.Module()
     module._parameters, module._buffers, module._modules = \
         gm._parameters, gm._buffers, gm._modules
-    module.forward = gm.forward
+
+    @functools.wraps(gm.forward)  # (torch.export names the inputs from its signature)
+    def forward(*args: Any) -> Any:
+        with torch.fx.traceback.preserve_node_meta():
+            return torch.fx.Interpreter(gm).run(*args)
+
+    module.forward = forward
     return module
 
 
