@@ -270,13 +270,9 @@ class WritesThroughData(torch.nn.Module):
         return x * self.scale
 
 
-@pytest.mark.parametrize("grad", [False, True])
-@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
-def test_write_through_data_of_a_buffer_and_a_parameter(path, grad):
-    """`.data` reaches the torch.compile backend as `_get_data_attr`, which torch.export
-    lifted as a fake constant ("Cannot access data pointer of Tensor")."""
-    model, eager = WritesThroughData(), WritesThroughData()
-    xs = [torch.randn(3) for _ in range(3)]
+def _calls_match_eager(model, eager, xs, path: str, grad: bool) -> None:
+    """`model` compiled on `path` ("outofplace.compile" or "torch.compile") and called on
+    each of `xs` with gradients enabled or not: each output as `eager`'s."""
     torch._dynamo.reset()
     try:
         with torch.set_grad_enabled(grad):
@@ -288,6 +284,15 @@ def test_write_through_data_of_a_buffer_and_a_parameter(path, grad):
         torch._dynamo.reset()
     for out, exp in zip(outputs, expected):
         torch.testing.assert_close(out, exp)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_write_through_data_of_a_buffer_and_a_parameter(path, grad):
+    """`.data` reaches the torch.compile backend as `_get_data_attr`, which torch.export
+    lifted as a fake constant ("Cannot access data pointer of Tensor")."""
+    model, eager = WritesThroughData(), WritesThroughData()
+    _calls_match_eager(model, eager, [torch.randn(3) for _ in range(3)], path, grad)
     assert torch.equal(model.total, eager.total)
     assert torch.equal(model.scale, eager.scale)
 
@@ -345,16 +350,5 @@ def test_last_row_written_with_gradients_enabled(path, grad):
     torch.manual_seed(0)
     model = SlidingWindow()
     eager = copy.deepcopy(model)
-    xs = [torch.randn(3) for _ in range(5)]
-    torch._dynamo.reset()
-    try:
-        with torch.set_grad_enabled(grad):
-            compiled = torch.compile(model, backend="outofplace") \
-                if path == "torch.compile" else outofplace.compile(model, (xs[0],))
-            outputs = [compiled(x) for x in xs]
-            expected = [eager(x) for x in xs]
-    finally:
-        torch._dynamo.reset()
-    for out, exp in zip(outputs, expected):
-        torch.testing.assert_close(out, exp)
+    _calls_match_eager(model, eager, [torch.randn(3) for _ in range(5)], path, grad)
     torch.testing.assert_close(model.win, eager.win)
