@@ -509,10 +509,10 @@ def _check_engine(engine: str, mesh: Any) -> None:
     if engine not in engines:
         raise EngineUnavailableError(f"unknown engine '{engine}': use one of "
                                      f"{', '.join(engines)}")
-    for name, needed, extra in (("xla", engine == "xla" or mesh is not None, "xla"),
-                                ("iree", engine == "iree", "iree")):
-        if needed and not (xla if name == "xla" else iree).available():
-            what = "a mesh" if name == "xla" and mesh is not None else f"engine='{name}'"
+    for extra, backend, needed in (("xla", xla, engine == "xla" or mesh is not None),
+                                   ("iree", iree, engine == "iree")):
+        if needed and not backend.available():
+            what = "a mesh" if extra == "xla" and mesh is not None else f"engine='{extra}'"
             raise EngineUnavailableError(
                 f"{what} needs the {extra} extra, which is not installed: pip install "
                 f"'outofplace[{extra}]' (or compile for engine='interpreter')")
