@@ -137,6 +137,104 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any],
     return compile_program(gm, tuple(_concrete(e) for e in example_inputs))
 
 
+def _extent(tensor: torch.Tensor) -> tuple[int, int]:
+    """The first and one past the last element of its storage a tensor reaches."""
+    last = tensor.storage_offset() + sum((size - 1) * stride
+                                         for size, stride in zip(tensor.shape, tensor.stride()))
+    return tensor.storage_offset(), last + 1
+
+
+def _view_layout(view: Any, base: Any) -> tuple | None:
+    """Where `view` sits in `base`'s memory, (size, stride, storage offset, base's storage
+    offset), when base is contiguous, of view's dtype, and holds all of view's elements;
+    else None."""
+    if not (isinstance(view, torch.Tensor) and isinstance(base, torch.Tensor)) or \
+            _is_symbolic(view) or _is_symbolic(base) or not view.numel() or \
+            not base.is_contiguous() or view.dtype != base.dtype or \
+            min(view.stride(), default=0) < 0 or \
+            view.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
+        return None
+    (start, end), (first, last) = _extent(base), _extent(view)
+    if not start <= first <= last <= end:
+        return None
+    return tuple(view.shape), view.stride(), view.storage_offset(), base.storage_offset()
+
+
+def _views_of_inputs(inputs: list[Any]) -> dict[int, int]:
+    """The inputs that are views of another input's memory, each with that input (its
+    base): {view: base}. A graph break hands the next graph a view of a tensor beside
+    the tensor itself (`stack0 = x[:, pos]` computed eagerly, then `x[:, 0] = stack0`).
+    A base is the largest contiguous input of a storage that holds the view's elements."""
+    groups: dict[int, list[int]] = {}
+    for i, tensor in enumerate(inputs):
+        if isinstance(tensor, torch.Tensor) and tensor.numel():
+            groups.setdefault(tensor.untyped_storage()._cdata, []).append(i)
+    views = {}
+    for members in groups.values():
+        bases = [i for i in members if inputs[i].is_contiguous()]
+        if len(members) < 2 or not bases:
+            continue
+        base = max(bases, key=lambda i: inputs[i].numel())
+        views.update({i: base for i in members
+                      if i != base and _view_layout(inputs[i], inputs[base]) is not None})
+    return views
+
+
+class ViewsOfInputs:
+    """Runs a graph some of whose inputs are views of another input (`_views_of_inputs`):
+    each such input is taken again inside the graph, as the `as_strided` of its base that
+    it is, so that a write through either shows through the other as in eager, where
+    separate arguments could not. The views' places in their bases are read at each call:
+    one program per layout (a view at a runtime position moves with the position), the
+    graph as it came for inputs that are no longer views."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
+                 views: dict[int, int]) -> None:
+        self.gm, self.views = gm, views
+        self.programs: collections.OrderedDict[tuple, Callable[..., Any]] = \
+            collections.OrderedDict()
+        layouts = self._layouts(example_inputs)
+        self.programs[layouts] = self._compile(layouts, example_inputs)
+
+    def _layouts(self, args: tuple) -> tuple:
+        return tuple((i, base, layout) for i, base in self.views.items()
+                     if (layout := _view_layout(args[i], args[base])) is not None)
+
+    def _compile(self, layouts: tuple, inputs: Any) -> Callable[..., Any]:
+        import copy
+
+        gm = copy.deepcopy(self.gm)  # dynamo passes the inputs of its own graph's placeholders
+        placeholders = gm.graph.find_nodes(op="placeholder")
+        with gm.graph.inserting_after(placeholders[-1]):
+            for i, base, (size, stride, offset, _) in layouts:
+                strided = gm.graph.call_function(
+                    torch.as_strided, (placeholders[base], size, stride, offset))
+                placeholders[i].replace_all_uses_with(strided)
+                gm.graph.erase_node(placeholders[i])
+        gm.recompile()
+        dropped = {i for i, _, _ in layouts}
+        kept = [i for i in range(len(inputs)) if i not in dropped]
+        program = _compile_graph(gm, [inputs[i] for i in kept])
+        return lambda *args: program(*[args[i] for i in kept])
+
+    def __call__(self, *args: Any) -> Any:
+        layouts = self._layouts(args)
+        program = self.programs.get(layouts)
+        if program is None:
+            program = self.programs[layouts] = self._compile(layouts, args)
+            if len(self.programs) == RECOMPILE_WARNING:
+                warnings.warn(
+                    f"outofplace compiled one torch.compile graph for {len(self.programs)} "
+                    "places of an input that views another (a graph break at a runtime "
+                    "position passes the view): keep the indexing inside the graph (an "
+                    "int64 position) to compile once", stacklevel=2)
+            if len(self.programs) > SHAPE_CACHE_SIZE:
+                self.programs.popitem(last=False)
+        else:
+            self.programs.move_to_end(layouts)
+        return program(*args)
+
+
 def _needs_gradients(example_inputs: list[Any]) -> bool:
     return torch.is_grad_enabled() and any(
         isinstance(e, torch.Tensor) and e.requires_grad for e in example_inputs)
@@ -188,4 +286,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[...
     if _needs_gradients(example_inputs):
         names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
         return _training_backend(names)(gm, example_inputs)
+    views = _views_of_inputs(example_inputs)
+    if views:
+        return ViewsOfInputs(gm, example_inputs, views)
     return _compile_graph(gm, example_inputs)
