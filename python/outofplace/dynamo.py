@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import re
 import warnings
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -134,7 +135,42 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any],
     _name_placeholders(gm, names)
     if any(_is_symbolic(example) for example in example_inputs):
         return ShapeSpecializing(gm)
-    return compile_program(gm, tuple(_concrete(e) for e in example_inputs))
+    key = _graph_key(gm, example_inputs)
+    compiled = _PROGRAMS.get(key) if key is not None else None
+    if compiled is None:
+        compiled = compile_program(gm, tuple(_concrete(e) for e in example_inputs))
+        if key is not None:
+            _PROGRAMS[key] = compiled
+    return compiled
+
+
+# The programs compiled in this process, by graph (`_graph_key`), while dynamo holds them.
+# Dynamo traces a frame again when a guard fails, often into the same graph: a write at a
+# 0-d int64 tensor position (`cache[:, pos] = k`) guards on the position's value (for
+# every backend), so each new position re-traces the frame; the graph, and so its
+# program, are the same.
+_PROGRAMS: weakref.WeakValueDictionary[tuple, Compiled] = weakref.WeakValueDictionary()
+
+
+def _graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple | None:
+    """What a graph's program depends on: its code and its inputs' types, layouts and
+    sharing of memory (static ints by value). None for a graph holding tensors of its
+    own (`get_attr`): their values would be part of the program."""
+    if gm.graph.find_nodes(op="get_attr"):
+        return None
+    storages: dict[int, int] = {}
+    inputs = []
+    for example in example_inputs:
+        if isinstance(example, torch.Tensor):
+            storage = storages.setdefault(example.untyped_storage()._cdata, len(storages))
+            inputs.append((tuple(example.shape), example.stride(), example.storage_offset(),
+                           example.dtype, example.device.type, example.requires_grad,
+                           storage))
+        elif isinstance(example, (int, float, bool)) or example is None:
+            inputs.append((type(example), example))
+        else:
+            return None
+    return gm.code, tuple(inputs)
 
 
 def _extent(tensor: torch.Tensor) -> tuple[int, int]:

@@ -405,3 +405,38 @@ def test_graph_with_an_input_no_longer_a_view_of_another():
         result = result[0] if isinstance(result, (tuple, list)) else result
         torch.testing.assert_close(result, expected, rtol=0, atol=0)
         torch.testing.assert_close(ours[0], eager[0], rtol=0, atol=0)
+
+
+class _CacheAtPosition(torch.nn.Module):
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 8, 4, dtype=dtype))
+
+    def forward(self, k, pos):
+        self.cache[:, pos] = k
+        return self.cache.sum(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dynamic", [None, False])
+def test_position_as_a_0d_tensor_compiles_once_under_torch_compile(dtype, dynamic,
+                                                                   monkeypatch):
+    """Dynamo guards a write at a 0-d int64 tensor position on the position's value, for
+    every backend, and traces the frame again for each new one into the same graph: its
+    program is compiled once, as `outofplace.compile` compiles it once."""
+    import outofplace.dynamo
+
+    compiles = []
+    compile_program = outofplace.dynamo.compile_program
+    monkeypatch.setattr(outofplace.dynamo, "compile_program",
+                        lambda gm, args: compiles.append(gm) or compile_program(gm, args))
+    monkeypatch.setattr(outofplace.dynamo, "_PROGRAMS", {})  # none from earlier tests
+    torch._dynamo.reset()
+    model, eager = _CacheAtPosition(dtype), _CacheAtPosition(dtype)
+    compiled = torch.compile(model, backend="outofplace", dynamic=dynamic)
+    for position in (0, 5, 2, 7, 3):
+        k = torch.randn(2, 4, dtype=dtype)
+        pos = torch.tensor(position)
+        torch.testing.assert_close(compiled(k, pos), eager(k, pos))
+        torch.testing.assert_close(model.cache, eager.cache, rtol=0, atol=0)
+    assert len(compiles) == 1, f"compiled {len(compiles)} times for 5 positions"
