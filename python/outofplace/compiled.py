@@ -205,7 +205,9 @@ class Compiled:
     def save(self, directory: str, target: str = export.DEFAULT_TARGET, *,
              hlo_proto: bool = True) -> list:
         """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax, unless `hlo_proto` is
-        False) and io_map.json."""
+        False) and io_map.json. With jax, io_map.json says which consumers the artifacts
+        were checked on (`"checked"`: a plain XLA:CPU client with default options and with
+        `xla.CONSUMER_OPTION`, whether each keeps every written argument in place)."""
         if hlo_proto:
             self._refuse_dynamic("main.hlo.pb (save with hlo_proto=False for the rest)")
         names = export.io_map_json(self.input_names, len(self.result_dtypes), self.io_map)
@@ -213,6 +215,8 @@ class Compiled:
             names["mesh"] = self.mesh
             names["shardings"] = {n: [list(axes) for axes in spec]
                                   for n, spec in self.shardings.items()}
+        elif xla.available() and not self.dynamic:
+            names["checked"] = xla.consumer_checks(self.stablehlo, self.io_map)
         return export.save(directory, self.stablehlo, names, target, hlo_proto=hlo_proto)
 
     def alias_problems(self, backend: str) -> list[str]:
