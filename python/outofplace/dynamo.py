@@ -62,8 +62,8 @@ def _shape_key(args: tuple) -> tuple:
 class ShapeSpecializing:
     """Runs a graph with symbolic sizes: one static program per concrete shape."""
 
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
-        self.gm = gm
+    def __init__(self, gm: torch.fx.GraphModule, options: dict[str, Any]) -> None:
+        self.gm, self.options = gm, options
         self.programs: collections.OrderedDict[tuple, Compiled] = collections.OrderedDict()
         self.compilations = 0
 
@@ -73,7 +73,7 @@ class ShapeSpecializing:
         if compiled is not None:
             self.programs.move_to_end(key)
             return compiled
-        compiled = compile_program(self.gm, args)
+        compiled = compile_program(self.gm, args, **self.options)
         self.compilations += 1
         if self.compilations == RECOMPILE_WARNING:
             warnings.warn(
@@ -129,16 +129,21 @@ def _name_placeholders(gm: torch.fx.GraphModule, names: list[str | None] | None)
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any],
-                   names: list[str | None] | None = None) -> Callable[..., Any]:
+                   names: list[str | None] | None = None,
+                   options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """Compiles one graph once (per shape, when sizes are symbolic); the callable runs it.
-    `names`: the user's names of its inputs, when dynamo's sources are not on them."""
+    `names`: the user's names of its inputs, when dynamo's sources are not on them;
+    `options`: `outofplace.compile`'s keyword arguments (`BACKEND_OPTIONS`)."""
+    options = options or {}
     _name_placeholders(gm, names)
     if any(_is_symbolic(example) for example in example_inputs):
-        return ShapeSpecializing(gm)
+        return ShapeSpecializing(gm, options)
     key = _graph_key(gm, example_inputs)
+    key = None if key is None else (key, tuple(sorted(options.items())))
     compiled = _PROGRAMS.get(key) if key is not None else None
     if compiled is None:
-        compiled = compile_program(gm, tuple(_concrete(e) for e in example_inputs))
+        compiled = compile_program(gm, tuple(_concrete(e) for e in example_inputs),
+                                   **options)
         if key is not None:
             _PROGRAMS[key] = compiled
     return compiled
@@ -225,8 +230,8 @@ class ViewsOfInputs:
     graph as it came for inputs that are no longer views."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
-                 views: dict[int, int]) -> None:
-        self.gm, self.views = gm, views
+                 views: dict[int, int], options: dict[str, Any]) -> None:
+        self.gm, self.views, self.options = gm, views, options
         self.programs: collections.OrderedDict[tuple, Callable[..., Any]] = \
             collections.OrderedDict()
         layouts = self._layouts(example_inputs)
@@ -250,7 +255,7 @@ class ViewsOfInputs:
         gm.recompile()
         dropped = {i for i, _, _ in layouts}
         kept = [i for i in range(len(inputs)) if i not in dropped]
-        program = _compile_graph(gm, [inputs[i] for i in kept])
+        program = _compile_graph(gm, [inputs[i] for i in kept], options=self.options)
         return lambda *args: program(*[args[i] for i in kept])
 
     def __call__(self, *args: Any) -> Any:
@@ -276,7 +281,8 @@ def _needs_gradients(example_inputs: list[Any]) -> bool:
         isinstance(e, torch.Tensor) and e.requires_grad for e in example_inputs)
 
 
-def _training_backend(names: list[str | None]) -> Callable[..., Any]:
+def _training_backend(names: list[str | None], options: dict[str, Any]
+                      ) -> Callable[..., Any]:
     """AOTAutograd splitting a graph that needs gradients into a forward and a backward
     graph, each compiled by outofplace, as torch's own backends do. Writes to inputs
     that need no gradient (a KV cache, BatchNorm's running statistics) stay in the
@@ -293,7 +299,7 @@ def _training_backend(names: list[str | None]) -> Callable[..., Any]:
         # AOTAutograd calls its compilers inside its fake mode: compiling (tracing
         # again from real tensors, checking arguments) needs real ones.
         with unset_fake_temporarily():
-            return make_boxed_func(_compile_graph(gm, example_inputs, names))
+            return make_boxed_func(_compile_graph(gm, example_inputs, names, options))
 
     return aot_autograd(fw_compiler=lambda gm, inputs: boxed(gm, inputs, names),
                         bw_compiler=boxed, keep_inference_input_mutations=True)
@@ -313,16 +319,28 @@ def _data_as_detach(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+# `torch.compile(..., backend="outofplace", options={...})`: these keyword arguments of
+# `outofplace.compile`, passed to it for every graph.
+BACKEND_OPTIONS = ("check_bounds", "engine", "cache")
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
+            options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The dynamo backend: compile the graph once (per shape, when sizes are symbolic),
     then run it on every call. A graph whose inputs require gradients (a model being
     trained) is compiled as the forward and backward graphs AOTAutograd makes, so
-    `loss.backward()` runs compiled code too."""
+    `loss.backward()` runs compiled code too. `options` (torch.compile's) are
+    `outofplace.compile`'s keyword arguments named in `BACKEND_OPTIONS`."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(BACKEND_OPTIONS))
+    if unknown:
+        raise ValueError(f"torch.compile(backend='outofplace') takes the options "
+                         f"{', '.join(BACKEND_OPTIONS)}, not {', '.join(unknown)}")
     _data_as_detach(gm)
     if _needs_gradients(example_inputs):
         names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
-        return _training_backend(names)(gm, example_inputs)
+        return _training_backend(names, options)(gm, example_inputs)
     views = _views_of_inputs(example_inputs)
     if views:
-        return ViewsOfInputs(gm, example_inputs, views)
-    return _compile_graph(gm, example_inputs)
+        return ViewsOfInputs(gm, example_inputs, views, options)
+    return _compile_graph(gm, example_inputs, options=options)

@@ -317,7 +317,11 @@ def consumer_checks(stablehlo: str, io_map: dict[int, int]) -> list[dict[str, An
 # call needs anyway (torch reads the results right after), without handing the work to a
 # thread and waiting for it to come back (tens of µs per call on jax's asynchronous one).
 _LOCK = threading.RLock()  # calls, adoptions and the holders' arrays change under it
-STAGED_BYTES = 1 << 16  # read-only arguments up to this size go through a kept buffer
+STAGED_BYTES = 1 << 16
+# Copies per call under this many bytes in all are not warned of: they cost less than the
+# call itself (StaticCache's per-layer counters, 8 bytes each, get one new value and all
+# but one are copied). `in_place_report` says them.
+WARN_BYTES = 4096  # read-only arguments up to this size go through a kept buffer
 
 
 @functools.cache
@@ -584,10 +588,13 @@ class CpuExecutable:
 
     def _warn_copies(self, stacklevel: int) -> None:
         """One warning for the copies found since the last: each argument by name, with
-        its bytes, grouped by reason."""
+        its bytes, grouped by reason; none when they come to under `WARN_BYTES` (the
+        report still says them)."""
         if not self._unwarned:
             return
         copies, self._unwarned = self._unwarned, []
+        if sum(nbytes for _, nbytes, _ in copies) < WARN_BYTES:
+            return
         if len(copies) == 1:
             a, nbytes, why = copies[0]
             message = (f"argument '{self.names[a]}' is copied on every call ({nbytes} "
