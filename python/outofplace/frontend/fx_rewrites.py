@@ -31,6 +31,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     refusals.refuse_overlapping_operands(graph)  # before the pairs' copies hide overlaps
     complex_pairs.rewrite(graph)
     optimizer_ops.decompose(graph)
+    optimizer_ops.numbers_at_their_ops_dtype(graph)
     out_arguments.functional_out_writes(graph)
     decompositions.real_conjugations(graph)
     decompositions.scalars_as_tensors(graph)

@@ -22,7 +22,7 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
-from .fx_graph import call, source_line
+from .fx_graph import call, op_effects, source_line
 
 aten = torch.ops.aten
 
@@ -258,6 +258,48 @@ def _as_tensor(e: _Emitter, value: Any) -> torch.fx.Node:
         return value
     dtype = torch.int64 if isinstance(value, int) else torch.float64
     return e("scalar_tensor", value, dtype=dtype)
+
+
+def numbers_at_their_ops_dtype(graph: torch.fx.Graph) -> None:
+    """A Python number computed from `.item()` values (a 0-d tensor here: ItemAsTensor's
+    `convert_element_type`, and pointwise ops of such numbers only) where it meets a
+    tensor of the program, read at the dtype the op computes in with a Python number,
+    as eager reads it. NAdam's `mu_product *= mu` multiplies a float32 state by a number
+    computed in float64 from the step: eager by `mu` rounded to float32; two 0-d tensors
+    would compute in float64, then round (one unit in the last place off)."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    numbers: set[torch.fx.Node] = set()
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        inputs = [a for a in node.all_input_nodes
+                  if isinstance(a.meta.get("val"), torch.Tensor)]
+        if node.target is torch.ops.prims.convert_element_type.default and \
+                node.meta["val"].dim() == 0 and node.meta["val"].dtype in (
+                    torch.float64, torch.int64, torch.bool):
+            numbers.add(node)
+            continue
+        if torch.Tag.pointwise not in node.target.tags or not inputs:
+            continue
+        own = [a for a in inputs if a not in numbers]
+        if not own:
+            effects = op_effects(node)
+            if effects is None or not effects.is_inplace:
+                numbers.add(node)
+            continue
+        if len(own) == len(inputs) or not any(
+                a.meta["val"].dtype.is_floating_point for a in own):
+            continue
+        _, dtype = elementwise_dtypes(
+            *(a.meta["val"] for a in own), 1.0,
+            type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        for number in [a for a in inputs if a in numbers]:
+            if number.meta["val"].dtype != dtype:
+                with graph.inserting_before(node):
+                    cast = call(graph, torch.ops.prims.convert_element_type.default,
+                                number, dtype)
+                node.replace_input_with(number, cast)
 
 
 def scalars_read_as_tensors(graph: torch.fx.Graph) -> None:

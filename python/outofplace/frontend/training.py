@@ -433,7 +433,8 @@ class ItemAsTensor(torch.overrides.TorchFunctionMode):
             wide = torch.float64 if value.is_floating_point() else \
                 torch.bool if value.dtype == torch.bool else \
                 torch.complex128 if value.is_complex() else torch.int64
-            return value.reshape(()).to(wide)
+            # prims' convert marks the number for optimizer_ops.numbers_at_their_ops_dtype
+            return torch.ops.prims.convert_element_type.default(value.reshape(()), wide)
         return func(*args, **kwargs)
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 from torch_mlir import ir, passmanager
 
 from . import (constant_folding, diagonal, dot_transposes, empty_tensors,  # noqa: F401
-               small_convolutions, squeeze_state,
+               power_precision, small_convolutions, squeeze_state,
                inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)
