@@ -16,6 +16,8 @@ bridge does; the programs are kept in a bounded cache.
 from __future__ import annotations
 
 import collections
+import functools
+import math
 import re
 import warnings
 import weakref
@@ -186,36 +188,60 @@ def _extent(tensor: torch.Tensor) -> tuple[int, int]:
 
 
 def _view_layout(view: Any, base: Any) -> tuple | None:
-    """Where `view` sits in `base`'s memory, (size, stride, storage offset, base's storage
-    offset), when base is contiguous, of view's dtype, and holds all of view's elements;
-    else None."""
+    """Where `view` sits in `base`'s memory, (size, stride, storage offset, base's size,
+    stride and storage offset), when base is of view's dtype and each element of view is
+    an element of base; else None."""
     if not (isinstance(view, torch.Tensor) and isinstance(base, torch.Tensor)) or \
             _is_symbolic(view) or _is_symbolic(base) or not view.numel() or \
-            not base.is_contiguous() or view.dtype != base.dtype or \
-            min(view.stride(), default=0) < 0 or \
+            view.dtype != base.dtype or \
             view.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
         return None
-    (start, end), (first, last) = _extent(base), _extent(view)
-    if not start <= first <= last <= end:
-        return None
-    return tuple(view.shape), view.stride(), view.storage_offset(), base.storage_offset()
+    layout = (tuple(view.shape), view.stride(), view.storage_offset(),
+              tuple(base.shape), base.stride(), base.storage_offset())
+    return layout if _within(layout) else None
+
+
+@functools.lru_cache(maxsize=256)
+def _within(layout: tuple) -> bool:
+    """Whether every element of the first strided layout (size, stride, offset) is an
+    element of the second."""
+    def extent(size: tuple, stride: tuple, offset: int) -> tuple[int, int]:
+        return offset, offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
+
+    def offsets(size: tuple, stride: tuple, offset: int) -> torch.Tensor:
+        addresses = torch.tensor(offset)
+        for dim, (n, s) in enumerate(zip(size, stride)):
+            shape = [1] * len(size)
+            shape[dim] = n
+            addresses = addresses + torch.arange(n).view(shape) * s
+        return addresses.reshape(-1)
+
+    view, base = layout[:3], layout[3:]
+    (start, end), (first, last) = extent(*base), extent(*view)
+    if min(view[1], default=0) < 0 or min(base[1], default=0) < 0 or \
+            not start <= first <= last <= end:
+        return False
+    if math.prod(base[0]) == end - start:  # base covers its extent: contiguous
+        return True
+    if math.prod(view[0]) + math.prod(base[0]) > 1 << 22:
+        return False  # too large to test element by element
+    return bool(torch.isin(offsets(*view), offsets(*base)).all())
 
 
 def _views_of_inputs(inputs: list[Any]) -> dict[int, int]:
     """The inputs that are views of another input's memory, each with that input (its
     base): {view: base}. A graph break hands the next graph a view of a tensor beside
     the tensor itself (`stack0 = x[:, pos]` computed eagerly, then `x[:, 0] = stack0`).
-    A base is the largest contiguous input of a storage that holds the view's elements."""
+    A base is the largest input of a storage whose elements include the view's."""
     groups: dict[int, list[int]] = {}
     for i, tensor in enumerate(inputs):
         if isinstance(tensor, torch.Tensor) and tensor.numel():
             groups.setdefault(tensor.untyped_storage()._cdata, []).append(i)
     views = {}
     for members in groups.values():
-        bases = [i for i in members if inputs[i].is_contiguous()]
-        if len(members) < 2 or not bases:
+        if len(members) < 2:
             continue
-        base = max(bases, key=lambda i: inputs[i].numel())
+        base = max(members, key=lambda i: (inputs[i].numel(), inputs[i].is_contiguous()))
         views.update({i: base for i in members
                       if i != base and _view_layout(inputs[i], inputs[base]) is not None})
     return views
@@ -247,7 +273,7 @@ class ViewsOfInputs:
         gm = copy.deepcopy(self.gm)  # dynamo passes the inputs of its own graph's placeholders
         placeholders = gm.graph.find_nodes(op="placeholder")
         with gm.graph.inserting_after(placeholders[-1]):
-            for i, base, (size, stride, offset, _) in layouts:
+            for i, base, (size, stride, offset, *_) in layouts:
                 strided = gm.graph.call_function(
                     torch.as_strided, (placeholders[base], size, stride, offset))
                 placeholders[i].replace_all_uses_with(strided)
