@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 from torch_mlir import ir
 
 from . import bounds, compile_cache, progress
-from .backends import export, hlo_proto, iree, spmd, xla
+from .backends import custom_calls, export, hlo_proto, iree, spmd, xla
 from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
@@ -186,9 +186,15 @@ class Compiled:
         """The StableHLO text, values named after the program (`%kv_cache_modified`)."""
         return self.module.operation.get_asm(use_name_loc_as_prefix=True)
 
+    @property
+    def _exported(self) -> str:
+        """What the exports carry: `stablehlo`, with custom ops mapped to a foreign
+        target called as that (outofplace.kernels)."""
+        return custom_calls.with_foreign_targets(self.stablehlo)
+
     def portable_artifact(self, target: str = export.DEFAULT_TARGET) -> bytes:
         """Versioned StableHLO bytecode; the default target is what jaxlib 0.10.2 reads."""
-        return export.portable_artifact(self.stablehlo, target)
+        return export.portable_artifact(self._exported, target)
 
     def _refuse_dynamic(self, what: str) -> None:
         if self.dynamic:
@@ -200,7 +206,7 @@ class Compiled:
         """The serialized `xla.HloModuleProto` (what the Neuron compiler ingests), with
         `input_output_alias` for every mutated argument. Needs the xla extra."""
         self._refuse_dynamic("an HLO module proto")
-        return xla.hlo_module_proto(self.stablehlo)
+        return xla.hlo_module_proto(self._exported)
 
     def save(self, directory: str, target: str = export.DEFAULT_TARGET, *,
              hlo_proto: bool = True) -> list:
@@ -213,7 +219,7 @@ class Compiled:
             names["mesh"] = self.mesh
             names["shardings"] = {n: [list(axes) for axes in spec]
                                   for n, spec in self.shardings.items()}
-        return export.save(directory, self.stablehlo, names, target, hlo_proto=hlo_proto)
+        return export.save(directory, self._exported, names, target, hlo_proto=hlo_proto)
 
     def alias_problems(self, backend: str) -> list[str]:
         """What `backend`'s compiled program does not prove of `io_map`; [] when every
@@ -422,6 +428,8 @@ class Compiled:
             results = self._xla_executable()(inputs)
             if self._plan is None:
                 self._make_plan(inputs)
+        elif engine in ("interpreter", "iree") and custom_calls.kernel_calls(self.module):
+            custom_calls.refuse_engine(self.module, engine)
         elif engine == "interpreter":
             results = interpret(self.module, inputs, self.result_dtypes)
             with torch.no_grad():
@@ -594,6 +602,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
             if compile_cache.enabled(cache) and not (dump_ir or verify_each) else None
         module, io_map, input_types, result_types = compile_cache.lowered(
             module, entry, lambda: _lower(module, signature, dump_ir, verify_each))
+        custom_calls.prepare(module, engine, mesh)  # kernels: XLA:CPU's handler, or refused
         flags = None
         if signature.bounds_result is not None:  # the flags: a program of their own
             flags = bounds.split(module, signature.bounds_result)

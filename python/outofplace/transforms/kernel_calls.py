@@ -19,7 +19,8 @@ between `torch_c` casts, which torch-mlir leaves alone:
 - the non-tensor arguments are typed FFI attributes in `backend_config`, by their schema
   names (int → i64, float → f64, bool → i1, str, int[] / float[] → dense arrays; None
   left out), with the op's name under `outofplace.op` (an XLA FFI handler is not told
-  the target it was called for); a value computed at run time is refused;
+  the target it was called for) and the schema positions of the tensor operands under
+  `outofplace.tensors`; a value computed at run time is refused;
 - `has_side_effect` only where the schema says so (kernel_writes.has_side_effect).
 
 A call of a custom op that writes nothing the pass did not visit (it read no tracked
@@ -37,6 +38,7 @@ from . import kernel_writes
 from .registry import register_pass
 
 OP_NAME = "outofplace.op"  # backend_config entry: the op the CPU handler calls
+TENSORS = "outofplace.tensors"  # backend_config entry: schema positions of the operands
 
 
 def _attribute(value: ir.Value, op: ir.Operation, name: str) -> ir.Attribute | None:
@@ -118,6 +120,7 @@ def lower_call(op: ir.Operation) -> None:
             attribute = _attribute(value, op, name)
             if attribute is not None:
                 config[name] = attribute
+    config[TENSORS] = ir.DenseI64ArrayAttr.get(list(position_of))
     results = []
     for result in op.results:
         t = torch_types.TensorType.of(result.type)

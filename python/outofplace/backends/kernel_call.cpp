@@ -1,0 +1,165 @@
+// A custom op's own CPU kernel, called inside an XLA:CPU program (backends/kernels.py).
+//
+// transforms/kernel_calls.py lowers a call of a custom op (`torch.library.custom_op`,
+// `torch.library.define`, a C++ op) to `stablehlo.custom_call @"ns::op"` with typed-FFI
+// attributes: the op's name (`outofplace.op`), the schema positions of the tensor
+// operands (`outofplace.tensors`) and each non-tensor argument under its schema name.
+// This one handler, registered for every such target, wraps XLA's buffers as CPU tensors
+// (from_blob, no copy) and calls the op through the c10 dispatcher with the GIL held (a
+// Python kernel needs it; a C++ one does not mind). Results: the op's own tensor results
+// (copied into XLA's result buffers), then one per argument it writes, which aliases
+// that operand (`output_operand_aliases`): XLA hands the operand's buffer as the result
+// buffer, so the kernel writes it in place; where XLA gave another buffer (it kept the
+// operand for a later read), the operand is copied into it first and that is written.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+std::optional<at::ScalarType> scalar_type(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::PRED: return at::kBool;
+    case ffi::DataType::S8: return at::kChar;
+    case ffi::DataType::S16: return at::kShort;
+    case ffi::DataType::S32: return at::kInt;
+    case ffi::DataType::S64: return at::kLong;
+    case ffi::DataType::U8: return at::kByte;
+    case ffi::DataType::F16: return at::kHalf;
+    case ffi::DataType::BF16: return at::kBFloat16;
+    case ffi::DataType::F32: return at::kFloat;
+    case ffi::DataType::F64: return at::kDouble;
+    case ffi::DataType::C64: return at::kComplexFloat;
+    case ffi::DataType::C128: return at::kComplexDouble;
+    default: return std::nullopt;
+  }
+}
+
+at::Tensor over(const ffi::AnyBuffer& buffer, void* data) {
+  auto dims = buffer.dimensions();
+  std::vector<int64_t> sizes(dims.begin(), dims.end());
+  auto type = scalar_type(buffer.element_type());
+  if (!type) throw std::runtime_error("a buffer of an element type torch has no dtype for");
+  return at::from_blob(data, sizes, at::TensorOptions().dtype(*type).device(at::kCPU));
+}
+
+// A non-tensor argument from the attributes, as the schema types it; None when absent.
+c10::IValue attribute(const ffi::Dictionary& attrs, const c10::Argument& argument) {
+  const std::string& name = argument.name();
+  c10::TypePtr type = argument.type();
+  if (!attrs.contains(name)) {
+    if (argument.default_value()) return *argument.default_value();
+    if (type->kind() == c10::TypeKind::OptionalType) return c10::IValue();
+    throw std::runtime_error("no value for the argument '" + name + "'");
+  }
+  if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+  switch (type->kind()) {
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+    case c10::TypeKind::ScalarTypeType:
+    case c10::TypeKind::LayoutType:
+    case c10::TypeKind::MemoryFormatType:
+      return attrs.get<int64_t>(name).value();
+    case c10::TypeKind::FloatType:
+      return attrs.get<double>(name).value();
+    case c10::TypeKind::BoolType:
+      return attrs.get<bool>(name).value();
+    case c10::TypeKind::StringType:
+      return std::string(attrs.get<std::string_view>(name).value());
+    case c10::TypeKind::NumberType:
+      if (attrs.contains<int64_t>(name)) return attrs.get<int64_t>(name).value();
+      if (attrs.contains<bool>(name)) return attrs.get<bool>(name).value();
+      return attrs.get<double>(name).value();
+    case c10::TypeKind::ListType: {
+      auto element = type->castRaw<c10::ListType>()->getElementType()->kind();
+      if (element == c10::TypeKind::IntType || element == c10::TypeKind::SymIntType) {
+        auto span = attrs.get<ffi::Span<const int64_t>>(name).value();
+        return std::vector<int64_t>(span.begin(), span.end());
+      }
+      if (element == c10::TypeKind::FloatType) {
+        auto span = attrs.get<ffi::Span<const double>>(name).value();
+        return std::vector<double>(span.begin(), span.end());
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  throw std::runtime_error("the argument '" + name + "' has a type (" + type->str() +
+                           ") outofplace does not pass to kernels");
+}
+
+ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                       ffi::Dictionary attrs) {
+  std::string op_name;
+  try {
+    op_name = std::string(attrs.get<std::string_view>("outofplace.op").value());
+    auto tensors = attrs.get<ffi::Span<const int64_t>>("outofplace.tensors").value();
+    auto dot = op_name.find('.', op_name.find("::"));
+    std::string name = op_name.substr(0, dot);
+    std::string overload = dot == std::string::npos ? "" : op_name.substr(dot + 1);
+    auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(),
+                                                                 overload.c_str());
+    const auto& schema = handle.schema();
+    size_t fresh = 0;
+    for (const auto& ret : schema.returns()) fresh += ret.alias_info() == nullptr;
+
+    torch::jit::Stack stack;
+    size_t next_arg = 0, next_written = fresh;
+    for (size_t position = 0; position < schema.arguments().size(); ++position) {
+      const auto& argument = schema.arguments()[position];
+      if (std::find(tensors.begin(), tensors.end(), int64_t(position)) == tensors.end()) {
+        stack.emplace_back(attribute(attrs, argument));
+        continue;
+      }
+      auto arg = args.get<ffi::AnyBuffer>(next_arg++).value();
+      bool written = argument.alias_info() != nullptr && argument.alias_info()->isWrite();
+      if (!written) {
+        stack.emplace_back(over(arg, arg.untyped_data()));
+        continue;
+      }
+      auto ret = rets.get<ffi::AnyBuffer>(next_written++).value();
+      if (ret->untyped_data() != arg.untyped_data())  // XLA kept the operand: copy first
+        std::memcpy(ret->untyped_data(), arg.untyped_data(), arg.size_bytes());
+      stack.emplace_back(over(*ret, ret->untyped_data()));
+    }
+    {
+      pybind11::gil_scoped_acquire gil;  // a Python kernel (torch.library) needs it
+      try {
+        handle.callBoxed(stack);
+      } catch (pybind11::error_already_set& error) {
+        throw std::runtime_error(error.what());
+      }
+    }
+    size_t result = 0;
+    for (size_t i = 0; i < schema.returns().size() && i < stack.size(); ++i) {
+      if (schema.returns()[i].alias_info() != nullptr) continue;
+      auto out = rets.get<ffi::AnyBuffer>(result++).value();
+      at::Tensor target = over(*out, out->untyped_data());
+      target.copy_(stack[i].toTensor());
+    }
+  } catch (const std::exception& error) {
+    return ffi::Error::Internal("the kernel " + op_name + " failed: " + error.what());
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(OutofplaceKernelCall, call_kernel,
+                              ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attrs());
+
+PYBIND11_MODULE(_kernel_call, m) {
+  m.doc() = "The XLA FFI handler that runs custom ops' CPU kernels (backends/kernel_call.cpp)";
+  m.def("handler", []() {
+    return pybind11::capsule(reinterpret_cast<void*>(&OutofplaceKernelCall));
+  }, "The typed-FFI handler (a PyCapsule) to register for each custom op target on CPU");
+}
