@@ -127,6 +127,11 @@ class Compiled:
     _engines: Any = field(default_factory=threading.Lock, repr=False)
 
     @functools.cached_property
+    def _kernels(self) -> bool:
+        """Whether the program calls custom ops' kernels (backends/custom_calls.py)."""
+        return bool(custom_calls.kernel_calls(self.module))
+
+    @functools.cached_property
     def dynamic(self) -> bool:
         """Whether the program has dynamic dimensions (`tensor<?x...>`, dynamic_shapes)."""
         return any(-1 in shape for shape, _ in self.input_types)
@@ -446,6 +451,8 @@ class Compiled:
         return self._finish(inputs, results)
 
     def _finish(self, inputs: list[torch.Tensor], results: list[Any]) -> Any:
+        if self._kernels:  # a kernel that raised inside XLA's run: raised here
+            custom_calls.raise_failure()
         for parameter in self.signature.cleared_grads:
             parameter.grad = None
         return self._outputs(inputs, results)

@@ -54,6 +54,23 @@ def extension():
     return _kernel_call
 
 
+class KernelFailed(RuntimeError):
+    """A custom op's kernel raised during a call on XLA:CPU."""
+
+
+def raise_failure() -> None:
+    """After XLA ran a program with kernels: raises KernelFailed when one raised (the
+    handler records it rather than failing XLA's execution, which would drop the donated
+    buffers, the caller's tensors among them)."""
+    handler = extension()
+    failure = handler.take_failure() if handler is not None else ""
+    if failure:
+        raise KernelFailed(
+            f"{failure}. The tensors it writes hold what it left (a kernel that checks its "
+            "arguments before writing, as PyTorch's ops do, leaves them as they were); "
+            "the call's other writes, if any, were made; its results are not returned")
+
+
 def prepare(module: ir.Module, engine: str, mesh: object = None) -> None:
     """At compile time: refuses an engine that cannot call the program's kernels, and
     registers the CPU handler for each kernel's target when the engine is XLA."""

@@ -16,6 +16,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@
 namespace ffi = xla::ffi;
 
 namespace {
+
+// The first kernel failure since the last `take_failure` (see call_kernel).
+std::mutex failure_mutex;
+std::string failure;
 
 std::optional<at::ScalarType> scalar_type(ffi::DataType type) {
   switch (type) {
@@ -41,6 +46,13 @@ std::optional<at::ScalarType> scalar_type(ffi::DataType type) {
     case ffi::DataType::C128: return at::kComplexDouble;
     default: return std::nullopt;
   }
+}
+
+// The value, or a runtime_error with XLA's message (std::get would say nothing useful).
+template <typename T>
+T need(ffi::ErrorOr<T> value, const std::string& what) {
+  if (value.has_error()) throw std::runtime_error(what + ": " + value.error().message());
+  return std::move(value).value();
 }
 
 at::Tensor over(const ffi::AnyBuffer& buffer, void* data) {
@@ -67,25 +79,25 @@ c10::IValue attribute(const ffi::Dictionary& attrs, const c10::Argument& argumen
     case c10::TypeKind::ScalarTypeType:
     case c10::TypeKind::LayoutType:
     case c10::TypeKind::MemoryFormatType:
-      return attrs.get<int64_t>(name).value();
+      return need(attrs.get<int64_t>(name), name);
     case c10::TypeKind::FloatType:
-      return attrs.get<double>(name).value();
+      return need(attrs.get<double>(name), name);
     case c10::TypeKind::BoolType:
-      return attrs.get<bool>(name).value();
+      return need(attrs.get<bool>(name), name);
     case c10::TypeKind::StringType:
-      return std::string(attrs.get<std::string_view>(name).value());
+      return std::string(need(attrs.get<std::string_view>(name), name));
     case c10::TypeKind::NumberType:
-      if (attrs.contains<int64_t>(name)) return attrs.get<int64_t>(name).value();
-      if (attrs.contains<bool>(name)) return attrs.get<bool>(name).value();
-      return attrs.get<double>(name).value();
+      if (attrs.contains<int64_t>(name)) return need(attrs.get<int64_t>(name), name);
+      if (attrs.contains<bool>(name)) return need(attrs.get<bool>(name), name);
+      return need(attrs.get<double>(name), name);
     case c10::TypeKind::ListType: {
       auto element = type->castRaw<c10::ListType>()->getElementType()->kind();
       if (element == c10::TypeKind::IntType || element == c10::TypeKind::SymIntType) {
-        auto span = attrs.get<ffi::Span<const int64_t>>(name).value();
+        auto span = need(attrs.get<ffi::Span<const int64_t>>(name), name);
         return std::vector<int64_t>(span.begin(), span.end());
       }
       if (element == c10::TypeKind::FloatType) {
-        auto span = attrs.get<ffi::Span<const double>>(name).value();
+        auto span = need(attrs.get<ffi::Span<const double>>(name), name);
         return std::vector<double>(span.begin(), span.end());
       }
       break;
@@ -97,22 +109,29 @@ c10::IValue attribute(const ffi::Dictionary& attrs, const c10::Argument& argumen
                            ") outofplace does not pass to kernels");
 }
 
+// A kernel that raises does not fail XLA's execution: XLA would drop the buffers it was
+// donated, the caller's tensors among them. The failure is recorded instead, the
+// kernel's own results are zeros, and Python raises it once XLA has run
+// (custom_calls.raise_failure), the written buffers still the caller's memory, as the
+// kernel left them (a kernel that checks its arguments before writing leaves them as
+// they were). A failure before the kernel is called (the op not registered any more, an
+// attribute of the wrong type) fails the execution.
 ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
                        ffi::Dictionary attrs) {
   std::string op_name;
+  torch::jit::Stack stack;
+  std::optional<c10::OperatorHandle> handle;
+  size_t fresh = 0;
   try {
-    op_name = std::string(attrs.get<std::string_view>("outofplace.op").value());
-    auto tensors = attrs.get<ffi::Span<const int64_t>>("outofplace.tensors").value();
+    op_name = std::string(need(attrs.get<std::string_view>("outofplace.op"), "outofplace.op"));
+    auto tensors = need(attrs.get<ffi::Span<const int64_t>>("outofplace.tensors"),
+                        "outofplace.tensors");
     auto dot = op_name.find('.', op_name.find("::"));
     std::string name = op_name.substr(0, dot);
     std::string overload = dot == std::string::npos ? "" : op_name.substr(dot + 1);
-    auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(),
-                                                                 overload.c_str());
-    const auto& schema = handle.schema();
-    size_t fresh = 0;
+    handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+    const auto& schema = handle->schema();
     for (const auto& ret : schema.returns()) fresh += ret.alias_info() == nullptr;
-
-    torch::jit::Stack stack;
     size_t next_arg = 0, next_written = fresh;
     for (size_t position = 0; position < schema.arguments().size(); ++position) {
       const auto& argument = schema.arguments()[position];
@@ -120,34 +139,46 @@ ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
         stack.emplace_back(attribute(attrs, argument));
         continue;
       }
-      auto arg = args.get<ffi::AnyBuffer>(next_arg++).value();
+      auto arg = need(args.get<ffi::AnyBuffer>(next_arg++), "an operand");
       bool written = argument.alias_info() != nullptr && argument.alias_info()->isWrite();
       if (!written) {
         stack.emplace_back(over(arg, arg.untyped_data()));
         continue;
       }
-      auto ret = rets.get<ffi::AnyBuffer>(next_written++).value();
+      auto ret = need(rets.get<ffi::AnyBuffer>(next_written++), "a result");
       if (ret->untyped_data() != arg.untyped_data())  // XLA kept the operand: copy first
         std::memcpy(ret->untyped_data(), arg.untyped_data(), arg.size_bytes());
       stack.emplace_back(over(*ret, ret->untyped_data()));
     }
+  } catch (const std::exception& error) {
+    return ffi::Error::Internal("outofplace could not call the kernel " + op_name + ": " +
+                                error.what());
+  }
+  try {
     {
       pybind11::gil_scoped_acquire gil;  // a Python kernel (torch.library) needs it
       try {
-        handle.callBoxed(stack);
+        handle->callBoxed(stack);
       } catch (pybind11::error_already_set& error) {
         throw std::runtime_error(error.what());
       }
     }
+    const auto& returns = handle->schema().returns();
     size_t result = 0;
-    for (size_t i = 0; i < schema.returns().size() && i < stack.size(); ++i) {
-      if (schema.returns()[i].alias_info() != nullptr) continue;
-      auto out = rets.get<ffi::AnyBuffer>(result++).value();
-      at::Tensor target = over(*out, out->untyped_data());
-      target.copy_(stack[i].toTensor());
+    for (size_t i = 0; i < returns.size() && i < stack.size(); ++i) {
+      if (returns[i].alias_info() != nullptr) continue;
+      auto out = need(rets.get<ffi::AnyBuffer>(result++), "a result");
+      over(*out, out->untyped_data()).copy_(stack[i].toTensor());
     }
   } catch (const std::exception& error) {
-    return ffi::Error::Internal("the kernel " + op_name + " failed: " + error.what());
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (failure.empty()) failure = "the kernel " + op_name + " failed: " + error.what();
+    }
+    for (size_t i = 0; i < fresh; ++i) {  // its own results: zeros
+      auto out = rets.get<ffi::AnyBuffer>(i);
+      if (out.has_value()) std::memset((*out)->untyped_data(), 0, (*out)->size_bytes());
+    }
   }
   return ffi::Error::Success();
 }
@@ -162,4 +193,10 @@ PYBIND11_MODULE(_kernel_call, m) {
   m.def("handler", []() {
     return pybind11::capsule(reinterpret_cast<void*>(&OutofplaceKernelCall));
   }, "The typed-FFI handler (a PyCapsule) to register for each custom op target on CPU");
+  m.def("take_failure", []() {
+    std::lock_guard<std::mutex> lock(failure_mutex);
+    std::string taken;
+    taken.swap(failure);
+    return taken;
+  }, "The first kernel failure since the last call ('' for none), cleared");
 }
