@@ -117,7 +117,11 @@ def visit_kernel(rewriter: Any, op: ir.Operation, effects: op_registry.OpEffects
         [torch_types.value_type(values[p].type) for p in written]
     direct = [rewriter.aliases[operands[p]] for p in written]
     direct = [a.root for a in direct if not a.chain]
-    loc = rewriter.version_location(direct[0], op) if direct else op.location
+    # One result, a root's new version: `<root>_modified`. Several: MLIR names an op's
+    # results together (`%write_kv:3`), so the call takes the op's name.
+    loc = rewriter.version_location(direct[0], op) if direct and len(types) == 1 else \
+        op.location if len(types) == 1 else ir.Location.name(
+            schema.name.split("::")[-1], childLoc=op.location)
     attributes = {"name": op.attributes["name"], **kernel_attributes(effects, written)}
     call = ir.Operation.create("torch.operator", results=types, operands=values, loc=loc,
                                attributes=attributes, ip=ir.InsertionPoint(op))
