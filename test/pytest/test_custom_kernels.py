@@ -337,3 +337,15 @@ def test_foreign_target_is_carried_by_the_exports(tmp_path):
                            expected)
     finally:
         kernels.unregister_foreign_target(write_rows)
+
+
+def test_without_the_handler_compiling_for_xla_refuses(monkeypatch):
+    """No extension (installed without a compiler or jaxlib): refused when compiling,
+    naming the op and the line, not at the call."""
+    monkeypatch.setattr(custom_calls, "extension", lambda: None)
+    args = (torch.zeros(3, 4, 8), *_step_args(paged_write, torch.float32, 0))
+    line = inspect.getsourcelines(paged_write)[1] + 1
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=rf"test_custom_kernels.py:{line}.*oop_test::write_rows: "
+                             "outofplace's kernel handler .* is not built"):
+        outofplace.compile(paged_write, args, engine="xla")
