@@ -12,7 +12,6 @@ rows of a pool of pages [pages, 16, 1024] float32 seen as rows (`view(-1, 1024)`
 call; medians of calls made as a user makes them.
 """
 
-from __future__ import annotations
 
 import os
 import sys
