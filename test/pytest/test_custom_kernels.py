@@ -111,6 +111,21 @@ def twice(cache, i, j, k):
     return cache.sum()
 
 
+def halves(kv, idx, k, v):
+    write_kv(kv[0], kv[1], idx, k, v)    # two written arguments, disjoint views of kv
+    return kv.sum(1)
+
+
+def reads_itself(cache, idx):
+    write_rows(cache[2:], idx, cache[:2], 0.5)  # it reads a part of the tensor it writes
+    return cache.sum()
+
+
+def at_position(cache, pos, idx, k):
+    write_rows(cache[pos], idx, k, 1.0)  # a view at a runtime position: written back
+    return cache.sum(-1)
+
+
 def defined_op(x, y):
     torch.ops.oop_test.scale_(x, 3.0)    # a `torch.library.define` op with Tensor(a!)
     return x + y
@@ -132,6 +147,12 @@ def _step_args(f, dtype, step):
         return [torch.tensor([step, 4]), r(2, 8)]
     if f is twice:
         return [torch.tensor([step, 2]), torch.tensor([2, 5]), r(2, 8)]
+    if f is halves:
+        return [torch.tensor([step, 6]), r(2, 8), r(2, 8)]
+    if f is reads_itself:
+        return [torch.tensor([step + 1, 4])]
+    if f is at_position:
+        return [torch.tensor(step % 4), torch.tensor([step, 6]), r(2, 8)]
     return [r(4, 8)]
 
 
@@ -142,6 +163,10 @@ def _state(f, dtype):
         return [torch.ones(8, 8, dtype=dtype), torch.zeros(8, 8, dtype=dtype)]
     if f is defined_op:
         return [torch.arange(32, dtype=dtype).reshape(4, 8)]
+    if f is halves:
+        return [torch.zeros(2, 8, 8, dtype=dtype)]
+    if f is at_position:
+        return [torch.zeros(4, 8, 8, dtype=dtype)]
     return [torch.arange(64, dtype=dtype).reshape(8, 8)]
 
 
@@ -174,7 +199,8 @@ def _calls_match_eager(compiled, f, dtype, steps=3, check_place=True):
             addresses = now
 
 
-PROGRAMS = [paged_write, sliced_write, two_caches, read_after, twice, defined_op]
+PROGRAMS = [paged_write, sliced_write, two_caches, read_after, twice, halves, reads_itself,
+            at_position, defined_op]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -191,18 +217,32 @@ def test_kernels_match_eager_in_place(f, dtype):
 
 
 def test_paged_writer_is_an_aliased_custom_call():
+    """The kernel is given the pool itself and where its argument lies in it (the view
+    `pool.view(-1, 8)`: offset 0, sizes [12, 8], strides [8, 1]), and writes it in place:
+    the call's result is the pool's new version, aliased to the pool."""
     pool = torch.zeros(3, 4, 8)
     compiled = outofplace.compile(paged_write, (pool, *_step_args(paged_write,
                                                                   torch.float32, 0)))
     text = compiled.stablehlo
     assert compiled.io_map == {0: 1}
-    assert 'stablehlo.custom_call @"oop_test::write_rows"' in text
+    assert '%pool_modified = stablehlo.custom_call @"oop_test::write_rows"(%pool, %idx, ' \
+        '%k)' in text
     assert "output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_" \
         "indices = [], operand_index = 0, operand_tuple_indices = []>]" in text
+    assert "outofplace.view.0 = array<i64: 0, 12, 8, 8, 1>" in text
     assert "scale = 2.000000e+00 : f64" in text  # the float argument, in backend_config
     assert "has_side_effect" not in text  # false: the schema says nothing of effects
-    assert "%pool_modified = stablehlo.reshape" in text  # the write reaches the root
     assert "tf.aliasing_output = 1" in text
+
+
+def test_views_of_one_root_are_one_operand():
+    args = (*_state(halves, torch.float32), *_step_args(halves, torch.float32, 0))
+    text = outofplace.compile(halves, args).stablehlo
+    assert '%write_kv:2 = stablehlo.custom_call @"oop_test::write_kv"(%kv, %idx, %k, %v)' \
+        in text
+    assert "outofplace.operands = array<i64: 0, 0, 1, 2, 3>" in text
+    assert "outofplace.view.0 = array<i64: 0, 8, 8, 8, 1>" in text
+    assert "outofplace.view.1 = array<i64: 64, 8, 8, 8, 1>" in text
 
 
 def test_two_written_arguments_alias_their_results():

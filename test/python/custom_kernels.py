@@ -2,8 +2,8 @@
 """Custom ops that write their arguments, from torch to StableHLO: a paged-cache writer
 through a view of the pool, and a kernel writing two caches and returning a tensor of
 its own between ordinary writes. Each is one stablehlo.custom_call targeting the op,
-each written operand aliased to its result, the root updated through the view and
-aliased to main's result (tf.aliasing_output)."""
+each written root an operand aliased to its result, aliased in turn to main's result
+(tf.aliasing_output)."""
 
 import torch
 
@@ -34,14 +34,14 @@ def paged(pool, idx, k):
     return pool.sum()
 
 
+# The kernel is given the pool and where its argument lies in it (view(-1, 8): offset 0,
+# sizes [16, 8], strides [8, 1]); its result is the pool's new version.
 # CHECK-LABEL: func.func @main(
 # CHECK-SAME:    %pool: tensor<4x4x8xf32> {tf.aliasing_output = 1 : i32}, %idx: tensor<2xi64>, %k: tensor<2x8xf32>
-# CHECK:         %[[ROWS:.*]] = stablehlo.reshape %pool : (tensor<4x4x8xf32>) -> tensor<16x8xf32>
-# CHECK:         %[[NEW:.*]] = stablehlo.custom_call @"lit::write_rows"(%[[ROWS]], %idx, %k)
-# CHECK-SAME:      backend_config = {outofplace.op = "lit::write_rows", outofplace.tensors = array<i64: 0, 1, 2>, scale = 5.000000e-01 : f64}
+# CHECK:         %pool_modified = stablehlo.custom_call @"lit::write_rows"(%pool, %idx, %k)
+# CHECK-SAME:      backend_config = {outofplace.op = "lit::write_rows", outofplace.operands = array<i64: 0, 1, 2>, outofplace.results = array<i64: 0, -1, -1>, outofplace.tensors = array<i64: 0, 1, 2>, outofplace.view.0 = array<i64: 0, 16, 8, 8, 1>, scale = 5.000000e-01 : f64}
 # CHECK-SAME:      output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [], operand_index = 0, operand_tuple_indices = []>]
-# CHECK-SAME:      (tensor<16x8xf32>, tensor<2xi64>, tensor<2x8xf32>) -> tensor<16x8xf32>
-# CHECK-NEXT:    %pool_modified = stablehlo.reshape %[[NEW]] : (tensor<16x8xf32>) -> tensor<4x4x8xf32>
+# CHECK-SAME:      (tensor<4x4x8xf32>, tensor<2xi64>, tensor<2x8xf32>) -> tensor<4x4x8xf32>
 # CHECK:         return %{{.*}}, %pool_modified
 print(outofplace.compile(paged, (torch.zeros(4, 4, 8), torch.tensor([1, 5]),
                                  torch.ones(2, 8))).stablehlo)

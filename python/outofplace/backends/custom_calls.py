@@ -22,8 +22,7 @@ from .. import kernels
 from ..errors import UnsupportedMutationError
 from ..ir_utils import all_operations
 
-OP_NAME = "outofplace.op"  # transforms/kernel_calls.py's backend_config entries
-TENSORS = "outofplace.tensors"
+OP_NAME = "outofplace.op"  # transforms/kernel_calls.py's backend_config entries: the op
 
 _registered: set[str] = set()
 _lock = threading.Lock()
@@ -131,7 +130,7 @@ def with_foreign_targets(stablehlo: str) -> str:
                 continue
             config = ir.DictAttr(op.attributes["backend_config"])
             arguments = {n.name: _python_value(n.attr) for n in config
-                         if n.name not in (OP_NAME, TENSORS)}
+                         if not n.name.startswith("outofplace.")}
             op.attributes["call_target_name"] = ir.StringAttr.get(foreign.target)
             op.attributes["backend_config"] = ir.StringAttr.get(
                 foreign.backend_config(arguments))

@@ -3,7 +3,10 @@
 // transforms/kernel_calls.py lowers a call of a custom op (`torch.library.custom_op`,
 // `torch.library.define`, a C++ op) to `stablehlo.custom_call @"ns::op"` with typed-FFI
 // attributes: the op's name (`outofplace.op`), the schema positions of the tensor
-// operands (`outofplace.tensors`) and each non-tensor argument under its schema name.
+// arguments (`outofplace.tensors`), the operand each is (`outofplace.operands`; two
+// arguments viewing one root are one operand) and where it lies in it
+// (`outofplace.view.<position>`), the result aliasing each operand
+// (`outofplace.results`), and each non-tensor argument under its schema name.
 // This one handler, registered for every such target, wraps XLA's buffers as CPU tensors
 // (from_blob, no copy) and calls the op through the c10 dispatcher with the GIL held (a
 // Python kernel needs it; a C++ one does not mind). Results: the op's own tensor results
@@ -126,29 +129,52 @@ ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
     op_name = std::string(need(attrs.get<std::string_view>("outofplace.op"), "outofplace.op"));
     auto tensors = need(attrs.get<ffi::Span<const int64_t>>("outofplace.tensors"),
                         "outofplace.tensors");
+    auto operand_of = need(attrs.get<ffi::Span<const int64_t>>("outofplace.operands"),
+                           "outofplace.operands");
+    auto result_of = need(attrs.get<ffi::Span<const int64_t>>("outofplace.results"),
+                          "outofplace.results");
     auto dot = op_name.find('.', op_name.find("::"));
     std::string name = op_name.substr(0, dot);
     std::string overload = dot == std::string::npos ? "" : op_name.substr(dot + 1);
     handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
     const auto& schema = handle->schema();
     for (const auto& ret : schema.returns()) fresh += ret.alias_info() == nullptr;
-    size_t next_arg = 0, next_written = fresh;
+    // Each operand as a tensor over XLA's memory: a written one over its result's buffer,
+    // which XLA makes the operand's own (the alias), or a copy of it where XLA kept the
+    // operand for a later read.
+    std::vector<at::Tensor> bases;
+    for (size_t k = 0; k < args.size(); ++k) {
+      auto arg = need(args.get<ffi::AnyBuffer>(k), "an operand");
+      int64_t r = k < result_of.size() ? result_of[k] : -1;
+      if (r < 0) {
+        bases.push_back(over(arg, arg.untyped_data()));
+        continue;
+      }
+      auto ret = need(rets.get<ffi::AnyBuffer>(r), "a result");
+      if (ret->untyped_data() != arg.untyped_data())
+        std::memcpy(ret->untyped_data(), arg.untyped_data(), arg.size_bytes());
+      bases.push_back(over(*ret, ret->untyped_data()));
+    }
+    // The schema's arguments: a tensor is its operand, or a view of it (its place in the
+    // root: `outofplace.view.<position>` = offset, sizes, strides); the others attributes.
+    size_t next_tensor = 0;
     for (size_t position = 0; position < schema.arguments().size(); ++position) {
       const auto& argument = schema.arguments()[position];
-      if (std::find(tensors.begin(), tensors.end(), int64_t(position)) == tensors.end()) {
+      if (next_tensor >= tensors.size() || tensors[next_tensor] != int64_t(position)) {
         stack.emplace_back(attribute(attrs, argument));
         continue;
       }
-      auto arg = need(args.get<ffi::AnyBuffer>(next_arg++), "an operand");
-      bool written = argument.alias_info() != nullptr && argument.alias_info()->isWrite();
-      if (!written) {
-        stack.emplace_back(over(arg, arg.untyped_data()));
+      at::Tensor base = bases.at(operand_of[next_tensor++]);
+      std::string key = "outofplace.view." + std::to_string(position);
+      if (!attrs.contains(key)) {
+        stack.emplace_back(base);
         continue;
       }
-      auto ret = need(rets.get<ffi::AnyBuffer>(next_written++), "a result");
-      if (ret->untyped_data() != arg.untyped_data())  // XLA kept the operand: copy first
-        std::memcpy(ret->untyped_data(), arg.untyped_data(), arg.size_bytes());
-      stack.emplace_back(over(*ret, ret->untyped_data()));
+      auto view = need(attrs.get<ffi::Span<const int64_t>>(key), key);
+      size_t rank = (view.size() - 1) / 2;
+      std::vector<int64_t> sizes(view.begin() + 1, view.begin() + 1 + rank);
+      std::vector<int64_t> strides(view.begin() + 1 + rank, view.end());
+      stack.emplace_back(base.as_strided(sizes, strides, view[0]));
     }
   } catch (const std::exception& error) {
     return ffi::Error::Internal("outofplace could not call the kernel " + op_name + ": " +

@@ -37,8 +37,12 @@ from ..ir_utils import all_operations, to_builtin, unnamed
 from . import kernel_writes
 from .registry import register_pass
 
-OP_NAME = "outofplace.op"  # backend_config entry: the op the CPU handler calls
-TENSORS = "outofplace.tensors"  # backend_config entry: schema positions of the operands
+# backend_config entries for the CPU handler (backends/kernel_call.cpp):
+OP_NAME = "outofplace.op"  # the op it calls
+TENSORS = "outofplace.tensors"  # the schema positions of the tensor arguments
+OPERANDS = "outofplace.operands"  # for each of those, the custom_call operand it is
+RESULTS = "outofplace.results"  # for each operand, the result aliasing it, or -1
+VIEW = "outofplace.view."  # + position: [offset, sizes, strides] of the argument in it
 
 
 def _attribute(value: ir.Value, op: ir.Operation, name: str) -> ir.Attribute | None:
@@ -102,15 +106,22 @@ def lower_call(op: ir.Operation) -> None:
     written = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes[kernel_writes.WRITTEN])]
     target = ir.StringAttr(op.attributes[kernel_writes.KERNEL]).value
     ip, loc = ir.InsertionPoint(op), op.location
-    operands, config, position_of = [], {OP_NAME: ir.StringAttr.get(target)}, {}
+    views = [list(ir.DenseI64ArrayAttr(a)) for a in
+             ir.ArrayAttr(op.attributes[kernel_writes.VIEWS])] \
+        if kernel_writes.VIEWS in op.attributes else [[] for _ in names]
+    operands, values, config, position_of = [], [], {OP_NAME: ir.StringAttr.get(target)}, {}
     for position, (name, value) in enumerate(zip(names, op.operands)):
         if torch_types.is_tensor(value.type):
             t = torch_types.TensorType.of(value.type)
             if t.sizes is None or t.dtype is None:
                 raise UnsupportedMutationError.at(
                     op, f"custom op: its argument '{name}' has no known shape or dtype")
-            position_of[position] = len(operands)
-            operands.append(to_builtin(value, unnamed(loc), ip))
+            if value not in values:  # a root two arguments view is one operand
+                values.append(value)
+                operands.append(to_builtin(value, unnamed(loc), ip))
+            position_of[position] = values.index(value)
+            if views[position]:
+                config[f"{VIEW}{position}"] = ir.DenseI64ArrayAttr.get(views[position])
         elif str(value.type).startswith("!torch.list<") and \
                 str(value.type) not in ("!torch.list<int>", "!torch.list<float>"):
             raise UnsupportedMutationError.at(
@@ -121,6 +132,12 @@ def lower_call(op: ir.Operation) -> None:
             if attribute is not None:
                 config[name] = attribute
     config[TENSORS] = ir.DenseI64ArrayAttr.get(list(position_of))
+    config[OPERANDS] = ir.DenseI64ArrayAttr.get(list(position_of.values()))
+    first_written = len(op.results) - len(written)
+    result_of = [-1] * len(operands)
+    for j, p in enumerate(written):
+        result_of[position_of[p]] = first_written + j
+    config[RESULTS] = ir.DenseI64ArrayAttr.get(result_of)
     results = []
     for result in op.results:
         t = torch_types.TensorType.of(result.type)
