@@ -389,3 +389,32 @@ def test_without_the_handler_compiling_for_xla_refuses(monkeypatch):
                        match=rf"test_custom_kernels.py:{line}.*oop_test::write_rows: "
                              "outofplace's kernel handler .* is not built"):
         outofplace.compile(paged_write, args, engine="xla")
+
+
+def _local(x, idx, k):
+    buf = x.clone()                      # a tensor the program makes, written by a kernel
+    write_rows(buf.view(-1, 8), idx, k, 3.0)
+    return buf * 2
+
+
+class PagedModule(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("pool", torch.zeros(2, 4, 8))
+
+    def forward(self, idx, k):
+        write_rows(self.pool.view(-1, 8), idx, k, 1.0)
+        return self.pool.sum()
+
+
+def test_a_local_tensor_and_a_module_buffer():
+    x, idx, k = torch.randn(2, 4, 8), torch.tensor([0, 7]), torch.randn(2, 8)
+    compiled = outofplace.compile(_local, (x, idx, k))
+    assert compiled.io_map == {}
+    torch.testing.assert_close(compiled(x, idx, k), _local(x, idx, k), rtol=0, atol=0)
+    model, eager = PagedModule(), PagedModule()
+    compiled = outofplace.compile(model, (idx, k))
+    for step in range(3):
+        i, rows = torch.tensor([step, 7 - step]), torch.randn(2, 8)
+        torch.testing.assert_close(compiled(i, rows), eager(i, rows))
+        assert torch.equal(model.pool, eager.pool)
