@@ -418,3 +418,39 @@ def test_a_local_tensor_and_a_module_buffer():
         i, rows = torch.tensor([step, 7 - step]), torch.randn(2, 8)
         torch.testing.assert_close(compiled(i, rows), eager(i, rows))
         assert torch.equal(model.pool, eager.pool)
+
+
+class TrainedWriter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.register_buffer("pool", torch.zeros(4, 4, 8))
+
+    def forward(self, idx, x):
+        k = self.lin(x)
+        write_rows(self.pool.view(-1, 8), idx, k.detach(), 1.0)
+        return self.pool.sum() + k.sum()
+
+
+def test_torch_compile_with_gradients_matches_eager():
+    """A graph needing gradients: AOTAutograd functionalizes the kernel
+    (auto_functionalized_v2), which the frontend inlines as PyTorch's own dense
+    implementation records it (clone, the op on views of the clone); the pool is still
+    written by the kernel in place (no copy warning) and equals eager's."""
+    import copy
+    import warnings
+
+    torch._dynamo.reset()
+    model = TrainedWriter()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="outofplace")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*copied on every call")
+        for step in range(3):
+            idx, x = torch.tensor([step, 9 - step]), torch.randn(2, 8)
+            out, expected = compiled(idx, x), eager(idx, x)
+            out.backward()
+            expected.backward()
+            torch.testing.assert_close(out, expected)
+            torch.testing.assert_close(model.pool, eager.pool)
+            torch.testing.assert_close(model.lin.weight.grad, eager.lin.weight.grad)
