@@ -4,10 +4,11 @@
     .venv/bin/python bench/run.py --sections custom-kernels --output docs/performance.md
 
 The kernel is a `torch.library.custom_op` with `mutates_args=("cache",)` whose CPU
-implementation is `cache.index_copy_(0, slots, rows)`: compiled, it is a custom_call XLA:CPU
-runs through outofplace's FFI handler (backends/kernel_call.cpp), which calls the op on
-XLA's buffer of the pool (the caller's tensor) through the dispatcher, GIL taken. The
-same program with `index_copy_` written inline compiles to one scatter. Both write 16
+implementation is `cache.index_copy_(0, slots, rows)`, or the same in C++
+(`outofplace_demo::write_rows_`, backends/kernel_call.cpp): compiled, it is a custom_call
+XLA:CPU runs through outofplace's FFI handler, which calls the op on XLA's buffer of the
+pool (the caller's tensor) through the dispatcher, GIL taken. The same program with
+`index_copy_` written inline compiles to one scatter. Both write 16
 rows of a pool of pages [pages, 16, 1024] float32 seen as rows (`view(-1, 1024)`), once a
 call; medians of calls made as a user makes them.
 """
@@ -38,7 +39,15 @@ def _programs():
     def through_index_copy(pool, slots, rows):
         pool.view(-1, WIDTH).index_copy_(0, slots, rows)
 
-    return {"custom kernel": through_kernel, "index_copy_": through_index_copy}
+    from outofplace.backends import custom_calls
+    custom_calls.extension()  # registers outofplace_demo::write_rows_ (kernel_call.cpp)
+
+    def through_cpp_kernel(pool, slots, rows):
+        torch.ops.outofplace_demo.write_rows_(pool.view(-1, WIDTH), slots, rows)
+
+    return {"custom kernel (Python)": through_kernel,
+            "custom kernel (C++)": through_cpp_kernel,
+            "index_copy_": through_index_copy}
 
 
 def measure(mib: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -74,11 +83,13 @@ def render(rows: list[dict[str, Any]], load: tuple) -> str:
     lines = ["## Custom kernels", "",
              "A paged-cache write (16 rows of 1024 float32 into a pool of pages [pages, 16, "
              "1024] seen as rows, `view(-1, 1024)`) through a `torch.library.custom_op` "
-             "kernel whose CPU implementation is `index_copy_`, against the same write by "
+             "kernel whose CPU implementation is `index_copy_` (Python), or a C++ op doing "
+             "the same (`outofplace_demo::write_rows_`), against the same write by "
              "`index_copy_` in the program (bench/custom_kernels.py). Compiled, the kernel "
              "is a custom_call XLA:CPU runs through outofplace's FFI handler, which calls "
-             "the op on XLA's buffer of the pool through the dispatcher (the GIL taken, "
-             "the Python kernel run); `index_copy_` is one scatter. Medians of calls as a "
+             "the op on XLA's buffer of the pool through the dispatcher (the GIL taken); "
+             "`index_copy_` is one scatter. The pool is the kernel's operand itself, "
+             "aliased: a call costs the same at both sizes. Medians of calls as a "
              f"user makes them. Load average over the run: {load[0]:.1f} / {load[1]:.1f} / "
              f"{load[2]:.1f}.", "",
              "| write | pool | eager | outofplace | outofplace / eager | pool after calls "

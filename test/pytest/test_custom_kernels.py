@@ -126,6 +126,12 @@ def at_position(cache, pos, idx, k):
     return cache.sum(-1)
 
 
+def cpp_op(pool, idx, k):
+    # a C++ op with Tensor(a!) (backends/kernel_call.cpp registers it), through a view
+    torch.ops.outofplace_demo.write_rows_(pool.view(-1, 8), idx, k)
+    return pool.sum(-1)
+
+
 def defined_op(x, y):
     torch.ops.oop_test.scale_(x, 3.0)    # a `torch.library.define` op with Tensor(a!)
     return x + y
@@ -137,7 +143,7 @@ def _step_args(f, dtype, step):
     def r(*shape):
         return torch.randn(*shape, generator=g, dtype=dtype)
 
-    if f is paged_write:
+    if f in (paged_write, cpp_op):
         return [torch.tensor([step, 9 - step]), r(2, 8)]
     if f is sliced_write:
         return [torch.tensor([step % 6, 5 - step % 6]), r(2, 8)]
@@ -157,7 +163,7 @@ def _step_args(f, dtype, step):
 
 
 def _state(f, dtype):
-    if f is paged_write:
+    if f in (paged_write, cpp_op):
         return [torch.zeros(3, 4, 8, dtype=dtype)]
     if f is two_caches:
         return [torch.ones(8, 8, dtype=dtype), torch.zeros(8, 8, dtype=dtype)]
@@ -200,7 +206,7 @@ def _calls_match_eager(compiled, f, dtype, steps=3, check_place=True):
 
 
 PROGRAMS = [paged_write, sliced_write, two_caches, read_after, twice, halves, reads_itself,
-            at_position, defined_op]
+            at_position, cpp_op, defined_op]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

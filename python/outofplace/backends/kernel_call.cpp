@@ -16,6 +16,7 @@
 // operand for a later read), the operand is copied into it first and that is written.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 #include <pybind11/pybind11.h>
 
 #include <cstring>
@@ -210,6 +211,23 @@ ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
 }
 
 }  // namespace
+
+// A C++ kernel with `Tensor(a!)` in its schema, the example the tests and the bench
+// (bench/custom_kernels.py) compile beside Python ones: rows of a cache at `slots`
+// become `rows` (a paged-cache writer).
+TORCH_LIBRARY(outofplace_demo, m) {
+  m.def("write_rows_(Tensor(a!) cache, Tensor slots, Tensor rows) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(outofplace_demo, CPU, m) {
+  m.impl("write_rows_", [](at::Tensor cache, const at::Tensor& slots, const at::Tensor& rows) {
+    cache.index_copy_(0, slots, rows);
+  });
+}
+
+TORCH_LIBRARY_IMPL(outofplace_demo, Meta, m) {
+  m.impl("write_rows_", [](at::Tensor, const at::Tensor&, const at::Tensor&) {});
+}
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(OutofplaceKernelCall, call_kernel,
                               ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attrs());
