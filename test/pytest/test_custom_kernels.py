@@ -460,3 +460,31 @@ def test_torch_compile_with_gradients_matches_eager():
             torch.testing.assert_close(out, expected)
             torch.testing.assert_close(model.pool, eager.pool)
             torch.testing.assert_close(model.lin.weight.grad, eager.lin.weight.grad)
+
+
+@torch.library.custom_op("oop_test::write_rows_with", mutates_args=("cache",))
+def write_rows_with(cache: torch.Tensor, idx: torch.Tensor, rows: torch.Tensor,
+                    bias: torch.Tensor | None, dims: list[int], negate: bool,
+                    mode: str, steps: int) -> None:
+    """Non-tensor arguments of each kind the handler decodes from backend_config."""
+    if mode != "copy" or list(dims) != [1, 8]:
+        raise ValueError(f"unexpected arguments {mode!r} {dims!r}")
+    values = rows if bias is None else rows + bias
+    cache.index_copy_(0, idx, -values * steps if negate else values * steps)
+
+
+def _with_arguments(cache, idx, rows, bias):
+    write_rows_with(cache, idx, rows, None, [1, 8], True, "copy", 3)
+    write_rows_with(cache, idx + 2, rows, bias, [1, 8], False, "copy", 2)
+    return cache.sum()
+
+
+def test_non_tensor_arguments_reach_the_kernel():
+    args = (torch.zeros(8, 8), torch.tensor([0, 3]), torch.randn(2, 8), torch.randn(8))
+    compiled = outofplace.compile(_with_arguments, args)
+    text = compiled.stablehlo
+    assert 'dims = array<i64: 1, 8>, mode = "copy", negate = true' in text
+    assert "steps = 3 : i64" in text and "bias" not in text.split("write_rows_with")[1]
+    cache, eager = torch.zeros(8, 8), torch.zeros(8, 8)
+    torch.testing.assert_close(compiled(cache, *args[1:]), _with_arguments(eager, *args[1:]))
+    assert torch.equal(cache, eager)

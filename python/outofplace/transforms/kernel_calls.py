@@ -160,6 +160,8 @@ def lower_call(op: ir.Operation) -> None:
             "has_side_effect": op.attributes[kernel_writes.SIDE_EFFECT],
             "output_operand_aliases": ir.ArrayAttr.get(aliases),
         })
+    if kernel_writes.RESULT_NAMES in op.attributes:  # for outofplace-name-kernel-results
+        call.attributes[kernel_writes.RESULT_NAMES] = op.attributes[kernel_writes.RESULT_NAMES]
     for old, new in zip(op.results, call.results):
         cast = ir.Operation.create("torch_c.from_builtin_tensor", results=[old.type],
                                    operands=[new], loc=unnamed(loc), ip=ip)
@@ -179,3 +181,34 @@ def kernel_calls(module: ir.Operation) -> None:
         for op in all_operations(module):
             if _ensure_attributes(op):
                 lower_call(op)
+
+
+@register_pass(
+    "outofplace-name-kernel-results",
+    "Name each root a kernel call writes on a result of its own",
+    "a custom_call with several results (`%write_kv:3`: MLIR names an op's results "
+    "together): each written root's new version becomes a `stablehlo.reshape` to its own "
+    "type named `<root>_modified` (XLA removes it); after torch-mlir's pipelines, whose "
+    "canonicalization would fold it")
+def name_kernel_results(module: ir.Operation) -> None:
+    """Each named result of a kernel call (`outofplace.result_names`, set by
+    inplace-to-outofplace) read through an identity reshape carrying the name."""
+    with module.context:
+        for op in all_operations(module):
+            if op.name != "stablehlo.custom_call" or \
+                    kernel_writes.RESULT_NAMES not in op.attributes:
+                continue
+            names = [ir.StringAttr(a).value
+                     for a in ir.ArrayAttr(op.attributes[kernel_writes.RESULT_NAMES])]
+            del op.attributes[kernel_writes.RESULT_NAMES]
+            # (each inserted right after the call: in reverse, to read in result order)
+            for result, name in reversed(list(zip(op.results, names))):
+                if not name:
+                    continue
+                uses = [(u.owner, u.operand_number) for u in result.uses]
+                named = ir.Operation.create(
+                    "stablehlo.reshape", results=[result.type], operands=[result],
+                    loc=ir.Location.name(name, childLoc=unnamed(op.location)),
+                    ip=ir.InsertionPoint.after(op))
+                for owner, number in uses:
+                    owner.operands[number] = named.result

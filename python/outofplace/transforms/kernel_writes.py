@@ -40,6 +40,7 @@ WRITTEN = "outofplace.written"  # operands written (one per root), a result each
 ARGUMENTS = "outofplace.arguments"  # the schema's argument names, in operand order
 SIDE_EFFECT = "outofplace.side_effect"  # the schema says the op has effects beyond values
 VIEWS = "outofplace.views"  # per operand: [offset, sizes, strides] of a view of it, or []
+RESULT_NAMES = "outofplace.result_names"  # of a call with several results: each version's
 
 
 def has_side_effect(overload: torch._ops.OpOverload) -> bool:
@@ -216,6 +217,12 @@ def visit_kernel(rewriter: Any, op: ir.Operation, effects: op_registry.OpEffects
             schema.name.split("::")[-1], childLoc=op.location)
     attributes = {"name": op.attributes["name"],
                   **kernel_attributes(effects, tuple(targets), views)}
+    if len(types) > 1:  # each root's version named on a result (kernel_calls.py)
+        attributes[RESULT_NAMES] = ir.ArrayAttr.get(
+            [ir.StringAttr.get("")] * len(fresh) + [ir.StringAttr.get(
+                "" if layouts is None and rewriter.aliases[operands[p]].chain else
+                ir.NameLoc(rewriter.version_location(rewriter.aliases[operands[p]].root,
+                                                     op)).name_str) for p in targets])
     call = ir.Operation.create("torch.operator", results=types, operands=values, loc=loc,
                                attributes=attributes, ip=ir.InsertionPoint(op))
     for k, index in enumerate(fresh):

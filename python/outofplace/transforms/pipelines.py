@@ -38,6 +38,7 @@ register_pipeline(
      "outofplace-dynamic-broadcasts",
      "outofplace-strip-constant-shields",
      "outofplace-upstream-unsigned-integers",
+     "outofplace-name-kernel-results",
      "outofplace-verify-stablehlo"],
     "Lower value-semantic torch IR to pure StableHLO")
 register_pipeline(
