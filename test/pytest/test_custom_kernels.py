@@ -488,3 +488,15 @@ def test_non_tensor_arguments_reach_the_kernel():
     cache, eager = torch.zeros(8, 8), torch.zeros(8, 8)
     torch.testing.assert_close(compiled(cache, *args[1:]), _with_arguments(eager, *args[1:]))
     assert torch.equal(cache, eager)
+
+
+def test_a_runtime_position_view_beside_its_root_is_refused():
+    def f(cache, pos, idx):
+        write_rows(cache[pos], idx, cache[0, :2], 1.0)  # cache[0, :2] shares cache's memory
+        return cache.sum()
+
+    line = inspect.getsourcelines(f)[1] + 1
+    args = (torch.zeros(4, 8, 8), torch.tensor(1), torch.tensor([0, 3]))
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=rf"test_custom_kernels.py:{line}.*runtime position"):
+        outofplace.compile(f, args)

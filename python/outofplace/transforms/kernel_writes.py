@@ -93,8 +93,10 @@ def _returns(op: ir.Operation, effects: op_registry.OpEffects) -> dict[int, int]
 
 
 def _refuse_overlaps(rewriter: Any, op: ir.Operation, written: tuple[int, ...]) -> None:
-    """A written argument sharing its root with another tensor argument: the kernel would
-    read (or write twice) memory it writes, whose result depends on its order in eager."""
+    """Where an argument on a written root is a view at a runtime position (no place in
+    the root known when compiling, so the kernel is given values, not the root): a
+    written argument sharing its root with another tensor argument would not see the
+    other's memory, as eager's kernel does."""
     operands = list(op.operands)
     for p in written:
         root = rewriter.aliases[operands[p]].root
@@ -102,9 +104,10 @@ def _refuse_overlaps(rewriter: Any, op: ir.Operation, written: tuple[int, ...]) 
             if q != p and other in rewriter.aliases and rewriter.aliases[other].root is root:
                 raise UnsupportedMutationError.at(
                     op, f"custom op: argument {p} it writes and argument {q} are views of "
-                    "the same tensor; outofplace passes a kernel each argument's value, so "
-                    "it could not see its own writes through the other (pass them as "
-                    "separate tensors, or clone the one it reads)")
+                    "the same tensor, one at a runtime position (`x[pos]`) whose place in "
+                    "it is not known when compiling; outofplace then passes the kernel "
+                    "each argument's value, so it could not see its writes through the "
+                    "other (index with a constant, or clone the one it reads)")
 
 
 class _NoLayout(Exception):
