@@ -19,16 +19,21 @@ $(STAMP): pyproject.toml setup.py $(wildcard python/outofplace/backends/*.cpp py
 demo: $(STAMP)
 	$(BIN)/python examples/kv_cache.py
 
+# Each part says how long it took (the whole, about 10 minutes on 2 idle cores).
 test: lit pytest
 
 lit: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" FILECHECK_OPTS=-enable-var-scope $(BIN)/lit -sv test
+	@start=$$(date +%s); \
+	PATH="$(abspath $(BIN)):$$PATH" FILECHECK_OPTS=-enable-var-scope $(BIN)/lit -sv test; \
+	status=$$?; echo "lit: $$(( $$(date +%s) - start )) s"; exit $$status
 
 # test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about a minute and a
 # half), with optimizer-style programs and views at runtime positions drawn too.
 pytest: $(STAMP)
+	@start=$$(date +%s); \
 	OUTOFPLACE_FUZZ_OPTIMIZER=1 OUTOFPLACE_FUZZ_POSITION_VIEWS=1 \
-	$(BIN)/python -m pytest -q -n 2 test/pytest test/fuzz
+	$(BIN)/python -m pytest -q -n 2 --durations=10 test/pytest test/fuzz; \
+	status=$$?; echo "pytest: $$(( $$(date +%s) - start )) s"; exit $$status
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --output docs/performance.md

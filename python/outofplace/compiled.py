@@ -116,7 +116,7 @@ class Compiled:
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
     shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
     _spmd: Any = field(default=None, repr=False)  # backends/spmd.py, compiled on first use
-    check_bounds: bool = False
+    check_bounds: bool | None = None
     bounds_check: bounds.BoundsCheck | None = None  # run before main (bounds.py)
     _traced_strides: Any = field(default=None, repr=False)  # strides seen with `layouts`
     _static: dict = field(default_factory=dict, repr=False)  # shapes -> Compiled (for XLA)
@@ -216,7 +216,9 @@ class Compiled:
     def save(self, directory: str, target: str = export.DEFAULT_TARGET, *,
              hlo_proto: bool = True) -> list:
         """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax, unless `hlo_proto` is
-        False) and io_map.json."""
+        False) and io_map.json. With jax, io_map.json says which consumers the artifacts
+        were checked on (`"checked"`: a plain XLA:CPU client with default options and with
+        `xla.CONSUMER_OPTION`, whether each keeps every written argument in place)."""
         if hlo_proto:
             self._refuse_dynamic("main.hlo.pb (save with hlo_proto=False for the rest)")
         names = export.io_map_json(self.input_names, len(self.result_dtypes), self.io_map)
@@ -224,6 +226,8 @@ class Compiled:
             names["mesh"] = self.mesh
             names["shardings"] = {n: [list(axes) for axes in spec]
                                   for n, spec in self.shardings.items()}
+        elif xla.available() and not self.dynamic:
+            names["checked"] = xla.consumer_checks(self.stablehlo, self.io_map)
         return export.save(directory, self._exported, names, target, hlo_proto=hlo_proto)
 
     def alias_problems(self, backend: str) -> list[str]:
@@ -558,7 +562,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
             dump_ir: str | None = None, verify_each: bool | None = None,
             mesh: Any = None,
             shardings: dict[str, Any] | None = None,
-            dynamic_shapes: Any = None, check_bounds: bool = False,
+            dynamic_shapes: Any = None, check_bounds: bool | None = None,
             cache: bool | None = None) -> Compiled:
     """Compiles `f(*args, **kwargs)` to value-semantic StableHLO.
 
@@ -582,8 +586,10 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     (docs/sharding.md).
 
     `check_bounds=True` makes a call whose runtime index tensors are out of range raise
-    IndexError naming the statement, before anything is written (bounds.py); by default
-    such indices are clamped or dropped (docs/api.md).
+    IndexError naming the statement, before anything is written (bounds.py); otherwise
+    such indices are clamped or dropped (docs/api.md), which compiling says with an
+    `OutOfBoundsPolicyWarning` at each such statement unless `check_bounds=False` asks
+    for that policy.
 
     `cache` (default: on unless OUTOFPLACE_CACHE=0) reads and writes the persistent
     compile cache (compile_cache.py, folder OUTOFPLACE_CACHE_DIR or ~/.cache/outofplace):
@@ -597,7 +603,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     mesh = device_mesh.read_mesh(mesh, shardings)
     context = make_context()
     module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context,
-                                                     dynamic_shapes, check_bounds)
+                                                     dynamic_shapes, bool(check_bounds))
     with context:
         if dump_ir:
             Path(dump_ir).mkdir(parents=True, exist_ok=True)
@@ -605,10 +611,13 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
                 module.operation.get_asm(enable_debug_info=True))
         entry = compile_cache.lowered_key(module, dict(
             engine=engine, mesh=mesh, shardings=shardings, dynamic_shapes=dynamic_shapes,
-            check_bounds=check_bounds, bounds_result=signature.bounds_result)) \
+            check_bounds=bool(check_bounds), bounds_result=signature.bounds_result)) \
             if compile_cache.enabled(cache) and not (dump_ir or verify_each) else None
-        module, io_map, input_types, result_types = compile_cache.lowered(
-            module, entry, lambda: _lower(module, signature, dump_ir, verify_each))
+        with warnings.catch_warnings():
+            if check_bounds is False:  # the clamping policy asked for: nothing to warn
+                warnings.simplefilter("ignore", OutOfBoundsPolicyWarning)
+            module, io_map, input_types, result_types = compile_cache.lowered(
+                module, entry, lambda: _lower(module, signature, dump_ir, verify_each))
         custom_calls.prepare(module, engine, mesh)  # kernels: XLA:CPU's handler, or refused
         flags = None
         if signature.bounds_result is not None:  # the flags: a program of their own

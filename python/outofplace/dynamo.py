@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import re
 import warnings
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -61,8 +62,8 @@ def _shape_key(args: tuple) -> tuple:
 class ShapeSpecializing:
     """Runs a graph with symbolic sizes: one static program per concrete shape."""
 
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
-        self.gm = gm
+    def __init__(self, gm: torch.fx.GraphModule, options: dict[str, Any]) -> None:
+        self.gm, self.options = gm, options
         self.programs: collections.OrderedDict[tuple, Compiled] = collections.OrderedDict()
         self.compilations = 0
 
@@ -72,7 +73,7 @@ class ShapeSpecializing:
         if compiled is not None:
             self.programs.move_to_end(key)
             return compiled
-        compiled = compile_program(self.gm, args)
+        compiled = compile_program(self.gm, args, **self.options)
         self.compilations += 1
         if self.compilations == RECOMPILE_WARNING:
             warnings.warn(
@@ -128,13 +129,151 @@ def _name_placeholders(gm: torch.fx.GraphModule, names: list[str | None] | None)
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any],
-                   names: list[str | None] | None = None) -> Callable[..., Any]:
+                   names: list[str | None] | None = None,
+                   options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """Compiles one graph once (per shape, when sizes are symbolic); the callable runs it.
-    `names`: the user's names of its inputs, when dynamo's sources are not on them."""
+    `names`: the user's names of its inputs, when dynamo's sources are not on them;
+    `options`: `outofplace.compile`'s keyword arguments (`BACKEND_OPTIONS`)."""
+    options = options or {}
     _name_placeholders(gm, names)
     if any(_is_symbolic(example) for example in example_inputs):
-        return ShapeSpecializing(gm)
-    return compile_program(gm, tuple(_concrete(e) for e in example_inputs))
+        return ShapeSpecializing(gm, options)
+    key = _graph_key(gm, example_inputs)
+    key = None if key is None else (key, tuple(sorted(options.items())))
+    compiled = _PROGRAMS.get(key) if key is not None else None
+    if compiled is None:
+        compiled = compile_program(gm, tuple(_concrete(e) for e in example_inputs),
+                                   **options)
+        if key is not None:
+            _PROGRAMS[key] = compiled
+    return compiled
+
+
+# The programs compiled in this process, by graph (`_graph_key`), while dynamo holds them.
+# Dynamo traces a frame again when a guard fails, often into the same graph: a write at a
+# 0-d int64 tensor position (`cache[:, pos] = k`) guards on the position's value (for
+# every backend), so each new position re-traces the frame; the graph, and so its
+# program, are the same.
+_PROGRAMS: weakref.WeakValueDictionary[tuple, Compiled] = weakref.WeakValueDictionary()
+
+
+def _graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple | None:
+    """What a graph's program depends on: its code and its inputs' types, layouts and
+    sharing of memory (static ints by value). None for a graph holding tensors of its
+    own (`get_attr`): their values would be part of the program."""
+    if gm.graph.find_nodes(op="get_attr"):
+        return None
+    storages: dict[int, int] = {}
+    inputs = []
+    for example in example_inputs:
+        if isinstance(example, torch.Tensor):
+            storage = storages.setdefault(example.untyped_storage()._cdata, len(storages))
+            inputs.append((tuple(example.shape), example.stride(), example.storage_offset(),
+                           example.dtype, example.device.type, example.requires_grad,
+                           storage))
+        elif isinstance(example, (int, float, bool)) or example is None:
+            inputs.append((type(example), example))
+        else:
+            return None
+    return gm.code, tuple(inputs)
+
+
+def _extent(tensor: torch.Tensor) -> tuple[int, int]:
+    """The first and one past the last element of its storage a tensor reaches."""
+    last = tensor.storage_offset() + sum((size - 1) * stride
+                                         for size, stride in zip(tensor.shape, tensor.stride()))
+    return tensor.storage_offset(), last + 1
+
+
+def _view_layout(view: Any, base: Any) -> tuple | None:
+    """Where `view` sits in `base`'s memory, (size, stride, storage offset, base's storage
+    offset), when base is contiguous, of view's dtype, and holds all of view's elements;
+    else None."""
+    if not (isinstance(view, torch.Tensor) and isinstance(base, torch.Tensor)) or \
+            _is_symbolic(view) or _is_symbolic(base) or not view.numel() or \
+            not base.is_contiguous() or view.dtype != base.dtype or \
+            min(view.stride(), default=0) < 0 or \
+            view.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
+        return None
+    (start, end), (first, last) = _extent(base), _extent(view)
+    if not start <= first <= last <= end:
+        return None
+    return tuple(view.shape), view.stride(), view.storage_offset(), base.storage_offset()
+
+
+def _views_of_inputs(inputs: list[Any]) -> dict[int, int]:
+    """The inputs that are views of another input's memory, each with that input (its
+    base): {view: base}. A graph break hands the next graph a view of a tensor beside
+    the tensor itself (`stack0 = x[:, pos]` computed eagerly, then `x[:, 0] = stack0`).
+    A base is the largest contiguous input of a storage that holds the view's elements."""
+    groups: dict[int, list[int]] = {}
+    for i, tensor in enumerate(inputs):
+        if isinstance(tensor, torch.Tensor) and tensor.numel():
+            groups.setdefault(tensor.untyped_storage()._cdata, []).append(i)
+    views = {}
+    for members in groups.values():
+        bases = [i for i in members if inputs[i].is_contiguous()]
+        if len(members) < 2 or not bases:
+            continue
+        base = max(bases, key=lambda i: inputs[i].numel())
+        views.update({i: base for i in members
+                      if i != base and _view_layout(inputs[i], inputs[base]) is not None})
+    return views
+
+
+class ViewsOfInputs:
+    """Runs a graph some of whose inputs are views of another input (`_views_of_inputs`):
+    each such input is taken again inside the graph, as the `as_strided` of its base that
+    it is, so that a write through either shows through the other as in eager, where
+    separate arguments could not. The views' places in their bases are read at each call:
+    one program per layout (a view at a runtime position moves with the position), the
+    graph as it came for inputs that are no longer views."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
+                 views: dict[int, int], options: dict[str, Any]) -> None:
+        self.gm, self.views, self.options = gm, views, options
+        self.programs: collections.OrderedDict[tuple, Callable[..., Any]] = \
+            collections.OrderedDict()
+        layouts = self._layouts(example_inputs)
+        self.programs[layouts] = self._compile(layouts, example_inputs)
+
+    def _layouts(self, args: tuple) -> tuple:
+        return tuple((i, base, layout) for i, base in self.views.items()
+                     if (layout := _view_layout(args[i], args[base])) is not None)
+
+    def _compile(self, layouts: tuple, inputs: Any) -> Callable[..., Any]:
+        import copy
+
+        gm = copy.deepcopy(self.gm)  # dynamo passes the inputs of its own graph's placeholders
+        placeholders = gm.graph.find_nodes(op="placeholder")
+        with gm.graph.inserting_after(placeholders[-1]):
+            for i, base, (size, stride, offset, _) in layouts:
+                strided = gm.graph.call_function(
+                    torch.as_strided, (placeholders[base], size, stride, offset))
+                placeholders[i].replace_all_uses_with(strided)
+                gm.graph.erase_node(placeholders[i])
+        gm.recompile()
+        dropped = {i for i, _, _ in layouts}
+        kept = [i for i in range(len(inputs)) if i not in dropped]
+        program = _compile_graph(gm, [inputs[i] for i in kept], options=self.options)
+        return lambda *args: program(*[args[i] for i in kept])
+
+    def __call__(self, *args: Any) -> Any:
+        layouts = self._layouts(args)
+        program = self.programs.get(layouts)
+        if program is None:
+            program = self.programs[layouts] = self._compile(layouts, args)
+            if len(self.programs) == RECOMPILE_WARNING:
+                warnings.warn(
+                    f"outofplace compiled one torch.compile graph for {len(self.programs)} "
+                    "places of an input that views another (a graph break at a runtime "
+                    "position passes the view): keep the indexing inside the graph (an "
+                    "int64 position) to compile once", stacklevel=2)
+            if len(self.programs) > SHAPE_CACHE_SIZE:
+                self.programs.popitem(last=False)
+        else:
+            self.programs.move_to_end(layouts)
+        return program(*args)
 
 
 def _needs_gradients(example_inputs: list[Any]) -> bool:
@@ -142,7 +281,8 @@ def _needs_gradients(example_inputs: list[Any]) -> bool:
         isinstance(e, torch.Tensor) and e.requires_grad for e in example_inputs)
 
 
-def _training_backend(names: list[str | None]) -> Callable[..., Any]:
+def _training_backend(names: list[str | None], options: dict[str, Any]
+                      ) -> Callable[..., Any]:
     """AOTAutograd splitting a graph that needs gradients into a forward and a backward
     graph, each compiled by outofplace, as torch's own backends do. Writes to inputs
     that need no gradient (a KV cache, BatchNorm's running statistics) stay in the
@@ -159,7 +299,7 @@ def _training_backend(names: list[str | None]) -> Callable[..., Any]:
         # AOTAutograd calls its compilers inside its fake mode: compiling (tracing
         # again from real tensors, checking arguments) needs real ones.
         with unset_fake_temporarily():
-            return make_boxed_func(_compile_graph(gm, example_inputs, names))
+            return make_boxed_func(_compile_graph(gm, example_inputs, names, options))
 
     return aot_autograd(fw_compiler=lambda gm, inputs: boxed(gm, inputs, names),
                         bw_compiler=boxed, keep_inference_input_mutations=True)
@@ -179,13 +319,28 @@ def _data_as_detach(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+# `torch.compile(..., backend="outofplace", options={...})`: these keyword arguments of
+# `outofplace.compile`, passed to it for every graph.
+BACKEND_OPTIONS = ("check_bounds", "engine", "cache")
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
+            options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The dynamo backend: compile the graph once (per shape, when sizes are symbolic),
     then run it on every call. A graph whose inputs require gradients (a model being
     trained) is compiled as the forward and backward graphs AOTAutograd makes, so
-    `loss.backward()` runs compiled code too."""
+    `loss.backward()` runs compiled code too. `options` (torch.compile's) are
+    `outofplace.compile`'s keyword arguments named in `BACKEND_OPTIONS`."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(BACKEND_OPTIONS))
+    if unknown:
+        raise ValueError(f"torch.compile(backend='outofplace') takes the options "
+                         f"{', '.join(BACKEND_OPTIONS)}, not {', '.join(unknown)}")
     _data_as_detach(gm)
     if _needs_gradients(example_inputs):
         names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
-        return _training_backend(names)(gm, example_inputs)
-    return _compile_graph(gm, example_inputs)
+        return _training_backend(names, options)(gm, example_inputs)
+    views = _views_of_inputs(example_inputs)
+    if views:
+        return ViewsOfInputs(gm, example_inputs, views, options)
+    return _compile_graph(gm, example_inputs, options=options)

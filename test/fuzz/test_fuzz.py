@@ -189,6 +189,34 @@ def test_fuzzed_program_matches_eager_on_a_mesh(shard: int, monkeypatch) -> None
         _write_reports()
 
 
+DYNAMO_SHARDS = 2  # of PROGRAMS_PER_SHARD programs, also through torch.compile
+
+
+@pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax (the xla extra)")
+@pytest.mark.parametrize("shard", range(DYNAMO_SHARDS))
+def test_fuzzed_program_matches_eager_on_both_paths(shard: int, monkeypatch) -> None:
+    """Programs through `outofplace.compile` on XLA and through
+    `torch.compile(backend="outofplace", dynamic=False)` (differential.by_dynamo), two
+    calls each, against eager; a program the first path compiles and the second refuses
+    fails. From seeds of their own."""
+    import differential
+
+    monkeypatch.setattr(differential, "ENGINES", ["xla", "dynamo"])
+    STATS.shrinking = False
+
+    @seed(BASE_SEED + 2_000_000 + shard)
+    @settings(max_examples=PROGRAMS_PER_SHARD, deadline=None, database=None,
+              derandomize=False, suppress_health_check=list(HealthCheck), print_blob=False)
+    @given(program=programs())
+    def fuzz(program: Program) -> None:
+        check_program(program)
+
+    try:
+        fuzz()
+    finally:
+        _write_reports()
+
+
 # ----------------------------------------------------------------------------- summary
 def _merge(reports: list[dict]) -> dict:
     total = {"passed": 0, "refused": collections.Counter(), "refusal_example": {},

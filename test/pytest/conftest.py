@@ -26,3 +26,13 @@ import torch  # noqa: E402
 def _seed() -> None:
     """Every test draws the same random inputs, whatever runs before it."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_torch_compile_programs() -> None:
+    """The torch.compile backend reuses the program of a graph it compiled before, in
+    this process (dynamo.py, `_PROGRAMS`): each test compiles its own, as the tests
+    counting compilations and first-call warnings expect."""
+    import outofplace.dynamo
+
+    outofplace.dynamo._PROGRAMS.clear()

@@ -225,3 +225,43 @@ def test_checked_mode_with_dynamic_shapes(engine):
         with pytest.raises(IndexError, match=_line_of(position_write, "cache[:, pos]")):
             compiled.run((cache, torch.tensor(seq), torch.ones(2)), {}, engine)
         assert_same(cache, expected, f"[{engine}] cache after the refused call", engine)
+
+
+def _policy_warnings(run) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run()
+    return [str(w.message) for w in caught
+            if issubclass(w.category, outofplace.OutOfBoundsPolicyWarning)]
+
+
+def _write_at(cache, pos, k):
+    cache[:, pos] = k
+    return cache.sum()
+
+
+def test_the_clamping_policy_warns_unless_asked_for():
+    """By default compiling a runtime-position write warns that out-of-range positions
+    are clamped; `check_bounds=False` asks for that policy (no warning), `True` checks;
+    `torch.compile`'s `options` pass the same choice."""
+    import torch._dynamo
+
+    args = (torch.zeros(2, 8), torch.tensor(3), torch.ones(2))
+    assert _policy_warnings(lambda: outofplace.compile(_write_at, args))
+    assert not _policy_warnings(lambda: outofplace.compile(_write_at, args,
+                                                           check_bounds=False))
+    for options, warned in ((None, True), ({"check_bounds": False}, False)):
+        torch._dynamo.reset()
+        run = torch.compile(_write_at, backend="outofplace", dynamic=False, options=options)
+        cache = torch.zeros(2, 8)
+        assert bool(_policy_warnings(lambda: run(cache, torch.tensor(5), torch.ones(2)))) \
+            == warned
+        assert torch.equal(cache[:, 5], torch.ones(2))
+    torch._dynamo.reset()
+    checked = torch.compile(_write_at, backend="outofplace", dynamic=False,
+                            options={"check_bounds": True})
+    with pytest.raises(IndexError):
+        checked(torch.zeros(2, 8), torch.tensor(8), torch.ones(2))
+    with pytest.raises(Exception, match="takes the options check_bounds, engine, cache"):
+        torch._dynamo.reset()
+        torch.compile(_write_at, backend="outofplace", options={"mode": 1})(*args)

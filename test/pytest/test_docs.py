@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,19 @@ def _blocks(page: str, language: str = "python") -> list[str]:
 
 @pytest.mark.parametrize("page", PAGES)
 def test_samples_run(page, tmp_path, monkeypatch):
+    """Each page's samples run top to bottom, without a warning (a sample that shows one
+    catches it itself)."""
     blocks = _blocks(page)
     assert blocks, f"{page} has no Python sample"
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "docs_sample"}
-    for block in blocks:
-        exec(compile(block, page, "exec"), namespace)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for block in blocks:
+            exec(compile(block, page, "exec"), namespace)
+    ours = [f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}" for w in caught
+            if "outofplace" in w.filename or w.filename == page]
+    assert not ours, f"{page}'s samples warn:\n" + "\n".join(ours)
 
 
 CATEGORY_SAMPLES = _blocks("docs/index-categories.md")

@@ -318,9 +318,10 @@ class NumpyCache(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.register_buffer("cache", torch.from_numpy(np.zeros((4, 8), np.float32)))
-        self.register_buffer("steps_0", torch.zeros((), dtype=torch.int64))
-        self.register_buffer("steps_1", torch.zeros((), dtype=torch.int64))
+        # 4 KiB: copies under xla.WARN_BYTES in all are said in the report, not warned
+        self.register_buffer("cache", torch.from_numpy(np.zeros((128, 8), np.float32)))
+        self.register_buffer("steps_0", torch.zeros(512, dtype=torch.int64))
+        self.register_buffer("steps_1", torch.zeros(512, dtype=torch.int64))
         self.linear = torch.nn.Linear(8, 8)
 
     def forward(self, x, pos):
@@ -345,8 +346,8 @@ def test_copy_warnings_name_the_users_tensors_once_per_compile():
     assert_module_state_matches(model, eager, "state")
     copies = [str(w.message) for w in caught if "copied on every call" in str(w.message)]
     assert len(copies) == 1, copies
-    assert "'cache' (256 bytes): it is memory another owner allocated" in copies[0]
-    assert "'steps_1' (8 bytes): the program gives it the same new value as argument " \
+    assert "'cache' (8192 bytes): it is memory another owner allocated" in copies[0]
+    assert "'steps_1' (4096 bytes): the program gives it the same new value as argument " \
            "'steps_0'" in copies[0]
 
 

@@ -49,9 +49,17 @@ def test_save_writes_every_format(tmp_path):
     assert sorted(p.name for p in written) == ["io_map.json", "main.hlo.pb", "main.mlir",
                                                "main.mlirbc"]
     assert (tmp_path / "main.mlir").read_text() == compiled.stablehlo
-    assert json.loads((tmp_path / "io_map.json").read_text()) == {
+    names = json.loads((tmp_path / "io_map.json").read_text())
+    checked = names.pop("checked")
+    assert names == {
         "inputs": ["cache", "pos", "k"],
         "outputs": ["output_0", "cache_modified"],
         "aliases": [{"input": 0, "input_name": "cache", "output": 1}],
     }
+    # which consumers the artifacts were checked on: a plain XLA:CPU client, with its
+    # default options and with the option outofplace's engine compiles with
+    assert [c["options"] for c in checked] == [
+        {}, {"xla_cpu_copy_insertion_use_region_analysis": True}]
+    assert all(c["consumer"].startswith("XLA:CPU (jaxlib ") for c in checked)
+    assert checked[1] == {**checked[1], "in_place": True, "problems": []}
     assert hlo_aliases((tmp_path / "main.hlo.pb").read_bytes())[0]["parameter_number"] == 0

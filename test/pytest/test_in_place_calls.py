@@ -230,12 +230,13 @@ def test_a_result_written_by_another_program_is_taken_over() -> None:
 def test_memory_numpy_shares_is_still_copied() -> None:
     """Memory another owner sees (numpy's) is never taken over: the owner keeps seeing
     the tensor's values."""
-    write = outofplace.compile(write_row, (torch.zeros(4, 8), torch.randn(8), torch.tensor(0)))
-    array = torch.zeros(4, 8).numpy()
+    write = outofplace.compile(write_row, (torch.zeros(64, 256), torch.randn(256),
+                                           torch.tensor(0)))
+    array = torch.zeros(64, 256).numpy()  # 64 KiB: a copy worth a warning
     cache = torch.from_numpy(array)
     with pytest.warns(UserWarning, match="another owner allocated"):
-        write(cache, torch.ones(8), torch.tensor(2))
-    assert array[2].tolist() == [1.0] * 8
+        write(cache, torch.ones(256), torch.tensor(2))
+    assert array[2].tolist() == [1.0] * 256
 
 
 def test_generate_through_the_torch_compile_backend_in_place() -> None:

@@ -352,3 +352,91 @@ def test_last_row_written_with_gradients_enabled(path, grad):
     eager = copy.deepcopy(model)
     _calls_match_eager(model, eager, [torch.randn(3) for _ in range(5)], path, grad)
     torch.testing.assert_close(model.win, eager.win)
+
+
+def _column_from_position(x0, pos):
+    x0[:, 0] = x0[:, pos].reshape(-1)  # `x0[:, pos]`, a 0-d int32 position: a graph break
+    return x0 * 2
+
+
+def _add_through_row_at_position(x1, pos):
+    x1[pos, :].select(0, 0)[...] += 1
+    x1[:, :] = 2 * x1
+    return x1.sum()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("program", [_column_from_position, _add_through_row_at_position])
+def test_graph_break_passing_a_view_beside_its_base(program, dtype):
+    """Dynamo breaks the graph at the int32 position and hands the next graph the view it
+    computed eagerly (`stack0`) beside the tensor it views: the backend takes the view
+    again inside the graph, so the write shows through it as in eager (it refused the
+    pair as arguments sharing memory)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(program, backend="outofplace", dynamic=False)
+    x = torch.arange(20, dtype=dtype).reshape(4, 5)
+    for position in (1, 3, 2):
+        pos = torch.tensor(position, dtype=torch.int32)
+        eager, ours = x.clone(), x.clone()
+        expected = program(eager, pos)
+        result = compiled(ours, pos)
+        torch.testing.assert_close(result, expected, rtol=0, atol=0)
+        torch.testing.assert_close(ours, eager, rtol=0, atol=0)
+        x = x + 1
+
+
+def test_graph_with_an_input_no_longer_a_view_of_another():
+    """The graph compiled for a view beside its base, called with tensors of their own
+    (or another view of the base): the graph as it came runs, matching eager."""
+    from outofplace.dynamo import ViewsOfInputs, backend
+
+    def step(x, v):
+        x.mul_(2)
+        return v + 1
+
+    gm = torch.fx.symbolic_trace(step)
+    x = torch.arange(12.).reshape(3, 4)
+    runner = backend(gm, [x, x[1]])
+    assert isinstance(runner, ViewsOfInputs)
+    for make in (lambda x: (x, x[1]), lambda x: (x, x[2]), lambda x: (x, x[1].clone())):
+        eager, ours = make(x.clone()), make(x.clone())
+        expected = step(*eager)
+        result = runner(*ours)
+        result = result[0] if isinstance(result, (tuple, list)) else result
+        torch.testing.assert_close(result, expected, rtol=0, atol=0)
+        torch.testing.assert_close(ours[0], eager[0], rtol=0, atol=0)
+
+
+class _CacheAtPosition(torch.nn.Module):
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 8, 4, dtype=dtype))
+
+    def forward(self, k, pos):
+        self.cache[:, pos] = k
+        return self.cache.sum(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dynamic", [None, False])
+def test_position_as_a_0d_tensor_compiles_once_under_torch_compile(dtype, dynamic,
+                                                                   monkeypatch):
+    """Dynamo guards a write at a 0-d int64 tensor position on the position's value, for
+    every backend, and traces the frame again for each new one into the same graph: its
+    program is compiled once, as `outofplace.compile` compiles it once."""
+    import outofplace.dynamo
+
+    compiles = []
+    compile_program = outofplace.dynamo.compile_program
+    monkeypatch.setattr(outofplace.dynamo, "compile_program",
+                        lambda gm, args: compiles.append(gm) or compile_program(gm, args))
+    monkeypatch.setattr(outofplace.dynamo, "_PROGRAMS", {})  # none from earlier tests
+    torch._dynamo.reset()
+    model, eager = _CacheAtPosition(dtype), _CacheAtPosition(dtype)
+    compiled = torch.compile(model, backend="outofplace", dynamic=dynamic)
+    for position in (0, 5, 2, 7, 3):
+        k = torch.randn(2, 4, dtype=dtype)
+        pos = torch.tensor(position)
+        torch.testing.assert_close(compiled(k, pos), eager(k, pos))
+        torch.testing.assert_close(model.cache, eager.cache, rtol=0, atol=0)
+    assert len(compiles) == 1, f"compiled {len(compiles)} times for 5 positions"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -237,12 +238,13 @@ def test_in_place_report_names_the_argument_xla_copies() -> None:
     compiled = outofplace.compile(step, (torch.zeros(()), torch.zeros(()),
                                          torch.zeros(64, 1024), torch.randn(1024)))
     assert compiled.io_map == {0: 1, 1: 2, 2: 3}
-    report = compiled.in_place_report  # says it; the first call warns of it, once
+    report = compiled.in_place_report  # says it (4 bytes: under WARN_BYTES, no warning)
     assert report["cache"] == "in place"
     assert sorted(v.split(":")[0] for v in report.values()) == \
         ["copied 4 bytes per call", "in place", "in place"]
     assert report["b"].endswith("the program gives it the same new value as argument "
                                 "'a', and one buffer cannot be both")
-    with pytest.warns(UserWarning, match="'b' is copied on every call") as caught:
+    with warnings.catch_warnings(record=True) as caught:  # 4 bytes: said, not warned
+        warnings.simplefilter("always")
         compiled(torch.zeros(()), torch.zeros(()), torch.zeros(64, 1024), torch.randn(1024))
-    assert len([w for w in caught if "copied" in str(w.message)]) == 1
+    assert not [w for w in caught if "copied" in str(w.message)]

@@ -180,8 +180,12 @@ class XlaCompileError(RuntimeError):
 # XLA:CPU's copy insertion, by default, copies a donated buffer that the program also reads
 # (a slice before or after the update, attention over the whole cache): a copy of the whole
 # state every call. Its region analysis proves these reads safe and leaves the update in
-# place (docs/backends.md).
-COMPILE_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
+# place (docs/backends.md). With excess precision allowed (XLA's default), XLA drops the
+# rounding to bfloat16/float16 between two ops (a float32 -> bfloat16 -> float32 convert
+# pair), where eager rounds after every op: results differ from eager's in a third of the
+# elements of `x * 0.1 + y * 3.3 - 0.2` in bfloat16.
+COMPILE_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True,
+                   "xla_allow_excess_precision": False}
 
 
 def _without_misfusion(build: Callable[[dict[str, Any]], Any], options: dict[str, Any]
@@ -238,21 +242,62 @@ def _reads_updated_buffer_through_another_alias(module: Any) -> bool:
     return False
 
 
-def alias_problems(stablehlo: str, io_map: dict[int, int]) -> list[str]:
-    """What XLA:CPU's optimized program does not prove of `io_map`; [] when it proves all:
-    its input_output_alias is io_map (the buffer of each mutated argument is donated to its
-    result) and no `copy` reads a donated parameter (XLA did not keep a copy of the old
-    value, which it does when the update cannot happen in place). A program that copies
-    the state itself (`old = x.clone()`) is reported too: the check cannot tell the two
-    copies apart."""
-    problems = []
-    for module in compile_for_cpu(legalize_for_cpu(stablehlo)[0]).hlo_modules():
+# What a plain consumer needs to keep the exported program's updates in place: its
+# default copy insertion copies a donated buffer the program also reads, where XLA cannot
+# order the read before the update (openxla/xla#20440, open: an independent read of the
+# old value; a read of the new one, into which XLA's fusion duplicates the update, is one
+# too). No form of the update avoids it on XLA:CPU 0.10.2 (`bench/exports.py` measures it).
+CONSUMER_OPTION = "xla_cpu_copy_insertion_use_region_analysis"
+CONSUMER_HINT = (f"{CONSUMER_OPTION}=true keeps it in place "
+                 f"(XLA_FLAGS=--{CONSUMER_OPTION}=true, or jax.jit(..., "
+                 f"compiler_options={{'{CONSUMER_OPTION}': True}}); openxla/xla#20440)")
+
+
+def _plain_problems(stablehlo: str, io_map: dict[int, int], options: dict[str, Any]
+                    ) -> tuple[list[str], set[int]]:
+    """The alias problems and the copied arguments of `stablehlo` compiled as it is, with
+    `options` only (no legalization, no misfusion check), on a plain XLA:CPU client."""
+    executable = _client().compile_and_load(stablehlo, _devices(), _compile_options(options))
+    problems, copied = [], set()
+    for module in executable.hlo_modules():
         proto = module.as_serialized_hlo_module_proto()
         problems += hlo_proto.alias_problems(proto, io_map)
-        problems += [f"argument {argument}: XLA copies the donated buffer"
-                     for argument in sorted(hlo_proto.copied_parameters(proto))
-                     if argument in io_map]
+        copied |= {a for a in hlo_proto.copied_parameters(proto) if a in io_map}
+    return problems, copied
+
+
+def alias_problems(stablehlo: str, io_map: dict[int, int]) -> list[str]:
+    """What a plain XLA:CPU consumer of the exported text does not keep of `io_map`; []
+    when it keeps all: compiled as it is with default options, its input_output_alias is
+    io_map (each mutated argument's buffer donated to its result) and no `copy` reads a
+    donated parameter (XLA keeps no copy of the old value, as it does when the update
+    cannot happen in place). A copy says whether `CONSUMER_OPTION` would avoid it. A
+    program that copies the state itself (`old = x.clone()`) is reported too: the check
+    cannot tell the two copies apart."""
+    problems, copied = _plain_problems(stablehlo, io_map, {})
+    if copied:
+        _, still = _plain_problems(stablehlo, io_map, {CONSUMER_OPTION: True})
+    for argument in sorted(copied):
+        problems.append(f"argument {argument}: a plain XLA:CPU consumer (default options) "
+                        f"copies the donated buffer" +
+                        ("" if argument in still else f"; {CONSUMER_HINT}"))
     return problems
+
+
+def consumer_checks(stablehlo: str, io_map: dict[int, int]) -> list[dict[str, Any]]:
+    """Which consumers the exported artifacts were checked on, for `Compiled.save`: a
+    plain XLA:CPU client with default options, and with `CONSUMER_OPTION`; each with
+    whether every written argument stays in place and what does not."""
+    from jax._src.lib import version_str
+
+    checks = []
+    for options in ({}, {CONSUMER_OPTION: True}):
+        problems, copied = _plain_problems(stablehlo, io_map, options)
+        problems += [f"argument {a}: copied" for a in sorted(copied)]
+        checks.append({"consumer": f"XLA:CPU (jaxlib {version_str})",
+                       "options": options, "in_place": not problems,
+                       "problems": problems})
+    return checks
 
 
 # ------------------------------------------------------------ zero-copy calls on torch
@@ -272,7 +317,11 @@ def alias_problems(stablehlo: str, io_map: dict[int, int]) -> list[str]:
 # call needs anyway (torch reads the results right after), without handing the work to a
 # thread and waiting for it to come back (tens of µs per call on jax's asynchronous one).
 _LOCK = threading.RLock()  # calls, adoptions and the holders' arrays change under it
-STAGED_BYTES = 1 << 16  # read-only arguments up to this size go through a kept buffer
+STAGED_BYTES = 1 << 16
+# Copies per call under this many bytes in all are not warned of: they cost less than the
+# call itself (StaticCache's per-layer counters, 8 bytes each, get one new value and all
+# but one are copied). `in_place_report` says them.
+WARN_BYTES = 4096  # read-only arguments up to this size go through a kept buffer
 
 
 @functools.cache
@@ -539,10 +588,13 @@ class CpuExecutable:
 
     def _warn_copies(self, stacklevel: int) -> None:
         """One warning for the copies found since the last: each argument by name, with
-        its bytes, grouped by reason."""
+        its bytes, grouped by reason; none when they come to under `WARN_BYTES` (the
+        report still says them)."""
         if not self._unwarned:
             return
         copies, self._unwarned = self._unwarned, []
+        if sum(nbytes for _, nbytes, _ in copies) < WARN_BYTES:
+            return
         if len(copies) == 1:
             a, nbytes, why = copies[0]
             message = (f"argument '{self.names[a]}' is copied on every call ({nbytes} "

@@ -18,8 +18,9 @@ import operator
 import torch
 import torch.fx
 
-from . import (complex_pairs, decompositions, optimizer_ops, out_arguments, refusals,
-               shape_changes, strided_views, upstream_decompositions)
+from . import (complex_pairs, decompositions, optimizer_ops, out_arguments,
+               reduced_precision, refusals, shape_changes, strided_views,
+               upstream_decompositions)
 from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 
 
@@ -33,10 +34,12 @@ def rewrite(graph: torch.fx.Graph) -> None:
     out_arguments.functional_out_writes(graph)
     decompositions.real_conjugations(graph)
     decompositions.scalars_as_tensors(graph)
+    reduced_precision.compute_in_float32(graph)  # before addcmul_ is a mul and an add_
     decompositions.decompose(graph)
     upstream_decompositions.decompose_unregistered(graph)
     decompositions.decompose(graph)  # the ops those made (slice_scatter of slice_backward)
     shape_changes.local_shape_changes(graph)  # those decompositions made (quantile)
+    reduced_precision.compute_in_float32(graph)  # the ops decompositions made
     optimizer_ops.scalars_read_as_tensors(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)

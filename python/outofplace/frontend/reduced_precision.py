@@ -1,0 +1,123 @@
+"""float16 and bfloat16 computed as eager computes them on CPU.
+
+Eager's CPU kernels compute a float16/bfloat16 op in float32 ("opmath") and round the
+result once. A Python number in `mul`, `div`, `addcmul`, `lerp` and the activations'
+parameters (`x.mul_(0.9)`, `addcmul_(a, b, value=1e-3)`, `lerp_(y, 0.3)`) enters that
+float32 computation as the number itself (TensorIterator's `original_scalar_value`); in
+`add`, `sub` and `pow` (`x + 0.1`, `add_(y, alpha=0.1)`) as the number rounded to the
+tensor's dtype first (measured against torch 2.13). A reduction (`sum`, `mean`)
+accumulates in float32. torch-mlir types every number as the tensor's dtype and computes
+and reduces in it: `ema.mul_(0.999)` in bfloat16 multiplied by 1.0, a sum of 4,096
+bfloat16 values was two units in the last place off.
+
+So such an op computes in float32 here too, its result converted back: the same single
+rounding as eager's. Ops that compare or store a number (`gt`, `clamp`, `fill`,
+`masked_fill`, `where`) read it at the tensor's dtype in eager as well and are left alone;
+so are ops of two tensors, whose float16 result XLA rounds as eager does.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from .fx_graph import call, op_effects
+
+REDUCED = (torch.float16, torch.bfloat16)
+A = torch.ops.aten
+
+# Pointwise ops that read a number at the tensor's dtype in eager, as they do here.
+_AT_TENSOR_DTYPE = {"eq", "ne", "lt", "le", "gt", "ge", "clamp", "clamp_min", "clamp_max",
+                    "clip", "fill", "masked_fill", "where", "copy", "threshold",
+                    "hardtanh", "nan_to_num", "remainder", "fmod", "floor_divide"}
+# Pointwise ops whose number eager rounds to the tensor's dtype before its float32 math.
+_NUMBER_ROUNDED = {"add", "sub", "rsub", "pow"}
+# Reductions that accumulate in float32 in eager, and take the dtype to accumulate in.
+_ACCUMULATING = {A.sum.default, A.sum.dim_IntList, A.mean.default, A.mean.dim,
+                 A.cumsum.default, A.prod.default, A.prod.dim_int}
+
+
+def _is_reduced(value: object) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype in REDUCED
+
+
+def _reads_a_number(node: torch.fx.Node) -> bool:
+    return any(isinstance(value, (int, float)) and not isinstance(value, bool)
+               for value in (*node.args, *node.kwargs.values()))
+
+
+def _in_float32(graph: torch.fx.Graph, value: object) -> object:
+    if isinstance(value, torch.fx.Node) and _is_reduced(value.meta.get("val")):
+        return call(graph, A._to_copy.default, value, dtype=torch.float32)
+    return value
+
+
+def compute_in_float32(graph: torch.fx.Graph) -> None:
+    """Each float16/bfloat16 pointwise op that reads a Python number, and each
+    accumulating reduction, computed in float32 and converted back (see above)."""
+    for node in list(graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or \
+                not _is_reduced(node.meta.get("val")):
+            continue
+        if target in _ACCUMULATING:
+            _accumulate_in_float32(graph, node)
+        elif torch.Tag.pointwise in target.tags and _reads_a_number(node) and \
+                target.overloadpacket.__name__.rstrip("_") not in _AT_TENSOR_DTYPE:
+            _pointwise_in_float32(graph, node)
+
+
+def _pointwise_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    effects = op_effects(node)
+    functional = node.target
+    if effects is not None and effects.is_inplace:
+        if effects.written != (0,) or effects.twin is None:
+            return
+        functional = effects.twin
+    dtype = node.meta["val"].dtype
+    rounded = node.target.overloadpacket.__name__.rstrip("_") in _NUMBER_ROUNDED
+
+    def operand(value: object) -> object:
+        if rounded and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return torch.tensor(value, dtype=dtype).item()
+        return _in_float32(graph, value)
+
+    if node.target is torch.ops.prims.fma.default:
+        _product_in_float32(graph, node)
+    with graph.inserting_before(node):
+        args = tuple(operand(a) for a in node.args)
+        kwargs = {k: operand(v) for k, v in node.kwargs.items()}
+        result = call(graph, A._to_copy.default,
+                      call(graph, functional, *args, **kwargs), dtype=dtype)
+        if functional is not node.target:  # in place: the result stored into self
+            result = call(graph, A.copy_.default, node.args[0], result)
+    result.meta = {**node.meta, "val": result.meta["val"]}
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
+
+
+def _accumulate_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    if node.kwargs.get("dtype") is not None:
+        return  # the dtype the user asked for
+    dtype = node.meta["val"].dtype
+    with graph.inserting_before(node):
+        total = call(graph, node.target, *node.args,
+                     **{**node.kwargs, "dtype": torch.float32})
+        result = call(graph, A._to_copy.default, total, dtype=dtype)
+    result.meta = {**node.meta, "val": result.meta["val"]}
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
+
+
+def _product_in_float32(graph: torch.fx.Graph, fma: torch.fx.Node) -> None:
+    """Dynamo writes `x.addcmul_(a, b, value=v)` as `fma(a * b, v, x)`: the product, which
+    eager's addcmul keeps in float32, computed in float32 too (not rounded to a * b's
+    dtype on its way into the fma)."""
+    product = fma.args[0]
+    if not (isinstance(product, torch.fx.Node) and product.target is A.mul.Tensor and
+            list(product.users) == [fma] and _is_reduced(product.meta.get("val"))):
+        return
+    with graph.inserting_before(product):
+        exact = call(graph, A.mul.Tensor, *(_in_float32(graph, a) for a in product.args))
+    fma.args = (exact, *fma.args[1:])
+    graph.erase_node(product)

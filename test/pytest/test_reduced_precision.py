@@ -1,0 +1,89 @@
+"""float16 and bfloat16 programs against eager, bit for bit, on both paths
+(frontend/reduced_precision.py): a Python number in an op enters eager's float32
+computation as itself (`mul`, `div`, `addcmul`, `lerp`, activations) or rounded to the
+tensor's dtype (`add`, `sub`, `pow`), the result rounded once; reductions accumulate in
+float32."""
+
+import pytest
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+
+import outofplace
+
+REDUCED = [torch.float16, torch.bfloat16]
+PATHS = ["outofplace.compile", "torch.compile"]
+
+PROGRAMS = {
+    "mul_": lambda x, y: x.mul_(0.9),
+    "div_": lambda x, y: x.div_(3.0),
+    "add_scalar_": lambda x, y: x.add_(0.1),
+    "add_alpha_": lambda x, y: x.add_(y, alpha=0.1),
+    "sub_alpha": lambda x, y: x.sub(y, alpha=0.3) * 2,
+    "rsub": lambda x, y: 0.7 - x,
+    "addcmul_": lambda x, y: x.addcmul_(y, y, value=0.01),
+    "lerp_": lambda x, y: x.lerp_(y, 0.3),
+    "pow": lambda x, y: x.abs().pow(0.1),
+    "rpow": lambda x, y: torch.pow(1.1, x),
+    "leaky_relu_": lambda x, y: F.leaky_relu_(x, 0.1),
+    "elu": lambda x, y: F.elu(x, 0.1),
+    "chain": lambda x, y: x * 0.1 + y * 3.3 - 0.2,
+    "sum": lambda x, y: x.sum(),
+    "sum_dim": lambda x, y: y.sum(1, keepdim=True) + x,
+    "mean": lambda x, y: x.mean(0),
+}
+
+
+def _run(program, path: str, args: tuple):
+    if path == "torch.compile":
+        torch._dynamo.reset()
+        return torch.compile(program, backend="outofplace", dynamic=False)(*args)
+    return outofplace.compile(program, tuple(a.clone() for a in args))(*args)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", REDUCED)
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_op_with_a_number_matches_eager_bit_for_bit(name, dtype, path):
+    program = PROGRAMS[name]
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 64).to(dtype), torch.randn(64, 64).to(dtype)
+    eager_args, args = (x.clone(), y.clone()), (x.clone(), y.clone())
+    expected = program(*eager_args)
+    result = _run(program, path, args)
+    result = args[0] if result is None else result
+    torch.testing.assert_close(result, expected, rtol=0, atol=0)
+    torch.testing.assert_close(args[0], eager_args[0], rtol=0, atol=0)
+
+
+class _Ema(torch.nn.Module):
+    """An exponential moving average kept in bfloat16: 0.999 is 1.0 in bfloat16."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("average", torch.zeros(256, dtype=dtype))
+
+    def forward(self, x):
+        self.average.mul_(0.999).add_(x, alpha=0.001)
+        return self.average.sum()
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", REDUCED)
+def test_moving_average_in_reduced_precision_decays_as_in_eager(dtype, path):
+    torch.manual_seed(0)
+    model, eager = _Ema(dtype), _Ema(dtype)
+    model.average.fill_(1.0)
+    eager.average.fill_(1.0)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="outofplace", dynamic=False) \
+        if path == "torch.compile" else None
+    for step in range(5):
+        x = torch.randn(256).to(dtype)
+        if compiled is None:
+            compiled = outofplace.compile(model, (x,))
+        result, expected = compiled(x), eager(x)
+        torch.testing.assert_close(result, expected, rtol=0, atol=0)
+        torch.testing.assert_close(model.average, eager.average, rtol=0, atol=0,
+                                   msg=lambda m: f"step {step}: {m}")
+    assert not torch.equal(eager.average, torch.ones(256, dtype=dtype))
