@@ -217,7 +217,10 @@ def test_kernels_match_eager_in_place(f, dtype):
     _calls_match_eager(compiled, f, dtype)
     written = sorted(compiled.io_map)
     assert written == list(range(len(_state(f, dtype))))
-    assert compiled.alias_problems("xla") == []
+    # a plain XLA:CPU consumer keeps each written root in place, with the option XLA's
+    # copy insertion needs where the program reads the root after writing it
+    assert all(outofplace.xla.CONSUMER_HINT in problem
+               for problem in compiled.alias_problems("xla"))
     report = compiled.in_place_report
     assert all(report[compiled.input_names[i]] == "in place" for i in written), report
 
