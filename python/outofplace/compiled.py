@@ -437,7 +437,7 @@ class Compiled:
             results = self._xla_executable()(inputs)
             if self._plan is None:
                 self._make_plan(inputs)
-        elif engine in ("interpreter", "iree") and custom_calls.kernel_calls(self.module):
+        elif engine in ("interpreter", "iree") and self._kernels:  # refused, by name
             custom_calls.refuse_engine(self.module, engine)
         elif engine == "interpreter":
             results = interpret(self.module, inputs, self.result_dtypes)

@@ -503,3 +503,14 @@ def test_a_runtime_position_view_beside_its_root_is_refused():
     with pytest.raises(outofplace.UnsupportedMutationError,
                        match=rf"test_custom_kernels.py:{line}.*runtime position"):
         outofplace.compile(f, args)
+
+
+@pytest.mark.parametrize("engine", ["interpreter", "iree"])
+def test_running_on_another_engine_refuses_before_writing(engine):
+    pool = torch.zeros(3, 4, 8)
+    args = (pool, *_step_args(paged_write, torch.float32, 0))
+    compiled = outofplace.compile(paged_write, args)
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=rf"oop_test::write_rows: engine '{engine}'"):
+        compiled.run(args, engine=engine)
+    assert not pool.any()
