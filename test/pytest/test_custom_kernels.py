@@ -514,3 +514,20 @@ def test_running_on_another_engine_refuses_before_writing(engine):
                        match=rf"oop_test::write_rows: engine '{engine}'"):
         compiled.run(args, engine=engine)
     assert not pool.any()
+
+
+def test_a_seeded_random_kernel_has_a_side_effect():
+    @torch.library.custom_op("oop_test::noisy_rows", mutates_args=("cache",),
+                             tags=(torch.Tag.nondeterministic_seeded,))
+    def noisy_rows(cache: torch.Tensor, idx: torch.Tensor) -> None:
+        cache.index_fill_(0, idx, 1.0)
+
+    def f(cache, idx):
+        noisy_rows(cache, idx)
+        return cache.sum()
+
+    text = outofplace.compile(f, (torch.zeros(4, 4), torch.tensor([1]))).stablehlo
+    assert 'has_side_effect = true' in text.split('@"oop_test::noisy_rows"')[1]
+    assert 'has_side_effect' not in outofplace.compile(
+        paged_write, (torch.zeros(3, 4, 8), *_step_args(paged_write, torch.float32, 0))
+    ).stablehlo
