@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 from torch_mlir import ir
 
 from . import bounds, compile_cache, progress
-from .backends import custom_calls, export, hlo_proto, iree, spmd, xla
+from .backends import custom_calls, export, foreign_targets, hlo_proto, iree, spmd, xla
 from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
@@ -195,7 +195,7 @@ class Compiled:
     def _exported(self) -> str:
         """What the exports carry: `stablehlo`, with custom ops mapped to a foreign
         target called as that (outofplace.kernels)."""
-        return custom_calls.with_foreign_targets(self.stablehlo)
+        return foreign_targets.with_foreign_targets(self.module, self.stablehlo)
 
     def portable_artifact(self, target: str = export.DEFAULT_TARGET) -> bytes:
         """Versioned StableHLO bytecode; the default target is what jaxlib 0.10.2 reads."""

@@ -6,7 +6,8 @@ A custom op that writes its arguments compiles to `stablehlo.custom_call @"ns::o
 kernel) takes another target and its own backend config; `register_foreign_target` says
 which, and the exports (`Compiled.portable_artifact()`, `.hlo_module_proto()`, `.save()`,
 `outofplace export`) then call that target, with the same operand-to-result aliases.
-`Compiled.stablehlo` and the engines keep the CPU call. docs/backends.md has an example.
+`Compiled.stablehlo` and the engines keep the CPU call (backends/foreign_targets.py makes
+the exports). docs/backends.md has an example.
 """
 
 from __future__ import annotations

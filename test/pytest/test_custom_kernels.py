@@ -376,9 +376,21 @@ def test_foreign_target_is_carried_by_the_exports(tmp_path):
         assert compiled.alias_problems("neuron") == []
         compiled.save(str(tmp_path))
         text = (tmp_path / "main.mlir").read_text()
+        # the foreign kernel gets its argument as the op's signature has it: the pool
+        # as rows (a reshape, a bitcast), its result reshaped back into the pool
+        assert "stablehlo.reshape %pool : (tensor<3x4x8xf32>) -> tensor<12x8xf32>" in text
         assert 'stablehlo.custom_call @AwsNeuronCustomNativeKernel' in text
         assert 'backend_config = "{\\22kernel\\22: \\22write_rows_nki\\22, ' in text
         assert "output_operand_alias<output_tuple_indices = [], operand_index = 0" in text
+        assert "(tensor<12x8xf32>, tensor<2xi64>, tensor<2x8xf32>) -> tensor<12x8xf32>" \
+            in text
+        assert "outofplace." not in text.split("AwsNeuronCustomNativeKernel")[1][:400]
+        sliced = outofplace.compile(sliced_write, (*_state(sliced_write, torch.float32),
+                                                   *_step_args(sliced_write,
+                                                               torch.float32, 0)))
+        with pytest.raises(outofplace.UnsupportedMutationError,
+                           match="view of part of a tensor .* AwsNeuronCustomNativeKernel"):
+            sliced.portable_artifact()
         pool = torch.zeros(3, 4, 8)  # and the program still runs the CPU kernel
         expected = paged_write(torch.zeros(3, 4, 8), *_step_args(paged_write,
                                                                 torch.float32, 0))

@@ -8,8 +8,8 @@
   no jaxlib when installing) compiling refuses, naming the op.
 - The reference interpreter and IREE cannot call a kernel: compiling for them refuses,
   naming the op and the engine.
-- Exports (`Compiled.portable_artifact`, `hlo_module_proto`, `save`) carry a foreign
-  target where outofplace.kernels maps the op to one (`with_foreign_targets`).
+- Exports carry a foreign target where outofplace.kernels maps the op to one
+  (foreign_targets.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import threading
 
 from torch_mlir import ir
 
-from .. import kernels
 from ..errors import UnsupportedMutationError
 from ..ir_utils import all_operations
 
@@ -112,47 +111,3 @@ def refuse_engine(calls: list[ir.Operation] | ir.Module, engine: str,
             calls[0], f"custom op {target(calls[0])}: engine '{engine}' ({name}) cannot "
             "call its kernel; run it on engine='xla' (XLA:CPU runs the op's CPU "
             "implementation), or export the program for a backend that has the kernel")
-
-
-def with_foreign_targets(stablehlo: str) -> str:
-    """The program with each kernel that outofplace.kernels maps to a foreign target
-    calling that target instead (its backend_config the mapping's); unchanged when none
-    is mapped. Rewritten with the MLIR bindings on a parse of the text."""
-    if not kernels.FOREIGN:
-        return stablehlo
-    from ..context import make_context
-    with make_context() as context, ir.Location.unknown(context):
-        module = ir.Module.parse(stablehlo)
-        changed = False
-        for op in kernel_calls(module):
-            foreign = kernels.FOREIGN.get(target(op))
-            if foreign is None:
-                continue
-            config = ir.DictAttr(op.attributes["backend_config"])
-            arguments = {n.name: _python_value(n.attr) for n in config
-                         if not n.name.startswith("outofplace.")}
-            op.attributes["call_target_name"] = ir.StringAttr.get(foreign.target)
-            op.attributes["backend_config"] = ir.StringAttr.get(
-                foreign.backend_config(arguments))
-            op.attributes["api_version"] = ir.IntegerAttr.get(
-                ir.IntegerType.get_signless(32), foreign.api_version)
-            changed = True
-        if not changed:
-            return stablehlo
-        return module.operation.get_asm(use_name_loc_as_prefix=True)
-
-
-def _python_value(attribute: ir.Attribute) -> object:
-    if isinstance(attribute, ir.BoolAttr):
-        return attribute.value
-    if isinstance(attribute, ir.IntegerAttr):
-        return attribute.value
-    if isinstance(attribute, ir.FloatAttr):
-        return attribute.value
-    if isinstance(attribute, ir.StringAttr):
-        return attribute.value
-    if isinstance(attribute, ir.DenseI64ArrayAttr):
-        return list(attribute)
-    if isinstance(attribute, ir.DenseF64ArrayAttr):
-        return list(attribute)
-    return str(attribute)
