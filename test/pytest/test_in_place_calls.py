@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,12 +26,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWar
 def planned_call(request, monkeypatch) -> str:
     """Every test runs with the planned calls of backends/planned_call.cpp and with their
     Python twin (used when the extension is not built)."""
-    if request.param == "Python":
-        monkeypatch.setattr(xla, "planned_call", xla._PlannedCall)
+    if request.param == "Python":  # the twin, reading the same plan
+        monkeypatch.setattr(xla, "planned_call", lambda executable, layouts, written:
+                            xla._PlannedCall(xla.call_plan(executable, layouts, written)))
     return request.param
 
 
-def test_planned_call_extension_is_built() -> None:
+def test_planned_call_extension_is_built(planned_call) -> None:
     """`make` builds the C++ planned call (setup.py); without it calls take the Python
     twin, which is slower."""
     from outofplace.backends import _planned_call
@@ -38,8 +40,8 @@ def test_planned_call_extension_is_built() -> None:
     compiled = outofplace.compile(step, step_args())
     cache, pos, k = step_args()
     compiled(cache, pos, k)
-    assert isinstance(compiled._plan, _planned_call.PlannedCall) or \
-        xla.planned_call is xla._PlannedCall
+    assert isinstance(compiled._plan, _planned_call.PlannedCall if planned_call == "C++"
+                      else xla._PlannedCall)
 
 
 def step(cache, pos, k):
@@ -799,3 +801,70 @@ def test_large_read_only_argument_seen_as_it_is_at_each_call() -> None:
                        lambda: linear.weight.add_(1)):
             change()
             assert_same(compiled(x), linear(x), "output")
+
+
+def test_the_cpp_reads_only_the_plans_fields() -> None:
+    """planned_call.cpp and sharded_call.cpp read outofplace's objects through one frozen
+    plan each (xla.CallPlan, spmd.ShardedPlan): every `plan.attr("...")` they read is a
+    field of it, and they read no private name of outofplace's (the `_`-names left are
+    jax's Array internals, named in calls.h)."""
+    import dataclasses
+    import re
+
+    from outofplace.backends import spmd
+
+    backends = Path(xla.__file__).parent
+    for source, plan in (("planned_call.cpp", xla.CallPlan),
+                         ("sharded_call.cpp", spmd.ShardedPlan)):
+        text = (backends / source).read_text()
+        read = set(re.findall(r'plan\.attr\("(\w+)"\)', text))
+        assert read and read <= {f.name for f in dataclasses.fields(plan)}, (source, read)
+        assert not re.findall(r'attr\("_\w+"\)', text), source
+    private = set(re.findall(r'"(_\w+)"', (backends / "calls.h").read_text()))
+    assert private == {"_arrays", "_fully_replicated_shard"}  # jax.Array's own
+
+
+# What the C++ reads of outofplace's objects other than the plans, by class: each name
+# must be an attribute those classes set (jax's and Python's own names are not listed).
+_READ_OF = {
+    "array": ("xla._Holder", "xla._Stage", "spmd._Stage", "spmd._Resident"),
+    "ptr": ("xla._Holder", "xla._Stage"), "nbytes": ("xla._Holder", "xla._Stage", "spmd._Stage"),
+    "executable": ("xla.CpuExecutable",), "shape": ("xla._Viewer",), "dtype": ("xla._Viewer",),
+    "distinct": ("spmd._Placement",), "boxes": ("spmd._Placement",),
+    "whole": ("spmd._Stage",), "addresses": ("spmd._Stage",),
+    "holds": ("spmd._Resident",), "version": ("spmd._Resident",),
+    "op": ("host_scalars.Scalar",), "bits": ("host_scalars.Scalar",),
+    "unsigned": ("host_scalars.Scalar",), "value": ("host_scalars.Scalar",),
+    "operands": ("host_scalars.Scalar",),
+}
+_NOT_OURS = {"acquire", "release", "consume_with_handlers", "execute_sharded",
+             "unsafe_buffer_pointer", "block_until_ready", "_arrays", "_fully_replicated_shard"}
+
+
+def test_every_name_the_cpp_reads_is_set_by_its_class() -> None:
+    import dataclasses
+    import inspect
+    import re
+
+    from outofplace.backends import host_scalars, spmd
+
+    modules = {"xla": xla, "spmd": spmd, "host_scalars": host_scalars}
+    backends = Path(xla.__file__).parent
+    plans = {f.name for plan in (xla.CallPlan, spmd.ShardedPlan)
+             for f in dataclasses.fields(plan)}
+    read = set()
+    for source in ("planned_call.cpp", "sharded_call.cpp", "calls.h"):
+        text = (backends / source).read_text()
+        read |= set(re.findall(r'attr\("(\w+)"\)', text)) | \
+            set(re.findall(r'\w+\{"(\w+)"\}', text))
+    for name in sorted(read - _NOT_OURS):
+        if name in _READ_OF:
+            for owner in _READ_OF[name]:
+                module, cls = owner.split(".")
+                klass = getattr(modules[module], cls)
+                fields = {f.name for f in dataclasses.fields(klass)} \
+                    if dataclasses.is_dataclass(klass) else set()
+                assert name in fields or hasattr(klass, name) or re.search(
+                    rf"self\.{name}\b[^(]", inspect.getsource(klass)), (name, owner)
+        else:
+            assert name in plans, f"the C++ reads `{name}`, which no plan has"

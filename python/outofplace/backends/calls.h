@@ -21,7 +21,7 @@ struct Layout {  // of an argument, as the call the plan was made from had it
 };
 
 // (dtype, shape, strides, storage offset) tuples, as Compiled._make_plan lists them
-inline std::vector<Layout> parse_layouts(const py::list& layouts) {
+inline std::vector<Layout> parse_layouts(const py::object& layouts) {
   std::vector<Layout> parsed;
   for (py::handle item : layouts) {
     auto entry = item.cast<py::tuple>();

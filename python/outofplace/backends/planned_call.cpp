@@ -35,29 +35,29 @@ struct Stage {  // a small read-only argument's kept buffer (xla._Stage)
 
 class PlannedCall {
  public:
-  PlannedCall(py::object executable, py::list layouts, std::vector<int64_t> written)
-      : executable_(executable), layouts_(parse_layouts(layouts)),
-        written_(std::move(written)) {
-    auto io_map = executable.attr("io_map").cast<py::dict>();
-    donated_ = executable.attr("donated").cast<std::vector<int64_t>>();
-    for (int64_t i : donated_) aliased_.push_back(io_map[py::int_(i)].cast<int64_t>());
-    for (auto item : executable.attr("_stages").cast<py::dict>()) {
-      py::object stage = py::reinterpret_borrow<py::object>(item.second);
-      stages_.push_back({item.first.cast<int64_t>(), stage, stage.attr("array"),
+  // Reads the plan's fields (xla.CallPlan) and nothing else of outofplace's.
+  explicit PlannedCall(py::object plan)
+      : executable_(plan.attr("executable")), layouts_(parse_layouts(plan.attr("layouts"))),
+        written_(plan.attr("written").cast<std::vector<int64_t>>()),
+        donated_(plan.attr("donated").cast<std::vector<int64_t>>()),
+        aliased_(plan.attr("aliased").cast<std::vector<int64_t>>()),
+        zero_copied_(plan.attr("zero_copied").cast<std::vector<int64_t>>()) {
+    for (py::handle item : plan.attr("stages")) {
+      auto entry = item.cast<py::tuple>();
+      py::object stage = entry[1];
+      stages_.push_back({entry[0].cast<int64_t>(), stage, stage.attr("array"),
                          reinterpret_cast<void*>(stage.attr("ptr").cast<uintptr_t>()),
                          stage.attr("nbytes").cast<int64_t>()});
     }
-    zero_copied_ = executable.attr("_zero_copied").cast<std::vector<int64_t>>();
-    results_ = viewed_results(executable.attr("_unaliased"), executable.attr("_viewers"));
-    handlers_ = executable.attr("_handlers");
-    zero_copy_ = executable.attr("_zero_copy");
-    execute_failed_ = executable.attr("_execute_failed");
-    failed_after_ = executable.attr("_failed_after");
-    moved_ = executable.attr("_moved");
-    py::module_ xla = py::module_::import("outofplace.backends.xla");
-    acquire_ = xla.attr("_LOCK").attr("acquire");
-    release_ = xla.attr("_LOCK").attr("release");
-    holders_get_ = xla.attr("_HOLDERS").attr("get");
+    results_ = viewed_results(plan.attr("unaliased"), plan.attr("viewers"));
+    handlers_ = plan.attr("handlers");
+    zero_copy_ = plan.attr("zero_copy");
+    execute_failed_ = plan.attr("execute_failed");
+    failed_after_ = plan.attr("failed_after");
+    moved_ = plan.attr("moved");
+    acquire_ = plan.attr("lock").attr("acquire");
+    release_ = plan.attr("lock").attr("release");
+    holders_get_ = plan.attr("holder_at");
   }
 
   // The call's results (None for a result aliased with an argument), or None when the
@@ -153,8 +153,7 @@ PYBIND11_MODULE(_planned_call, m) {
   m.doc() = "Compiled.__call__'s planned calls to XLA:CPU (backends/planned_call.cpp, "
             "backends/sharded_call.cpp)";
   pybind11::class_<PlannedCall>(m, "PlannedCall")
-      .def(pybind11::init<pybind11::object, pybind11::list, std::vector<int64_t>>(),
-           pybind11::arg("executable"), pybind11::arg("layouts"), pybind11::arg("written"))
+      .def(pybind11::init<pybind11::object>(), pybind11::arg("plan"))
       .def("__call__", &PlannedCall::call, pybind11::arg("inputs"));
   m.def("is_result_buffer",
         [](uintptr_t address) { return outofplace::result_buffers().count(address) > 0; },

@@ -211,20 +211,22 @@ void copy_from_shard(const at::Tensor& tensor, const Box& region, const uint8_t*
 
 class ShardedCall {
  public:
-  // `engine`: a ShardedExecutable after a call; `layouts` as PlannedCall's; `written` the
-  // written arguments that are the caller's (not module state); `regions`: for each
-  // written argument, its writes ((start, update size, dimension size, clamped) per
-  // dimension, the start an int or a host_scalars.Scalar: ShardedExecutable._regions),
-  // or None for Python's;
-  // `results` how many results the program has (the engine's module may return more).
-  ShardedCall(py::object engine, py::list layouts, std::vector<int64_t> written,
-              int64_t results, py::dict regions)
-      : engine_(engine), layouts_(parse_layouts(layouts)), written_(std::move(written)),
-        count_(results) {
-    compiled_ = engine.attr("_compiled");
-    order_ = engine.attr("_order").cast<std::vector<int64_t>>();
-    auto io_map = engine.attr("_io_map").cast<py::dict>();
-    auto state = engine.attr("_state").cast<py::dict>();
+  // Reads the plan's fields (spmd.ShardedPlan) and nothing else of outofplace's: its
+  // `layouts` as PlannedCall's; `written` the written arguments that are the caller's (not
+  // module state); `regions`: for each written argument, its writes ((start, update size,
+  // dimension size, clamped) per dimension, the start an int or a host_scalars.Scalar:
+  // ShardedExecutable._regions), or None for Python's; `results` how many results the
+  // program has (the engine's module may return more).
+  explicit ShardedCall(py::object plan)
+      : layouts_(parse_layouts(plan.attr("layouts"))),
+        written_(plan.attr("written").cast<std::vector<int64_t>>()),
+        count_(plan.attr("results").cast<int64_t>()) {
+    compiled_ = plan.attr("compiled");
+    order_ = plan.attr("order").cast<std::vector<int64_t>>();
+    auto io_map = plan.attr("io_map").cast<py::dict>();
+    auto state = plan.attr("state").cast<py::dict>();
+    auto regions = plan.attr("regions").cast<py::dict>();
+    auto placements = plan.attr("placements").cast<py::dict>();
     py::list unaliased;
     for (int64_t r = 0; r < count_; ++r) {
       if (state.contains(py::int_(r)))
@@ -233,14 +235,14 @@ class ShardedCall {
       else
         unaliased.append(r);
     }
-    results_ = viewed_results(unaliased, engine.attr("_viewers"));
-    auto stages = engine.attr("_stages").cast<py::dict>();
+    results_ = viewed_results(unaliased, plan.attr("viewers"));
+    auto stages = plan.attr("stages").cast<py::dict>();
     for (size_t i = 0; i < layouts_.size(); ++i) {
       py::int_ index(i);
       if (io_map.contains(index)) {
         State s{static_cast<int64_t>(i), io_map[index].cast<int64_t>(), true, {}, {}, {}};
         py::object writes = regions[index];
-        py::object placement = engine.attr("_placement")(index);
+        py::object placement = placements[index];
         s.distinct = placement.attr("distinct").cast<std::vector<int64_t>>();
         s.boxes = placement.attr("boxes").cast<std::vector<Box>>();
         if (!writes.is_none()) {
@@ -274,11 +276,11 @@ class ShardedCall {
         lent_.push_back(static_cast<int64_t>(i));
       }
     }
-    resident_ = engine.attr("_resident");
-    on_devices_ = engine.attr("_on_devices");
-    keep_ = engine.attr("_keep");
-    acquire_ = engine.attr("_lock").attr("acquire");
-    release_ = engine.attr("_lock").attr("release");
+    resident_ = plan.attr("resident");
+    on_devices_ = plan.attr("on_devices");
+    keep_ = plan.attr("keep");
+    acquire_ = plan.attr("lock").attr("acquire");
+    release_ = plan.attr("lock").attr("release");
   }
 
   // The call's results, as ShardedExecutable.__call__ returns them, or None when the call
@@ -393,7 +395,7 @@ class ShardedCall {
   }
 
  private:
-  py::object engine_, compiled_;
+  py::object compiled_;
   std::vector<Layout> layouts_;
   std::vector<int64_t> written_, order_, lent_;
   int64_t count_;
@@ -420,9 +422,7 @@ void bind_sharded_call(py::module_& m) {
       "tests)",
       py::arg("scalar"), py::arg("inputs"));
   py::class_<ShardedCall>(m, "ShardedCall")
-      .def(py::init<py::object, py::list, std::vector<int64_t>, int64_t, py::dict>(),
-           py::arg("engine"), py::arg("layouts"), py::arg("written"), py::arg("results"),
-           py::arg("regions"))
+      .def(py::init<py::object>(), py::arg("plan"))
       .def("__call__", &ShardedCall::call, py::arg("inputs"));
 }
 

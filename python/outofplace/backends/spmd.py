@@ -99,6 +99,30 @@ class ShardingReport:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class ShardedPlan:
+    """Everything a sharded planned call reads of a ShardedExecutable, built once by
+    Python (`ShardedExecutable.planned_call`): sharded_call.cpp reads these fields by
+    name and nothing else of outofplace's (test_sharding.py checks each name it reads
+    is a field here)."""
+
+    layouts: tuple  # per argument, (dtype, shape, strides, storage offset) of the plan
+    written: tuple[int, ...]  # the caller's written arguments: none may require grad
+    results: int  # how many results the program has (the engine's module may return more)
+    regions: dict  # per written argument, its writes' regions (`_regions`), or None
+    compiled: Any  # the jax executable
+    order: tuple[int, ...]  # the arguments in the order the executable takes them
+    io_map: dict[int, int]  # written argument -> result
+    state: dict[int, int]  # result -> the written argument whose state it returns
+    viewers: dict  # result -> its xla._Viewer (`shape`, `dtype`), for those a call made
+    stages: dict  # small read-only argument -> its _Stage (kept buffers on the devices)
+    placements: dict  # written argument -> its _Placement (`distinct`, `boxes`)
+    resident: dict  # (argument, id(tensor)) -> _Resident: the state a call left
+    on_devices: Callable[..., Any]  # a large read-only argument, put on the devices
+    keep: Callable[..., None]  # after a call: the written arguments' new state kept
+    lock: Any  # held for a call
+
+
 class ShardedExecutable:
     """A StableHLO module with shardings, compiled once for the mesh's devices; written
     arguments stay on the devices between calls (the module docstring)."""
@@ -294,8 +318,14 @@ class ShardedExecutable:
         built = xla.extension()
         if built is None:
             return None
-        return built.ShardedCall(self, layouts, written, results, {
-            index: self._regions(index) for index in self._io_map})
+        return built.ShardedCall(ShardedPlan(
+            layouts=tuple(layouts), written=tuple(written), results=results,
+            regions={index: self._regions(index) for index in self._io_map},
+            compiled=self._compiled, order=tuple(self._order), io_map=dict(self._io_map),
+            state=dict(self._state), viewers=dict(self._viewers), stages=dict(self._stages),
+            placements={index: self._placement(index) for index in self._io_map},
+            resident=self._resident, on_devices=self._on_devices, keep=self._keep,
+            lock=self._lock))
 
     def _regions(self, index: int) -> list[list[tuple]] | None:
         """Where a call writes a state, for the planned call: per write, (start: an int or
