@@ -22,6 +22,7 @@ warnings.filterwarnings("ignore")
 
 import calls  # noqa: E402
 import compile_time  # noqa: E402
+import custom_kernels  # noqa: E402
 import emitted  # noqa: E402
 import exports  # noqa: E402
 import iree_kv  # noqa: E402
@@ -33,7 +34,8 @@ import report  # noqa: E402
 # between `<!-- section: NAME -->` and `<!-- end: NAME -->`.
 SECTIONS = {"real-models": lambda log: real_models.run(real_models.ROWS, 20, log),
             "op-classes": lambda log: op_classes.run(log=log),
-            "exports": lambda log: exports.run(log=log)}
+            "exports": lambda log: exports.run(log=log),
+            "custom-kernels": lambda log: custom_kernels.run(log=log)}
 
 
 def _framed(name: str, text: str) -> str:

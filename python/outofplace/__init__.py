@@ -17,6 +17,7 @@ from .frontend.importer import mark_mutable_tensors
 from .transforms.inplace_to_outofplace import inplace_to_outofplace
 from .transforms.pipelines import lower_to_stablehlo, run_pipeline
 from .backends import xla
+from . import kernels  # custom ops mapped to a backend's own kernel in the exports
 
 __all__ = [
     "Compiled",
@@ -29,6 +30,7 @@ __all__ = [
     "compile_family",
     "import_torch",
     "inplace_to_outofplace",
+    "kernels",
     "lower_to_stablehlo",
     "make_context",
     "mark_mutable_tensors",

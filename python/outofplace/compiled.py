@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 from torch_mlir import ir
 
 from . import bounds, compile_cache, progress
-from .backends import export, hlo_proto, iree, spmd, xla
+from .backends import custom_calls, export, foreign_targets, hlo_proto, iree, spmd, xla
 from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
@@ -127,6 +127,11 @@ class Compiled:
     _engines: Any = field(default_factory=threading.Lock, repr=False)
 
     @functools.cached_property
+    def _kernels(self) -> bool:
+        """Whether the program calls custom ops' kernels (backends/custom_calls.py)."""
+        return bool(custom_calls.kernel_calls(self.module))
+
+    @functools.cached_property
     def dynamic(self) -> bool:
         """Whether the program has dynamic dimensions (`tensor<?x...>`, dynamic_shapes)."""
         return any(-1 in shape for shape, _ in self.input_types)
@@ -186,9 +191,15 @@ class Compiled:
         """The StableHLO text, values named after the program (`%kv_cache_modified`)."""
         return self.module.operation.get_asm(use_name_loc_as_prefix=True)
 
+    @property
+    def _exported(self) -> str:
+        """What the exports carry: `stablehlo`, with custom ops mapped to a foreign
+        target called as that (outofplace.kernels)."""
+        return foreign_targets.with_foreign_targets(self.module, self.stablehlo)
+
     def portable_artifact(self, target: str = export.DEFAULT_TARGET) -> bytes:
         """Versioned StableHLO bytecode; the default target is what jaxlib 0.10.2 reads."""
-        return export.portable_artifact(self.stablehlo, target)
+        return export.portable_artifact(self._exported, target)
 
     def _refuse_dynamic(self, what: str) -> None:
         if self.dynamic:
@@ -200,7 +211,7 @@ class Compiled:
         """The serialized `xla.HloModuleProto` (what the Neuron compiler ingests), with
         `input_output_alias` for every mutated argument. Needs the xla extra."""
         self._refuse_dynamic("an HLO module proto")
-        return xla.hlo_module_proto(self.stablehlo)
+        return xla.hlo_module_proto(self._exported)
 
     def save(self, directory: str, target: str = export.DEFAULT_TARGET, *,
              hlo_proto: bool = True) -> list:
@@ -217,7 +228,7 @@ class Compiled:
                                   for n, spec in self.shardings.items()}
         elif xla.available() and not self.dynamic:
             names["checked"] = xla.consumer_checks(self.stablehlo, self.io_map)
-        return export.save(directory, self.stablehlo, names, target, hlo_proto=hlo_proto)
+        return export.save(directory, self._exported, names, target, hlo_proto=hlo_proto)
 
     def alias_problems(self, backend: str) -> list[str]:
         """What `backend`'s compiled program does not prove of `io_map`; [] when every
@@ -426,6 +437,8 @@ class Compiled:
             results = self._xla_executable()(inputs)
             if self._plan is None:
                 self._make_plan(inputs)
+        elif engine in ("interpreter", "iree") and self._kernels:  # refused, by name
+            custom_calls.refuse_engine(self.module, engine)
         elif engine == "interpreter":
             results = interpret(self.module, inputs, self.result_dtypes)
             with torch.no_grad():
@@ -442,6 +455,8 @@ class Compiled:
         return self._finish(inputs, results)
 
     def _finish(self, inputs: list[torch.Tensor], results: list[Any]) -> Any:
+        if self._kernels:  # a kernel that raised inside XLA's run: raised here
+            custom_calls.raise_failure()
         for parameter in self.signature.cleared_grads:
             parameter.grad = None
         return self._outputs(inputs, results)
@@ -603,6 +618,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
                 warnings.simplefilter("ignore", OutOfBoundsPolicyWarning)
             module, io_map, input_types, result_types = compile_cache.lowered(
                 module, entry, lambda: _lower(module, signature, dump_ir, verify_each))
+        custom_calls.prepare(module, engine, mesh)  # kernels: XLA:CPU's handler, or refused
         flags = None
         if signature.bounds_result is not None:  # the flags: a program of their own
             flags = bounds.split(module, signature.bounds_result)

@@ -27,6 +27,7 @@ class OpEffects:
     result_views: int | None  # operand position the first result aliases (views or is)
     twin: torch._ops.OpOverload | None  # functional twin of an in-place op, if one exists
     rebinds_view: bool  # an in-place op on metadata (t_, resize_, ...), not on data
+    kernel: bool = False  # a custom op (torch.library, C++ TORCH_LIBRARY): an opaque call
 
     @property
     def is_inplace(self) -> bool:
@@ -118,6 +119,11 @@ def effects(mlir_op_name: str) -> OpEffects | None:
     overload = _overload(*split)
     if overload is None:
         return None
+    return _effects_of_schema(overload, split)
+
+
+def _effects_of_schema(overload: torch._ops.OpOverload, split: tuple[str, str, str],
+                       kernel: bool = False) -> OpEffects:
     schema = overload._schema
     written = tuple(i for i, a in enumerate(schema.arguments)
                     if a.alias_info is not None and a.alias_info.is_write)
@@ -128,9 +134,45 @@ def effects(mlir_op_name: str) -> OpEffects | None:
             if arg.alias_info is not None and arg.alias_info.before_set & result_sets:
                 result_views = i
                 break
-    twin = _find_twin(*split, schema) if written else None
+    twin = _find_twin(*split, schema) if written and not kernel else None
     return OpEffects(overload, written, result_views, twin,
-                     torch.Tag.inplace_view in overload.tags)
+                     torch.Tag.inplace_view in overload.tags, kernel)
+
+
+@functools.cache
+def kernel_effects(mlir_op_name: str) -> OpEffects | None:
+    """The effects of a custom op torch-mlir imports as `torch.operator "<name>"`: an op
+    of a namespace other than aten/prims that `torch.ops` knows (`torch.library.custom_op`,
+    `torch.library.define`, a C++ `TORCH_LIBRARY`). Its schema's `Tensor(a!)` arguments
+    are what it writes; it is called as it is (a custom_call), never rewritten."""
+    parts = mlir_op_name.split(".")
+    if len(parts) not in (3, 4) or parts[0] != "torch" or parts[1] in ("aten", "prims"):
+        return None
+    split = (parts[1], parts[2], parts[3] if len(parts) == 4 else "default")
+    try:
+        overload = _overload(*split)
+    except (AttributeError, RuntimeError):
+        return None
+    if not isinstance(overload, torch._ops.OpOverload):
+        return None
+    return _effects_of_schema(overload, split, kernel=True)
+
+
+def effects_of(op: ir.Operation) -> OpEffects | None:
+    """`effects` of an op of the IR: an ATen/prims op, or a custom op (`kernel_effects`)
+    that torch-mlir wrote as `torch.operator`."""
+    name = aten_name(op)
+    found = effects(name)
+    if found is None and op.operation.name == "torch.operator":
+        found = kernel_effects(name)
+    return found
+
+
+def kernel_target(overload: torch._ops.OpOverload) -> str:
+    """The custom_call target of a custom op: its schema name, with the overload unless
+    it is the default one (`demo::write_kv`, `demo::write_kv.rows`)."""
+    suffix = "" if overload._overloadname == "default" else f".{overload._overloadname}"
+    return overload._schema.name + suffix
 
 
 @functools.cache

@@ -11,8 +11,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "python" / "outofplace"
 STAGES = {"frontend": 1, "transforms": 2, "backends": 3}
-SHARED = {"compile_cache", "context", "errors", "indexing", "ir_utils", "op_registry",
-          "progress", "torch_types"}
+SHARED = {"compile_cache", "context", "errors", "indexing", "ir_utils", "kernels",
+          "op_registry", "progress", "torch_types"}
 
 
 def _imports() -> dict[str, set[str]]:

@@ -43,6 +43,17 @@ def op_effects(node: torch.fx.Node) -> op_registry.OpEffects | None:
     return op_registry.effects(op_registry.mlir_name(node.target))
 
 
+def write_effects(node: torch.fx.Node) -> op_registry.OpEffects | None:
+    """`op_effects`, and for a custom op (a kernel: op_registry.kernel_effects) its own:
+    what writes a root, for the FX rewrites that follow writes (view_roots, writes_root),
+    not for those that rewrite ATen ops."""
+    effects = op_effects(node)
+    if effects is None and node.op == "call_function" and \
+            isinstance(node.target, torch._ops.OpOverload):
+        effects = op_registry.kernel_effects(op_registry.mlir_name(node.target))
+    return effects
+
+
 def operand_at(node: torch.fx.Node, position: int) -> Any:
     """The value of the schema's argument `position`, passed positionally or by name
     (`out=` arguments are keyword-only), or None."""
@@ -149,7 +160,7 @@ def view_roots(graph: torch.fx.Graph) -> tuple[dict[torch.fx.Node, torch.fx.Node
         if is_position_view(node):
             roots[node] = roots.get(node.args[0], node.args[0])
             continue
-        effects = op_effects(node)
+        effects = write_effects(node)
         if effects is None:
             continue
         if effects.result_views is not None and effects.result_views < len(node.args):
@@ -186,7 +197,7 @@ def view_base(node: torch.fx.Node) -> torch.fx.Node | None:
 
 def writes_root(node: torch.fx.Node, root: torch.fx.Node,
                 roots: dict[torch.fx.Node, torch.fx.Node]) -> bool:
-    effects = op_effects(node)
+    effects = write_effects(node)
     if effects is None or effects.is_autograd_only:
         return False
     return any(roots.get(target, target) is root for position in effects.written

@@ -22,6 +22,7 @@ from .inline import inline, trace
 
 _AUTOCAST = torch.ops.higher_order.wrap_with_autocast
 _SET_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
+_FUNCTIONALIZED = torch.ops.higher_order.auto_functionalized_v2
 
 
 def _region(node: torch.fx.Node) -> tuple[Any, torch.fx.Node, tuple] | None:
@@ -36,6 +37,23 @@ def _region(node: torch.fx.Node) -> tuple[Any, torch.fx.Node, tuple] | None:
     return None
 
 
+def _inline_functionalized(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """`auto_functionalized_v2(op, **kwargs)`: a custom op that writes its arguments, as
+    AOTAutograd's functional graph holds it (the training path of torch.compile), inlined
+    as PyTorch's own dense implementation records it: the written bases cloned, the op
+    called on views of the clones (a kernel, transforms/kernel_writes.py), the clones the
+    new values, which the graph then copies into the inputs."""
+    from torch._higher_order_ops.auto_functionalize import auto_functionalized_v2_dense
+
+    def run(**kwargs: Any) -> Any:
+        return auto_functionalized_v2_dense(node.args[0], **kwargs)
+
+    traced, inputs = trace(graph, run, (), dict(node.kwargs))
+    with graph.inserting_before(node):
+        results = inline(graph, traced, inputs, node.meta.get("stack_trace"))
+    replace_node(graph, node, results)
+
+
 def inline_regions(gm: torch.fx.GraphModule) -> None:
     """Every autocast and grad-mode region of `gm`, inlined; other higher-order ops are
     refused by name."""
@@ -43,6 +61,9 @@ def inline_regions(gm: torch.fx.GraphModule) -> None:
     for node in list(graph.nodes):
         if node.op != "call_function" or \
                 not isinstance(node.target, torch._ops.HigherOrderOperator):
+            continue
+        if node.target is _FUNCTIONALIZED:
+            _inline_functionalized(graph, node)
             continue
         region = _region(node)
         if region is None:

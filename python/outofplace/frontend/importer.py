@@ -793,7 +793,7 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
     roots: dict[ir.Value, ir.Value] = {}
     written: set[ir.Value] = set()
     for op in operations(block):
-        effects = op_registry.effects(op_registry.aten_name(op))
+        effects = op_registry.effects_of(op)
         if effects is None:
             continue
         viewed = 0 if op_registry.is_position_view(op) else effects.result_views
@@ -818,7 +818,7 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
     for op in operations(block):
         for result in op.results:
             retype(result)
-        effects = op_registry.effects(op_registry.aten_name(op))
+        effects = op_registry.effects_of(op)
         if effects is not None and effects.written:
             _copy_operands(op, to_value=False)
         elif op.name == "torch.prim.ListConstruct":

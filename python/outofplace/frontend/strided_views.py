@@ -118,8 +118,15 @@ def strided_views_of_roots(graph: torch.fx.Graph) -> None:
                         op_registry.mlir_name(node.target), "of elements outside the "
                         "tensor it views (storage the program does not receive)",
                         location=source_line(node))
-                strided = call(graph, torch.ops.aten.as_strided.default, root,
-                               list(val.shape), list(val.stride()), val.storage_offset())
+                strided = call(graph, torch.ops.aten.view.default, root,
+                               list(val.shape)) \
+                    if val.is_contiguous() and val.dtype == root_val.dtype and \
+                    val.storage_offset() == root_val.storage_offset() and \
+                    val.numel() == root_val.numel() else \
+                    call(graph, torch.ops.aten.as_strided.default, root,
+                         list(val.shape), list(val.stride()), val.storage_offset())
+                # (the root's elements in order, as AOTAutograd's regenerated views of
+                # a custom op's arguments are: the view it is, no gather)
             if val.dtype != root_val.dtype:  # `x.view(torch.int32).as_strided(...)`:
                 # the root's elements at those positions, reinterpreted (a bitcast)
                 strided = call(graph, torch.ops.aten.view.dtype, strided, val.dtype)

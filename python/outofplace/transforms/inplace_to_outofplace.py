@@ -32,7 +32,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
-from . import insert_plan, views
+from . import insert_plan, kernel_writes, views
 
 from .. import op_registry, torch_types
 from ..context import load_torch_conversion
@@ -172,7 +172,10 @@ class _FunctionRewriter:
         if handler is not None:
             handler(self, op)
             return
-        effects = op_registry.effects(op_registry.aten_name(op))
+        effects = op_registry.effects_of(op)
+        if effects is not None and effects.kernel:  # a custom op: called, as it is
+            kernel_writes.visit_kernel(self, op, effects)
+            return
         if effects is not None and effects.written:
             self.visit_inplace(op, effects)
             return

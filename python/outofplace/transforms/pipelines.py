@@ -13,7 +13,7 @@ from typing import Callable
 from torch_mlir import ir, passmanager
 
 from . import (constant_folding, diagonal, dot_transposes, empty_tensors,  # noqa: F401
-               power_precision, small_convolutions, squeeze_state,
+               kernel_calls, power_precision, small_convolutions, squeeze_state,
                inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)
@@ -24,7 +24,8 @@ from .registry import PASSES, PIPELINES, Pass, register_pass, register_pipeline 
 register_pipeline(
     "outofplace-lower-to-stablehlo",
     ["outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
-     "outofplace-lower-updates", "outofplace-upstream-static-slices",
+     "outofplace-lower-updates", "outofplace-kernel-calls",
+     "outofplace-upstream-static-slices",
      "outofplace-upstream-wrap-negative-indices", "outofplace-upstream-fill-tensor",
      "outofplace-fold-constants",
      "outofplace-shield-constants",
@@ -37,6 +38,7 @@ register_pipeline(
      "outofplace-dynamic-broadcasts",
      "outofplace-strip-constant-shields",
      "outofplace-upstream-unsigned-integers",
+     "outofplace-name-kernel-results",
      "outofplace-verify-stablehlo"],
     "Lower value-semantic torch IR to pure StableHLO")
 register_pipeline(

@@ -1,0 +1,113 @@
+"""Custom op calls (`stablehlo.custom_call` of transforms/kernel_calls.py) on the engines.
+
+- XLA:CPU runs the op's own CPU kernel inside the program: the C++ extension's XLA FFI
+  handler (kernel_call.cpp) is registered for each op's target in jaxlib's FFI registry,
+  which every XLA:CPU client of the process reads, outofplace's own
+  (`xla.make_cpu_client`) included; it calls the op through the c10 dispatcher on XLA's
+  buffers, writing the aliased operand in place. Without the extension (no compiler or
+  no jaxlib when installing) compiling refuses, naming the op.
+- The reference interpreter and IREE cannot call a kernel: compiling for them refuses,
+  naming the op and the engine.
+- Exports carry a foreign target where outofplace.kernels maps the op to one
+  (foreign_targets.py).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from torch_mlir import ir
+
+from ..errors import UnsupportedMutationError
+from ..ir_utils import all_operations
+
+OP_NAME = "outofplace.op"  # transforms/kernel_calls.py's backend_config entries: the op
+
+_registered: set[str] = set()
+_lock = threading.Lock()
+
+
+def kernel_calls(module: ir.Module | ir.Operation) -> list[ir.Operation]:
+    """The custom_calls of custom ops (they carry `outofplace.op` in backend_config)."""
+    operation = module.operation if isinstance(module, ir.Module) else module
+    found = []
+    for op in all_operations(operation):
+        if op.name == "stablehlo.custom_call" and "backend_config" in op.attributes and \
+                isinstance(op.attributes["backend_config"], ir.DictAttr) and \
+                OP_NAME in ir.DictAttr(op.attributes["backend_config"]):
+            found.append(op)
+    return found
+
+
+def target(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["call_target_name"]).value
+
+
+def extension():
+    """The C++ handler (kernel_call.cpp), or None when it was not built (setup.py)."""
+    try:
+        from . import _kernel_call
+    except ImportError:
+        return None
+    return _kernel_call
+
+
+class KernelFailed(RuntimeError):
+    """A custom op's kernel raised during a call on XLA:CPU."""
+
+
+def raise_failure() -> None:
+    """After XLA ran a program with kernels: raises KernelFailed when one raised (the
+    handler records it rather than failing XLA's execution, which would drop the donated
+    buffers, the caller's tensors among them)."""
+    handler = extension()
+    failure = handler.take_failure() if handler is not None else ""
+    if failure:
+        raise KernelFailed(
+            f"{failure}. The tensors it writes hold what it left (a kernel that checks its "
+            "arguments before writing, as PyTorch's ops do, leaves them as they were); "
+            "the call's other writes, if any, were made; its results are not returned")
+
+
+def prepare(module: ir.Module, engine: str, mesh: object = None) -> None:
+    """At compile time: refuses an engine that cannot call the program's kernels, and
+    registers the CPU handler for each kernel's target when the engine is XLA."""
+    calls = kernel_calls(module)
+    if not calls:
+        return
+    from . import xla  # (the engine that can)
+    if engine == "auto":
+        engine = "xla" if xla.available() else "interpreter"
+    refuse_engine(calls, engine, mesh)
+    handler = extension()
+    if handler is None:
+        raise UnsupportedMutationError.at(
+            calls[0], f"custom op {target(calls[0])}: outofplace's kernel handler "
+            "(backends/kernel_call.cpp) is not built, so XLA:CPU cannot call the op's "
+            "kernel; install outofplace with a C++ compiler and jaxlib present")
+    with _lock:
+        for op in calls:
+            name = target(op)
+            if name not in _registered:
+                xla._jax().ffi.register_ffi_target(name, handler.handler(), platform="cpu")
+                _registered.add(name)
+
+
+def refuse_engine(calls: list[ir.Operation] | ir.Module, engine: str,
+                  mesh: object = None) -> None:
+    """Refuses an engine other than XLA:CPU on one device for a program with kernels."""
+    if not isinstance(calls, list):
+        calls = kernel_calls(calls)
+    if not calls:
+        return
+    if mesh is not None:
+        raise UnsupportedMutationError.at(
+            calls[0], f"custom op {target(calls[0])}: a program with a mesh cannot call a "
+            "kernel (outofplace runs kernels on XLA:CPU on one device)")
+    if engine != "xla":
+        name = {"interpreter": "the StableHLO reference interpreter",
+                "iree": "IREE"}.get(engine, engine)
+        raise UnsupportedMutationError.at(
+            calls[0], f"custom op {target(calls[0])}: engine '{engine}' ({name}) cannot "
+            "call its kernel; run it on engine='xla' (XLA:CPU runs the op's CPU "
+            "implementation), or export the program for a backend that has the kernel")

@@ -1,0 +1,246 @@
+// A custom op's own CPU kernel, called inside an XLA:CPU program (backends/kernels.py).
+//
+// transforms/kernel_calls.py lowers a call of a custom op (`torch.library.custom_op`,
+// `torch.library.define`, a C++ op) to `stablehlo.custom_call @"ns::op"` with typed-FFI
+// attributes: the op's name (`outofplace.op`), the schema positions of the tensor
+// arguments (`outofplace.tensors`), the operand each is (`outofplace.operands`; two
+// arguments viewing one root are one operand) and where it lies in it
+// (`outofplace.view.<position>`), the result aliasing each operand
+// (`outofplace.results`), and each non-tensor argument under its schema name.
+// This one handler, registered for every such target, wraps XLA's buffers as CPU tensors
+// (from_blob, no copy) and calls the op through the c10 dispatcher with the GIL held (a
+// Python kernel needs it; a C++ one does not mind). Results: the op's own tensor results
+// (copied into XLA's result buffers), then one per argument it writes, which aliases
+// that operand (`output_operand_aliases`): XLA hands the operand's buffer as the result
+// buffer, so the kernel writes it in place; where XLA gave another buffer (it kept the
+// operand for a later read), the operand is copied into it first and that is written.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// The first kernel failure since the last `take_failure` (see call_kernel).
+std::mutex failure_mutex;
+std::string failure;
+
+std::optional<at::ScalarType> scalar_type(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::PRED: return at::kBool;
+    case ffi::DataType::S8: return at::kChar;
+    case ffi::DataType::S16: return at::kShort;
+    case ffi::DataType::S32: return at::kInt;
+    case ffi::DataType::S64: return at::kLong;
+    case ffi::DataType::U8: return at::kByte;
+    case ffi::DataType::F16: return at::kHalf;
+    case ffi::DataType::BF16: return at::kBFloat16;
+    case ffi::DataType::F32: return at::kFloat;
+    case ffi::DataType::F64: return at::kDouble;
+    case ffi::DataType::C64: return at::kComplexFloat;
+    case ffi::DataType::C128: return at::kComplexDouble;
+    default: return std::nullopt;
+  }
+}
+
+// The value, or a runtime_error with XLA's message (std::get would say nothing useful).
+template <typename T>
+T need(ffi::ErrorOr<T> value, const std::string& what) {
+  if (value.has_error()) throw std::runtime_error(what + ": " + value.error().message());
+  return std::move(value).value();
+}
+
+at::Tensor over(const ffi::AnyBuffer& buffer, void* data) {
+  auto dims = buffer.dimensions();
+  std::vector<int64_t> sizes(dims.begin(), dims.end());
+  auto type = scalar_type(buffer.element_type());
+  if (!type) throw std::runtime_error("a buffer of an element type torch has no dtype for");
+  return at::from_blob(data, sizes, at::TensorOptions().dtype(*type).device(at::kCPU));
+}
+
+// A non-tensor argument from the attributes, as the schema types it; None when absent.
+c10::IValue attribute(const ffi::Dictionary& attrs, const c10::Argument& argument) {
+  const std::string& name = argument.name();
+  c10::TypePtr type = argument.type();
+  if (!attrs.contains(name)) {
+    if (argument.default_value()) return *argument.default_value();
+    if (type->kind() == c10::TypeKind::OptionalType) return c10::IValue();
+    throw std::runtime_error("no value for the argument '" + name + "'");
+  }
+  if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+  switch (type->kind()) {
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+    case c10::TypeKind::ScalarTypeType:
+    case c10::TypeKind::LayoutType:
+    case c10::TypeKind::MemoryFormatType:
+      return need(attrs.get<int64_t>(name), name);
+    case c10::TypeKind::FloatType:
+      return need(attrs.get<double>(name), name);
+    case c10::TypeKind::BoolType:
+      return need(attrs.get<bool>(name), name);
+    case c10::TypeKind::StringType:
+      return std::string(need(attrs.get<std::string_view>(name), name));
+    case c10::TypeKind::NumberType:
+      if (attrs.contains<int64_t>(name)) return need(attrs.get<int64_t>(name), name);
+      if (attrs.contains<bool>(name)) return need(attrs.get<bool>(name), name);
+      return need(attrs.get<double>(name), name);
+    case c10::TypeKind::ListType: {
+      auto element = type->castRaw<c10::ListType>()->getElementType()->kind();
+      if (element == c10::TypeKind::IntType || element == c10::TypeKind::SymIntType) {
+        auto span = need(attrs.get<ffi::Span<const int64_t>>(name), name);
+        return std::vector<int64_t>(span.begin(), span.end());
+      }
+      if (element == c10::TypeKind::FloatType) {
+        auto span = need(attrs.get<ffi::Span<const double>>(name), name);
+        return std::vector<double>(span.begin(), span.end());
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  throw std::runtime_error("the argument '" + name + "' has a type (" + type->str() +
+                           ") outofplace does not pass to kernels");
+}
+
+// A kernel that raises does not fail XLA's execution: XLA would drop the buffers it was
+// donated, the caller's tensors among them. The failure is recorded instead, the
+// kernel's own results are zeros, and Python raises it once XLA has run
+// (custom_calls.raise_failure), the written buffers still the caller's memory, as the
+// kernel left them (a kernel that checks its arguments before writing leaves them as
+// they were). A failure before the kernel is called (the op not registered any more, an
+// attribute of the wrong type) fails the execution.
+ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                       ffi::Dictionary attrs) {
+  std::string op_name;
+  torch::jit::Stack stack;
+  std::optional<c10::OperatorHandle> handle;
+  size_t fresh = 0;
+  try {
+    op_name = std::string(need(attrs.get<std::string_view>("outofplace.op"), "outofplace.op"));
+    auto tensors = need(attrs.get<ffi::Span<const int64_t>>("outofplace.tensors"),
+                        "outofplace.tensors");
+    auto operand_of = need(attrs.get<ffi::Span<const int64_t>>("outofplace.operands"),
+                           "outofplace.operands");
+    auto result_of = need(attrs.get<ffi::Span<const int64_t>>("outofplace.results"),
+                          "outofplace.results");
+    auto dot = op_name.find('.', op_name.find("::"));
+    std::string name = op_name.substr(0, dot);
+    std::string overload = dot == std::string::npos ? "" : op_name.substr(dot + 1);
+    handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+    const auto& schema = handle->schema();
+    for (const auto& ret : schema.returns()) fresh += ret.alias_info() == nullptr;
+    // Each operand as a tensor over XLA's memory: a written one over its result's buffer,
+    // which XLA makes the operand's own (the alias), or a copy of it where XLA kept the
+    // operand for a later read.
+    std::vector<at::Tensor> bases;
+    for (size_t k = 0; k < args.size(); ++k) {
+      auto arg = need(args.get<ffi::AnyBuffer>(k), "an operand");
+      int64_t r = k < result_of.size() ? result_of[k] : -1;
+      if (r < 0) {
+        bases.push_back(over(arg, arg.untyped_data()));
+        continue;
+      }
+      auto ret = need(rets.get<ffi::AnyBuffer>(r), "a result");
+      if (ret->untyped_data() != arg.untyped_data())
+        std::memcpy(ret->untyped_data(), arg.untyped_data(), arg.size_bytes());
+      bases.push_back(over(*ret, ret->untyped_data()));
+    }
+    // The schema's arguments: a tensor is its operand, or a view of it (its place in the
+    // root: `outofplace.view.<position>` = offset, sizes, strides); the others attributes.
+    size_t next_tensor = 0;
+    for (size_t position = 0; position < schema.arguments().size(); ++position) {
+      const auto& argument = schema.arguments()[position];
+      if (next_tensor >= tensors.size() || tensors[next_tensor] != int64_t(position)) {
+        stack.emplace_back(attribute(attrs, argument));
+        continue;
+      }
+      at::Tensor base = bases.at(operand_of[next_tensor++]);
+      std::string key = "outofplace.view." + std::to_string(position);
+      if (!attrs.contains(key)) {
+        stack.emplace_back(base);
+        continue;
+      }
+      auto view = need(attrs.get<ffi::Span<const int64_t>>(key), key);
+      size_t rank = (view.size() - 1) / 2;
+      std::vector<int64_t> sizes(view.begin() + 1, view.begin() + 1 + rank);
+      std::vector<int64_t> strides(view.begin() + 1 + rank, view.end());
+      stack.emplace_back(base.as_strided(sizes, strides, view[0]));
+    }
+  } catch (const std::exception& error) {
+    return ffi::Error::Internal("outofplace could not call the kernel " + op_name + ": " +
+                                error.what());
+  }
+  try {
+    {
+      pybind11::gil_scoped_acquire gil;  // a Python kernel (torch.library) needs it
+      try {
+        handle->callBoxed(stack);
+      } catch (pybind11::error_already_set& error) {
+        throw std::runtime_error(error.what());
+      }
+    }
+    const auto& returns = handle->schema().returns();
+    size_t result = 0;
+    for (size_t i = 0; i < returns.size() && i < stack.size(); ++i) {
+      if (returns[i].alias_info() != nullptr) continue;
+      auto out = need(rets.get<ffi::AnyBuffer>(result++), "a result");
+      over(*out, out->untyped_data()).copy_(stack[i].toTensor());
+    }
+  } catch (const std::exception& error) {
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (failure.empty()) failure = "the kernel " + op_name + " failed: " + error.what();
+    }
+    for (size_t i = 0; i < fresh; ++i) {  // its own results: zeros
+      auto out = rets.get<ffi::AnyBuffer>(i);
+      if (out.has_value()) std::memset((*out)->untyped_data(), 0, (*out)->size_bytes());
+    }
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+// A C++ kernel with `Tensor(a!)` in its schema, the example the tests and the bench
+// (bench/custom_kernels.py) compile beside Python ones: rows of a cache at `slots`
+// become `rows` (a paged-cache writer).
+TORCH_LIBRARY(outofplace_demo, m) {
+  m.def("write_rows_(Tensor(a!) cache, Tensor slots, Tensor rows) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(outofplace_demo, CPU, m) {
+  m.impl("write_rows_", [](at::Tensor cache, const at::Tensor& slots, const at::Tensor& rows) {
+    cache.index_copy_(0, slots, rows);
+  });
+}
+
+TORCH_LIBRARY_IMPL(outofplace_demo, Meta, m) {
+  m.impl("write_rows_", [](at::Tensor, const at::Tensor&, const at::Tensor&) {});
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(OutofplaceKernelCall, call_kernel,
+                              ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attrs());
+
+PYBIND11_MODULE(_kernel_call, m) {
+  m.doc() = "The XLA FFI handler that runs custom ops' CPU kernels (backends/kernel_call.cpp)";
+  m.def("handler", []() {
+    return pybind11::capsule(reinterpret_cast<void*>(&OutofplaceKernelCall));
+  }, "The typed-FFI handler (a PyCapsule) to register for each custom op target on CPU");
+  m.def("take_failure", []() {
+    std::lock_guard<std::mutex> lock(failure_mutex);
+    std::string taken;
+    taken.swap(failure);
+    return taken;
+  }, "The first kernel failure since the last call ('' for none), cleared");
+}
