@@ -228,6 +228,65 @@ def _within(layout: tuple) -> bool:
     return bool(torch.isin(offsets(*view), offsets(*base)).all())
 
 
+_A = torch.ops.aten
+
+
+@functools.lru_cache(maxsize=256)
+def _indexing(layout: tuple) -> tuple | None:
+    """The view (size, stride, offset) as basic indexing of its base (size, stride,
+    offset): `select`s, strided `slice`s, a `permute` and `unsqueeze`s, as eager would
+    have taken it (`x[:, pos]`), which the pass writes through whatever the base's
+    layout; None when none gives exactly that view."""
+    size, stride, offset, base_size, base_stride, base_offset = layout
+    dims = sorted((d for d in range(len(base_size)) if base_size[d] > 1 and base_stride[d]),
+                  key=lambda d: -base_stride[d])
+    start, rest = [0] * len(base_size), offset - base_offset
+    for d in dims:  # the view's first element, as an index of base
+        start[d] = min(rest // base_stride[d], base_size[d] - 1) if rest >= 0 else 0
+        rest -= start[d] * base_stride[d]
+    if rest:
+        return None
+    mapped: dict[int, tuple[int, int]] = {}  # base dim -> (view dim, step)
+    for j in sorted(range(len(size)), key=lambda j: -stride[j]):
+        if size[j] == 1:
+            continue
+        for d in dims:
+            if d in mapped or stride[j] % base_stride[d]:
+                continue
+            step = stride[j] // base_stride[d]
+            if start[d] + (size[j] - 1) * step < base_size[d]:
+                mapped[d] = (j, step)
+                break
+        else:
+            return None
+    steps: list[tuple] = []
+    for d in reversed(range(len(base_size))):  # selects from the last: dims keep places
+        if d in mapped:
+            j, step = mapped[d]
+            steps.append((_A.slice.Tensor, d, start[d], start[d] + (size[j] - 1) * step + 1,
+                          step))
+        else:
+            steps.append((_A.select.int, d, start[d]))
+    kept = [mapped[d][0] for d in sorted(mapped)]  # view dims in base order
+    order = sorted(range(len(kept)), key=lambda k: kept[k])
+    if order != list(range(len(kept))):
+        steps.append((_A.permute.default, order))
+    for j in range(len(size)):
+        if size[j] == 1:
+            steps.append((_A.unsqueeze.default, j))
+    # checked on a tensor of that layout: exactly the view, or nothing
+    storage = torch.empty(base_offset + sum((n - 1) * s for n, s in
+                                            zip(base_size, base_stride)) + 1, device="meta")
+    value = storage.as_strided(base_size, base_stride, base_offset)
+    for op, *arguments in steps:
+        value = op(value, *arguments)
+    strides = [s for n, s in zip(size, stride) if n != 1]  # a unit dim's stride is no step
+    if tuple(value.shape) != tuple(size) or value.storage_offset() != offset or \
+            [s for n, s in zip(value.shape, value.stride()) if n != 1] != strides:
+        return None
+    return tuple(steps)
+
+
 def _views_of_inputs(inputs: list[Any]) -> dict[int, int]:
     """The inputs that are views of another input's memory, each with that input (its
     base): {view: base}. A graph break hands the next graph a view of a tensor beside
@@ -272,11 +331,18 @@ class ViewsOfInputs:
 
         gm = copy.deepcopy(self.gm)  # dynamo passes the inputs of its own graph's placeholders
         placeholders = gm.graph.find_nodes(op="placeholder")
-        with gm.graph.inserting_after(placeholders[-1]):
-            for i, base, (size, stride, offset, *_) in layouts:
-                strided = gm.graph.call_function(
-                    torch.as_strided, (placeholders[base], size, stride, offset))
-                placeholders[i].replace_all_uses_with(strided)
+        body = next(n for n in gm.graph.nodes if n.op != "placeholder")
+        with gm.graph.inserting_before(body):  # in order, after every placeholder
+            for i, base, layout in layouts:
+                steps = _indexing(layout)
+                if steps is None:  # base contiguous: the elements at their offsets
+                    view = gm.graph.call_function(
+                        torch.as_strided, (placeholders[base], *layout[:3]))
+                else:
+                    view = placeholders[base]
+                    for op, *arguments in steps:
+                        view = gm.graph.call_function(op, (view, *arguments))
+                placeholders[i].replace_all_uses_with(view)
                 gm.graph.erase_node(placeholders[i])
         gm.recompile()
         dropped = {i for i, _, _ in layouts}

@@ -379,19 +379,26 @@ def _add_through_row_at_position(x1, pos):
     return x1.sum()
 
 
+_LAYOUTS = {"contiguous": lambda x: x.clone(),
+            "transposed": lambda x: x.t().clone().t(),
+            "sliced from a bigger tensor": lambda x: torch.cat([x, x], 1)[:, ::2]}
+
+
+@pytest.mark.parametrize("layout", list(_LAYOUTS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("program", [_column_from_position, _add_through_row_at_position])
-def test_graph_break_passing_a_view_beside_its_base(program, dtype):
+def test_graph_break_passing_a_view_beside_its_base(program, dtype, layout):
     """Dynamo breaks the graph at the int32 position and hands the next graph the view it
     computed eagerly (`stack0`) beside the tensor it views: the backend takes the view
-    again inside the graph, so the write shows through it as in eager (it refused the
-    pair as arguments sharing memory)."""
+    again inside the graph (as indexing of that tensor, whatever its layout), so the
+    write shows through it as in eager (it refused the pair as arguments sharing
+    memory)."""
     torch._dynamo.reset()
     compiled = torch.compile(program, backend="outofplace", dynamic=False)
     x = torch.arange(20, dtype=dtype).reshape(4, 5)
     for position in (1, 3, 2):
         pos = torch.tensor(position, dtype=torch.int32)
-        eager, ours = x.clone(), x.clone()
+        eager, ours = _LAYOUTS[layout](x), _LAYOUTS[layout](x)
         expected = program(eager, pos)
         result = compiled(ours, pos)
         torch.testing.assert_close(result, expected, rtol=0, atol=0)
