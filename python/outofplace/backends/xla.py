@@ -6,8 +6,8 @@ KV cache in place instead of copying it.
 
 XLA:CPU (jaxlib 0.10.2) can fuse a read of a buffer into the dynamic-update-slice that
 updates that buffer in place when the two reach it through different bitcasts, and then
-overwrites elements before it reads them (plain JAX programs hit it too; the example is in
-docs/reliability.md). `compile_for_cpu` looks for such a fusion in the optimized HLO and,
+overwrites elements before it reads them (plain JAX programs hit it too: openxla/xla#49176,
+its reproducer in test/pytest/test_xla_canaries.py). `compile_for_cpu` looks for such a fusion in the optimized HLO and,
 when it finds one, compiles again without the fusion pass.
 """
 
