@@ -30,8 +30,8 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import (bounds_checks, complex_pairs, cumulative_batch_norm, fx_rewrites, higher_order,
-               meta_state)
+from . import (bounds_checks, complex_pairs, control_flow, cumulative_batch_norm, fx_rewrites,
+               higher_order, meta_state)
 
 from .. import op_registry, progress, torch_types
 from ..errors import UnsupportedMutationError
@@ -41,6 +41,7 @@ from .masked_values import MaskedValues
 from . import training
 from .runtime_positions import RuntimePositions, user_line
 from .tensor_data import DataAsDetach
+from . import region_functions
 from .shape_changes import InputShapeChanges
 from .symbolic_sizes import SymbolicSizes
 from ..ir_utils import operations, tensor_literal, terminator
@@ -261,7 +262,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
     # before export's own handler of __getitem__ (which calls .item() on a position).
     positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
-    data = DataAsDetach()
+    data, regions = DataAsDetach(), control_flow.region_mode()
 
     items = steps.items_as_tensors()
     saved_tensors = training.SavedTensors()
@@ -278,8 +279,10 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         data.__enter__()
         positions.__enter__()
         masked.__enter__()
+        regions.__enter__()
 
     def leave(module: Any, inputs: Any, output: Any) -> None:
+        regions.__exit__(None, None, None)
         masked.__exit__(None, None, None)
         positions.__exit__(None, None, None)
         data.__exit__(None, None, None)
@@ -295,7 +298,8 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     modes = torch._C._len_torch_function_stack()
     args, kwargs = _distinct_tensors((tuple(args), kwargs or {}))
     try:
-        with steps, cumulative_batch_norm.traced(module), meta_state.traced_as_cpu():
+        with steps, cumulative_batch_norm.traced(module), meta_state.traced_as_cpu(), \
+                control_flow.traced():
             return torch.export.export(module, args, kwargs, strict=False,
                                        dynamic_shapes=dynamic_shapes)
     except _DATA_DEPENDENT as error:
@@ -695,8 +699,22 @@ def import_program(ep: ExportedProgram, context: ir.Context,
         for arg, name in zip(block.arguments, signature.input_names):
             arg.set_location(ir.Location.name(name, childLoc=arg.location))
         mark_mutable_tensors(func_op.operation.opview)
+        region_functions.import_regions(importer, gm.graph, _prepare_region,
+                                        mark_mutable_tensors)
         module.operation.verify()
     return module, signature
+
+
+def _prepare_region(graph: torch.fx.Graph) -> None:
+    """A region's graph (control_flow.py) as main's is before its import."""
+    for node in graph.nodes:
+        if isinstance(node.meta.get("val"), torch._subclasses.FakeTensor):
+            node.meta["val"].constant = None
+    with torch.no_grad():
+        fx_rewrites.rewrite(graph)
+    _one_use_per_constant(graph)
+    graph.lint()
+    refuse_data_dependent_shapes(graph)
 
 
 def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Context,

@@ -12,7 +12,7 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (constant_folding, diagonal, dot_transposes, empty_tensors,  # noqa: F401
+from . import (constant_folding, control_flow, diagonal, dot_transposes, empty_tensors,  # noqa: F401
                small_convolutions, squeeze_state,
                inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
@@ -23,7 +23,8 @@ from .registry import PASSES, PIPELINES, Pass, register_pass, register_pipeline 
 
 register_pipeline(
     "outofplace-lower-to-stablehlo",
-    ["outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
+    ["outofplace-lower-regions",
+     "outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
      "outofplace-lower-updates", "outofplace-upstream-static-slices",
      "outofplace-upstream-wrap-negative-indices", "outofplace-upstream-fill-tensor",
      "outofplace-fold-constants",
