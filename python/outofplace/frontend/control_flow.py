@@ -102,12 +102,23 @@ def _trace(fn: Callable, inputs: list[torch.Tensor]) -> tuple[torch.fx.GraphModu
         return tuple(leaves)
 
     tracer = proxy_tensor._CURRENT_MAKE_FX_TRACER
-    recorded = tracer.record_stack_traces
-    tracer.record_stack_traces = True  # the user's lines, for refusals
+    make_sub_tracer = tracer._make_sub_tracer
+
+    def sub_tracer(*args: Any, **kwargs: Any) -> Any:
+        made = make_sub_tracer(*args, **kwargs)
+        made.record_stack_traces = True  # the user's lines, for refusals
+        return made
+
+    # (frames of the user's function kept in the stack traces, as a forward's are)
+    # (torch's flat_body_fn wraps the user's body_fn: its closure's functions too)
+    for anchor in [fn] + [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
+                          if callable(getattr(c, "cell_contents", None))]:
+        torch.fx.proxy._register_stack_trace_anchor(anchor)
+    tracer._make_sub_tracer = sub_tracer
     try:
         gm = reenter_make_fx(flat)(*inputs)
     finally:
-        tracer.record_stack_traces = recorded
+        del tracer._make_sub_tracer
     return gm, specs[0]
 
 
@@ -142,7 +153,8 @@ def _lift(graphs: list[torch.fx.GraphModule], operands: list[torch.Tensor]
                 if value is e:
                     node.replace_all_uses_with(added[i])
             gm.graph.erase_node(node)
-            delattr(gm, node.target)
+            if hasattr(gm, node.target):
+                delattr(gm, node.target)
         gm.recompile()
     return extra
 
@@ -254,7 +266,7 @@ def while_loop(cond_fn: Callable, body_fn: Callable, carried: tuple,
         raise _refuse("torch.while_loop", "its condition writes a tensor in place",
                       next(iter(cond_writes.values())) or location)
     for i, line in body_writes.items():
-        if i < len(flat):
+        if i < n:
             raise _refuse("torch.while_loop", "its body writes a carried value in place "
                           "(eager writes the caller's tensor in the first iteration "
                           "only); write a tensor the body closes over, or return a new "
@@ -283,10 +295,12 @@ class _RegionOps(TorchFunctionMode):
         from torch._higher_order_ops.cond import cond_op
         from torch._higher_order_ops.while_loop import while_loop_op
 
-        if func is cond_op:
-            return cond(*args, **(kwargs or {}))
+        if func is cond_op:  # (the mode again for the regions inside: torch left it)
+            with _RegionOps():
+                return cond(*args)
         if func is while_loop_op:
-            return while_loop(*args[:3], *args[3:4])
+            with _RegionOps():
+                return while_loop(*args[:3], *args[3:4])
         return func(*args, **(kwargs or {}))
 
 

@@ -161,9 +161,8 @@ def _lower_region(op: ir.Operation, functions: dict[str, ir.Operation]) -> None:
 def lower_regions(module: ir.Operation) -> None:
     """Every region op of the module's public functions, lowered and spliced in."""
     functions = _functions(module)
-    for function in list(functions.values()):
-        if "sym_visibility" in function.attributes:
-            continue
+    public = [f for f in functions.values() if "sym_visibility" not in f.attributes]
+    for function in public:  # (the region functions leave the module as they are lowered)
         for op in all_operations(function):
             if is_region(op):
                 _lower_region(op, functions)
