@@ -29,6 +29,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from ..ir_utils import all_operations, operations, terminator
+from . import registry
 from .registry import register_pass
 
 KIND, FUNCTIONS, CARRIED, WRITTEN = ("outofplace.kind", "outofplace.functions",
@@ -52,8 +53,6 @@ def _callees(op: ir.Operation) -> list[str]:
 def _lowered(function: ir.Operation, functions: dict[str, ir.Operation]) -> ir.Operation:
     """`function` (with the region functions it reaches) lowered to StableHLO in a
     module of its own, as `main`; returns the lowered function."""
-    from .pipelines import run_pipeline  # (pipelines imports every pass module)
-
     with function.context, function.location:
         module = ir.Module.create()
         reached, pending = [], [function]
@@ -68,7 +67,7 @@ def _lowered(function: ir.Operation, functions: dict[str, ir.Operation]) -> ir.O
                 body.append(op)
         function.attributes["sym_name"] = ir.StringAttr.get("main")
         del function.attributes["sym_visibility"]
-        run_pipeline(module, "builtin.module(inplace-to-stablehlo-pipeline)")
+        registry.run_pipeline(module, "builtin.module(inplace-to-stablehlo-pipeline)")
         return next(op for op in operations(module.body) if op.name == "func.func" and
                     ir.StringAttr(op.attributes["sym_name"]).value == "main"), module
 

@@ -19,6 +19,7 @@ from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa:
                        static_slices, unsigned_integers)
 from .. import progress
 from ..context import load_torch_conversion
+from . import registry
 from .registry import PASSES, PIPELINES, Pass, register_pass, register_pipeline  # noqa: F401
 
 register_pipeline(
@@ -192,6 +193,9 @@ def run_pipeline(module: ir.Module | ir.Operation, text: str,
                             diagnostics[0] if diagnostics else None) from None
     if failures:
         raise failures[0]
+
+
+registry.run_pipeline = run_pipeline
 
 
 def _first_diagnostic(error: ir.MLIRError) -> str:
