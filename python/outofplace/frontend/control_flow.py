@@ -123,10 +123,13 @@ def _trace(fn: Callable, inputs: list[torch.Tensor]) -> tuple[torch.fx.GraphModu
 
 
 def _closures(gm: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, torch.Tensor]]:
-    """The constants of `gm` that are tensors of the program being traced (fake)."""
+    """The tensor constants of `gm`: tensors of the program being traced (fake), or
+    tensors it holds through plain Python objects (a StaticCache's list of caches),
+    which torch.export makes constants of the program and the importer maps back to
+    the buffers they are. (A literal of the region stays a literal of the program.)"""
     return [(node, getattr(gm, node.target)) for node in gm.graph.nodes
             if node.op == "get_attr" and
-            isinstance(getattr(gm, node.target, None), torch._subclasses.FakeTensor)]
+            isinstance(getattr(gm, node.target, None), torch.Tensor)]
 
 
 def _lift(graphs: list[torch.fx.GraphModule], operands: list[torch.Tensor]
@@ -146,7 +149,8 @@ def _lift(graphs: list[torch.fx.GraphModule], operands: list[torch.Tensor]
             with gm.graph.inserting_after(last) if last is not None else \
                     gm.graph.inserting_before(next(iter(gm.graph.nodes))):
                 last = gm.graph.placeholder(f"closure_{i}")
-            last.meta["val"] = value
+            last.meta["val"] = value if isinstance(value, torch._subclasses.FakeTensor) \
+                else _fake_mode(operands, extra).from_tensor(value)
             added.append(last)
         for node, value in _closures(gm):
             for i, e in enumerate(extra):
@@ -157,6 +161,12 @@ def _lift(graphs: list[torch.fx.GraphModule], operands: list[torch.Tensor]
                 delattr(gm, node.target)
         gm.recompile()
     return extra
+
+
+def _fake_mode(*tensors: list[torch.Tensor]) -> Any:
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([t for group in tensors for t in group])
 
 
 def _written(gm: torch.fx.GraphModule) -> dict[int, str]:
