@@ -58,6 +58,8 @@ class Region:
 
 REGIONS: dict[int, Region] = {}
 _IDS = itertools.count()
+# While tracing: the module traced, and its real parameters and buffers by id, name.
+_STATE: list[tuple[torch.nn.Module, dict[int, str]]] = []
 
 
 def region_op(operands: int, results: int) -> Any:
@@ -135,32 +137,57 @@ def _closures(gm: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, torch.Tenso
 def _lift(graphs: list[torch.fx.GraphModule], operands: list[torch.Tensor]
           ) -> list[torch.Tensor]:
     """Each tensor the graphs close over, made a placeholder of every graph (after the
-    operands' ones, in one order): the operands of the region beyond `operands`."""
+    operands' ones, in one order): the operands of the region beyond `operands`. A
+    real tensor that is the traced module's state becomes that state's operand; its
+    placeholder keeps the fake value the region's ops saw (its storage theirs)."""
     extra: list[torch.Tensor] = []
+    seen: list[torch.Tensor] = []  # per extra: the value the region's ops saw
     for gm in graphs:
         for _, value in _closures(gm):
-            if all(value is not e for e in (*operands, *extra)):
-                extra.append(value)
+            outer = _traced_state(value)
+            if all(outer is not e for e in (*operands, *extra)):
+                extra.append(outer)
+                seen.append(value)
+    mode = _fake_mode(operands, extra)
     for gm in graphs:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         last = placeholders[-1] if placeholders else None
         added = []
-        for i, value in enumerate(extra):
+        for i, value in enumerate(seen):
             with gm.graph.inserting_after(last) if last is not None else \
                     gm.graph.inserting_before(next(iter(gm.graph.nodes))):
                 last = gm.graph.placeholder(f"closure_{i}")
             last.meta["val"] = value if isinstance(value, torch._subclasses.FakeTensor) \
-                else _fake_mode(operands, extra).from_tensor(value)
+                else mode.from_tensor(value)
             added.append(last)
         for node, value in _closures(gm):
+            outer = _traced_state(value)
             for i, e in enumerate(extra):
-                if value is e:
+                if outer is e:
                     node.replace_all_uses_with(added[i])
+            for i, e in enumerate(operands):
+                if outer is e:  # (state given as an operand too: that operand)
+                    node.replace_all_uses_with(placeholders[i])
             gm.graph.erase_node(node)
             if hasattr(gm, node.target):
                 delattr(gm, node.target)
         gm.recompile()
     return extra
+
+
+def _traced_state(value: torch.Tensor) -> torch.Tensor:
+    """A real tensor that is a parameter or buffer of the module being traced (a
+    StaticCache holds its caches in a list as well as registering them as buffers):
+    the module's traced (fake) tensor, so the region has one operand for both."""
+    if isinstance(value, torch._subclasses.FakeTensor) or not _STATE:
+        return value
+    module, names = _STATE[-1]
+    name = names.get(id(value))
+    if name is None:
+        return value
+    traced = module.get_parameter(name) if name in dict(module.named_parameters()) \
+        else module.get_buffer(name)
+    return traced if isinstance(traced, torch._subclasses.FakeTensor) else value
 
 
 def _fake_mode(*tensors: list[torch.Tensor]) -> Any:
@@ -315,10 +342,12 @@ class _RegionOps(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def traced() -> Iterator[None]:
-    """While tracing a program: `torch.cond` and `while_loop` traced by outofplace."""
+def traced(module: torch.nn.Module) -> Iterator[None]:
+    """While tracing `module`: `torch.cond` and `while_loop` traced by outofplace."""
     import torch._higher_order_ops.utils as utils
 
+    _STATE.append((module, {id(t): name for name, t in (*module.named_parameters(),
+                                                          *module.named_buffers())}))
     original = utils._hop_compile_and_call
 
     def compile_and_call(fn: Callable, args: tuple, kwargs: dict | None = None) -> Any:
@@ -338,6 +367,7 @@ def traced() -> Iterator[None]:
         yield
     finally:
         utils._hop_compile_and_call = original
+        _STATE.pop()
 
 
 def region_mode() -> TorchFunctionMode:

@@ -299,7 +299,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     args, kwargs = _distinct_tensors((tuple(args), kwargs or {}))
     try:
         with steps, cumulative_batch_norm.traced(module), meta_state.traced_as_cpu(), \
-                control_flow.traced():
+                control_flow.traced(module):
             return torch.export.export(module, args, kwargs, strict=False,
                                        dynamic_shapes=dynamic_shapes)
     except _DATA_DEPENDENT as error:
@@ -706,7 +706,11 @@ def import_program(ep: ExportedProgram, context: ir.Context,
 
 
 def _prepare_region(graph: torch.fx.Graph) -> None:
-    """A region's graph (control_flow.py) as main's is before its import."""
+    """A region's graph (control_flow.py) as main's is before its import. Its fake
+    values are computed again from its placeholders': tracing gave each op on a tensor
+    the program holds through a Python object a fake of its own (storages would not
+    say what aliases what), as `_prepare_graph` does for main's redirected constants."""
+    _propagate_fake_values(graph.owning_module)
     for node in graph.nodes:
         if isinstance(node.meta.get("val"), torch._subclasses.FakeTensor):
             node.meta["val"].constant = None
