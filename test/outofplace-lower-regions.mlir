@@ -23,7 +23,10 @@
 module {
   func.func @main(%c: !torch.tensor<[3,4],f32> loc("c"), %k: !torch.vtensor<[4],f32> loc("k"), %p: !torch.vtensor<[],i1> loc("p")) -> !torch.vtensor<[4],f32> {
     %int0 = torch.constant.int 0
-    %0:2 = torch.operator "torch.outofplace.region_3_2"(%int0, %p, %k, %c) {outofplace.carried = 0 : i64, outofplace.functions = [@region0_true, @region0_false], outofplace.kind = "cond", outofplace.written = [1]} : (!torch.int, !torch.vtensor<[],i1>, !torch.vtensor<[4],f32>, !torch.tensor<[3,4],f32>) -> (!torch.vtensor<[4],f32>, !torch.vtensor<[3,4],f32>)
+    %c0 = torch.copy.to_vtensor %c : !torch.vtensor<[3,4],f32>
+    %ops = torch.prim.ListConstruct %p, %k, %c0 : (!torch.vtensor<[],i1>, !torch.vtensor<[4],f32>, !torch.vtensor<[3,4],f32>) -> !torch.list<vtensor>
+    %r = torch.operator "torch.outofplace.region"(%int0, %ops) {outofplace.carried = 0 : i64, outofplace.functions = [@region0_true, @region0_false], outofplace.kind = "cond", outofplace.written = [1]} : (!torch.int, !torch.list<vtensor>) -> !torch.list<vtensor>
+    %0:2 = torch.prim.ListUnpack %r : !torch.list<vtensor> -> !torch.vtensor<[4],f32>, !torch.vtensor<[3,4],f32>
     %false = torch.constant.bool false
     %1 = torch.copy.to_tensor %0#1 : !torch.tensor<[3,4],f32>
     %2 = torch.aten.copy_ %c, %1, %false : !torch.tensor<[3,4],f32>, !torch.tensor<[3,4],f32>, !torch.bool -> !torch.tensor<[3,4],f32>
@@ -77,7 +80,10 @@ module {
     %false = torch.constant.bool false
     %1 = torch.aten.zeros %0, %int4, %none, %cpu, %false : !torch.list<int>, !torch.int, !torch.none, !torch.Device, !torch.bool -> !torch.vtensor<[],si64>
     %int1 = torch.constant.int 1
-    %2:3 = torch.operator "torch.outofplace.region_5_3"(%int1, %1, %h, %n, %start, %cache) {outofplace.carried = 2 : i64, outofplace.functions = [@region1_cond, @region1_body], outofplace.kind = "while", outofplace.written = [4]} : (!torch.int, !torch.vtensor<[],si64>, !torch.vtensor<[4],f32>, !torch.vtensor<[],si64>, !torch.vtensor<[],si64>, !torch.tensor<[8,4],f32>) -> (!torch.vtensor<[],si64>, !torch.vtensor<[4],f32>, !torch.vtensor<[8,4],f32>)
+    %c0 = torch.copy.to_vtensor %cache : !torch.vtensor<[8,4],f32>
+    %ops = torch.prim.ListConstruct %1, %h, %n, %start, %c0 : (!torch.vtensor<[],si64>, !torch.vtensor<[4],f32>, !torch.vtensor<[],si64>, !torch.vtensor<[],si64>, !torch.vtensor<[8,4],f32>) -> !torch.list<vtensor>
+    %r = torch.operator "torch.outofplace.region"(%int1, %ops) {outofplace.carried = 2 : i64, outofplace.functions = [@region1_cond, @region1_body], outofplace.kind = "while", outofplace.written = [4]} : (!torch.int, !torch.list<vtensor>) -> !torch.list<vtensor>
+    %2:3 = torch.prim.ListUnpack %r : !torch.list<vtensor> -> !torch.vtensor<[],si64>, !torch.vtensor<[4],f32>, !torch.vtensor<[8,4],f32>
     %3 = torch.copy.to_tensor %2#2 : !torch.tensor<[8,4],f32>
     %4 = torch.aten.copy_ %cache, %3, %false : !torch.tensor<[8,4],f32>, !torch.tensor<[8,4],f32>, !torch.bool -> !torch.tensor<[8,4],f32>
     return %2#1 : !torch.vtensor<[4],f32>

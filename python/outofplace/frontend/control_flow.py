@@ -10,7 +10,7 @@ the program's fake tensors) become operands; every operand the region writes, th
 any view, becomes one more result of the region, its value at the region's end:
 
     torch.cond(p, t, f, (k,))   with t writing c[0]   ->
-        k2, c_new = outofplace.region_3_2(id, p, k, c)    (t and f return c's new value)
+        k2, c_new = outofplace.region(id, [p, k, c])    (t and f return c's new value)
         c.copy_(c_new)
 
 so the region is functional, and the write after it an ordinary `copy_` of the root.
@@ -62,29 +62,26 @@ _IDS = itertools.count()
 _STATE: list[tuple[torch.nn.Module, dict[int, str]]] = []
 
 
-def region_op(operands: int, results: int) -> Any:
-    """`outofplace::region_<n>_<m>(int region, Tensor a0, ...) -> (Tensor, ...)`: a
-    region of `REGIONS` as one functional op, defined on first use."""
-    name = f"region_{operands}_{results}"
-    if name not in _DEFINED:
-        inputs = ", ".join(f"Tensor a{i}" for i in range(operands))
-        returns = ", ".join(["Tensor"] * results)
-        _LIBRARY.define(f"{name}(int region, {inputs}) -> ({returns})")
+def region_op() -> Any:
+    """`outofplace::region(int region, Tensor[] operands) -> Tensor[]`: a region of
+    `REGIONS` as one functional op (a list: a model's loop has more operands than a
+    schema may have arguments), defined on first use."""
+    if "region" not in _DEFINED:
+        _LIBRARY.define("region(int region, Tensor[] operands) -> Tensor[]")
 
-        def fake(region: int, *args: torch.Tensor) -> Any:
-            made = tuple(torch.empty_strided(o.shape, o.stride(), dtype=o.dtype,
-                                             device=args[0].device)
-                         for o in REGIONS[region].outputs)
-            return made[0] if len(made) == 1 else made
+        def fake(region: int, operands: list[torch.Tensor]) -> list[torch.Tensor]:
+            return [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype,
+                                        device=operands[0].device)
+                    for o in REGIONS[region].outputs]
 
-        torch.library.register_fake(f"outofplace::{name}", fake, lib=_LIBRARY)
-        _DEFINED.add(name)
-    return getattr(torch.ops.outofplace, name).default
+        torch.library.register_fake("outofplace::region", fake, lib=_LIBRARY)
+        _DEFINED.add("region")
+    return torch.ops.outofplace.region.default
 
 
 def is_region_op(target: Any) -> bool:
     return isinstance(target, torch._ops.OpOverload) and \
-        target.namespace == "outofplace" and target.__name__.startswith("region_")
+        target.namespace == "outofplace" and target.__name__ == "region.default"
 
 
 def _refuse(what: str, why: str, location: str) -> UnsupportedMutationError:
@@ -237,9 +234,7 @@ def _call(region: Region, operands: list[torch.Tensor]) -> list[torch.Tensor]:
     rid = next(_IDS)
     REGIONS[rid] = region
     shift = 1 if region.kind == "cond" else 0
-    op = region_op(len(operands), len(region.outputs))
-    results = op(rid, *operands)
-    results = [results] if isinstance(results, torch.Tensor) else list(results)
+    results = list(region_op()(rid, list(operands)))
     n = len(results) - len(region.written)
     for position, value in zip(region.written, results[n:]):
         operands[shift + position].copy_(value)

@@ -1,9 +1,11 @@
 """The regions of `torch.cond` / `while_loop` (control_flow.py) imported as private
 functions of the module, beside `main`, and their ops annotated with them:
 
-    %r:2 = torch.operator "outofplace.region_3_2"(%id, %p, %k, %c)
+    %ops = torch.prim.ListConstruct %p, %k, %c
+    %r = torch.operator "torch.outofplace.region"(%id, %ops)
         {outofplace.kind = "cond", outofplace.functions = [@region0_true, @region0_false],
          outofplace.carried = 0, outofplace.written = [1]}
+    %k2, %c2 = torch.prim.ListUnpack %r
 
 Each function is mutable torch IR like main (its writes of its arguments in place);
 transforms/control_flow.py lowers it and splices it in as a StableHLO region.
@@ -30,6 +32,8 @@ def _name_of(value: ir.Value) -> str | None:
     """The name (NameLoc) of an argument or of the op making `value`, if any: a
     region's argument takes the name of its operand, so `cache` written in a body
     is `cache_modified` there too."""
+    if isinstance(value, ir.OpResult) and value.owner.name == "torch.copy.to_vtensor":
+        value = value.owner.operands[0]  # (a list reads a written tensor's value)
     loc = value.location if isinstance(value, ir.BlockArgument) else value.owner.location
     return ir.NameLoc(loc).name_str if loc.typeid == ir.NameLoc.static_typeid else None
 
@@ -68,8 +72,8 @@ def import_regions(importer: object, graph: torch.fx.Graph,
                  for op in map(lambda o: o.operation, module.body.operations)
                  if op.name == "func.func"}
     for op in all_operations(module.operation):
-        if op.name != "torch.operator" or not ir.StringAttr(
-                op.attributes["name"]).value.startswith("torch.outofplace.region_"):
+        if op.name != "torch.operator" or ir.StringAttr(
+                op.attributes["name"]).value != "torch.outofplace.region":
             continue
         rid_op = op.operands[0].owner
         rid = ir.IntegerAttr(rid_op.attributes["value"]).value
@@ -80,7 +84,8 @@ def import_regions(importer: object, graph: torch.fx.Graph,
         op.attributes[CARRIED] = ir.IntegerAttr.get(i64, region.carried)
         op.attributes[WRITTEN] = ir.ArrayAttr.get(
             [ir.IntegerAttr.get(i64, i) for i in region.written])
-        names = [_name_of(v) for v in list(op.operands)[2 if region.kind == "cond" else 1:]]
+        operands = list(op.operands[1].owner.operands)  # (a torch.prim.ListConstruct)
+        names = [_name_of(v) for v in operands[1 if region.kind == "cond" else 0:]]
         for callee in region.names:
             for arg, name in zip(functions[callee].regions[0].blocks[0].arguments, names):
                 if name is not None:

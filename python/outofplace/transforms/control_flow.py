@@ -3,9 +3,11 @@
 
 A region op of main names its functions (mutable torch IR, private):
 
-    %r:3 = torch.operator "torch.outofplace.region_5_3"(%id, %i, %h, %n, %start, %cache)
+    %ops = torch.prim.ListConstruct %i, %h, %n, %start, %cache
+    %r = torch.operator "torch.outofplace.region"(%id, %ops)
         {outofplace.kind = "while", outofplace.functions = [@region1_cond, @region1_body],
          outofplace.carried = 2, outofplace.written = [4]}
+    %i2, %h2, %cache2 = torch.prim.ListUnpack %r
 
 Each function is lowered on its own, as a program of its own (moved into a module of
 its own as `main`, with the functions of the regions it holds, through
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from ..errors import UnsupportedMutationError
 from ..ir_utils import all_operations, operations, terminator
 from . import registry
 from .registry import register_pass
@@ -38,7 +41,7 @@ KIND, FUNCTIONS, CARRIED, WRITTEN = ("outofplace.kind", "outofplace.functions",
 
 def is_region(op: ir.Operation) -> bool:
     return op.name == "torch.operator" and ir.StringAttr(
-        op.attributes["name"]).value.startswith("torch.outofplace.region_")
+        op.attributes["name"]).value == "torch.outofplace.region"
 
 
 def _functions(module: ir.Operation) -> dict[str, ir.Operation]:
@@ -109,14 +112,20 @@ def _lower_region(op: ir.Operation, functions: dict[str, ir.Operation]) -> None:
     first = lowered[0][0]
     inputs = list(ir.FunctionType(ir.TypeAttr(first.attributes["function_type"]).value
                                   ).inputs)
-    operands = list(op.operands)[1:]  # (the first is the region's number)
+    listed = op.operands[1].owner  # (the first is the region's number)
+    operands = list(listed.operands)
+    unpacked = [user.owner for user in op.result.uses]
+    if len(unpacked) != 1 or unpacked[0].name != "torch.prim.ListUnpack":
+        raise UnsupportedMutationError.at(op, "its results are not unpacked as the "
+                                          "frontend makes them")
+    unpacked = unpacked[0]
     with ir.InsertionPoint(op), op.location:
         if kind == "cond":
             pred_type = ir.RankedTensorType.get([], ir.IntegerType.get_signless(1))
             values = [_to_builtin(v, t) for v, t in zip(operands, [pred_type] + inputs)]
-            outs = len(op.results) - len(written)
+            outs = len(unpacked.results) - len(written)
             types = list(ir.FunctionType(ir.TypeAttr(first.attributes[
-                "function_type"]).value).results)[:len(op.results)]
+                "function_type"]).value).results)[:len(unpacked.results)]
             new = _create("stablehlo.if", types, [values[0]], regions=2)
             for region, (function, _) in zip(new.regions, lowered):
                 block = region.blocks.append()
@@ -141,13 +150,15 @@ def _lower_region(op: ir.Operation, functions: dict[str, ir.Operation]) -> None:
                     _create("stablehlo.return", [], returned[:len(args)] if role == "body"
                             else returned[:1])
             results = list(new.results)[:carried] + [new.results[i] for i in written]
-        for old, value in zip(op.results, results):
+        for old, value in zip(unpacked.results, results):
             cast = _create("torch_c.from_builtin_tensor", [old.type], [value]).result
             old.replace_all_uses_with(cast)
     number = op.operands[0]
+    unpacked.erase()
     op.erase()
-    if isinstance(number, ir.OpResult) and not list(number.uses):
-        number.owner.erase()
+    for made in (listed, number.owner):
+        if not any(list(r.uses) for r in made.results):
+            made.erase()
 
 
 @register_pass(
