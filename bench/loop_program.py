@@ -3,7 +3,7 @@ transformers Llama with a static cache in a `while_loop`, N a runtime input, aga
 calls of the compiled one-step program and eager's Python loop, per token
 (docs/performance.md, "Decode loop in one program").
 
-    .venv/bin/python bench/decode_loop.py          # the section, markdown on stdout
+    .venv/bin/python bench/loop_program.py          # the section, markdown on stdout
 
 The decoders are bench/real_models.py's (random weights, batch 1, a 256-position
 cache). Each way decodes the same N tokens from the same cache state (a copy of the
@@ -96,7 +96,7 @@ def render(rows: list[dict[str, Any]], load: tuple) -> str:
         "",
         "N greedy decode steps of a random-weight Llama (bench/real_models.py's decoders, "
         "batch 1, a 256-position static cache) as one `while_loop` compiled by "
-        "outofplace, N a runtime input (examples/decode_loop.py; bench/decode_loop.py), "
+        "outofplace, N a runtime input (examples/decode_loop.py; bench/loop_program.py), "
         "against N calls of the compiled one-step program (the host takes the argmax and "
         "feeds it back) and eager's Python loop. Time per token, the median of "
         f"{RUNS} runs of N steps. Load average over the run: "
