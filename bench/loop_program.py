@@ -13,8 +13,11 @@ steps, divided by N.
 
 from __future__ import annotations
 
+import argparse
 import copy
+import json
 import os
+import subprocess
 import statistics
 import sys
 import time
@@ -52,7 +55,14 @@ def measure(name: str, tokens: int) -> dict[str, Any]:
     row: dict[str, Any] = {"row": name, "tokens": tokens}
     models = {way: copy.deepcopy(wrapper) for way in ("loop", "steps", "eager")}
     out = torch.zeros(tokens, dtype=torch.int64)
+    results: dict[str, torch.Tensor] = {}
 
+    def run_eager() -> None:
+        results["eager"] = torch.zeros(tokens, dtype=torch.int64)
+        eager_loop(models["eager"], first, start, tokens, results["eager"])
+
+    with torch.no_grad():  # (first, as real_models.py: before anything is compiled)
+        row["eager"] = _median(run_eager) / tokens
     began = time.perf_counter()
     loop = outofplace.compile(DecodeLoop(models["loop"]),
                               (first, torch.tensor(start), torch.tensor(1), out))
@@ -62,8 +72,6 @@ def measure(name: str, tokens: int) -> dict[str, Any]:
                               {"cache_position": torch.tensor([start])})
     row["step_compile_s"] = time.perf_counter() - began
     row["loop_in_place"] = all(v == "in place" for v in loop.in_place_report.values())
-
-    results: dict[str, torch.Tensor] = {}
 
     def run_loop() -> None:
         results["loop"] = torch.zeros(tokens, dtype=torch.int64)
@@ -77,12 +85,8 @@ def measure(name: str, tokens: int) -> dict[str, Any]:
             got[i] = token[0, 0]
         results["steps"] = got
 
-    def run_eager() -> None:
-        results["eager"] = torch.zeros(tokens, dtype=torch.int64)
-        eager_loop(models["eager"], first, start, tokens, results["eager"])
-
     with torch.no_grad():
-        for way, run in (("loop", run_loop), ("steps", run_steps), ("eager", run_eager)):
+        for way, run in (("steps", run_steps), ("loop", run_loop)):
             row[way] = _median(run) / tokens
     row["same_tokens"] = torch.equal(results["loop"], results["eager"]) and \
         torch.equal(results["steps"], results["eager"])
@@ -117,12 +121,22 @@ def render(rows: list[dict[str, Any]], load: tuple) -> str:
 
 
 def run(log: Callable[[str], None] = print) -> str:
+    """Each row in a process of its own (its eager loop timed before anything of
+    another row compiled or ran), as bench/real_models.py does."""
     rows = []
-    for name, tokens in ROWS.items():
-        log(f"decode loop: {name}, {tokens} tokens")
-        rows.append(measure(name, tokens))
+    for name in ROWS:
+        log(f"decode loop: {name}, {ROWS[name]} tokens")
+        done = subprocess.run([sys.executable, __file__, "--only", name], check=True,
+                              capture_output=True, text=True)
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return render(rows, os.getloadavg())
 
 
 if __name__ == "__main__":
-    print(run())
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", choices=ROWS, help="one row, as JSON")
+    arguments = parser.parse_args()
+    if arguments.only:
+        print(json.dumps(measure(arguments.only, ROWS[arguments.only])))
+    else:
+        print(run())

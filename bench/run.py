@@ -25,6 +25,7 @@ import compile_time  # noqa: E402
 import emitted  # noqa: E402
 import exports  # noqa: E402
 import iree_kv  # noqa: E402
+import loop_program  # noqa: E402
 import op_classes  # noqa: E402
 import real_models  # noqa: E402
 import report  # noqa: E402
@@ -33,7 +34,8 @@ import report  # noqa: E402
 # between `<!-- section: NAME -->` and `<!-- end: NAME -->`.
 SECTIONS = {"real-models": lambda log: real_models.run(real_models.ROWS, 20, log),
             "op-classes": lambda log: op_classes.run(log=log),
-            "exports": lambda log: exports.run(log=log)}
+            "exports": lambda log: exports.run(log=log),
+            "decode-loop": lambda log: loop_program.run(log)}
 
 
 def _framed(name: str, text: str) -> str:
