@@ -326,3 +326,35 @@ def test_regions_on_iree_match_eager_and_say_they_copy() -> None:
         assert compiled.alias_problems("iree") == [
             "argument 0: compiled without its alias (IREE 3.13 would update it wrongly in "
             "place)"]
+
+
+def scan_writing(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    from torch._higher_order_ops.scan import scan
+
+    def combine(carry: torch.Tensor, xs: torch.Tensor) -> tuple:
+        c.add_(1)
+        return carry + xs, carry * 2
+
+    return scan(combine, torch.zeros(4), x)[0]  # SCAN-LINE
+
+
+def int_carried(x: torch.Tensor) -> torch.Tensor:
+    def cond_fn(i: int, x: torch.Tensor) -> bool:
+        return i < 3
+
+    def body_fn(i: int, x: torch.Tensor) -> tuple:
+        return i + 1, x + 1
+
+    return while_loop(cond_fn, body_fn, (0, x))[1]  # INT-LINE
+
+
+@pytest.mark.parametrize("f, args, match, marker", [
+    (scan_writing, (torch.randn(3, 4), torch.zeros(2)), "torch.scan: outofplace compiles",
+     "SCAN-LINE"),
+    (int_carried, (torch.randn(3),), "torch.while_loop: outofplace takes tensor carried",
+     "INT-LINE")])
+def test_refuses_scan_and_python_carried_values(f: Callable, args: tuple, match: str,
+                                                marker: str) -> None:
+    with pytest.raises(outofplace.UnsupportedMutationError, match=match) as error:
+        outofplace.compile(f, args)
+    assert _line(marker) in str(error.value)
