@@ -62,3 +62,35 @@ def test_decode_loop_caches_are_not_copied_per_iteration() -> None:
     assert f"tensor<{shape}xf32>" in compiled.stablehlo
     hlo_shape = ",".join(map(str, [d for d in step.key_cache_0.shape if d != 1]))
     assert not re.search(rf"f32\[(1,)*{hlo_shape}\]\{{[0-9,]*\}} copy\(", hlo)
+
+
+def test_decode_loop_through_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same loop through `torch.compile(backend="outofplace")` (with gradients off:
+    dynamo takes writes in a region only then): one graph holding the while, compiled
+    by outofplace; tokens and caches equal eager's."""
+    import outofplace.dynamo
+
+    programs = []
+    compile_program = outofplace.dynamo.compile_program
+
+    def spy(*args: object, **kwargs: object) -> outofplace.Compiled:
+        programs.append(compile_program(*args, **kwargs))
+        return programs[-1]
+
+    monkeypatch.setattr(outofplace.dynamo, "compile_program", spy)
+    torch._dynamo.reset()
+    step = tiny_llama()
+    reference = copy.deepcopy(step)
+    loop = torch.compile(DecodeLoop(step), backend="outofplace")
+    token, expected_token, start = torch.tensor([[3]]), torch.tensor([[3]]), 0
+    for n in (4, 0, 3):
+        out, expected = torch.zeros(16, dtype=torch.int64), torch.zeros(16, dtype=torch.int64)
+        with torch.no_grad():
+            token = loop(token, torch.tensor(start), torch.tensor(n), out)
+        expected_token = eager_loop(reference, expected_token, start, n, expected)
+        assert torch.equal(out, expected) and torch.equal(token, expected_token)
+        start += n
+    for name, value in step.named_buffers():
+        assert torch.allclose(value, dict(reference.named_buffers())[name],
+                              rtol=1e-4, atol=1e-5), name
+    assert len(programs) == 1 and "stablehlo.while" in programs[0].stablehlo
