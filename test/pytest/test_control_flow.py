@@ -358,3 +358,13 @@ def test_refuses_scan_and_python_carried_values(f: Callable, args: tuple, match:
     with pytest.raises(outofplace.UnsupportedMutationError, match=match) as error:
         outofplace.compile(f, args)
     assert _line(marker) in str(error.value)
+
+
+def test_check_bounds_refuses_regions() -> None:
+    """The checked mode's flags see main's ops only: a program with regions is refused
+    with it rather than left unchecked."""
+    args = (torch.zeros(8, 4), torch.ones(4), torch.tensor(1), torch.tensor(3))
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match="torch.while_loop: check_bounds=True does not check") as error:
+        outofplace.compile(decode_cache_setitem, args, check_bounds=True)
+    assert "test_control_flow.py" in str(error.value)

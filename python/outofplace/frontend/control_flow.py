@@ -254,11 +254,9 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, operands: Any) -> Any
     flat, in_spec = pytree.tree_flatten(tuple(operands))
     if not all(isinstance(t, torch.Tensor) for t in flat):
         raise _refuse("torch.cond", "outofplace takes tensor operands only", location)
-    args = pytree.tree_unflatten(flat, in_spec)
     traced = [_trace(lambda *a, f=f: f(*pytree.tree_unflatten(list(a), in_spec)), flat)
               for f in (true_fn, false_fn)]
     graphs = [gm for gm, _ in traced]
-    del args
     extra = _lift(graphs, flat)
     inputs = flat + extra
     writes: dict[int, str] = {}

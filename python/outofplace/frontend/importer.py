@@ -457,6 +457,15 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
             leaves.append(("argument", alias[0], _position_results(alias[1], graph, kept)))
         else:
             leaves.append(("result", kept.setdefault(value, len(kept))))
+    region = next((n for n in graph.nodes if n.op == "call_function" and
+                   control_flow.is_region_op(n.target)), None)
+    if check_bounds and region is not None:  # (the flags see main's ops, not a region's)
+        raise UnsupportedMutationError(
+            {"cond": "torch.cond", "while": "torch.while_loop"}[
+                control_flow.REGIONS[region.args[0]].kind], "check_bounds=True "
+            "does not check the indices inside torch.cond and while_loop regions yet; "
+            "compile without it (runtime indices there are clamped or dropped)",
+            location=control_flow.REGIONS[region.args[0]].location)
     flags, checks = bounds_checks.add_checks(graph) if check_bounds else (None, [])
     if flags is not None:
         kept[flags] = len(kept)
