@@ -53,9 +53,11 @@ def _callees(op: ir.Operation) -> list[str]:
     return [ir.FlatSymbolRefAttr(a).value for a in ir.ArrayAttr(op.attributes[FUNCTIONS])]
 
 
-def _lowered(function: ir.Operation, functions: dict[str, ir.Operation]) -> ir.Operation:
+def _lowered(function: ir.Operation, functions: dict[str, ir.Operation]
+             ) -> tuple[ir.Operation, ir.Module]:
     """`function` (with the region functions it reaches) lowered to StableHLO in a
-    module of its own, as `main`; returns the lowered function."""
+    module of its own, as `main`: (the lowered function, that module, which owns it
+    until its body is moved out)."""
     with function.context, function.location:
         module = ir.Module.create()
         reached, pending = [], [function]
@@ -90,8 +92,7 @@ def _inline_into(lowered: ir.Operation, block: ir.Block, arguments: list[ir.Valu
         block.append(op)
     for old, new in zip(source.arguments, arguments):
         old.replace_all_uses_with(new)
-    values = list(ret.operands)
-    return values
+    return list(ret.operands)
 
 
 def _create(name: str, results: list[ir.Type], operands: list[ir.Value],
@@ -105,6 +106,8 @@ def _to_builtin(value: ir.Value, builtin: ir.Type) -> ir.Value:
 
 
 def _lower_region(op: ir.Operation, functions: dict[str, ir.Operation]) -> None:
+    """The region op `op` (with its ListConstruct of operands and ListUnpack of
+    results) replaced by the `stablehlo.if` / `stablehlo.while` it is."""
     kind = ir.StringAttr(op.attributes[KIND]).value
     carried = ir.IntegerAttr(op.attributes[CARRIED]).value
     written = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes[WRITTEN])]
