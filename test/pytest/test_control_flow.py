@@ -368,3 +368,50 @@ def test_check_bounds_refuses_regions() -> None:
                        match="torch.while_loop: check_bounds=True does not check") as error:
         outofplace.compile(decode_cache_setitem, args, check_bounds=True)
     assert "test_control_flow.py" in str(error.value)
+
+
+def while_in_cond(cache: torch.Tensor, h: torch.Tensor, p: torch.Tensor,
+                  n: torch.Tensor) -> torch.Tensor:
+    def true_fn(h: torch.Tensor) -> torch.Tensor:
+        def cond_fn(i: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+            return i < n
+
+        def body_fn(i: torch.Tensor, h: torch.Tensor) -> tuple:
+            cache[i].add_(h)
+            return i + 1, h * 2
+
+        return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), h))[1]
+
+    def false_fn(h: torch.Tensor) -> torch.Tensor:
+        cache[0].zero_()
+        return h
+
+    return torch.cond(p > 0, true_fn, false_fn, (h,))
+
+
+def while_in_while(cache: torch.Tensor, h: torch.Tensor, p: torch.Tensor,
+                   n: torch.Tensor) -> torch.Tensor:
+    def cond_fn(i: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return i < n
+
+    def body_fn(i: torch.Tensor, h: torch.Tensor) -> tuple:
+        def inner_cond(j: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+            return j < p.to(j.dtype)
+
+        def inner_body(j: torch.Tensor, h: torch.Tensor) -> tuple:
+            cache[i, j].add_(h)
+            return j + 1, h + 1
+
+        return i + 1, while_loop(inner_cond, inner_body,
+                                 (torch.zeros((), dtype=torch.int64), h))[1]
+
+    return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), h))[1]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("f", [while_in_cond, while_in_while])
+def test_loops_nested_in_regions(f: Callable, dtype: torch.dtype) -> None:
+    """(outofplace.compile: dynamo refuses `cache[i]` at a tensor position in a region.)"""
+    cache, h = torch.randn(8, 2, 4, dtype=dtype), torch.randn(4, dtype=dtype)
+    _matches_eager(f, [(cache, h, torch.tensor(p), torch.tensor(n))
+                       for p, n in ((1.0, 3), (-1.0, 3), (2.0, 0), (1.0, 5))], "compile")
