@@ -169,7 +169,75 @@ def _lift(graphs: list[torch.fx.GraphModule], operands: list[torch.Tensor]
             if hasattr(gm, node.target):
                 delattr(gm, node.target)
         gm.recompile()
-    return extra
+    return _views_taken_inside(graphs, operands, extra)
+
+
+def _outer_node(value: torch.Tensor) -> torch.fx.Node | None:
+    """The node of the program being traced that made `value`, if it has one."""
+    from torch.fx.experimental import proxy_tensor
+
+    tracer = proxy_tensor._CURRENT_MAKE_FX_TRACER
+    slot = proxy_tensor.get_proxy_slot(value, tracer.fx_tracer, None) \
+        if tracer is not None and isinstance(value, torch.Tensor) else None
+    return getattr(getattr(slot, "proxy", None), "node", None)
+
+
+def _view_chain(view: torch.fx.Node, base: torch.fx.Node) -> list[torch.fx.Node] | None:
+    """The view ops (constant operands only) taking `base` to `view` in the program's
+    graph, outermost first; None when `view` is no such view of `base`."""
+    from .fx_graph import op_effects
+
+    chain = []
+    node = view
+    while node is not base:
+        effects = op_effects(node) if isinstance(node, torch.fx.Node) else None
+        if effects is None or effects.written or effects.result_views != 0 or any(
+                isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(
+                    (node.args[1:], node.kwargs))):
+            return None
+        chain.append(node)
+        node = node.args[0]
+    return chain[::-1]
+
+
+def _views_taken_inside(graphs: list[torch.fx.GraphModule], operands: list[torch.Tensor],
+                        extra: list[torch.Tensor]) -> list[torch.Tensor]:
+    """A tensor closed over that is a view of another operand (`layer = cache[1]`, the
+    body reading both): taken again inside each graph from that operand's placeholder,
+    so that writes through either reach one operand (the region takes values)."""
+    inputs = operands + extra
+    keep = list(range(len(inputs)))
+    for i in range(len(operands), len(inputs)):
+        node = _outer_node(inputs[i])
+        for j in range(len(inputs)):
+            base = _outer_node(inputs[j]) if j != i and j in keep else None
+            chain = _view_chain(node, base) if node is not None and base is not None and \
+                storage_of(inputs[i]) == storage_of(inputs[j]) else None
+            if chain:
+                break
+        else:
+            continue
+        keep.remove(i)
+        for gm in graphs:
+            placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            value = placeholders[j]
+            first = next(n for n in gm.graph.nodes if n.op != "placeholder")
+            with gm.graph.inserting_before(first):
+                for op in chain:
+                    value = gm.graph.call_function(op.target, (value, *op.args[1:]),
+                                                   dict(op.kwargs))
+                    value.meta["val"] = op.meta.get("val")
+                    value.meta["stack_trace"] = op.meta.get("stack_trace")
+            placeholders[i].replace_all_uses_with(value)
+    for gm in graphs:  # (at the end: positions are those of inputs until then)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for i in range(len(inputs)):
+            if i not in keep:
+                gm.graph.erase_node(placeholders[i])
+        gm.recompile()
+    dropped = [i for i in range(len(inputs)) if i not in keep]
+    assert all(i >= len(operands) for i in dropped)
+    return [e for k, e in enumerate(extra, len(operands)) if k in keep]
 
 
 def _traced_state(value: torch.Tensor) -> torch.Tensor:
