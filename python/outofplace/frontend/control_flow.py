@@ -13,7 +13,9 @@ any view, becomes one more result of the region, its value at the region's end:
         k2, c_new = outofplace.region(id, [p, k, c])    (t and f return c's new value)
         c.copy_(c_new)
 
-so the region is functional, and the write after it an ordinary `copy_` of the root.
+so the region is functional, and the write after it an ordinary `copy_` of the root. A
+view the region closes over beside its base (`layer = cache[1]`) is taken again inside
+from the base's operand, so writes through either reach one value.
 The region's graphs are kept in `REGIONS` under `id`; the importer imports each as a
 private function (torch IR) that transforms/control_flow.py lowers and splices in as
 `stablehlo.if` / `stablehlo.while`.
