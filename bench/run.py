@@ -26,6 +26,7 @@ import custom_kernels  # noqa: E402
 import emitted  # noqa: E402
 import exports  # noqa: E402
 import iree_kv  # noqa: E402
+import loop_program  # noqa: E402
 import op_classes  # noqa: E402
 import real_models  # noqa: E402
 import report  # noqa: E402
@@ -35,7 +36,8 @@ import report  # noqa: E402
 SECTIONS = {"real-models": lambda log: real_models.run(real_models.ROWS, 20, log),
             "op-classes": lambda log: op_classes.run(log=log),
             "exports": lambda log: exports.run(log=log),
-            "custom-kernels": lambda log: custom_kernels.run(log=log)}
+            "custom-kernels": lambda log: custom_kernels.run(log=log),
+            "decode-loop": lambda log: loop_program.run(log)}
 
 
 def _framed(name: str, text: str) -> str:

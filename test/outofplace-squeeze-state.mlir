@@ -58,3 +58,30 @@ func.func @nothing_to_squeeze(%x: tensor<2x8xf32> {tf.aliasing_output = 0 : i32}
   %0 = stablehlo.add %x, %x : tensor<2x8xf32>
   return %0 : tensor<2x8xf32>
 }
+
+// A batch-1 cache carried by a while (a decode loop) and written in its body: carried
+// without its unit dimension, the update done on the squeezed value, reshaped back for
+// its readers in the loop and after it.
+// CHECK-LABEL: func.func @carried(
+// CHECK-SAME:    %[[C:.*]]: tensor<2x8x4xf32> {tf.aliasing_output = 0 : i32},
+// CHECK-SAME:    %[[K:.*]]: tensor<1x2x1x4xf32>, %[[N:.*]]: tensor<i64>) -> tensor<2x8x4xf32>
+// CHECK:         %[[W:.*]]:2 = stablehlo.while(%[[I:.*]] = %{{.*}}, %[[CC:.*]] = %[[C]]) : tensor<i64>, tensor<2x8x4xf32>
+// CHECK:         } do {
+// CHECK:           %[[KK:.*]] = stablehlo.reshape %[[K]] : (tensor<1x2x1x4xf32>) -> tensor<2x1x4xf32>
+// CHECK:           %[[U:.*]] = stablehlo.dynamic_update_slice %[[CC]], %[[KK]], %{{.*}}, %[[I]], %{{.*}} : (tensor<2x8x4xf32>, tensor<2x1x4xf32>, tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<2x8x4xf32>
+// CHECK:           stablehlo.return %{{.*}}, %[[U]] : tensor<i64>, tensor<2x8x4xf32>
+// CHECK:         return %[[W]]#1 : tensor<2x8x4xf32>
+func.func @carried(%cache: tensor<1x2x8x4xf32> {tf.aliasing_output = 0 : i32}, %k: tensor<1x2x1x4xf32>, %n: tensor<i64>) -> tensor<1x2x8x4xf32> {
+  %zero = stablehlo.constant dense<0> : tensor<i64>
+  %one = stablehlo.constant dense<1> : tensor<i64>
+  %0:2 = stablehlo.while(%i = %zero, %c = %cache) : tensor<i64>, tensor<1x2x8x4xf32>
+  cond {
+    %lt = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i64>, tensor<i64>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  } do {
+    %u = stablehlo.dynamic_update_slice %c, %k, %zero, %zero, %i, %zero : (tensor<1x2x8x4xf32>, tensor<1x2x1x4xf32>, tensor<i64>, tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<1x2x8x4xf32>
+    %next = stablehlo.add %i, %one : tensor<i64>
+    stablehlo.return %next, %u : tensor<i64>, tensor<1x2x8x4xf32>
+  }
+  return %0#1 : tensor<1x2x8x4xf32>
+}

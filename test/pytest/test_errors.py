@@ -301,8 +301,9 @@ def test_verify_each_runs_every_lowering_pass_as_a_stage(tmp_path):
     compiled = outofplace.compile(f, (torch.randn(4, 4),), dump_ir=str(tmp_path),
                                   verify_each=True)
     dumps = sorted((p.name for p in tmp_path.iterdir()), key=lambda n: int(n.split("-")[0]))
-    assert "2-after-outofplace-fold-empty-tensors.mlir" in dumps
-    assert "3-after-outofplace-decompose-diagonal.mlir" in dumps
+    assert "2-after-outofplace-lower-regions.mlir" in dumps
+    assert "3-after-outofplace-fold-empty-tensors.mlir" in dumps
+    assert "4-after-outofplace-decompose-diagonal.mlir" in dumps
     assert dumps[-1].endswith("-after-outofplace-verify-stablehlo.mlir")
     assert "stablehlo.dynamic_update_slice" in compiled.stablehlo
 

@@ -30,8 +30,8 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import (bounds_checks, complex_pairs, cumulative_batch_norm, fx_rewrites, higher_order,
-               meta_state)
+from . import (bounds_checks, complex_pairs, control_flow, cumulative_batch_norm, fx_rewrites,
+               higher_order, meta_state)
 
 from .. import op_registry, progress, torch_types
 from ..errors import UnsupportedMutationError
@@ -41,6 +41,7 @@ from .masked_values import MaskedValues
 from . import training
 from .runtime_positions import RuntimePositions, user_line
 from .tensor_data import DataAsDetach
+from . import region_functions
 from .shape_changes import InputShapeChanges
 from .symbolic_sizes import SymbolicSizes
 from ..ir_utils import operations, tensor_literal, terminator
@@ -261,7 +262,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
     # before export's own handler of __getitem__ (which calls .item() on a position).
     positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
-    data = DataAsDetach()
+    data, regions = DataAsDetach(), control_flow.region_mode()
 
     items = steps.items_as_tensors()
     saved_tensors = training.SavedTensors()
@@ -278,8 +279,10 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         data.__enter__()
         positions.__enter__()
         masked.__enter__()
+        regions.__enter__()
 
     def leave(module: Any, inputs: Any, output: Any) -> None:
+        regions.__exit__(None, None, None)
         masked.__exit__(None, None, None)
         positions.__exit__(None, None, None)
         data.__exit__(None, None, None)
@@ -295,7 +298,8 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     modes = torch._C._len_torch_function_stack()
     args, kwargs = _distinct_tensors((tuple(args), kwargs or {}))
     try:
-        with steps, cumulative_batch_norm.traced(module), meta_state.traced_as_cpu():
+        with steps, cumulative_batch_norm.traced(module), meta_state.traced_as_cpu(), \
+                control_flow.traced(module):
             return torch.export.export(module, args, kwargs, strict=False,
                                        dynamic_shapes=dynamic_shapes)
     except _DATA_DEPENDENT as error:
@@ -453,6 +457,15 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
             leaves.append(("argument", alias[0], _position_results(alias[1], graph, kept)))
         else:
             leaves.append(("result", kept.setdefault(value, len(kept))))
+    region = next((n for n in graph.nodes if n.op == "call_function" and
+                   control_flow.is_region_op(n.target)), None)
+    if check_bounds and region is not None:  # (the flags see main's ops, not a region's)
+        raise UnsupportedMutationError(
+            {"cond": "torch.cond", "while": "torch.while_loop"}[
+                control_flow.REGIONS[region.args[0]].kind], "check_bounds=True "
+            "does not check the indices inside torch.cond and while_loop regions yet; "
+            "compile without it (runtime indices there are clamped or dropped)",
+            location=control_flow.REGIONS[region.args[0]].location)
     flags, checks = bounds_checks.add_checks(graph) if check_bounds else (None, [])
     if flags is not None:
         kept[flags] = len(kept)
@@ -695,8 +708,26 @@ def import_program(ep: ExportedProgram, context: ir.Context,
         for arg, name in zip(block.arguments, signature.input_names):
             arg.set_location(ir.Location.name(name, childLoc=arg.location))
         mark_mutable_tensors(func_op.operation.opview)
+        region_functions.import_regions(importer, gm.graph, _prepare_region,
+                                        mark_mutable_tensors)
         module.operation.verify()
     return module, signature
+
+
+def _prepare_region(graph: torch.fx.Graph) -> None:
+    """A region's graph (control_flow.py) as main's is before its import. Its fake
+    values are computed again from its placeholders': tracing gave each op on a tensor
+    the program holds through a Python object a fake of its own (storages would not
+    say what aliases what), as `_prepare_graph` does for main's redirected constants."""
+    _propagate_fake_values(graph.owning_module)
+    for node in graph.nodes:
+        if isinstance(node.meta.get("val"), torch._subclasses.FakeTensor):
+            node.meta["val"].constant = None
+    with torch.no_grad():
+        fx_rewrites.rewrite(graph)
+    _one_use_per_constant(graph)
+    graph.lint()
+    refuse_data_dependent_shapes(graph)
 
 
 def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Context,

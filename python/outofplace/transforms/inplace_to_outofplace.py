@@ -38,6 +38,7 @@ from .. import op_registry, torch_types
 from ..context import load_torch_conversion
 from ..errors import UnsupportedMutationError
 from ..ir_utils import constant_bool, operations, terminator, torch_constant
+from . import control_flow  # (regions read their operands' values: functional)
 from .registry import register_pass
 
 ALIASING_OUTPUT = "tf.aliasing_output"
@@ -190,7 +191,8 @@ class _FunctionRewriter:
     def visit_reader(self, op: ir.Operation, fresh: list[ir.Value]) -> None:
         """Any other op reads the current values; a tensor it makes may be mutated later."""
         if op.name == "torch.operator" and op_registry.aten_name(op) not in \
-                op_registry.OPERATOR_TWINS or any(len(r.blocks) for r in op.regions):
+                op_registry.OPERATOR_TWINS and not control_flow.is_region(op) or \
+                any(len(r.blocks) for r in op.regions):
             raise UnsupportedMutationError.at(
                 op, "a mutated tensor is used by an op outofplace cannot see into")
         for position, value in enumerate(op.operands):

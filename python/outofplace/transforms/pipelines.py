@@ -12,18 +12,21 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (constant_folding, diagonal, dot_transposes, empty_tensors,  # noqa: F401
-               kernel_calls, power_precision, small_convolutions, squeeze_state,
+from . import (constant_folding, control_flow, diagonal, dot_transposes,  # noqa: F401
+               empty_tensors, kernel_calls, power_precision, small_convolutions,
+               squeeze_state,
                inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)
 from .. import progress
 from ..context import load_torch_conversion
+from . import registry
 from .registry import PASSES, PIPELINES, Pass, register_pass, register_pipeline  # noqa: F401
 
 register_pipeline(
     "outofplace-lower-to-stablehlo",
-    ["outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
+    ["outofplace-lower-regions",
+     "outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
      "outofplace-lower-updates", "outofplace-kernel-calls",
      "outofplace-upstream-static-slices",
      "outofplace-upstream-wrap-negative-indices", "outofplace-upstream-fill-tensor",
@@ -193,6 +196,9 @@ def run_pipeline(module: ir.Module | ir.Operation, text: str,
                             diagnostics[0] if diagnostics else None) from None
     if failures:
         raise failures[0]
+
+
+registry.run_pipeline = run_pipeline
 
 
 def _first_diagnostic(error: ir.MLIRError) -> str:

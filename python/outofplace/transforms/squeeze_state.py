@@ -17,6 +17,9 @@ and the output, the update stays in place:
       %u = "stablehlo.scatter"(%cache, %i, %k') ...  -> tensor<12x256x64xf32>
       %s' = stablehlo.dot_general %q, %u, batching_dims = [1] x [0], ...
 
+A value a `stablehlo.while` carries and its body changes (a cache written in a decode
+loop, transforms/control_flow.py) loses them the same way, in the loop's regions too.
+
 The argument and its aliased result lose their unit dimensions (the caller's buffer
 holds the same bytes), a `reshape` gives the old type back at the top, and each
 `dynamic_update_slice` and `scatter` whose operand is such a reshape is done on the
@@ -190,10 +193,48 @@ def squeeze_state(module: ir.Operation) -> None:
                 _squeeze(op.opview)
 
 
+def _squeeze_carried(loop: ir.Operation) -> bool:
+    """The values a `stablehlo.while` carries that its body changes (a cache written in
+    a decode loop) without their unit dimensions, as arguments are: reshaped before the
+    loop, at the top of its regions, before the body returns them and after the loop.
+    False when it carries none."""
+    body = loop.regions[1].blocks[0]
+    ret = body.operations[len(body.operations) - 1]
+    changed = False
+    for i, value in enumerate(list(loop.operands)):
+        shape = _shape(value)
+        squeezed = [n for n in shape if n != 1]
+        if len(squeezed) == len(shape) or ret.operands[i] == body.arguments[i]:
+            continue
+        old_type, new_type = value.type, _tensor_type(squeezed, value)
+        loop.operands[i] = _reshape(value, squeezed, ir.InsertionPoint(loop), loop.location)
+        for region in loop.regions:
+            block = region.blocks[0]
+            argument = block.arguments[i]
+            argument.set_type(new_type)
+            first = block.operations[0]
+            back = ir.Operation.create("stablehlo.reshape", results=[old_type],
+                                       operands=[argument], loc=first.location,
+                                       ip=ir.InsertionPoint(first))
+            argument.replace_all_uses_except(back.result, back)
+        ret.operands[i] = _reshape(ret.operands[i], squeezed, ir.InsertionPoint(ret),
+                                   ret.location)
+        result = loop.results[i]
+        result.set_type(new_type)
+        after = ir.Operation.create("stablehlo.reshape", results=[old_type],
+                                    operands=[result], loc=loop.location,
+                                    ip=ir.InsertionPoint.after(loop))
+        result.replace_all_uses_except(after.result, after)
+        changed = True
+    return changed
+
+
 def _squeeze(function: func_d.FuncOp) -> None:
     io_map = io_map_of(function)
     changed = [a for a, r in sorted(io_map.items()) if _squeeze_argument(function, a, r)]
-    if not changed:
+    loops = [_squeeze_carried(op) for op in all_operations(function.operation)
+             if op.name == "stablehlo.while"]
+    if not changed and not any(loops):
         return
     block = function.entry_block
     function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(

@@ -1,0 +1,92 @@
+"""The regions of `torch.cond` / `while_loop` (control_flow.py) imported as private
+functions of the module, beside `main`, and their ops annotated with them:
+
+    %ops = torch.prim.ListConstruct %p, %k, %c
+    %r = torch.operator "torch.outofplace.region"(%id, %ops)
+        {outofplace.kind = "cond", outofplace.functions = [@region0_true, @region0_false],
+         outofplace.carried = 0, outofplace.written = [1]}
+    %k2, %c2 = torch.prim.ListUnpack %r
+
+Each function is mutable torch IR like main (its writes of its arguments in place);
+transforms/control_flow.py lowers it and splices it in as a StableHLO region.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.fx
+from torch_mlir import ir
+from torch_mlir.dialects import func as func_d
+
+from ..ir_utils import all_operations
+from .control_flow import REGIONS, is_region_op
+
+_ROLES = {"cond": ("true", "false"), "while": ("cond", "body")}
+KIND, FUNCTIONS, CARRIED, WRITTEN = ("outofplace.kind", "outofplace.functions",
+                                     "outofplace.carried", "outofplace.written")
+
+
+def _name_of(value: ir.Value) -> str | None:
+    """The name (NameLoc) of an argument or of the op making `value`, if any: a
+    region's argument takes the name of its operand, so `cache` written in a body
+    is `cache_modified` there too."""
+    if isinstance(value, ir.OpResult) and value.owner.name == "torch.copy.to_vtensor":
+        value = value.owner.operands[0]  # (a list reads a written tensor's value)
+    loc = value.location if isinstance(value, ir.BlockArgument) else value.owner.location
+    return ir.NameLoc(loc).name_str if loc.typeid == ir.NameLoc.static_typeid else None
+
+
+def _region_ids(graph: torch.fx.Graph) -> list[int]:
+    return [node.args[0] for node in graph.nodes
+            if node.op == "call_function" and is_region_op(node.target)]
+
+
+def import_regions(importer: object, graph: torch.fx.Graph,
+                   prepare: Callable[[torch.fx.Graph], None],
+                   mark: Callable[[func_d.FuncOp], None]) -> None:
+    """Imports every region `graph` calls (and those they call) as private functions
+    of the importer's module, and annotates each region op with them."""
+    pending = list(_region_ids(graph))
+    done: set[int] = set()
+    while pending:
+        rid = pending.pop()
+        if rid in done:
+            continue
+        done.add(rid)
+        region = REGIONS[rid]
+        region.names = []
+        for role, gm in zip(_ROLES[region.kind], region.graphs):
+            prepare(gm.graph)
+            gm.recompile()
+            name = f"region{rid}_{role}"
+            func = importer.import_stateless_graph(gm.graph, func_name=name)
+            func.attributes["sym_visibility"] = ir.StringAttr.get("private")
+            mark(func.operation.opview)
+            region.names.append(name)
+            pending += _region_ids(gm.graph)
+    module = importer.module
+    i64 = ir.IntegerType.get_signless(64)
+    functions = {ir.StringAttr(op.attributes["sym_name"]).value: op
+                 for op in map(lambda o: o.operation, module.body.operations)
+                 if op.name == "func.func"}
+    for op in all_operations(module.operation):
+        if op.name != "torch.operator" or ir.StringAttr(
+                op.attributes["name"]).value != "torch.outofplace.region":
+            continue
+        rid_op = op.operands[0].owner
+        rid = ir.IntegerAttr(rid_op.attributes["value"]).value
+        region = REGIONS[rid]
+        op.attributes[KIND] = ir.StringAttr.get(region.kind)
+        op.attributes[FUNCTIONS] = ir.ArrayAttr.get(
+            [ir.FlatSymbolRefAttr.get(n) for n in region.names])
+        op.attributes[CARRIED] = ir.IntegerAttr.get(i64, region.carried)
+        op.attributes[WRITTEN] = ir.ArrayAttr.get(
+            [ir.IntegerAttr.get(i64, i) for i in region.written])
+        operands = list(op.operands[1].owner.operands)  # (a torch.prim.ListConstruct)
+        names = [_name_of(v) for v in operands[1 if region.kind == "cond" else 0:]]
+        for callee in region.names:
+            for arg, name in zip(functions[callee].regions[0].blocks[0].arguments, names):
+                if name is not None:
+                    arg.set_location(ir.Location.name(name, childLoc=arg.location))
