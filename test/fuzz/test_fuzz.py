@@ -165,18 +165,14 @@ def test_fuzzed_program_matches_eager(shard: int) -> None:
 MESH_SHARDS = 2  # of PROGRAMS_PER_SHARD programs, also compiled on a mesh
 
 
-@pytest.mark.parametrize("shard", range(MESH_SHARDS))
-def test_fuzzed_program_matches_eager_on_a_mesh(shard: int, monkeypatch) -> None:
-    """Programs compiled again on a mesh of 2 or 4 XLA:CPU devices, their written
-    arguments (some programs' read ones too) split (differential.on_a_mesh), against
-    eager on a first call and a second through the sharded planned call; from seeds of
-    their own."""
+def _fuzz_on(engines: list[str], first_seed: int, monkeypatch) -> None:
+    """PROGRAMS_PER_SHARD programs from `first_seed` on `engines` (differential.ENGINES)."""
     import differential
 
-    monkeypatch.setattr(differential, "ENGINES", ["mesh"])
+    monkeypatch.setattr(differential, "ENGINES", engines)
     STATS.shrinking = False
 
-    @seed(BASE_SEED + 1_000_000 + shard)
+    @seed(first_seed)
     @settings(max_examples=PROGRAMS_PER_SHARD, deadline=None, database=None,
               derandomize=False, suppress_health_check=list(HealthCheck), print_blob=False)
     @given(program=programs())
@@ -187,6 +183,15 @@ def test_fuzzed_program_matches_eager_on_a_mesh(shard: int, monkeypatch) -> None
         fuzz()
     finally:
         _write_reports()
+
+
+@pytest.mark.parametrize("shard", range(MESH_SHARDS))
+def test_fuzzed_program_matches_eager_on_a_mesh(shard: int, monkeypatch) -> None:
+    """Programs compiled again on a mesh of 2 or 4 XLA:CPU devices, their written
+    arguments (some programs' read ones too) split (differential.on_a_mesh), against
+    eager on a first call and a second through the sharded planned call; from seeds of
+    their own."""
+    _fuzz_on(["mesh"], BASE_SEED + 1_000_000 + shard, monkeypatch)
 
 
 DYNAMO_SHARDS = 2  # of PROGRAMS_PER_SHARD programs, also through torch.compile
@@ -199,22 +204,7 @@ def test_fuzzed_program_matches_eager_on_both_paths(shard: int, monkeypatch) -> 
     `torch.compile(backend="outofplace", dynamic=False)` (differential.by_dynamo), two
     calls each, against eager; a program the first path compiles and the second refuses
     fails. From seeds of their own."""
-    import differential
-
-    monkeypatch.setattr(differential, "ENGINES", ["xla", "dynamo"])
-    STATS.shrinking = False
-
-    @seed(BASE_SEED + 2_000_000 + shard)
-    @settings(max_examples=PROGRAMS_PER_SHARD, deadline=None, database=None,
-              derandomize=False, suppress_health_check=list(HealthCheck), print_blob=False)
-    @given(program=programs())
-    def fuzz(program: Program) -> None:
-        check_program(program)
-
-    try:
-        fuzz()
-    finally:
-        _write_reports()
+    _fuzz_on(["xla", "dynamo"], BASE_SEED + 2_000_000 + shard, monkeypatch)
 
 
 # ----------------------------------------------------------------------------- summary
