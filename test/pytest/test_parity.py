@@ -15,14 +15,15 @@ import outofplace
 STEPS = 3
 
 
-def assert_close64(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+def assert_close64(actual: torch.Tensor, expected: torch.Tensor, what: str,
+                   rtol: float = 1e-12) -> None:
     """Equal to eager's rounding: a float64 value computed anywhere at float32 precision
     is off by 1e-9 or more. A float32 value (an optimizer's step counters, NAdam's
     mu_product, ASGD's eta: torch.optim keeps them in float32) to float32's rounding,
-    where XLA's float32 `pow` may differ from eager's by a unit in the last place."""
+    where XLA's float32 `pow` and eager's vectorized one may differ in the last place."""
     assert actual.dtype == expected.dtype, f"{what}: {actual.dtype}, eager {expected.dtype}"
     tight = actual.dtype == torch.float64
-    torch.testing.assert_close(actual, expected, rtol=1e-12 if tight else 3e-7,
+    torch.testing.assert_close(actual, expected, rtol=rtol if tight else 3e-7,
                                atol=1e-15 if tight else 1e-12,
                                msg=lambda m: f"{what}: {m}")
 
@@ -78,14 +79,17 @@ OPTIMIZER_CASES = [
 
 
 def _assert_training_matches(model, opt, eager, eager_opt, what: str) -> None:
+    # ASGD's float32 learning rate comes from a float32 pow (XLA's and eager's differ in
+    # the last place for some inputs): its float64 parameters follow to float32's rounding
+    rtol = 1e-7 if isinstance(opt, torch.optim.ASGD) else 1e-12
     for (name, a), e in zip(model.named_parameters(), eager.parameters()):
-        assert_close64(a.detach(), e.detach(), f"{what} '{name}'")
-        assert_close64(a.grad, e.grad, f"{what} '{name}.grad'")
+        assert_close64(a.detach(), e.detach(), f"{what} '{name}'", rtol)
+        assert_close64(a.grad, e.grad, f"{what} '{name}.grad'", rtol)
     assert len(opt.state) == len(eager_opt.state)
     for (_, a), (_, e) in zip(opt.state.items(), eager_opt.state.items()):
         assert a.keys() == e.keys()
         for key in e:
-            assert_close64(a[key], e[key], f"{what} state '{key}'")
+            assert_close64(a[key], e[key], f"{what} state '{key}'", rtol)
 
 
 @pytest.mark.parametrize("kind,options", OPTIMIZER_CASES)

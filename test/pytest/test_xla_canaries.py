@@ -76,27 +76,3 @@ def test_copy_insertion_copies_a_donated_buffer_read_before_its_update() -> None
     assert not any(hlo_proto.copied_parameters(m.as_serialized_hlo_module_proto())
                    for m in executable.hlo_modules())
 
-
-_POWER = """func.func @main(%x: tensor<10001xf32>) -> tensor<10001xf32> {
-  %e = stablehlo.constant dense<7.500000e-01> : tensor<10001xf32>
-  %0 = stablehlo.power %x, %e : tensor<10001xf32>
-  return %0 : tensor<10001xf32>
-}"""
-
-
-def _run(text: str, x: np.ndarray) -> np.ndarray:
-    executable = xla._client().compile_and_load(text, xla._devices(),
-                                                xla._compile_options({}))
-    out = executable.execute_sharded([xla._put(x)])
-    return np.asarray(out.disassemble_into_single_device_arrays()[0][0])
-
-
-def test_float32_power_is_not_correctly_rounded() -> None:
-    """XLA:CPU's float32 `power` differs from the correctly rounded power (eager's) in a
-    unit in the last place for some inputs. Workaround: the legalization pass
-    `outofplace-float32-power-in-float64` (transforms/power_precision.py)."""
-    x = np.linspace(1.0, 1.01, 10001, dtype=np.float32)
-    exact = (x.astype(np.float64) ** 0.75).astype(np.float32)
-    assert (_run(_POWER, x) != exact).sum() > 0  # the bug
-    legalized = xla.legalize_for_cpu(_POWER)[0]
-    assert (_run(legalized, x) != exact).sum() == 0

@@ -67,8 +67,7 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 # dots (XLA:CPU's convolution is hundreds of times slower there).
 LEGALIZE_FOR_CPU = ("builtin.module(outofplace-squeeze-state, "
                     "outofplace-fold-transposes-into-dots, "
-                    "outofplace-small-convolutions-as-dots, "
-                    "outofplace-float32-power-in-float64)")
+                    "outofplace-small-convolutions-as-dots)")
 
 
 def legalize_for_cpu(stablehlo: str) -> tuple[str, list[tuple[int, ...]], list[tuple[int, ...]]]:
