@@ -1,0 +1,552 @@
+"""Random `nn.Module`s with state, called several times, as readable Python source.
+
+`module_programs()` is a hypothesis strategy of `ModuleProgram`s: a class with buffers and
+parameters (float32, float64, float16, int64 counters and write pointers) whose forward
+writes its state as models do: ring buffers and caches written at a position held in a
+buffer (`self.kv0[self.ptr1 % 4] = x0.sum(0); self.ptr1 += 1`), running statistics,
+counters, EMAs under `torch.no_grad()`, writes through `.data`, in-place ops on the pieces
+of `split`/`chunk`/`unbind` of state, writes into inputs; it returns values, and views of
+its state (which later calls write). The program is called 3 or 4 times, each call with
+other values and its inputs in a drawn layout (contiguous, transposed, sliced from a bigger
+tensor, every other element of one, channels_last for 4-d). Views of the state taken before
+the first call (`held(model)`) are compared too. Its `repr` is a runnable reproducer.
+
+Statements are run on a shadow module as they are drawn (fuzz_programs._Gen): one eager
+rejects is dropped. `assert_module_matches_eager` runs a program on every path of PATHS
+against eager, comparing after every call.
+"""
+
+from __future__ import annotations
+
+import linecache
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from hypothesis import strategies as st
+
+from fuzz_programs import _DTYPE_NAMES, _Gen, _Rejected, _broadcasts, tensor_literal
+
+_DTYPE_NAMES = {**_DTYPE_NAMES, torch.float64: "torch.float64"}
+MAX_STATEMENTS = 8
+LAYOUTS = ("contiguous", "transposed", "sliced", "stepped", "channels_last")
+
+
+@dataclass
+class State:
+    """A buffer (`param` False) or a parameter of the module, its initial value."""
+    name: str
+    value: torch.Tensor
+    param: bool = False
+    requires_grad: bool = False
+
+    def source(self) -> str:
+        literal = _literal(self.value)
+        if self.param:
+            return f"self.{self.name} = torch.nn.Parameter({literal}, " \
+                f"requires_grad={self.requires_grad})"
+        return f"self.register_buffer({self.name!r}, {literal})"
+
+
+@dataclass
+class Input:
+    """A forward argument: its values and layout at each call."""
+    name: str
+    values: list[torch.Tensor]
+    layouts: list[str]
+
+
+def _literal(t: torch.Tensor) -> str:
+    if t.dtype == torch.float64:
+        return tensor_literal(t.float()).replace("torch.float32", "torch.float64")
+    return tensor_literal(t)
+
+
+def laid_out(value: torch.Tensor, layout: str) -> torch.Tensor:
+    """A new tensor equal to `value`, in `layout` (see LAYOUTS); a layout that does not
+    apply to the rank is contiguous."""
+    r = value.dim()
+    filler = True if value.dtype == torch.bool else 99
+    if layout == "transposed" and r >= 2:
+        return value.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "sliced" and r >= 1:  # rows 1..n of a tensor with two more rows
+        big = torch.full((value.shape[0] + 2, *value.shape[1:]), filler, dtype=value.dtype)
+        big[1:1 + value.shape[0]] = value
+        return big[1:1 + value.shape[0]]
+    if layout == "stepped" and r >= 1:  # every other element along the last dim
+        big = torch.full((*value.shape[:-1], 2 * value.shape[-1]), filler,
+                         dtype=value.dtype)
+        big[..., ::2] = value
+        return big[..., ::2]
+    if layout == "channels_last" and r == 4:
+        return value.contiguous(memory_format=torch.channels_last)
+    return value.clone()
+
+
+@dataclass
+class ModuleProgram:
+    state: list[State]
+    inputs: list[Input]
+    body: list[str]
+    outputs: list[str]
+    held: list[str] = field(default_factory=list)
+
+    @property
+    def calls(self) -> int:
+        return len(self.inputs[0].layouts) if self.inputs else 3
+
+    def class_source(self) -> str:
+        lines = ["class Fuzzed(torch.nn.Module):", "    def __init__(self):",
+                 "        super().__init__()"]
+        lines += [f"        {s.source()}" for s in self.state]
+        params = ", ".join(["self"] + [i.name for i in self.inputs])
+        lines += ["", f"    def forward({params}):"]
+        lines += [f"        {s}" for s in self.body] or ["        pass"]
+        lines.append(f"        return {', '.join(self.outputs)}"
+                     f"{',' if len(self.outputs) == 1 else ''}")
+        lines += ["", "", "def held(model):",
+                  f"    return [{', '.join(self.held)}]"]
+        return "\n".join(lines) + "\n"
+
+    def calls_source(self) -> str:
+        lines = ["calls = ["]
+        for c in range(self.calls):
+            lines.append("    [")
+            lines += [f"        ({_literal(i.values[c])}, {i.layouts[c]!r})," for i in self.inputs]
+            lines.append("    ],")
+        lines.append("]")
+        return "\n".join(lines)
+
+    def reproducer(self) -> str:
+        return "\n".join(["import torch", "from fuzz_modules import assert_module_matches_eager",
+                          "", "", self.class_source(), self.calls_source(),
+                          "assert_module_matches_eager(Fuzzed, held, calls)"]) + "\n"
+
+    def __repr__(self) -> str:
+        return "\n" + self.reproducer()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+    def build(self) -> tuple[type, Callable, list[list[tuple[torch.Tensor, str]]]]:
+        """The class and held() exec'd from source (lines registered for tracebacks), and
+        the calls' (value, layout) pairs."""
+        source = self.class_source()
+        filename = f"<fuzzed-module-{id(self)}-{len(linecache.cache)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        namespace: dict[str, Any] = {"torch": torch}
+        exec(compile(source, filename, "exec"), namespace)
+        calls = [[(i.values[c], i.layouts[c]) for i in self.inputs]
+                 for c in range(self.calls)]
+        return namespace["Fuzzed"], namespace["held"], calls
+
+
+# ----------------------------------------------------------------------------- generator
+class _ModuleGen(_Gen):
+    def __init__(self, draw: Callable) -> None:
+        self.state: list[State] = []
+        self.inputs: list[Input] = []
+        self.locals: list[str] = []  # names bound in forward to values
+        self.outs: list[str] = []  # expressions returned
+        self.n_calls = 3
+        super().__init__(draw)
+
+    def _fresh_namespace(self) -> dict[str, Any]:
+        module = torch.nn.Module()
+        for s in getattr(self, "state", []):
+            if s.param:
+                setattr(module, s.name, torch.nn.Parameter(
+                    s.value.clone(), requires_grad=s.requires_grad))
+            else:
+                module.register_buffer(s.name, s.value.clone())
+        ns: dict[str, Any] = {"torch": torch, "self": module}
+        for i in getattr(self, "inputs", []):
+            ns[i.name] = laid_out(i.values[0], i.layouts[0])
+        return ns
+
+    # -- state and inputs
+    def dtype(self, table: list[tuple[str, int]]) -> torch.dtype:
+        return getattr(torch, self.weighted(table))
+
+    def float_dtype(self) -> torch.dtype:
+        return self.dtype([("float32", 5), ("float64", 4), ("float16", 1)])
+
+    def add_state(self, prefix: str, value: torch.Tensor, param: bool = False) -> str:
+        name = self.fresh(prefix)
+        grad = param and value.dtype.is_floating_point and self.flag(0.3)
+        self.state.append(State(name, value, param, grad))
+        if param:
+            setattr(self.ns["self"], name, torch.nn.Parameter(value.clone(),
+                                                              requires_grad=grad))
+        else:
+            self.ns["self"].register_buffer(name, value.clone())
+        return f"self.{name}"
+
+    def new_state(self, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> str:
+        dtype = dtype or self.float_dtype()
+        param = dtype.is_floating_point and self.flag(0.35)
+        return self.add_state("w" if param else "b", self.values(shape, dtype), param)
+
+    def pointer(self) -> str:
+        """A 0-d int64 buffer holding a write position (an existing one or a new one)."""
+        ptrs = [f"self.{s.name}" for s in self.state if s.name.startswith("ptr")]
+        if ptrs and self.flag(0.7):
+            return self.pick(ptrs)
+        return self.add_state("ptr", torch.tensor(self.int(0, 5)))
+
+    def add_input(self) -> str:
+        name = self.fresh("x")
+        shape = self.shape()
+        dtype = self.dtype([("float32", 6), ("float64", 3), ("float16", 1), ("int64", 1)])
+        values = [self.values(shape, dtype) for _ in range(self.n_calls)]
+        layouts = [self.weighted([("contiguous", 3), ("transposed", 3), ("sliced", 2),
+                                  ("stepped", 2), ("channels_last", 3 if len(shape) == 4
+                                                   else 0)])
+                   for _ in range(self.n_calls)]
+        self.inputs.append(Input(name, values, layouts))
+        self.ns[name] = laid_out(values[0], layouts[0])
+        return name
+
+    def state_names(self, floating: bool = False) -> list[str]:
+        return [f"self.{s.name}" for s in self.state if not s.name.startswith("ptr")
+                and (not floating or s.value.dtype.is_floating_point)]
+
+    # -- values read from inputs and state
+    def source(self) -> str:
+        """An expression of the inputs, locals or state, as values to write."""
+        pool = [i.name for i in self.inputs] + self.locals
+        if self.flag(0.2) and self.state_names():
+            pool += self.state_names()
+        base = self.pick(pool) if pool and self.flag(0.9) else self.add_input()
+        t = self.eval(base)
+        r = t.dim()
+        ops = [("", 6), ("[0]", 3 if r else 0), (".sum(0)", 2 if r else 0),
+               (".mean(-1)", 2 if r and t.is_floating_point() else 0),
+               (".t()", 2 if r == 2 else 0), (" * 0.5", 2), (".double()", 1),
+               (".float()", 1), (".mean((2, 3))", 3 if r == 4 and t.is_floating_point()
+                                  else 0), (".abs() + 1", 1), (".sum()", 1)]
+        return f"{base}{self.weighted(ops)}"
+
+    def target_for(self, value: str, dtype: torch.dtype | None = None) -> str:
+        """State that `value` broadcasts to (its shape), or new state of its shape."""
+        shape = tuple(self.eval(value).shape)
+        fits = [n for n in self.state_names(floating=True)
+                if _broadcasts(shape, tuple(self.eval(n).shape))]
+        if fits and self.flag(0.6):
+            return self.pick(fits)
+        return self.new_state(shape, dtype)
+
+    # -- statements
+    def statement(self) -> None:
+        kind = self.weighted([("ring", 5), ("running", 3), ("counter", 2), ("ema", 2),
+                              ("data", 2), ("pieces", 3), ("compute", 3),
+                              ("input_write", 1), ("bound_view", 2)])
+        getattr(self, f"stmt_{kind}")()
+
+    def stmt_ring(self) -> None:
+        """A ring buffer or cache written at a position held in a buffer, the position
+        moved on in the same or a later statement."""
+        value = self.source()
+        v = self.eval(value)
+        size = self.int(2, 5)
+        dim = 1 if v.dim() and self.flag(0.3) else 0
+        shape = (size, *v.shape) if dim == 0 else (v.shape[0], size, *v.shape[1:])
+        caches = [n for n in self.state_names(floating=True)
+                  if tuple(self.eval(n).shape) == shape]
+        cache = self.pick(caches) if caches and self.flag(0.5) else \
+            self.new_state(shape, self.float_dtype())
+        ptr = self.pointer()
+        at = self.weighted([(f"{ptr} % {size}", 5), (f"{ptr}.remainder({size})", 1),
+                            (f"({ptr} + 1) % {size}", 1)])
+        how = self.weighted([("setitem", 5), ("index_copy", 1), ("inplace", 2)])
+        if how == "index_copy" and dim == 0:
+            self.emit(f"{cache}.index_copy_(0, ({at}).reshape(1), "
+                      f"({value}).unsqueeze(0).to({cache}.dtype))")
+        elif how == "inplace":
+            items = f"{at}" if dim == 0 else f":, {at}"
+            self.emit(f"{cache}[{items}].{self.pick(['add_', 'copy_', 'mul_'])}({value})")
+        else:
+            items = f"{at}" if dim == 0 else f":, {at}"
+            self.emit(f"{cache}[{items}] = {value}")
+        if self.flag(0.7):
+            self.emit(self.pick([f"{ptr} += 1", f"{ptr}.add_(1)",
+                                 f"{ptr}.copy_(({ptr} + 1) % {size})"]))
+        if self.flag(0.3):  # the row just written, read back
+            self.outs.append(f"{cache}[({ptr} - 1) % {size}]" if dim == 0
+                             else f"{cache}[:, {ptr} % {size}]")
+
+    def stmt_running(self) -> None:
+        """Running statistics: a momentum update of a buffer from the inputs."""
+        value = self.source()
+        target = self.target_for(value)
+        m = self.pick(["0.1", "0.9", "0.5", "0.25"])
+        form = self.pick(["mul_add", "lerp", "iadd", "var"])
+        if form == "mul_add":
+            self.emit(f"{target}.mul_(1 - {m}).add_({value}, alpha={m})")
+        elif form == "lerp":
+            self.emit(f"{target}.lerp_(({value}).to({target}.dtype), {m})")
+        elif form == "iadd":
+            self.emit(f"{target} += {m} * ({value} - {target})")
+        else:
+            self.emit(f"{target}.mul_({m}).addcmul_({value}, {value}, value=1 - {m})")
+
+    def stmt_counter(self) -> None:
+        counters = [f"self.{s.name}" for s in self.state if s.name.startswith("n")]
+        n = self.pick(counters) if counters and self.flag(0.5) else \
+            self.add_state("n", torch.tensor(0, dtype=self.pick([torch.int64,
+                                                                 torch.float64])))
+        x = self.pick([i.name for i in self.inputs]) if self.inputs else self.add_input()
+        self.emit(self.pick([f"{n} += 1", f"{n}.add_(1)", f"{n}.add_({x}.shape[0])",
+                             f"{n}.fill_({n} + 2)"]))
+        if self.flag(0.3):
+            self.outs.append(n)
+
+    def stmt_ema(self) -> None:
+        """An EMA of a parameter (or state) into a buffer, under no_grad."""
+        sources = self.state_names(floating=True)
+        src = self.pick(sources) if sources and self.flag(0.7) else \
+            self.new_state(self.shape(3), self.float_dtype())
+        shape = tuple(self.eval(src).shape)
+        emas = [n for n in self.state_names(floating=True)
+                if n != src and tuple(self.eval(n).shape) == shape]
+        ema = self.pick(emas) if emas and self.flag(0.5) else \
+            self.add_state("ema", self.values(shape, self.float_dtype()))
+        d = self.pick(["0.9", "0.99", "0.5"])
+        body = self.pick([f"{ema}.mul_({d}).add_({src}, alpha=1 - {d})",
+                          f"{ema}.lerp_({src}.to({ema}.dtype), 1 - {d})",
+                          f"{ema}.copy_({d} * {ema} + (1 - {d}) * {src})"])
+        self.emit(f"with torch.no_grad(): {body}")
+
+    def stmt_data(self) -> None:
+        """A write through `.data` of a parameter (or buffer)."""
+        names = self.state_names(floating=True)
+        params = [n for n in names if n.startswith("self.w")]
+        target = self.pick(params) if params and self.flag(0.7) else (
+            self.pick(names) if names and self.flag(0.5) else
+            self.add_state("w", self.values(self.shape(3), self.float_dtype()), True))
+        t = self.eval(target)
+        form = self.pick(["mul", "add", "copy", "setitem", "clamp"])
+        if form == "mul":
+            self.emit(f"{target}.data.mul_({self.pick(['0.9', '0.5', '2'])})")
+        elif form == "add":
+            self.emit(f"{target}.data.add_({self.source()})")
+        elif form == "copy":
+            self.emit(f"{target}.data.copy_({self.source()})")
+        elif form == "setitem" and t.dim():
+            self.emit(f"{target}.data[{self.int(0, t.shape[0] - 1)}] = {self.source()}")
+        else:
+            self.emit(f"{target}.data.clamp_({self.int(-3, 0)}, {self.int(1, 4)})")
+
+    def stmt_pieces(self) -> None:
+        """In-place ops on the results of split/chunk/unbind of state."""
+        names = self.state_names()
+        target = self.pick(names) if names and self.flag(0.7) else \
+            self.new_state(self.shape(3), self.float_dtype())
+        t = self.eval(target)
+        if not t.dim() or not t.shape[0]:
+            raise _Rejected("0-d")
+        d = self.int(0, t.dim() - 1)
+        n = t.shape[d]
+        op, arg = self.pick([("split", f"{self.int(1, max(n, 1))}, {d}"),
+                             ("chunk", f"{self.int(1, max(n, 1))}, {d}"),
+                             ("unbind", f"{d}")])
+        pieces = f"{target}.{op}({arg})"
+        count = len(self.eval(pieces))
+        update = self.pick(["mul_(0.5)", "add_(1)", "neg_()", "zero_()", "fill_(3)",
+                            "copy_({other})", "add_({src})"])
+        if self.flag(0.3):
+            self.emit(f"for p in {pieces}: p.{update.format(other='p * 2', src='1')}")
+            return
+        i = self.int(0, count - 1)
+        if "{other}" in update:
+            j = self.int(0, count - 1)
+            if i == j:
+                raise _Rejected("the same piece")
+            self.emit(f"a, b = {pieces}[{i}], {pieces}[{j}]")
+            self.emit("a.copy_(b)")
+            return
+        if "{src}" in update:
+            update = update.format(src=self.source())
+        self.emit(f"{pieces}[{i}].{update}")
+
+    def stmt_compute(self) -> None:
+        """A value computed from inputs and state, returned or used later."""
+        a = self.source()
+        names = self.state_names()
+        b = self.pick(names) if names and self.flag(0.7) else self.source()
+        op = self.pick(["+", "*", "-"])
+        name = self.fresh("y")
+        self.emit(f"{name} = {a} {op} {b}")
+        self.locals.append(name)
+        if self.flag(0.7):
+            self.outs.append(name)
+
+    def stmt_input_write(self) -> None:
+        x = self.pick([i.name for i in self.inputs]) if self.inputs else self.add_input()
+        if not self.eval(x).is_floating_point():
+            raise _Rejected("int input")
+        names = self.state_names()
+        value = self.pick(names) if names and self.flag(0.5) else "1"
+        self.emit(f"{x}.{self.pick(['add_', 'mul_', 'sub_'])}({value})")
+
+    def stmt_bound_view(self) -> None:
+        """A view of state bound in forward and returned: later calls write it."""
+        names = self.state_names()
+        target = self.pick(names) if names else self.new_state(self.shape(3))
+        self.outs.append(self.state_view(target))
+
+    def state_view(self, target: str) -> str:
+        t = self.eval(target)
+        r = t.dim()
+        view = self.weighted([("", 2), ("[0]", 3 if r and t.shape[0] else 0),
+                              (".t()", 2 if r == 2 else 0), ("[1:]", 2 if r else 0),
+                              (".unbind(0)[-1]", 1 if r and t.shape[0] else 0),
+                              (".chunk(2)[0]", 1 if r and t.shape[0] else 0),
+                              (".view(-1)", 1), (".data", 1)])
+        expr = f"{target}{view}"
+        self.eval(expr)
+        return expr
+
+    # -- whole program
+    def program(self) -> ModuleProgram:
+        self.n_calls = self.weighted([(3, 3), (4, 1)])
+        for _ in range(self.weighted([(1, 3), (2, 3), (3, 1)])):
+            self.add_input()
+        while len(self.body) < MAX_STATEMENTS and self.draw(_module_statement(self)):
+            pass
+        outputs = list(dict.fromkeys(self.outs))
+        for name in self.locals:
+            if name not in outputs and self.flag(0.3):
+                outputs.append(name)
+        names = self.state_names()
+        if names and self.flag(0.3):
+            outputs.append(self.state_view(self.pick(names)))
+        if not outputs:
+            outputs.append(self.state_view(self.pick(names)) if names and self.flag(0.5)
+                           else f"{self.pick([i.name for i in self.inputs])}.sum()")
+        held = []
+        for _ in range(self.weighted([(0, 1), (1, 2), (2, 2)])):
+            names = self.state_names()
+            if names:
+                held.append(self.state_view(self.pick(names)).replace("self.", "model.", 1))
+        used = "\n".join(self.body + outputs)
+        inputs = [i for i in self.inputs if i.name in used or i is self.inputs[0]]
+        return ModuleProgram(self.state, inputs, self.body, outputs, held)
+
+
+@st.composite
+def _module_statement(draw: Callable, gen: _ModuleGen) -> bool:
+    """One more statement, or False to end the body; each a span hypothesis can delete."""
+    gen.attempts += 1
+    if gen.attempts > 3 * MAX_STATEMENTS or (len(gen.body) >= 2 and not gen.flag(0.8)):
+        return False
+    outer, gen.draw = gen.draw, draw
+    kept = (len(gen.state), len(gen.inputs), len(gen.body), len(gen.locals), len(gen.outs))
+    try:
+        gen.statement()
+    except _Rejected:
+        del gen.state[kept[0]:], gen.inputs[kept[1]:], gen.body[kept[2]:]
+        del gen.locals[kept[3]:], gen.outs[kept[4]:]
+        gen.replay()
+    finally:
+        gen.draw = outer
+    return True
+
+
+@st.composite
+def module_programs(draw: Callable) -> ModuleProgram:
+    """A random module with state and its calls, valid for eager PyTorch (first call)."""
+    return _ModuleGen(draw).program()
+
+
+# ------------------------------------------------------------------------------ checking
+# outofplace.compile (run on XLA), torch.compile(backend="outofplace") with dynamic=False
+# and with its default (dynamic=None).
+PATHS = ("xla", "dynamo", "dynamo_default")
+
+
+def _args(call: list[tuple[torch.Tensor, str]]) -> list[torch.Tensor]:
+    return [laid_out(value, layout) for value, layout in call]
+
+
+def eager_rejects(cls: type, held: Callable, calls: list) -> bool:
+    """Whether eager raises on the program (construction, held views or any call)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = cls()
+            held(model)
+            for call in calls:
+                model(*_args(call))
+    except Exception:  # noqa: BLE001 - not a valid eager program
+        return True
+    return False
+
+
+def _detached(tree: Any) -> Any:
+    import torch.utils._pytree as pytree
+    return pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, tree)
+
+
+def run_path(path: str, cls: type, held: Callable, calls: list) -> Exception | None:
+    """The program on `path` beside eager, compared after every call: the call's outputs,
+    earlier calls' outputs read again, the held views, buffers and parameters, inputs
+    and their whole storages. Returns the refusal (UnsupportedMutationError) if the path
+    refused at some call, None if every call matched; raises on a difference."""
+    import torch._dynamo
+
+    import outofplace
+    from differential import assert_module_state_matches, assert_same, assert_same_tree, \
+        whole_storage
+
+    torch._dynamo.reset()
+    eager, model = cls(), cls()
+    held_eager, held_compiled = held(eager), held(model)
+    outputs_eager: list[Any] = []
+    outputs_compiled: list[Any] = []
+    run: Any = None
+    if path != "xla":
+        run = torch.compile(model, backend="outofplace",
+                            dynamic=False if path == "dynamo" else None)
+    for c, call in enumerate(calls):
+        what = f"[{path}, call {c}]"
+        args_eager, args_compiled = _args(call), _args(call)
+        expected = eager(*args_eager)
+        try:
+            if run is None:
+                run = outofplace.compile(model, _args(call))
+                assert_module_state_matches(model, cls(), f"{what} state after compile")
+            actual = run(*args_compiled)
+        except outofplace.UnsupportedMutationError as error:
+            return error
+        assert_same_tree(_detached(actual), _detached(expected), f"{what} output")
+        outputs_eager.append(expected)
+        outputs_compiled.append(actual)
+        for k in range(c):
+            assert_same_tree(_detached(outputs_compiled[k]), _detached(outputs_eager[k]),
+                             f"{what} output of call {k}, read again")
+        assert_same_tree(_detached(held_compiled), _detached(held_eager),
+                         f"{what} views of the state taken before the first call")
+        assert_module_state_matches(model, eager, f"{what} state")
+        assert_same_tree(args_compiled, args_eager, f"{what} inputs after the call")
+        for i, (a, e) in enumerate(zip(args_compiled, args_eager)):
+            assert_same(whole_storage(a), whole_storage(e),
+                        f"{what} storage of input {i} after the call")
+    return None
+
+
+def assert_module_matches_eager(cls: type, held: Callable, calls: list,
+                                paths: tuple[str, ...] = PATHS) -> None:
+    """The program on every path against eager. A path that refuses (at any call) while
+    another compiles and matches eager fails; when every path refuses, the first path's
+    UnsupportedMutationError is raised."""
+    outcomes = {path: run_path(path, cls, held, calls) for path in paths}
+    refused = {path: error for path, error in outcomes.items() if error is not None}
+    if refused and len(refused) < len(paths):
+        raise AssertionError(
+            "compiled and matched eager on " +
+            ", ".join(p for p in paths if p not in refused) + "; refused on " +
+            "; ".join(f"{p}: {error}" for p, error in refused.items()))
+    if refused:
+        raise refused[paths[0]]
