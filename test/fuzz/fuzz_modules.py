@@ -65,8 +65,9 @@ def _literal(t: torch.Tensor) -> str:
 
 def laid_out(value: torch.Tensor, layout: str) -> torch.Tensor:
     """A new tensor equal to `value`, in `layout` (see LAYOUTS); a layout that does not
-    apply to the rank is contiguous."""
+    apply to the rank is contiguous. Never shares memory with `value`."""
     r = value.dim()
+    value = value.clone()
     filler = True if value.dtype == torch.bool else 99
     if layout == "transposed" and r >= 2:
         return value.transpose(-1, -2).contiguous().transpose(-1, -2)
@@ -81,7 +82,7 @@ def laid_out(value: torch.Tensor, layout: str) -> torch.Tensor:
         return big[..., ::2]
     if layout == "channels_last" and r == 4:
         return value.contiguous(memory_format=torch.channels_last)
-    return value.clone()
+    return value
 
 
 @dataclass

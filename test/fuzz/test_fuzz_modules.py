@@ -29,8 +29,8 @@ from fuzz_modules import ModuleProgram, assert_module_matches_eager, eager_rejec
     module_programs
 from test_fuzz import BASE_SEED, BUDGET, FIXED, REPORT_DIR, _merge, _Stats, refusal_reason
 
-FIXED_PROGRAMS = 24  # about 5 s each on the three paths: a minute on two workers
-PROGRAMS_PER_SHARD = 6
+FIXED_PROGRAMS = 48  # about 2 s each on the three paths: under a minute on two workers
+PROGRAMS_PER_SHARD = 8
 LONG_PROGRAMS_PER_SHARD = 50
 TOTAL = FIXED_PROGRAMS if FIXED else BUDGET
 PER_SHARD = PROGRAMS_PER_SHARD if FIXED else LONG_PROGRAMS_PER_SHARD
