@@ -437,3 +437,34 @@ def test_one_tensor_given_for_two_read_arguments() -> None:
     assert torch.equal(x, y)
     with pytest.raises(outofplace.UnsupportedMutationError, match="shares memory"):
         outofplace.compile(copy_then_add, (t, t, torch.randn(4)))
+
+
+# --- issue 32: the module fuzzer (test/fuzz/fuzz_modules.py) ---------------------------
+
+class _Float64Stats(torch.nn.Module):
+    """A float64 running statistic updated from float32 inputs, as eager computes it: the
+    product in float64 (the dtype of all three), not in the operands' float32."""
+
+    def __init__(self, op: str) -> None:
+        super().__init__()
+        self.op = op
+        self.register_buffer("var", torch.linspace(1, 2, 6, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        getattr(self.var.mul_(0.9), self.op)(x, y, value=1 - 0.9)
+        return x + 1
+
+
+@pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax (the xla extra)")
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("op", ["addcmul_", "addcdiv_"])
+def test_float64_addcmul_of_float32_operands(op: str, path: str) -> None:
+    x = torch.linspace(1, 7, 6) / 3
+    y = torch.linspace(3, 9, 6) / 7
+    eager, model = _Float64Stats(op), _Float64Stats(op)
+    run = outofplace.compile(model, (x, y)) if path == "compile" else \
+        torch.compile(model, backend="outofplace", dynamic=False)
+    for _ in range(3):
+        torch.testing.assert_close(run(x, y), eager(x, y))
+    # float32 products were off by about 1e-8 relative
+    torch.testing.assert_close(model.var, eager.var, rtol=1e-13, atol=0)

@@ -205,8 +205,19 @@ def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     """self.addcmul_(a, b, value=v)  =>  self.add_(a * v * b) (addcdiv: a * v / b), in
     eager's order; torch-mlir's own lowering mistypes it when a and b broadcast up to
     self."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
     self, first, second = node.args[:3]
     value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value", 1)
+    values = [getattr(n, "meta", {}).get("val") for n in (self, first, second)]
+    if all(isinstance(v, torch.Tensor) for v in values):
+        # eager computes the product in the dtype of all three: a float64 self with
+        # float32 operands multiplies in float64
+        _, dtype = elementwise_dtypes(
+            *values, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        first, second = (call(graph, torch.ops.aten._to_copy.default, operand, dtype=dtype)
+                         if operand.meta["val"].dtype != dtype else operand
+                         for operand in (first, second))
     scaled = call(graph, torch.ops.aten.mul.Scalar, first, value)
     combine = torch.ops.aten.mul.Tensor if node.target in (
         torch.ops.aten.addcmul_.default, torch.ops.aten.addcmul.default) \
@@ -221,8 +232,20 @@ def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
 def _fma(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     """fma(a, b, c)  =>  a * b + c. Dynamo writes `addcmul_`/`addcdiv_` with a `value`
     and `add_` with a tensor `alpha` as inductor's fma (its own decompositions), which
-    torch-mlir does not define; eager's kernels round after the product, as this does."""
+    torch-mlir does not define; eager's kernels round after the product, as this does.
+    A product (addcdiv: quotient) of narrower operands than the result (`a * b` of
+    float32 tensors into a float64 self) is computed in the result's dtype, as eager's
+    addcmul does."""
     a, b, c = node.args[:3]
+    dtype = getattr(node.meta.get("val"), "dtype", None)
+    if isinstance(a, torch.fx.Node) and a.target in (torch.ops.aten.mul.Tensor,
+                                                     torch.ops.aten.div.Tensor) and \
+            list(a.users) == [node] and dtype is not None and dtype.is_floating_point \
+            and a.meta["val"].dtype != dtype and \
+            torch.promote_types(a.meta["val"].dtype, dtype) == dtype:
+        a = call(graph, a.target, *(
+            call(graph, torch.ops.aten._to_copy.default, operand, dtype=dtype)
+            if isinstance(operand, torch.fx.Node) else operand for operand in a.args))
     return graph.call_function(torch.ops.aten.add.Tensor,
                                (call(graph, torch.ops.aten.mul.Tensor, a, b), c))
 
