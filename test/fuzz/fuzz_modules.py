@@ -40,8 +40,11 @@ class State:
     value: torch.Tensor
     param: bool = False
     requires_grad: bool = False
+    view: str = ""  # a buffer registered as this view of earlier state (`self.b1[0]`)
 
     def source(self) -> str:
+        if self.view:
+            return f"self.register_buffer({self.name!r}, {self.view})"
         literal = _literal(self.value)
         if self.param:
             return f"self.{self.name} = torch.nn.Parameter({literal}, " \
@@ -156,7 +159,9 @@ class _ModuleGen(_Gen):
     def _fresh_namespace(self) -> dict[str, Any]:
         module = torch.nn.Module()
         for s in getattr(self, "state", []):
-            if s.param:
+            if s.view:
+                module.register_buffer(s.name, eval(s.view, {"self": module}))
+            elif s.param:
                 setattr(module, s.name, torch.nn.Parameter(
                     s.value.clone(), requires_grad=s.requires_grad))
             else:
@@ -189,6 +194,19 @@ class _ModuleGen(_Gen):
         param = dtype.is_floating_point and self.flag(0.35)
         return self.add_state("w" if param else "b", self.values(shape, dtype), param)
 
+    def alias_state(self) -> str:
+        """A buffer registered as a view of other state (the halves of a KV cache)."""
+        names = [n for n in self.state_names() if n.startswith("self.")
+                 and not n.startswith("self.n")]
+        if not names:
+            raise _Rejected("no state to view")
+        view = self.state_view(self.pick(names), alias=True)
+        name = self.fresh("v")
+        value = self.eval(view)
+        self.state.append(State(name, value.detach().clone(), view=view))
+        self.ns["self"].register_buffer(name, value)
+        return f"self.{name}"
+
     def pointer(self) -> str:
         """A 0-d int64 buffer holding a write position (an existing one or a new one)."""
         ptrs = [f"self.{s.name}" for s in self.state if s.name.startswith("ptr")]
@@ -210,8 +228,10 @@ class _ModuleGen(_Gen):
         return name
 
     def state_names(self, floating: bool = False) -> list[str]:
-        return [f"self.{s.name}" for s in self.state if not s.name.startswith("ptr")
-                and (not floating or s.value.dtype.is_floating_point)]
+        """State (and views of it bound in forward), pointers left out."""
+        names = [f"self.{s.name}" for s in self.state if not s.name.startswith("ptr")]
+        return [n for n in names + self.views
+                if not floating or self.eval(n).dtype.is_floating_point]
 
     # -- values read from inputs and state
     def source(self) -> str:
@@ -236,6 +256,10 @@ class _ModuleGen(_Gen):
                 if _broadcasts(shape, tuple(self.eval(n).shape))]
         if fits and self.flag(0.6):
             return self.pick(fits)
+        if self.state and self.flag(0.15):
+            alias = self.alias_state()
+            if _broadcasts(shape, tuple(self.eval(alias).shape)):
+                return alias
         return self.new_state(shape, dtype)
 
     # -- statements
@@ -259,7 +283,13 @@ class _ModuleGen(_Gen):
             self.new_state(shape, self.float_dtype())
         ptr = self.pointer()
         at = self.weighted([(f"{ptr} % {size}", 5), (f"{ptr}.remainder({size})", 1),
-                            (f"({ptr} + 1) % {size}", 1)])
+                            (f"({ptr} + 1) % {size}", 1), ("local", 3),
+                            (f"{ptr}.item() % {size}", 1)])
+        if at == "local":  # p = self.ptr % T; ...; return self.kv[p]
+            at = self.fresh("p")
+            self.emit(f"{at} = {ptr} % {size}")
+            if self.flag(0.6):
+                self.outs.append(f"{cache}[{at}]" if dim == 0 else f"{cache}[:, {at}]")
         how = self.weighted([("setitem", 5), ("index_copy", 1), ("inplace", 2)])
         if how == "index_copy" and dim == 0:
             self.emit(f"{cache}.index_copy_(0, ({at}).reshape(1), "
@@ -282,15 +312,22 @@ class _ModuleGen(_Gen):
         value = self.source()
         target = self.target_for(value)
         m = self.pick(["0.1", "0.9", "0.5", "0.25"])
-        form = self.pick(["mul_add", "lerp", "iadd", "var"])
+        form = self.pick(["mul_add", "lerp", "iadd", "var", "masked", "clamp", "copy"])
         if form == "mul_add":
             self.emit(f"{target}.mul_(1 - {m}).add_({value}, alpha={m})")
         elif form == "lerp":
             self.emit(f"{target}.lerp_(({value}).to({target}.dtype), {m})")
         elif form == "iadd":
             self.emit(f"{target} += {m} * ({value} - {target})")
-        else:
+        elif form == "var":
             self.emit(f"{target}.mul_({m}).addcmul_({value}, {value}, value=1 - {m})")
+        elif form == "masked":
+            self.emit(f"{target}.masked_fill_({value} > 0, {self.pick(['0', '-1.5'])})")
+        elif form == "clamp":
+            self.emit(f"{target}.add_({value}).clamp_(min={self.int(-4, 0)}, "
+                      f"max={self.int(1, 9)})")
+        else:
+            self.emit(f"{target}.copy_({value})")
 
     def stmt_counter(self) -> None:
         counters = [f"self.{s.name}" for s in self.state if s.name.startswith("n")]
@@ -389,22 +426,34 @@ class _ModuleGen(_Gen):
             raise _Rejected("int input")
         names = self.state_names()
         value = self.pick(names) if names and self.flag(0.5) else "1"
-        self.emit(f"{x}.{self.pick(['add_', 'mul_', 'sub_'])}({value})")
+        t = self.eval(x)
+        view = self.weighted([("", 4), ("[0]", 2 if t.dim() else 0),
+                              ("[..., -1]", 1 if t.dim() else 0), (".t()", 1 if t.dim() == 2
+                                                                   else 0)])
+        self.emit(f"{x}{view}.{self.pick(['add_', 'mul_', 'sub_', 'copy_'])}({value})")
 
     def stmt_bound_view(self) -> None:
         """A view of state bound in forward and returned: later calls write it."""
         names = self.state_names()
         target = self.pick(names) if names else self.new_state(self.shape(3))
-        self.outs.append(self.state_view(target))
+        view = self.state_view(target)
+        if self.flag(0.5):
+            name = self.fresh("v")
+            self.emit(f"{name} = {view}")
+            self.views.append(name)
+            view = name
+        self.outs.append(view)
 
-    def state_view(self, target: str) -> str:
+    def state_view(self, target: str, alias: bool = False) -> str:
         t = self.eval(target)
         r = t.dim()
-        view = self.weighted([("", 2), ("[0]", 3 if r and t.shape[0] else 0),
+        view = self.weighted([("", 0 if alias else 2), ("[0]", 3 if r and t.shape[0] else 0),
                               (".t()", 2 if r == 2 else 0), ("[1:]", 2 if r else 0),
                               (".unbind(0)[-1]", 1 if r and t.shape[0] else 0),
                               (".chunk(2)[0]", 1 if r and t.shape[0] else 0),
-                              (".view(-1)", 1), (".data", 1)])
+                              (".view(-1)", 1), (".data", 0 if alias else 1),
+                              (".narrow(-1, 1, 1)", 1 if r and t.shape[-1] > 1 else 0),
+                              (".unsqueeze(0)", 1)])
         expr = f"{target}{view}"
         self.eval(expr)
         return expr
@@ -428,7 +477,7 @@ class _ModuleGen(_Gen):
                            else f"{self.pick([i.name for i in self.inputs])}.sum()")
         held = []
         for _ in range(self.weighted([(0, 1), (1, 2), (2, 2)])):
-            names = self.state_names()
+            names = [n for n in self.state_names() if n.startswith("self.")]
             if names:
                 held.append(self.state_view(self.pick(names)).replace("self.", "model.", 1))
         used = "\n".join(self.body + outputs)
@@ -443,12 +492,13 @@ def _module_statement(draw: Callable, gen: _ModuleGen) -> bool:
     if gen.attempts > 3 * MAX_STATEMENTS or (len(gen.body) >= 2 and not gen.flag(0.8)):
         return False
     outer, gen.draw = gen.draw, draw
-    kept = (len(gen.state), len(gen.inputs), len(gen.body), len(gen.locals), len(gen.outs))
+    kept = (len(gen.state), len(gen.inputs), len(gen.body), len(gen.locals), len(gen.outs),
+            len(gen.views))
     try:
         gen.statement()
     except _Rejected:
         del gen.state[kept[0]:], gen.inputs[kept[1]:], gen.body[kept[2]:]
-        del gen.locals[kept[3]:], gen.outs[kept[4]:]
+        del gen.locals[kept[3]:], gen.outs[kept[4]:], gen.views[kept[5]:]
         gen.replay()
     finally:
         gen.draw = outer
