@@ -24,8 +24,9 @@ test: lit pytest
 lit: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" FILECHECK_OPTS=-enable-var-scope $(BIN)/lit -sv test
 
-# test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about a minute and a
-# half), with optimizer-style programs and views at runtime positions drawn too.
+# test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about two minutes and a
+# half), with optimizer-style programs and views at runtime positions drawn too, and 48
+# nn.Modules with state on both paths (test_fuzz_modules.py, about 50 s of it).
 pytest: $(STAMP)
 	OUTOFPLACE_FUZZ_OPTIMIZER=1 OUTOFPLACE_FUZZ_POSITION_VIEWS=1 \
 	$(BIN)/python -m pytest -q -n 2 test/pytest test/fuzz
