@@ -27,8 +27,9 @@ lit: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" FILECHECK_OPTS=-enable-var-scope $(BIN)/lit -sv test; \
 	status=$$?; echo "lit: $$(( $$(date +%s) - start )) s"; exit $$status
 
-# test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about a minute and a
-# half), with optimizer-style programs and views at runtime positions drawn too.
+# test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about two minutes and a
+# half), with optimizer-style programs and views at runtime positions drawn too, and 48
+# nn.Modules with state on both paths (test_fuzz_modules.py, about 50 s of it).
 pytest: $(STAMP)
 	@start=$$(date +%s); \
 	OUTOFPLACE_FUZZ_OPTIMIZER=1 OUTOFPLACE_FUZZ_POSITION_VIEWS=1 \

@@ -45,11 +45,43 @@ def _draw(number: int, seed: int):
     from hypothesis.control import BuildContext
     from hypothesis.internal.conjecture.data import ConjectureData
 
+    from fuzz_modules import module_programs
     from fuzz_programs import programs
 
     data = ConjectureData(random=random.Random(seed + number))
     with BuildContext(data, wrapped_test=_draw):
-        return data.draw(programs())
+        return data.draw(module_programs() if MODULES else programs())
+
+
+# --modules: nn.Modules with state called several times (fuzz_modules.py) on both paths
+MODULES = os.environ.get("OUTOFPLACE_FUZZ_MODULES") == "1"
+
+
+def check_module(program) -> dict:
+    """A module program on every path of fuzz_modules_check.PATHS, as test_fuzz_modules.py
+    checks it."""
+    import outofplace
+    from fuzz_modules_check import assert_module_matches_eager, eager_rejects
+
+    cls, held, calls = program.build()
+    if eager_rejects(cls, held, calls):
+        return {"outcome": "eager-rejects"}
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert_module_matches_eager(cls, held, calls)
+        outcome = {"outcome": "passed"}
+    except outofplace.UnsupportedMutationError as error:
+        reason = re.sub(r"<fuzzed-module-[\d-]+>:\d+", "<line>", error.reason)
+        outcome = {"outcome": "refused", "reason": f"{error.op}: {reason}",
+                   "source": program.reproducer()}
+    except Exception as error:  # noqa: BLE001 - every other exception is a finding
+        outcome = {"outcome": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
+                   "where": traceback.format_exc().splitlines()[-3:],
+                   "reproducer": program.reproducer()}
+    outcome["seconds"] = time.perf_counter() - start
+    return outcome
 
 
 def check(program) -> dict:
@@ -57,6 +89,8 @@ def check(program) -> dict:
     import outofplace
     from fuzz_programs import assert_program_matches_eager
 
+    if MODULES:
+        return check_module(program)
     f, args, kwargs = program.build()
     try:
         with warnings.catch_warnings():
@@ -211,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
                         "in-place update)")
     parser.add_argument("--position-views", action="store_true",
                         help="views at runtime positions (x[:, pos]) in view chains")
+    parser.add_argument("--modules", action="store_true",
+                        help="nn.Modules with state, called several times, on both paths "
+                        "(fuzz_modules.py) instead of functions")
     parser.add_argument("--only", type=int, help="check program ONLY and print it")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -218,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["OUTOFPLACE_FUZZ_OPTIMIZER"] = "1"
     if options.position_views:
         os.environ["OUTOFPLACE_FUZZ_POSITION_VIEWS"] = "1"
+    if options.modules:
+        os.environ["OUTOFPLACE_FUZZ_MODULES"] = "1"
+        global MODULES
+        MODULES = True
     if options.worker is not None:
         worker([int(n) for n in options.worker.split(",")], options.seed, Path(options.out))
         return 0

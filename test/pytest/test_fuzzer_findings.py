@@ -437,3 +437,78 @@ def test_one_tensor_given_for_two_read_arguments() -> None:
     assert torch.equal(x, y)
     with pytest.raises(outofplace.UnsupportedMutationError, match="shares memory"):
         outofplace.compile(copy_then_add, (t, t, torch.randn(4)))
+
+
+# --- issue 32: the module fuzzer (test/fuzz/fuzz_modules.py) ---------------------------
+
+class _Float64Stats(torch.nn.Module):
+    """A float64 running statistic updated from float32 inputs, as eager computes it: the
+    product in float64 (the dtype of all three), not in the operands' float32."""
+
+    def __init__(self, op: str) -> None:
+        super().__init__()
+        self.op = op
+        self.register_buffer("var", torch.linspace(1, 2, 6, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        getattr(self.var.mul_(0.9), self.op)(x, y, value=1 - 0.9)
+        return x + 1
+
+
+@pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax (the xla extra)")
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("op", ["addcmul_", "addcdiv_"])
+def test_float64_addcmul_of_float32_operands(op: str, path: str) -> None:
+    x = torch.linspace(1, 7, 6) / 3
+    y = torch.linspace(3, 9, 6) / 7
+    eager, model = _Float64Stats(op), _Float64Stats(op)
+    run = outofplace.compile(model, (x, y)) if path == "compile" else \
+        torch.compile(model, backend="outofplace", dynamic=False)
+    for _ in range(3):
+        torch.testing.assert_close(run(x, y), eager(x, y))
+    # float32 products were off by about 1e-8 relative
+    torch.testing.assert_close(model.var, eager.var, rtol=1e-13, atol=0)
+
+
+class _RingWithWeights(torch.nn.Module):
+    """A buffer written at a position held in a buffer, beside a parameter that needs
+    gradients: under torch.compile AOTAutograd writes the write as as_strided_scatter,
+    at the row dynamo read from `ptr`. (Moving `ptr` on between calls gives wrong rows
+    on backend="aot_eager" too: dynamo does not guard on the value it read.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("ring", torch.arange(12.0).reshape(3, 4))
+        self.register_buffer("ptr", torch.tensor(1))
+        self.w = torch.nn.Parameter(torch.linspace(-1, 1, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.ring[self.ptr % 3].add_(x)
+        return self.ring.sum(0) * self.w
+
+
+@pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax (the xla extra)")
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+def test_position_write_beside_a_parameter_that_needs_gradients(path: str) -> None:
+    eager, model = _RingWithWeights(), _RingWithWeights()
+    x = torch.tensor([1.0, -2.0, 3.0, 0.5])
+    run = outofplace.compile(model, (x,)) if path == "compile" else \
+        torch.compile(model, backend="outofplace", dynamic=False)
+    for step in range(4):
+        torch.testing.assert_close(run(x * step), eager(x * step))
+        torch.testing.assert_close(model.ring, eager.ring)
+        torch.testing.assert_close(model.ptr, eager.ptr)
+
+
+def _as_strided_scatter(b: torch.Tensor, x: torch.Tensor) -> tuple:
+    row = torch.ops.aten.as_strided.default(b, [4], [1], 4)
+    block = torch.ops.aten.as_strided.default(b, [2, 2], [4, 1], 1)
+    written = torch.ops.aten.as_strided_scatter.default(b, row + x, [4], [1], 4)
+    written = torch.ops.aten.as_strided_scatter.default(written, block * 2, [2, 2], [4, 1], 1)
+    return written.sum(0), written
+
+
+def test_as_strided_scatter_is_an_index_put() -> None:
+    """torch-mlir has no lowering of as_strided_scatter: an index_put at its elements."""
+    assert_matches_eager(_as_strided_scatter, torch.arange(12.0).reshape(3, 4),
+                         torch.tensor([1.0, -2.0, 3.0, 0.5]))

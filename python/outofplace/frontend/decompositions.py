@@ -205,8 +205,19 @@ def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     """self.addcmul_(a, b, value=v)  =>  self.add_(a * v * b) (addcdiv: a * v / b), in
     eager's order; torch-mlir's own lowering mistypes it when a and b broadcast up to
     self."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
     self, first, second = node.args[:3]
     value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value", 1)
+    values = [getattr(n, "meta", {}).get("val") for n in (self, first, second)]
+    if all(isinstance(v, torch.Tensor) for v in values):
+        # eager computes the product in the dtype of all three: a float64 self with
+        # float32 operands multiplies in float64
+        _, dtype = elementwise_dtypes(
+            *values, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        first, second = (call(graph, torch.ops.aten._to_copy.default, operand, dtype=dtype)
+                         if operand.meta["val"].dtype != dtype else operand
+                         for operand in (first, second))
     scaled = call(graph, torch.ops.aten.mul.Scalar, first, value)
     combine = torch.ops.aten.mul.Tensor if node.target in (
         torch.ops.aten.addcmul_.default, torch.ops.aten.addcmul.default) \
@@ -218,11 +229,70 @@ def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     return graph.call_function(add, (self, term))
 
 
+def _as_strided_scatter(x: torch.Tensor, source: torch.Tensor, size: list[int],
+                        stride: list[int], offset: int | None) -> torch.Tensor:
+    """aten's kernel writes `source` through `x.clone().as_strided(...)`: for a
+    contiguous x, the elements at storage positions offset + sum(i_d * stride_d): an
+    index_put into x's flat view."""
+    index = torch.zeros((), dtype=torch.int64) + (offset or 0)
+    for d, (n, step) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        index = index + torch.arange(n).view(shape) * step
+    flat = x.reshape(-1).index_put((index.reshape(-1),), source.expand(size).reshape(-1))
+    # a new tensor, not a view: the replaced node's fake value (a tensor of its own) is
+    # given to the result
+    return flat.view(x.shape).clone()
+
+
+@_decomposes(torch.ops.aten.as_strided_scatter.default)
+def _as_strided_scatter_as_index_put(graph: torch.fx.Graph, node: torch.fx.Node
+                                     ) -> torch.fx.Node | None:
+    """as_strided_scatter(x, src, size, stride, off) of a contiguous x  =>  an
+    index_put into x's flat view at the elements' positions (a scatter). AOTAutograd
+    writes a write through a view this way (`self.b[self.ptr % 3].add_(x)` under
+    torch.compile with gradients), and torch-mlir's lowering to StableHLO has no pattern
+    for it. Elements that overlap (eager writes one of them, which is not defined) are
+    left to the op's refusal."""
+    x, source, size, stride = node.args[:4]
+    offset = operand_at(node, 4)
+    value = x.meta["val"]
+    if not value.is_contiguous() or not all(isinstance(v, int) for v in
+                                            [*size, *stride, offset or 0]):
+        return None
+    positions = {offset or 0}
+    for n, step in zip(size, stride):
+        positions = {p + i * step for p in positions for i in range(n)}
+    if len(positions) != _numel(size) or max(positions, default=0) >= value.numel():
+        return None
+    return _inlined(graph, node, _as_strided_scatter, x, source, list(size), list(stride),
+                    offset)
+
+
+def _numel(size: list[int]) -> int:
+    n = 1
+    for d in size:
+        n *= d
+    return n
+
+
 def _fma(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     """fma(a, b, c)  =>  a * b + c. Dynamo writes `addcmul_`/`addcdiv_` with a `value`
     and `add_` with a tensor `alpha` as inductor's fma (its own decompositions), which
-    torch-mlir does not define; eager's kernels round after the product, as this does."""
+    torch-mlir does not define; eager's kernels round after the product, as this does.
+    A product (addcdiv: quotient) of narrower operands than the result (`a * b` of
+    float32 tensors into a float64 self) is computed in the result's dtype, as eager's
+    addcmul does."""
     a, b, c = node.args[:3]
+    dtype = getattr(node.meta.get("val"), "dtype", None)
+    if isinstance(a, torch.fx.Node) and a.target in (torch.ops.aten.mul.Tensor,
+                                                     torch.ops.aten.div.Tensor) and \
+            list(a.users) == [node] and dtype is not None and dtype.is_floating_point \
+            and a.meta["val"].dtype != dtype and \
+            torch.promote_types(a.meta["val"].dtype, dtype) == dtype:
+        a = call(graph, a.target, *(
+            call(graph, torch.ops.aten._to_copy.default, operand, dtype=dtype)
+            if isinstance(operand, torch.fx.Node) else operand for operand in a.args))
     return graph.call_function(torch.ops.aten.add.Tensor,
                                (call(graph, torch.ops.aten.mul.Tensor, a, b), c))
 
