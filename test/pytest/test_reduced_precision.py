@@ -87,3 +87,22 @@ def test_moving_average_in_reduced_precision_decays_as_in_eager(dtype, path):
         torch.testing.assert_close(model.average, eager.average, rtol=0, atol=0,
                                    msg=lambda m: f"step {step}: {m}")
     assert not torch.equal(eager.average, torch.ones(256, dtype=dtype))
+
+
+def _add_float64_scaled(b, s):
+    b.add_(s, alpha=0.9)
+    return b * 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", REDUCED)
+def test_reduced_self_with_a_wider_operand_computes_in_the_wider_dtype(dtype, path):
+    """`b.add_(s, alpha=0.9)` of a 0-d float16 `b` and a 0-d float64 `s` computes in
+    float64 (the 0-d tensors promote), then rounds into b: alpha is not rounded to
+    float16 first (the module fuzzer's finding: 4.5977 where eager gives 4.6016)."""
+    b, s = torch.tensor(0.1, dtype=dtype), torch.tensor(5.0, dtype=torch.float64)
+    eager_args, args = (b.clone(), s.clone()), (b.clone(), s.clone())
+    expected = _add_float64_scaled(*eager_args)
+    result = _run(_add_float64_scaled, path, args)
+    torch.testing.assert_close(result, expected, rtol=0, atol=0)
+    torch.testing.assert_close(args[0], eager_args[0], rtol=0, atol=0)

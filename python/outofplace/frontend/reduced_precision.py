@@ -63,8 +63,22 @@ def compute_in_float32(graph: torch.fx.Graph) -> None:
         if target in _ACCUMULATING:
             _accumulate_in_float32(graph, node)
         elif torch.Tag.pointwise in target.tags and _reads_a_number(node) and \
-                target.overloadpacket.__name__.rstrip("_") not in _AT_TENSOR_DTYPE:
+                target.overloadpacket.__name__.rstrip("_") not in _AT_TENSOR_DTYPE and \
+                _computes_in_reduced_precision(node):
             _pointwise_in_float32(graph, node)
+
+
+def _computes_in_reduced_precision(node: torch.fx.Node) -> bool:
+    """Whether the op computes in float16/bfloat16 (then eager's kernel uses float32),
+    not in a wider dtype its tensors promote to (`b.add_(s, alpha=0.9)` of a float16 `b`
+    and a 0-d float64 `s` computes in float64, then rounds into b)."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    tensors = [a.meta["val"] for a in node.all_input_nodes
+               if isinstance(a.meta.get("val"), torch.Tensor)]
+    _, dtype = elementwise_dtypes(
+        *tensors, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    return dtype in REDUCED
 
 
 def _pointwise_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
