@@ -512,3 +512,20 @@ def test_as_strided_scatter_is_an_index_put() -> None:
     """torch-mlir has no lowering of as_strided_scatter: an index_put at its elements."""
     assert_matches_eager(_as_strided_scatter, torch.arange(12.0).reshape(3, 4),
                          torch.tensor([1.0, -2.0, 3.0, 0.5]))
+
+
+def _bfloat16_out_then_strided_write(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    o = torch.empty(0, dtype=torch.bfloat16)
+    torch.add(x, 2, out=o)
+    o[::3] = w
+    return o
+
+
+def test_reduced_precision_op_keeps_the_storage_its_views_see() -> None:
+    """The both-paths fuzzer (seed 616,161): a bfloat16 `add` reading a number is computed
+    in float32 and converted back (reduced_precision.py); the converted result took a
+    fake value of its own, so `o[::3]` no longer looked like a view of it and the write
+    went into a copy: [5, 3, 1, 4, 2] where eager gives [1, 3, 1, 1, 2]."""
+    assert_matches_eager(_bfloat16_out_then_strided_write,
+                         torch.tensor([3.0, 1.0, -1.0, 2.0, 0.0], dtype=torch.bfloat16),
+                         torch.tensor(1.0, dtype=torch.bfloat16))

@@ -105,7 +105,7 @@ def _pointwise_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
                       call(graph, functional, *args, **kwargs), dtype=dtype)
         if functional is not node.target:  # in place: the result stored into self
             result = call(graph, A.copy_.default, node.args[0], result)
-    result.meta = {**node.meta, "val": result.meta["val"]}
+    result.meta = dict(node.meta)  # its value too: views of it keep its storage
     node.replace_all_uses_with(result)
     graph.erase_node(node)
 
@@ -118,7 +118,7 @@ def _accumulate_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         total = call(graph, node.target, *node.args,
                      **{**node.kwargs, "dtype": torch.float32})
         result = call(graph, A._to_copy.default, total, dtype=dtype)
-    result.meta = {**node.meta, "val": result.meta["val"]}
+    result.meta = dict(node.meta)  # its value too: views of it keep its storage
     node.replace_all_uses_with(result)
     graph.erase_node(node)
 
