@@ -12,7 +12,10 @@ $(STAMP): pyproject.toml setup.py $(wildcard python/outofplace/backends/*.cpp py
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch from the local wheel store, before anything can pull CUDA.
 	$(BIN)/pip install --quiet torch==2.13.0
-	# No build isolation: the C++ planned call (setup.py) builds against this torch.
+	# jaxlib before the package: the custom-kernel handler (setup.py) builds against the
+	# XLA FFI headers it ships.
+	$(BIN)/pip install --quiet jax==0.10.2 jaxlib==0.10.2
+	# No build isolation: the C++ extensions (setup.py) build against this torch.
 	$(BIN)/pip install --quiet --no-build-isolation -e '.[test,xla,iree]'
 	touch $@
 
