@@ -180,13 +180,6 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple | N
     return gm.code, tuple(inputs)
 
 
-def _extent(tensor: torch.Tensor) -> tuple[int, int]:
-    """The first and one past the last element of its storage a tensor reaches."""
-    last = tensor.storage_offset() + sum((size - 1) * stride
-                                         for size, stride in zip(tensor.shape, tensor.stride()))
-    return tensor.storage_offset(), last + 1
-
-
 def _view_layout(view: Any, base: Any) -> tuple | None:
     """Where `view` sits in `base`'s memory, (size, stride, storage offset, base's size,
     stride and storage offset), when base is of view's dtype and each element of view is
