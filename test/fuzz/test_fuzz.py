@@ -29,6 +29,7 @@ import re
 import time
 import warnings
 from pathlib import Path
+from typing import Callable
 from unittest import mock
 
 import pytest
@@ -80,6 +81,38 @@ class _Stats:
     def programs(self) -> int:
         return self.passed + sum(self.refused.values()) + self.failed
 
+    def count(self, run: Callable[[], None], source: Callable[[], str],
+              refusals: tuple[type[BaseException], ...]) -> None:
+        """Runs one program's check and counts its outcome: passed, refused (`refusals`,
+        by reason, keeping the shortest `source()` of each), or failed (re-raised, and
+        the shard's later runs are hypothesis shrinking it)."""
+        shrinking = self.shrinking
+        start = time.perf_counter()
+        try:
+            run()
+        except refusals as error:
+            if shrinking:
+                return
+            reason = refusal_reason(error)
+            self.refused[reason] += 1
+            example = source()
+            if reason not in self.refusal_example or \
+                    len(example) < len(self.refusal_example[reason]):
+                self.refusal_example[reason] = example
+            return
+        except BaseException:
+            if not shrinking:
+                self.failed += 1
+                self.shrinking = True
+            raise
+        finally:
+            if shrinking:
+                self.shrink_runs += 1
+            else:
+                self.seconds += time.perf_counter() - start
+        if not shrinking:
+            self.passed += 1
+
     def as_json(self) -> dict:
         return {"passed": self.passed, "refused": dict(self.refused),
                 "refusal_example": self.refusal_example, "failed": self.failed,
@@ -112,36 +145,16 @@ def check_program(program: Program) -> None:
         if not STATS.shrinking:
             STATS.eager_rejects += 1
         assume(False)
-    shrinking = STATS.shrinking
-    start = time.perf_counter()
-    try:
+
+    def run() -> None:
         # Every pass of the lowering its own stage: a pass that breaks the IR is named.
         with warnings.catch_warnings(), \
                 mock.patch.dict(os.environ, {"OUTOFPLACE_VERIFY_EACH": "1"}):
             warnings.simplefilter("ignore", UserWarning)
             assert_program_matches_eager(program)
-    except (outofplace.UnsupportedMutationError, IreeCompileError) as error:
-        if shrinking:
-            return
-        reason = refusal_reason(error)
-        STATS.refused[reason] += 1
-        source = program.function_source()
-        if reason not in STATS.refusal_example or \
-                len(source) < len(STATS.refusal_example[reason]):
-            STATS.refusal_example[reason] = source
-        return
-    except BaseException:
-        if not shrinking:
-            STATS.failed += 1
-            STATS.shrinking = True
-        raise
-    finally:
-        if shrinking:
-            STATS.shrink_runs += 1
-        else:
-            STATS.seconds += time.perf_counter() - start
-    if not shrinking:
-        STATS.passed += 1
+
+    STATS.count(run, program.function_source,
+                (outofplace.UnsupportedMutationError, IreeCompileError))
 
 
 @pytest.mark.parametrize("shard", range(SHARDS))

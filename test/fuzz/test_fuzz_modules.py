@@ -18,7 +18,6 @@ import fcntl
 import json
 import math
 import os
-import time
 import warnings
 
 import pytest
@@ -28,7 +27,7 @@ import fuzz_modules
 import outofplace
 from fuzz_modules import ModuleProgram, module_programs
 from fuzz_modules_check import assert_module_matches_eager, eager_rejects
-from test_fuzz import BASE_SEED, BUDGET, FIXED, REPORT_DIR, _merge, _Stats, refusal_reason
+from test_fuzz import BASE_SEED, BUDGET, FIXED, REPORT_DIR, _merge, _Stats
 
 FIXED_PROGRAMS = 48  # about 2 s each on the three paths: under a minute on two workers
 PROGRAMS_PER_SHARD = 6
@@ -53,34 +52,13 @@ def check_module_program(program: ModuleProgram) -> None:
         if not STATS.shrinking:
             STATS.eager_rejects += 1
         assume(False)
-    shrinking = STATS.shrinking
-    start = time.perf_counter()
-    try:
+
+    def run() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             assert_module_matches_eager(cls, held, calls)
-    except outofplace.UnsupportedMutationError as error:  # refused on every path
-        if shrinking:
-            return
-        reason = refusal_reason(error)
-        STATS.refused[reason] += 1
-        source = program.reproducer()
-        if reason not in STATS.refusal_example or \
-                len(source) < len(STATS.refusal_example[reason]):
-            STATS.refusal_example[reason] = source
-        return
-    except BaseException:
-        if not shrinking:
-            STATS.failed += 1
-            STATS.shrinking = True
-        raise
-    finally:
-        if shrinking:
-            STATS.shrink_runs += 1
-        else:
-            STATS.seconds += time.perf_counter() - start
-    if not shrinking:
-        STATS.passed += 1
+
+    STATS.count(run, program.reproducer, (outofplace.UnsupportedMutationError,))
 
 
 @pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax (the xla extra)")
