@@ -130,7 +130,7 @@ def refusal_reason(error: outofplace.UnsupportedMutationError | IreeCompileError
     if isinstance(error, IreeCompileError):
         errors = [line for line in str(error).splitlines() if line.startswith("error:")]
         return "IREE: " + (errors[0] if errors else str(error).splitlines()[0])[:200]
-    reason = re.sub(r"<fuzzed-\d+>:\d+", "<line>", error.reason)
+    reason = re.sub(r"<fuzzed(-module)?-[\d-]+>:\d+", "<line>", error.reason)
     return f"{error.op}: {reason}"
 
 

@@ -41,7 +41,7 @@ from .masked_values import MaskedValues
 from . import training
 from .runtime_positions import RuntimePositions, user_line
 from .tensor_data import DataAsDetach
-from . import region_functions
+from . import input_views, region_functions
 from .shape_changes import InputShapeChanges
 from .symbolic_sizes import SymbolicSizes
 from ..ir_utils import operations, tensor_literal, terminator
@@ -85,6 +85,9 @@ class ProgramSignature:
     # main's results that are `view_as_real` of a complex output.
     complex_arguments: dict[int, torch.dtype] = field(default_factory=dict)
     complex_results: frozenset[int] = frozenset()
+    # Parameters and buffers viewing another (`input_views.py`): not arguments of main,
+    # taken inside it from that one; target -> (its base's target, the view's layout).
+    state_views: dict[str, tuple[str, tuple]] = field(default_factory=dict)
 
     @functools.cached_property
     def flat_tensors(self) -> tuple[int, tuple[str, ...]] | None:
@@ -391,6 +394,7 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     state = [(_state_value(ep, spec.target), placeholders[spec.arg.name])
              for spec in ep.graph_signature.input_specs
              if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
+    state_views = _take_state_views(ep, graph, state)
     held, read_constants = _held_constants(ep, graph, placeholders, roots or {}, state)
     for node in graph.nodes:  # ops on a fake constant would run on the caller's tensor
         if isinstance(node.meta.get("val"), torch._subclasses.FakeTensor):
@@ -404,7 +408,10 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     constant_inputs: dict[int, tuple[str, Any]] = {}
     for spec in ep.graph_signature.input_specs:
         node = placeholders[spec.arg.name]
-        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and \
+                spec.target in state_views:  # taken from its base
+            redirected = True
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             state_targets.append(spec.target)
             input_names.append(spec.target)
             arguments.append(node)
@@ -488,8 +495,34 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
                                  bounds_result=None if flags is None else kept[flags],
                                  complex_arguments=complex_arguments,
                                  complex_results=complex_results,
-                                 guards=read_constants)
+                                 guards=read_constants, state_views=state_views)
     return gm, signature
+
+
+def _take_state_views(ep: ExportedProgram, graph: torch.fx.Graph,
+                      state: list[tuple[torch.Tensor, torch.fx.Node]]
+                      ) -> dict[str, tuple[str, tuple]]:
+    """Each parameter or buffer that views another's elements (`register_buffer("k",
+    kv[0])`) taken inside the program from that one (input_views.take_view), its
+    placeholder erased: as separate arguments, a write through one would not show
+    through the other. In `state`, the view's node becomes the one taking it. Returns
+    target -> (its base's target, the view's layout)."""
+    targets = [spec.target for spec in ep.graph_signature.input_specs
+               if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
+    views = input_views.views_of_inputs([value for value, _ in state])
+    if not views:
+        return {}
+    body = next(n for n in graph.nodes if n.op != "placeholder")
+    taken = {}
+    with graph.inserting_before(body):
+        for i, base in views.items():
+            layout = input_views.view_layout(state[i][0], state[base][0])
+            view = input_views.take_view(graph, state[base][1], layout)
+            state[i][1].replace_all_uses_with(view)
+            graph.erase_node(state[i][1])
+            state[i] = (state[i][0], view)
+            taken[targets[i]] = (targets[base], layout)
+    return taken
 
 
 def _state_node(value: torch.Tensor, state: list[tuple[torch.Tensor, torch.fx.Node]]
@@ -755,6 +788,9 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
                     source, tuple(("attr", part) for part in name.split(".")), name,
                     tuple(value.shape), value.dtype)
     signature.cleared_grads = steps.cleared if steps is not None else []
+    for view, (base, layout) in signature.state_views.items():
+        signature.guards.append(input_views.StateView(
+            view, base, layout, _live_state(source, ep, view), _live_state(source, ep, base)))
     if steps is not None:
         signature.guards += steps.settings.values()
     state = [signature.held[target]() if target in signature.held else
@@ -762,6 +798,13 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     signature.refuse_written_inputs_sharing_memory(
         signature.real_views(state + signature.user_inputs(args, kwargs or {})))
     return module, signature
+
+
+def _live_state(source: Any, ep: ExportedProgram, target: str) -> Callable[[], Any]:
+    """The parameter or buffer `target` of the compiled program, as it is at a call."""
+    if isinstance(source, ExportedProgram):
+        return lambda: source.state_dict.get(target)
+    return lambda: functools.reduce(getattr, target.split("."), source)
 
 
 def _root_of(value: ir.Value, roots: dict[ir.Value, ir.Value]) -> ir.Value:
