@@ -56,9 +56,10 @@ class ProgramSignature:
     in_spec: pytree.TreeSpec | None  # pytree of the user's (args, kwargs)
     user_input_leaves: list[int]  # positions of the tensor leaves of (args, kwargs)
     out_spec: pytree.TreeSpec | None  # pytree of the program's output
-    # For each leaf of the output: ("result", index of main's result), ("constant", value)
-    # or ("argument", index of main's argument, views): the argument itself, or the view
-    # of it that `views` take ((view op, its other arguments, kwargs), innermost first).
+    # For each leaf of the output: ("result", index of main's result), ("constant", value),
+    # ("argument", index of main's argument, views): the argument itself, or the view
+    # of it that `views` take ((view op, its other arguments, kwargs), innermost first),
+    # or ("output", index of another leaf, views): the view of that leaf `views` take.
     output_leaves: list[tuple[str, Any]] = field(default_factory=list)
     # For each argument written in place: the first op writing it, and its source line.
     first_writes: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -455,13 +456,24 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     # it) as in eager, not a result of main; an output given twice is one result.
     leaves: list[tuple[str, Any, ...]] = []
     kept: dict[torch.fx.Node, int] = {}
-    for value in output.args[0]:
-        alias = _argument_alias(value, {node: i for i, node in enumerate(arguments)},
-                                frozenset(written))
+    argument_index = {node: i for i, node in enumerate(arguments)}
+    aliases = [None if _constant_output(value) else
+               _argument_alias(value, argument_index, frozenset(written))
+               for value in output.args[0]]
+    # Outputs the program makes (not the caller's tensors): one viewing another
+    # (`return t, t.select(1, 0)`) is that one's view, as in eager, where a write into
+    # either shows in the other (dynamo writes into such a view after a graph break).
+    made = {value: i for i, (value, alias) in enumerate(zip(output.args[0], aliases))
+            if alias is None and not _constant_output(value)}
+    for value, alias in zip(output.args[0], aliases):
+        base = _argument_alias(value, {n: i for n, i in made.items() if n is not value},
+                               frozenset(written)) if value in made else None
         if _constant_output(value):
             leaves.append(("constant", value))
         elif alias is not None:
             leaves.append(("argument", alias[0], _position_results(alias[1], graph, kept)))
+        elif base is not None:
+            leaves.append(("output", base[0], _position_results(base[1], graph, kept)))
         else:
             leaves.append(("result", kept.setdefault(value, len(kept))))
     region = next((n for n in graph.nodes if n.op == "call_function" and
