@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import outofplace
-from differential import assert_matches_eager, by_dynamo
+from differential import ENGINES, assert_call_matches_eager, assert_matches_eager, \
+    by_dynamo
 from outofplace.frontend import input_views
 
 DTYPES = [torch.float32, torch.float64]
@@ -134,3 +135,47 @@ def test_indexing_gives_exactly_the_view_or_nothing(layout, basic):
         value = op(value, *arguments)
     assert value.data_ptr() == view.data_ptr() and value.shape == view.shape and \
         value.stride() == view.stride()
+
+
+def _reads_a_view_beside_its_base(a, b):
+    return a - 1, b * 2, b.sum(0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("given", ["row of it", "empty slice of it", "itself twice",
+                                   "expanded row of it"])
+def test_arguments_viewing_one_another_are_traced_with_static_shapes(given, dtype):
+    """Arguments sharing memory that the program only reads are separate values of
+    fixed shape: torch.export made the sizes of a tensor another argument views
+    symbolic (`tensor<?x?xf32>`), and a call on XLA specialized the program again, which
+    failed for an empty view."""
+    x = torch.randn(6, 6, dtype=dtype)
+    a = {"row of it": x[2, 1:3], "empty slice of it": x[2, 4:3], "itself twice": x,
+         "expanded row of it": x[0].expand(3, 6)}[given]
+    b = x[1:] if given == "expanded row of it" else x
+    compiled = outofplace.compile(_reads_a_view_beside_its_base, (a, b))  # views, as given
+    assert not compiled.dynamic
+    for engine in ENGINES:
+        if engine not in ("mesh", "dynamo"):
+            assert_call_matches_eager(compiled, _reads_a_view_beside_its_base, (a, b), {},
+                                      engine)
+    by_dynamo(_reads_a_view_beside_its_base, _reads_a_view_beside_its_base, (a, b), {})
+
+
+def _empty_read_then_a_graph_break(x0, pos):
+    r = x0[pos, 4:-3] - 1  # empty; the int32 position breaks the graph
+    t = x0.clone()
+    t.transpose_(1, 1)
+    return r, t
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_graph_break_passing_an_empty_view_beside_its_base(dtype):
+    torch._dynamo.reset()
+    run = torch.compile(_empty_read_then_a_graph_break, backend="outofplace",
+                        dynamic=False)
+    x = torch.randn(6, 6, dtype=dtype)
+    for position in (-6, 2):
+        pos = torch.tensor(position, dtype=torch.int32)
+        torch.testing.assert_close(run(x, pos), _empty_read_then_a_graph_break(x, pos),
+                                   rtol=0, atol=0)
