@@ -25,8 +25,10 @@ ends here, after the lowering. The module gets what XLA's SPMD partitioner reads
   narrow_indices.py): with torch's 64-bit indices the partitioner can abort the process.
 
 `mhlo.sharding` strings, not Shardy's `sdy.sharding`: torch-mlir's context has no `sdy`
-dialect, and the HLO module proto (what Neuron ingests) carries HloShardings. jaxlib 0.10.2
-imports them into Shardy, which partitions (docs/sharding.md).
+dialect, and the HLO module proto (what Neuron ingests) carries HloShardings. These are
+the only shardings written into a module: the mesh engine (backends/spmd) drops them from
+the module it compiles and gives jax the same specs as `NamedSharding`s, which jax writes
+as Shardy's (spmd/writes.py `engine_module` says why; docs/sharding.md).
 """
 
 from __future__ import annotations
