@@ -27,7 +27,7 @@ reshape's operand instead, its result reshaped for its readers (a `scatter` only
 the dimensions it drops are neither indexed nor batch dimensions: an index there could be
 out of bounds). Reshapes of reshapes fold; `outofplace-fold-transposes-into-dots` then
 reads the dots' operands through the remaining reshapes. Only the XLA engine runs it
-(backends/xla.py): the program a user exports keeps the shapes the caller's tensors have.
+(backends/xla): the program a user exports keeps the shapes the caller's tensors have.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def _squeeze_argument(function: func_d.FuncOp, argument: int, result: int) -> bo
     "`dynamic_update_slice` and `scatter` of a reshape adding unit dimensions is done on "
     "the reshape's operand (a scatter only where the dropped dimensions are not indexed): "
     "XLA:CPU otherwise copies a batch-1 KV cache that attention reads after the update "
-    "(the XLA engine's legalization, backends/xla.py)")
+    "(the XLA engine's legalization, backends/xla)")
 def squeeze_state(module: ir.Operation) -> None:
     for op in operations(module.regions[0].blocks[0]):
         if op.name == "func.func":
