@@ -16,8 +16,9 @@ from torch.export import ExportedProgram
 from torch_mlir import ir
 
 from . import bounds, compile_cache, progress
-from .backends import custom_calls, export, foreign_targets, hlo_proto, iree, spmd, xla
-from .frontend import device_mesh, importer
+from .backends import (custom_calls, distributed, export, foreign_targets, hlo_proto,
+                       iree, spmd, xla)
+from .frontend import collectives, device_mesh, importer
 from . import torch_types
 from .context import make_context
 from .errors import EngineUnavailableError, OutOfBoundsPolicyWarning
@@ -408,6 +409,7 @@ class Compiled:
         if self._xla is None:
             with self._engines:
                 if self._xla is None:
+                    distributed.prepare(self.module)  # collectives: join the job's ranks
                     self._xla = xla.CpuExecutable(
                         self.stablehlo, self.input_names, self.io_map, self.input_types,
                         self.result_types, cache=self.cache)
@@ -604,6 +606,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     context = make_context()
     module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context,
                                                      dynamic_shapes, bool(check_bounds))
+    collectives.annotate(module)  # the process groups of its collectives, if any
     with context:
         if dump_ir:
             Path(dump_ir).mkdir(parents=True, exist_ok=True)

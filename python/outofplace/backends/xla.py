@@ -105,12 +105,16 @@ def _compile_options(options: dict[str, Any]) -> Any:
 
     compile_options = xla_client.CompileOptions()
     compile_options.env_option_overrides = list(options.items())
+    if COLLECTIVES is not None:  # every rank a replica
+        COLLECTIVES.place(compile_options)
     return compile_options
 
 
 def _devices() -> Any:
     from jax._src.lib import xla_client
 
+    if COLLECTIVES is not None:
+        return COLLECTIVES.devices
     return xla_client.DeviceList((_device(),))
 
 
@@ -138,7 +142,7 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
     entry = compile_cache.key(
         "xla", stablehlo, LEGALIZE_FOR_CPU, repr(sorted(options.items())),
         os.environ.get("XLA_FLAGS", ""), _client().platform_version, compile_cache.cpu()
-    ) if compile_cache.enabled(cache) else None
+    ) if compile_cache.enabled(cache) and COLLECTIVES is None else None
     found = compile_cache.read("xla", entry) if entry is not None else None
     if found is not None:
         metadata, blob = found
@@ -325,22 +329,42 @@ STAGED_BYTES = 1 << 16
 WARN_BYTES = 4096  # read-only arguments up to this size go through a kept buffer
 
 
-@functools.cache
+# A process that runs its rank of a job's collectives (backends/distributed.py sets it
+# when it joins the job): `client` (synchronous, its devices every rank's), `device` (this
+# rank's), `sharding` (on it), `devices` (all, in rank order) and `place(CompileOptions)`
+# (a replica per rank). Programs compiled and arrays made after it use it; None in a
+# lone process.
+COLLECTIVES: Any = None
+
+
 def _client() -> Any:
+    return _local_client() if COLLECTIVES is None else COLLECTIVES.client
+
+
+@functools.cache
+def _local_client() -> Any:
     _jax()
     from jax._src.lib import xla_client
 
     return xla_client.make_cpu_client(asynchronous=False, num_devices=1)
 
 
-@functools.cache
 def _device() -> Any:
-    return _client().local_devices()[0]
+    return _local_device() if COLLECTIVES is None else COLLECTIVES.device
 
 
 @functools.cache
+def _local_device() -> Any:
+    return _local_client().local_devices()[0]
+
+
 def _sharding() -> Any:
-    return _jax().sharding.SingleDeviceSharding(_device())
+    return _local_sharding() if COLLECTIVES is None else COLLECTIVES.sharding
+
+
+@functools.cache
+def _local_sharding() -> Any:
+    return _jax().sharding.SingleDeviceSharding(_local_device())
 
 
 class _Holder:
