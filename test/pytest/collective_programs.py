@@ -41,8 +41,9 @@ class MegatronBlock(nn.Module):
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         # x: [hidden] (one token), pos: 0-d int64
         q = (self.q @ x).view(self.heads, self.hd)
-        self.k_cache[:, pos] = (self.k @ x).view(self.heads, self.hd)
-        self.v_cache[:, pos] = (self.v @ x).view(self.heads, self.hd)
+        at = pos.view(1)  # (written as HF's StaticCache writes, which dynamo traces)
+        self.k_cache.index_copy_(1, at, (self.k @ x).view(self.heads, 1, self.hd))
+        self.v_cache.index_copy_(1, at, (self.v @ x).view(self.heads, 1, self.hd))
         scores = (self.k_cache @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(self.hd)
         visible = torch.arange(self.k_cache.shape[1]) <= pos
         scores = scores.masked_fill(~visible, float("-inf"))
@@ -86,24 +87,47 @@ def _megatron(rank: int, world: int, dtype: torch.dtype, steps: int, path: str) 
         in_place = in_place and all(compiled.in_place_report[n] == "in place"
                                     for n in ("k_cache", "v_cache"))
     return {"worst": worst / scale, "in_place": in_place,
-            "stablehlo": compiled.stablehlo if path == "compile" else None}
+            "collectives": collectives(compiled.stablehlo) if path == "compile" else None}
+
+
+def collectives(stablehlo: str) -> list[dict]:
+    """Each collective of a module: its op, replica groups and channel id."""
+    from torch_mlir import ir
+
+    from outofplace.context import make_context
+    from outofplace.ir_utils import all_operations
+
+    found = []
+    with make_context():
+        module = ir.Module.parse(stablehlo)
+        for op in all_operations(module.operation):
+            if op.name in ("stablehlo.all_reduce", "stablehlo.all_gather",
+                           "stablehlo.reduce_scatter", "stablehlo.all_to_all"):
+                groups = ir.DenseIntElementsAttr(op.attributes["replica_groups"])
+                shape = ir.ShapedType(groups.type).shape
+                values = [groups[i] for i in range(len(groups))]
+                found.append({"op": op.name, "groups": [values[r * shape[1]:(r + 1) * shape[1]]
+                                                        for r in range(shape[0])],
+                              "channel": str(op.attributes["channel_handle"])})
+    return found
 
 
 CASES = {"megatron": _megatron}
 
 
 def main(argv: list[str]) -> None:
-    """A rank process: `rank world port case dtype steps path`; prints its result as
-    one JSON line."""
+    """A rank process: `rank world port cases`, cases a JSON list of [case, dtype,
+    steps, path]; prints each result as a JSON line."""
     import json
     import os
 
-    rank, world, port, case, dtype, steps, path = argv
+    rank, world, port, cases = argv
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     dist.init_process_group("gloo", rank=int(rank), world_size=int(world))
     try:
-        result = CASES[case](int(rank), int(world), getattr(torch, dtype), int(steps), path)
-        print("RESULT " + json.dumps(result), flush=True)
+        for case, dtype, steps, path in json.loads(cases):
+            result = CASES[case](int(rank), int(world), getattr(torch, dtype), steps, path)
+            print("RESULT " + json.dumps([case, dtype, path, result]), flush=True)
     finally:
         dist.destroy_process_group()
 
