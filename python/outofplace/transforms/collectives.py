@@ -110,7 +110,7 @@ class _Lowering:
             raise UnsupportedMutationError.at(
                 op, f"collective: reduce op '{reduce_op}' (outofplace lowers "
                 f"{', '.join(_BODIES)})")
-        if reduce_op == "avg" and not ir.FloatType.isinstance(element):
+        if reduce_op == "avg" and not isinstance(element, ir.FloatType):
             raise UnsupportedMutationError.at(
                 op, "collective: 'avg' of an integer tensor (c10d refuses it too)")
         return reduce_op
