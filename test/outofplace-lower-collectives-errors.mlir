@@ -33,10 +33,9 @@ module attributes {outofplace.process_groups = {"0" = [array<i64: 0, 1>]}, outof
 func.func @uneven(%x: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
   %one = torch.constant.int 1
   %three = torch.constant.int 3
-  %two = torch.constant.int 2
   %split = torch.prim.ListConstruct %one, %three : (!torch.int, !torch.int) -> !torch.list<int>
   %group = torch.constant.str "0"
-  %0 = torch.operator "torch._c10d_functional.all_to_all_single"(%x, %split, %split, %two, %group) : (!torch.vtensor<[4],f32>, !torch.list<int>, !torch.list<int>, !torch.int, !torch.str) -> !torch.vtensor<[4],f32> loc("model.py":5:0)
+  %0 = torch.operator "torch._c10d_functional.all_to_all_single"(%x, %split, %split, %group) : (!torch.vtensor<[4],f32>, !torch.list<int>, !torch.list<int>, !torch.str) -> !torch.vtensor<[4],f32> loc("model.py":5:0)
   return %0 : !torch.vtensor<[4],f32>
 }
 }

@@ -3,7 +3,8 @@
 
 // A tensor-parallel rank's collectives over the tensor-parallel group "1" of a 2 x 2
 // (data x tensor) layout: each its StableHLO collective with every rank's group of that
-// layout, its own channel id, global device ids; wait_tensor is its operand; "avg" is the
+// layout, its own channel id, global device ids (an all_to_all none: XLA would read it as
+// crossing partitions); wait_tensor is its operand; "avg" is the
 // sum divided by the group's size; the world's size is the module's replica count.
 // CHECK:       module attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 4 : i32
 // CHECK-LABEL: func.func @rank(
@@ -28,7 +29,7 @@
 // CHECK:         %[[AVG:.*]] = stablehlo.divide %[[RS]], %[[TWO]] : tensor<2x8xf32>
 // CHECK:         %[[AT:.*]] = torch_c.from_builtin_tensor %[[AVG]]
 // CHECK:         %[[AB2:.*]] = torch_c.to_builtin_tensor %[[AT]]
-// CHECK:         %[[A2A:.*]] = "stablehlo.all_to_all"(%[[AB2]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, concat_dimension = 0 : i64, replica_groups = dense<{{\[}}[0, 1], [2, 3]]> : tensor<2x2xi64>, split_count = 2 : i64, split_dimension = 0 : i64}> : (tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK:         %[[A2A:.*]] = "stablehlo.all_to_all"(%[[AB2]]) <{concat_dimension = 0 : i64, replica_groups = dense<{{\[}}[0, 1], [2, 3]]> : tensor<2x2xi64>, split_count = 2 : i64, split_dimension = 0 : i64}> : (tensor<2x8xf32>) -> tensor<2x8xf32>
 // CHECK:         %[[R:.*]] = torch_c.from_builtin_tensor %[[A2A]]
 // CHECK-NOT:     torch.operator
 // CHECK:         return %[[R]]
@@ -45,7 +46,7 @@ func.func @rank(%x: !torch.vtensor<[2,8],f32>) -> !torch.vtensor<[2,8],f32> {
   %3 = torch.operator "torch._c10d_functional.wait_tensor"(%2) : (!torch.vtensor<[4,8],f32>) -> !torch.vtensor<[4,8],f32>
   %4 = torch.operator "torch._c10d_functional.reduce_scatter_tensor"(%3, %avg, %two, %group) : (!torch.vtensor<[4,8],f32>, !torch.str, !torch.int, !torch.str) -> !torch.vtensor<[2,8],f32>
   %5 = torch.operator "torch._c10d_functional.wait_tensor"(%4) : (!torch.vtensor<[2,8],f32>) -> !torch.vtensor<[2,8],f32>
-  %6 = torch.operator "torch._c10d_functional.all_to_all_single"(%5, %none, %none, %two, %group) : (!torch.vtensor<[2,8],f32>, !torch.none, !torch.none, !torch.int, !torch.str) -> !torch.vtensor<[2,8],f32>
+  %6 = torch.operator "torch._c10d_functional.all_to_all_single"(%5, %none, %none, %group) : (!torch.vtensor<[2,8],f32>, !torch.none, !torch.none, !torch.str) -> !torch.vtensor<[2,8],f32>
   %7 = torch.operator "torch._c10d_functional.wait_tensor"(%6) : (!torch.vtensor<[2,8],f32>) -> !torch.vtensor<[2,8],f32>
   return %7 : !torch.vtensor<[2,8],f32>
 }

@@ -108,11 +108,90 @@ def collectives(stablehlo: str) -> list[dict]:
                 values = [groups[i] for i in range(len(groups))]
                 found.append({"op": op.name, "groups": [values[r * shape[1]:(r + 1) * shape[1]]
                                                         for r in range(shape[0])],
-                              "channel": str(op.attributes["channel_handle"])})
+                              "channel": str(op.attributes["channel_handle"])
+                              if "channel_handle" in op.attributes else None})
     return found
 
 
-CASES = {"megatron": _megatron}
+class Collectives(nn.Module):
+    """The in-place c10d calls into preallocated outputs: a gathered buffer (module
+    state, written by all_gather_into_tensor), a reduce_scatter_tensor and an
+    all_to_all_single into locals, all_reduce with max and avg."""
+
+    def __init__(self, world: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("gathered", torch.zeros(2 * world, 3, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        world = dist.get_world_size()
+        dist.all_gather_into_tensor(self.gathered, x)
+        scattered = torch.empty(2, 3, dtype=x.dtype)
+        dist.reduce_scatter_tensor(scattered, self.gathered * 2)
+        exchanged = torch.empty(2 * world, 3, dtype=x.dtype)
+        dist.all_to_all_single(exchanged, self.gathered + x.sum())
+        peak = x.clone()
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+        mean = x * 3
+        dist.all_reduce(mean, op=dist.ReduceOp.AVG)
+        return scattered + peak + mean + exchanged[:2]
+
+
+def _collectives(rank: int, world: int, dtype: torch.dtype, steps: int, path: str) -> dict:
+    import outofplace
+
+    eager, ours = Collectives(world, dtype), Collectives(world, dtype)
+    xs = [torch.randn(2, 3, generator=torch.Generator().manual_seed(10 * step + rank),
+                      dtype=dtype) for step in range(steps)]
+    compiled = outofplace.compile(ours, (xs[0],)) if path == "compile" \
+        else torch.compile(ours, backend="outofplace", fullgraph=True)
+    worst, gathered = 0.0, ours.gathered
+    for x in xs:
+        expected, got = eager(x), compiled(x)
+        worst = max(worst, (got - expected).abs().max().item(),
+                    (ours.gathered - eager.gathered).abs().max().item())
+    return {"worst": worst, "in_place": ours.gathered is gathered and (
+        path != "compile" or compiled.in_place_report["gathered"] == "in place"),
+        "collectives": collectives(compiled.stablehlo) if path == "compile" else None}
+
+
+class DataTimesTensor(nn.Module):
+    """A data x tensor layout (a 2-D DeviceMesh): the Megatron block over the mesh's
+    "tp" groups, its output averaged over the "dp" groups."""
+
+    def __init__(self, mesh, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.block = MegatronBlock(32, 4, 64, 8, mesh.get_local_rank("tp"),
+                                   mesh.size(1), group=mesh.get_group("tp"), dtype=dtype)
+        self.dp = mesh.get_group("dp")
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        y = self.block(x, pos)
+        dist.all_reduce(y, op=dist.ReduceOp.AVG, group=self.dp)
+        return y
+
+
+def _mesh(rank: int, world: int, dtype: torch.dtype, steps: int, path: str) -> dict:
+    """The Megatron block on the "tp" dimension of a 2 x (world / 2) DeviceMesh."""
+    import outofplace
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+    eager, ours = DataTimesTensor(mesh, dtype), DataTimesTensor(mesh, dtype)  # (one seed)
+    g = torch.Generator().manual_seed(2 + mesh.get_local_rank("dp"))  # a batch per dp rank
+    xs = [torch.randn(32, generator=g, dtype=dtype) for _ in range(steps)]
+    compiled = outofplace.compile(ours, (xs[0], torch.tensor(0))) if path == "compile" \
+        else torch.compile(ours, backend="outofplace", fullgraph=True)
+    worst = 0.0
+    for step, x in enumerate(xs):
+        expected, got = eager(x, torch.tensor(step)), compiled(x, torch.tensor(step))
+        worst = max(worst, (got - expected).abs().max().item(),
+                    (ours.block.k_cache - eager.block.k_cache).abs().max().item())
+    return {"worst": worst, "in_place": path != "compile" or all(
+        compiled.in_place_report[n] == "in place" for n in ("block.k_cache", "block.v_cache")),
+        "collectives": collectives(compiled.stablehlo) if path == "compile" else None}
+
+
+CASES = {"megatron": _megatron, "collectives": _collectives, "mesh": _mesh}
 
 
 def main(argv: list[str]) -> None:

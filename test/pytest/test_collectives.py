@@ -58,30 +58,48 @@ def launch(world: int, cases: list) -> list[list]:
     return outputs
 
 
-def check_megatron(outputs: list[list], world: int) -> None:
+def check(outputs: list[list], cases: list, groups: dict[str, list]) -> None:
+    """Every rank ran every case; each matched eager (relative to the outputs' scale for
+    the blocks) with its state in place; its StableHLO (outofplace.compile's) holds the
+    collectives `groups` names for the case, each its replica groups, each all_reduce,
+    all_gather and reduce_scatter its own channel."""
     for results in outputs:
-        assert results, "a rank printed no result"
+        assert [r[:3] for r in results] == [[c[0], c[1], c[3]] for c in cases]
         for case, dtype, path, result in results:
             assert result["worst"] < (1e-5 if dtype == "float32" else 1e-12), \
                 (case, dtype, path, result["worst"])
             assert result["in_place"], (case, dtype, path)
-            if result["collectives"] is not None:
+            if path == "compile":
                 found = result["collectives"]
-                assert [c["op"] for c in found] == ["stablehlo.all_reduce"] * 2
-                assert all(c["groups"] == [list(range(world))] for c in found)
-                assert len({c["channel"] for c in found}) == 2
+                assert [(c["op"], c["groups"]) for c in found] == groups[case]
+                channels = [c["channel"] for c in found if c["channel"] is not None]
+                assert len(set(channels)) == len(channels) == \
+                    sum(c["op"] != "stablehlo.all_to_all" for c in found)
 
 
-def test_megatron_block_two_ranks() -> None:
-    """A Megatron block per rank (column-parallel q/k/v/up, row-parallel o/down with an
-    in-place dist.all_reduce, a rank-local KV cache written at the step's position) over
-    4 decode steps: outofplace.compile float32 and torch.compile float64."""
-    outputs = launch(2, [["megatron", "float32", 4, "compile"],
-                         ["megatron", "float64", 4, "dynamo"]])
-    check_megatron(outputs, 2)
-    assert len(outputs[0]) == 2
+def test_two_ranks() -> None:
+    """On 2 ranks: a Megatron block per rank (column-parallel q/k/v/up, row-parallel
+    o/down each followed by an in-place dist.all_reduce, a rank-local KV cache written at
+    the step's position) over 4 decode steps, and the in-place c10d calls into
+    preallocated outputs (all_gather_into_tensor into a buffer, reduce_scatter_tensor,
+    all_to_all_single, all_reduce max and avg): outofplace.compile in float32,
+    torch.compile in float64."""
+    cases = [["megatron", "float32", 4, "compile"], ["megatron", "float64", 4, "dynamo"],
+             ["collectives", "float32", 2, "compile"],
+             ["collectives", "float64", 2, "dynamo"]]
+    world = [[0, 1]]
+    check(launch(2, cases), cases, {
+        "megatron": [("stablehlo.all_reduce", world)] * 2,
+        "collectives": [("stablehlo.all_gather", world), ("stablehlo.reduce_scatter", world),
+                        ("stablehlo.all_to_all", world), ("stablehlo.all_reduce", world),
+                        ("stablehlo.all_reduce", world)]})
 
 
-def test_megatron_block_four_ranks() -> None:
-    outputs = launch(4, [["megatron", "float64", 3, "compile"]])
-    check_megatron(outputs, 4)
+def test_four_ranks() -> None:
+    """On 4 ranks: the Megatron block over the world (float64), and over the "tp"
+    dimension of a 2 x 2 DeviceMesh with its output averaged over "dp" (float32)."""
+    cases = [["megatron", "float64", 3, "compile"], ["mesh", "float32", 3, "compile"]]
+    tp, dp = [[0, 1], [2, 3]], [[0, 2], [1, 3]]
+    check(launch(4, cases), cases, {
+        "megatron": [("stablehlo.all_reduce", [[0, 1, 2, 3]])] * 2,
+        "mesh": [("stablehlo.all_reduce", tp)] * 2 + [("stablehlo.all_reduce", dp)]})

@@ -25,7 +25,7 @@ GROUPS = "outofplace.process_groups"  # module attribute: {group name: [[ranks],
 WORLD = "outofplace.world_size"  # module attribute: the number of ranks (replicas)
 # The functional collectives outofplace lowers, and the operand naming each one's group.
 GROUP_OPERAND = {"all_reduce": 2, "all_reduce_": 2, "all_gather_into_tensor": 2,
-                 "reduce_scatter_tensor": 3, "all_to_all_single": 4, "wait_tensor": None}
+                 "reduce_scatter_tensor": 3, "all_to_all_single": 3, "wait_tensor": None}
 
 
 def collective_name(op: ir.Operation) -> str | None:

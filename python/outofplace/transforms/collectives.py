@@ -13,7 +13,7 @@ custom call):
     all_reduce_(x, ...)                      → the same, its result the written x's
     all_gather_into_tensor(x, n, group)      → stablehlo.all_gather, dimension 0
     reduce_scatter_tensor(x, op, n, group)   → stablehlo.reduce_scatter, dimension 0
-    all_to_all_single(x, out, in, n, group)  → stablehlo.all_to_all, dimension 0 (even
+    all_to_all_single(x, out, in, group)     → stablehlo.all_to_all, dimension 0 (even
                                                splits)
     wait_tensor(x)                           → x
 
@@ -21,7 +21,8 @@ The replica groups come from the module's `outofplace.process_groups` (group nam
 replica groups, recorded from torch.distributed by frontend/collectives.py when the
 program is traced); each collective gets its own channel id, in program order, with
 `use_global_device_ids`: a rank is a replica (`mhlo.num_replicas` = the world's size, set
-here on the module). Anything else (a reduce op XLA has no body for, uneven splits, a
+here on the module). An all_to_all has no channel: XLA reads one with a channel as
+crossing partitions, and it has no `use_global_device_ids` to say otherwise. Anything else (a reduce op XLA has no body for, uneven splits, a
 group the module does not name, a write into a view) is refused naming the op.
 """
 
@@ -157,7 +158,7 @@ class _Lowering:
         else:  # all_to_all_single
             outputs = _constant(operands[1], op, "output split sizes")
             inputs = _constant(operands[2], op, "input split sizes")
-            group = _constant(operands[4], op, "group name")
+            group = _constant(operands[3], op, "group name")
             count = self.group_size(op, group)
             rows = ir.RankedTensorType(source.type).shape[0]
             even = [rows // count] * count if count and rows % count == 0 else None
@@ -165,8 +166,9 @@ class _Lowering:
                 raise UnsupportedMutationError.at(
                     op, "collective: all_to_all_single with uneven splits (outofplace "
                     "lowers even splits of dimension 0)")
-            attributes = self.attributes(op, group)
-            del attributes["use_global_device_ids"]  # (all_to_all has no such attribute)
+            # XLA reads an all_to_all with a channel as one across partitions (it has no
+            # use_global_device_ids): across replicas it has none.
+            attributes = {"replica_groups": self.replica_groups(op, group)}
             collective = ir.Operation.create(
                 "stablehlo.all_to_all", results=[result_type], operands=[source], loc=loc,
                 ip=ip, attributes={"split_dimension": _i64(0), "concat_dimension": _i64(0),
