@@ -219,7 +219,9 @@ class Compiled:
         """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax, unless `hlo_proto` is
         False) and io_map.json. With jax, io_map.json says which consumers the artifacts
         were checked on (`"checked"`: a plain XLA:CPU client with default options and with
-        `xla.CONSUMER_OPTION`, whether each keeps every written argument in place)."""
+        `xla.CONSUMER_OPTION`, whether each keeps every written argument in place). A
+        rank's program with collectives is written in `directory/rank<r>`, io_map.json
+        saying its rank, the world and its process groups' replica groups."""
         if hlo_proto:
             self._refuse_dynamic("main.hlo.pb (save with hlo_proto=False for the rest)")
         names = export.io_map_json(self.input_names, len(self.result_dtypes), self.io_map)
@@ -227,6 +229,9 @@ class Compiled:
             names["mesh"] = self.mesh
             names["shardings"] = {n: [list(axes) for axes in spec]
                                   for n, spec in self.shardings.items()}
+        elif distributed.replicas(self.module) > 1:  # a rank's: in its own folder
+            directory, names["collectives"] = distributed.rank_artifacts(self.module,
+                                                                         directory)
         elif xla.available() and not self.dynamic:
             names["checked"] = xla.consumer_checks(self.stablehlo, self.io_map)
         return export.save(directory, self._exported, names, target, hlo_proto=hlo_proto)
@@ -439,6 +444,9 @@ class Compiled:
             results = self._xla_executable()(inputs)
             if self._plan is None:
                 self._make_plan(inputs)
+        elif distributed.replicas(self.module) > 1:  # collectives across processes
+            raise ValueError(f"a program with collectives runs on the xla engine, not "
+                             f"'{engine}' (docs/sharding.md)")
         elif engine in ("interpreter", "iree") and self._kernels:  # refused, by name
             custom_calls.refuse_engine(self.module, engine)
         elif engine == "interpreter":

@@ -4,6 +4,7 @@ model, built from one seed), and the rank process those tests spawn."""
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.distributed as dist
@@ -39,19 +40,23 @@ class MegatronBlock(nn.Module):
         self.register_buffer("v_cache", torch.zeros(local, max_len, hd, dtype=dtype))
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return self.step(x, pos, self.q, self.k, self.v, self.o, self.up, self.down)
+
+    def step(self, x: torch.Tensor, pos: torch.Tensor, wq, wk, wv, wo, wup, wdown
+             ) -> torch.Tensor:
         # x: [hidden] (one token), pos: 0-d int64
-        q = (self.q @ x).view(self.heads, self.hd)
+        q = (wq @ x).view(self.heads, self.hd)
         at = pos.view(1)  # (written as HF's StaticCache writes, which dynamo traces)
-        self.k_cache.index_copy_(1, at, (self.k @ x).view(self.heads, 1, self.hd))
-        self.v_cache.index_copy_(1, at, (self.v @ x).view(self.heads, 1, self.hd))
+        self.k_cache.index_copy_(1, at, (wk @ x).view(self.heads, 1, self.hd))
+        self.v_cache.index_copy_(1, at, (wv @ x).view(self.heads, 1, self.hd))
         scores = (self.k_cache @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(self.hd)
         visible = torch.arange(self.k_cache.shape[1]) <= pos
         scores = scores.masked_fill(~visible, float("-inf"))
         attention = (scores.softmax(-1).unsqueeze(-1) * self.v_cache).sum(1)
-        y = self.o @ attention.reshape(-1)
+        y = wo @ attention.reshape(-1)
         dist.all_reduce(y, group=self.group)  # row-parallel: partial sums
         x = x + y
-        h = self.down @ torch.nn.functional.gelu(self.up @ x)
+        h = wdown @ torch.nn.functional.gelu(wup @ x)
         dist.all_reduce(h, group=self.group)
         return x + h
 
@@ -154,6 +159,56 @@ def _collectives(rank: int, world: int, dtype: torch.dtype, steps: int, path: st
         "collectives": collectives(compiled.stablehlo) if path == "compile" else None}
 
 
+class OneProgram(MegatronBlock):
+    """The Megatron block as one program for every rank (the vllm-neuron pattern): the
+    whole weights, and a rank input that picks this rank's shard of each."""
+
+    def __init__(self, world: int, dtype: torch.dtype) -> None:
+        super().__init__(32, 4, 64, 8, 0, 1, dtype=dtype)  # (rank 0 of 1: every head)
+        self.heads //= world
+        for name in ("k_cache", "v_cache"):
+            setattr(self, name, getattr(self, name)[:self.heads].clone())
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, rank: torch.Tensor
+                ) -> torch.Tensor:
+        n = self.heads * self.hd
+        rows = rank * n + torch.arange(n)
+        cols = rank * (self.up.shape[0] // (self.q.shape[0] // n)) + \
+            torch.arange(self.up.shape[0] // (self.q.shape[0] // n))
+        return self.step(x, pos, self.q.index_select(0, rows), self.k.index_select(0, rows),
+                         self.v.index_select(0, rows), self.o.index_select(1, rows),
+                         self.up.index_select(0, cols), self.down.index_select(1, cols))
+
+
+def _one_program(rank: int, world: int, dtype: torch.dtype, steps: int, path: str) -> dict:
+    """OneProgram against the per-rank MegatronBlock run eagerly; the program's digest
+    (the same on every rank)."""
+    import hashlib
+
+    import outofplace
+
+    eager, ours = MegatronBlock(32, 4, 64, 8, rank, world, dtype=dtype), \
+        OneProgram(world, dtype)
+    xs = [torch.randn(32, generator=torch.Generator().manual_seed(step), dtype=dtype)
+          for step in range(steps)]
+    me = torch.tensor(rank)
+    compiled = outofplace.compile(ours, (xs[0], torch.tensor(0), me)) \
+        if path == "compile" else torch.compile(ours, backend="outofplace", fullgraph=True)
+    worst = 0.0
+    for step, x in enumerate(xs):
+        expected, got = eager(x, torch.tensor(step)), compiled(x, torch.tensor(step), me)
+        worst = max(worst, (got - expected).abs().max().item(),
+                    (ours.k_cache - eager.k_cache).abs().max().item())
+    result = {"worst": worst, "in_place": path != "compile" or all(
+        compiled.in_place_report[n] == "in place" for n in ("k_cache", "v_cache")),
+        "collectives": collectives(compiled.stablehlo) if path == "compile" else None}
+    if path == "compile":
+        result["digest"] = hashlib.sha256(compiled.stablehlo.encode()).hexdigest()
+        if os.environ.get("OUTOFPLACE_TEST_SAVE"):
+            compiled.save(os.environ["OUTOFPLACE_TEST_SAVE"])
+    return result
+
+
 class DataTimesTensor(nn.Module):
     """A data x tensor layout (a 2-D DeviceMesh): the Megatron block over the mesh's
     "tp" groups, its output averaged over the "dp" groups."""
@@ -191,14 +246,14 @@ def _mesh(rank: int, world: int, dtype: torch.dtype, steps: int, path: str) -> d
         "collectives": collectives(compiled.stablehlo) if path == "compile" else None}
 
 
-CASES = {"megatron": _megatron, "collectives": _collectives, "mesh": _mesh}
+CASES = {"megatron": _megatron, "collectives": _collectives, "mesh": _mesh,
+         "one_program": _one_program}
 
 
 def main(argv: list[str]) -> None:
     """A rank process: `rank world port cases`, cases a JSON list of [case, dtype,
     steps, path]; prints each result as a JSON line."""
     import json
-    import os
 
     rank, world, port, cases = argv
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)

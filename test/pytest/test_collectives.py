@@ -31,12 +31,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(world: int, cases: list) -> list[list]:
+def launch(world: int, cases: list, **environment: str) -> list[list]:
     """Runs `cases` in `world` rank processes; each rank's results, in rank order. A
     rank that fails or outlives TIMEOUT_S ends the launch (the others are killed)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(HERE.parent.parent / "python"), os.environ.get("PYTHONPATH", "")]),
-        OUTOFPLACE_CACHE="0", OUTOFPLACE_COLLECTIVES_TIMEOUT="60")
+        OUTOFPLACE_CACHE="0", OUTOFPLACE_COLLECTIVES_TIMEOUT="60", **environment)
     port = str(_free_port())
     ranks = [subprocess.Popen(
         [sys.executable, str(HERE / "collective_programs.py"), str(r), str(world), port,
@@ -95,11 +95,26 @@ def test_two_ranks() -> None:
                         ("stablehlo.all_reduce", world)]})
 
 
-def test_four_ranks() -> None:
-    """On 4 ranks: the Megatron block over the world (float64), and over the "tp"
-    dimension of a 2 x 2 DeviceMesh with its output averaged over "dp" (float32)."""
-    cases = [["megatron", "float64", 3, "compile"], ["mesh", "float32", 3, "compile"]]
-    tp, dp = [[0, 1], [2, 3]], [[0, 2], [1, 3]]
-    check(launch(4, cases), cases, {
-        "megatron": [("stablehlo.all_reduce", [[0, 1, 2, 3]])] * 2,
-        "mesh": [("stablehlo.all_reduce", tp)] * 2 + [("stablehlo.all_reduce", dp)]})
+def test_four_ranks(tmp_path: Path) -> None:
+    """On 4 ranks: the Megatron block over the world (float64); over the "tp" dimension
+    of a 2 x 2 DeviceMesh with its output averaged over "dp" (float32); as one program
+    for every rank, a rank input picking each rank's shard of the whole weights (the
+    same StableHLO on every rank), saved: each rank's artifacts in its folder, with its
+    replica groups and aliases."""
+    cases = [["megatron", "float64", 3, "compile"], ["mesh", "float32", 3, "compile"],
+             ["one_program", "float32", 3, "compile"]]
+    tp, dp, world = [[0, 1], [2, 3]], [[0, 2], [1, 3]], [[0, 1, 2, 3]]
+    outputs = launch(4, cases, OUTOFPLACE_TEST_SAVE=str(tmp_path))
+    check(outputs, cases, {
+        "megatron": [("stablehlo.all_reduce", world)] * 2,
+        "mesh": [("stablehlo.all_reduce", tp)] * 2 + [("stablehlo.all_reduce", dp)],
+        "one_program": [("stablehlo.all_reduce", world)] * 2})
+    assert len({results[2][3]["digest"] for results in outputs}) == 1
+    for rank in range(4):
+        saved = json.loads((tmp_path / f"rank{rank}" / "io_map.json").read_text())
+        assert saved["collectives"] == {"rank": rank, "world": 4,
+                                        "process_groups": {"0": world}}
+        assert {a["input_name"] for a in saved["aliases"]} == {"k_cache", "v_cache"}
+        text = (tmp_path / f"rank{rank}" / "main.mlir").read_text()
+        assert text.count("stablehlo.all_reduce") == 2 and "mhlo.num_replicas = 4" in text
+        assert (tmp_path / f"rank{rank}" / "main.hlo.pb").stat().st_size > 0

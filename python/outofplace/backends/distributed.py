@@ -122,3 +122,19 @@ def join(world: int) -> Runtime:
                           tuple(d.id for d in ordered), rank, world)
         xla.COLLECTIVES = runtime
         return runtime
+
+
+def rank_artifacts(module: Any, directory: str) -> tuple[str, dict]:
+    """Where `Compiled.save` writes this rank's artifacts (`directory/rank<r>`), and what
+    its io_map.json says of the collectives: the rank, the world, each process group's
+    replica groups (also in main.mlir, on each collective)."""
+    import torch.distributed as dist
+    from torch_mlir import ir
+
+    from ..frontend.collectives import GROUPS
+
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    groups = {named.name: [list(ir.DenseI64ArrayAttr(g)) for g in ir.ArrayAttr(named.attr)]
+              for named in ir.DictAttr(module.operation.attributes[GROUPS])}
+    return os.path.join(str(directory), f"rank{rank}"), \
+        {"rank": rank, "world": replicas(module), "process_groups": groups}
