@@ -246,7 +246,69 @@ def _mesh(rank: int, world: int, dtype: torch.dtype, steps: int, path: str) -> d
         "collectives": collectives(compiled.stablehlo) if path == "compile" else None}
 
 
-CASES = {"megatron": _megatron, "collectives": _collectives, "mesh": _mesh,
+def _tensor_parallel_llama(world: int, dtype: torch.dtype) -> nn.Module:
+    """A tiny random transformers Llama, its decoder layers made tensor-parallel by
+    parallelize_module (ColwiseParallel q/k/v/gate/up, RowwiseParallel o/down), in
+    transformers' static-cache export wrapper whose caches hold this rank's heads."""
+    import transformers
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    from transformers.integrations import executorch
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, head_dim=16, vocab_size=96, max_position_embeddings=32,
+        attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(config).eval().to(dtype)
+    plan = {}
+    for layer in range(config.num_hidden_layers):
+        for name, style in (("self_attn.q_proj", ColwiseParallel), ("self_attn.k_proj",
+                            ColwiseParallel), ("self_attn.v_proj", ColwiseParallel),
+                            ("self_attn.o_proj", RowwiseParallel), ("mlp.gate_proj",
+                            ColwiseParallel), ("mlp.up_proj", ColwiseParallel),
+                            ("mlp.down_proj", RowwiseParallel)):
+            plan[f"model.layers.{layer}.{name}"] = style()
+    parallelize_module(model, init_device_mesh("cpu", (world,)), plan)
+    config.num_attention_heads //= world  # this rank's heads (the cache's)
+    config.num_key_value_heads //= world
+    model.generation_config = transformers.GenerationConfig(
+        use_cache=True, cache_implementation="static")
+    return executorch.TorchExportableModuleWithStaticCache(model, batch_size=1,
+                                                           max_cache_len=8)
+
+
+def _llama(rank: int, world: int, dtype: torch.dtype, steps: int, path: str) -> dict:
+    """The parallelized Llama run eagerly (DTensors) against its rank-local program
+    (`outofplace.rank_local`) compiled, over `steps` decode steps."""
+    import outofplace
+
+    eager = _tensor_parallel_llama(world, dtype)
+    ours = outofplace.rank_local(_tensor_parallel_llama(world, dtype))
+    tokens = [5, 17, 3, 42, 9, 60][:steps]
+    example = (torch.tensor([[tokens[0]]]),), {"cache_position": torch.tensor([0])}
+    compiled = outofplace.compile(ours, *example) if path == "compile" \
+        else torch.compile(ours, backend="outofplace", fullgraph=True)
+    worst = 0.0
+    for step, token in enumerate(tokens):
+        ids, at = torch.tensor([[token]]), torch.tensor([step])
+        with torch.no_grad():
+            expected = eager(ids, cache_position=at)
+            got = compiled(ids, cache_position=at)
+        worst = max(worst, (got - expected).abs().max().item())
+        mine, theirs = dict(ours.named_buffers()), dict(eager.named_buffers())
+        worst = max(worst, *((mine[n] - theirs[n]).abs().max().item() for n in mine
+                             if "cache" in n))
+    # (the second layer's counter is copied, 8 bytes: the program gives it the first's
+    # value, as on one device)
+    return {"worst": worst, "in_place": path != "compile" or all(
+        compiled.in_place_report[f"{kind}_cache_{layer}"] == "in place"
+        for kind in ("key", "value") for layer in range(2)),
+        "collectives": collectives(compiled.stablehlo) if path == "compile" else None}
+
+
+CASES = {"llama": _llama, "megatron": _megatron, "collectives": _collectives, "mesh": _mesh,
          "one_program": _one_program}
 
 

@@ -83,13 +83,16 @@ def test_two_ranks() -> None:
     the step's position) over 4 decode steps, and the in-place c10d calls into
     preallocated outputs (all_gather_into_tensor into a buffer, reduce_scatter_tensor,
     all_to_all_single, all_reduce max and avg): outofplace.compile in float32,
-    torch.compile in float64."""
+    torch.compile in float64; a tiny transformers Llama made tensor-parallel by
+    parallelize_module (its rank-local program, outofplace.rank_local) over 3 decode
+    steps of its static cache."""
     cases = [["megatron", "float32", 4, "compile"], ["megatron", "float64", 4, "dynamo"],
              ["collectives", "float32", 2, "compile"],
-             ["collectives", "float64", 2, "dynamo"]]
+             ["collectives", "float64", 2, "dynamo"], ["llama", "float32", 3, "compile"]]
     world = [[0, 1]]
     check(launch(2, cases), cases, {
         "megatron": [("stablehlo.all_reduce", world)] * 2,
+        "llama": [("stablehlo.all_reduce", world)] * 4,
         "collectives": [("stablehlo.all_gather", world), ("stablehlo.reduce_scatter", world),
                         ("stablehlo.all_to_all", world), ("stablehlo.all_reduce", world),
                         ("stablehlo.all_reduce", world)]})

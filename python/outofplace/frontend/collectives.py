@@ -15,6 +15,8 @@ job's.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from torch_mlir import ir
 
 from ..errors import UnsupportedMutationError
@@ -100,3 +102,48 @@ def annotate(module: ir.Module) -> None:
              for name, groups in names.items()})
         module.operation.attributes[WORLD] = ir.IntegerAttr.get(
             ir.IntegerType.get_signless(64), dist.get_world_size())
+
+
+def rank_local(module: Any) -> Any:
+    """The rank-local program of a module `torch.distributed.tensor.parallel.
+    parallelize_module` made tensor-parallel with `ColwiseParallel` / `RowwiseParallel`
+    (their default layouts) on a 1-D mesh, in place: each `nn.Linear` with DTensor
+    parameters holds its local shard instead; a column-parallel one (weight `Shard(0)`)
+    computes its shard of the outputs, a row-parallel one (`Shard(1)`) its partial sums,
+    then `dist.all_reduce` over the mesh's group. parallelize_module's hooks on those
+    linears (DTensor in, local out) are removed. torch.export does not trace DTensors;
+    this is the program eager runs, each rank's, with its collectives in place. Returns
+    `module`. Other DTensor modules, placements and a row-parallel bias are refused."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, Shard
+
+    def all_reduce(group: Any) -> Callable:
+        def hook(_: Any, __: Any, output: torch.Tensor) -> torch.Tensor:
+            dist.all_reduce(output, group=group)  # row-parallel: partial sums
+            return output
+        return hook
+
+    for name, sub in module.named_modules():
+        sharded = {n: p for n, p in sub.named_parameters(recurse=False)
+                   if isinstance(p, DTensor)}
+        if not sharded:
+            continue
+        weight = sharded.get("weight")
+        if not isinstance(sub, torch.nn.Linear) or weight is None or \
+                weight.device_mesh.ndim != 1 or \
+                list(weight.placements) not in ([Shard(0)], [Shard(1)]):
+            raise ValueError(f"'{name}': rank_local takes the nn.Linear modules of "
+                             "ColwiseParallel / RowwiseParallel on a 1-D mesh (weights "
+                             "Shard(0) or Shard(1))")
+        row = list(weight.placements) == [Shard(1)]
+        if row and sub.bias is not None:
+            raise ValueError(f"'{name}': a row-parallel linear with a bias (the bias would "
+                             "be summed over the ranks)")
+        for n, p in sharded.items():
+            setattr(sub, n, torch.nn.Parameter(p.to_local(), requires_grad=p.requires_grad))
+        sub._forward_pre_hooks.clear()  # parallelize_module's: DTensor inputs, local outputs
+        sub._forward_hooks.clear()
+        if row:
+            sub.register_forward_hook(all_reduce(weight.device_mesh.get_group()))
+    return module
