@@ -159,6 +159,7 @@ class _Lowering:
             outputs = _constant(operands[1], op, "output split sizes")
             inputs = _constant(operands[2], op, "input split sizes")
             group = _constant(operands[3], op, "group name")
+            groups = self.replica_groups(op, group)  # (refused first if unknown)
             count = self.group_size(op, group)
             rows = ir.RankedTensorType(source.type).shape[0]
             even = [rows // count] * count if count and rows % count == 0 else None
@@ -168,7 +169,7 @@ class _Lowering:
                     "lowers even splits of dimension 0)")
             # XLA reads an all_to_all with a channel as one across partitions (it has no
             # use_global_device_ids): across replicas it has none.
-            attributes = {"replica_groups": self.replica_groups(op, group)}
+            attributes = {"replica_groups": groups}
             collective = ir.Operation.create(
                 "stablehlo.all_to_all", results=[result_type], operands=[source], loc=loc,
                 ip=ip, attributes={"split_dimension": _i64(0), "concat_dimension": _i64(0),
