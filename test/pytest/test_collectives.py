@@ -11,6 +11,8 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -33,29 +35,42 @@ def _free_port() -> int:
 
 def launch(world: int, cases: list, **environment: str) -> list[list]:
     """Runs `cases` in `world` rank processes; each rank's results, in rank order. A
-    rank that fails or outlives TIMEOUT_S ends the launch (the others are killed)."""
+    rank that fails ends the launch at once, the others killed (one waiting in a
+    collective for it would wait forever); so does TIMEOUT_S."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(HERE.parent.parent / "python"), os.environ.get("PYTHONPATH", "")]),
         OUTOFPLACE_CACHE="0", OUTOFPLACE_COLLECTIVES_TIMEOUT="60", **environment)
     port = str(_free_port())
-    ranks = [subprocess.Popen(
-        [sys.executable, str(HERE / "collective_programs.py"), str(r), str(world), port,
-         json.dumps(cases)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True) for r in range(world)]
-    outputs = []
-    try:
-        for process in ranks:
-            out, err = process.communicate(timeout=TIMEOUT_S)
-            if process.returncode:
-                raise AssertionError(f"a rank failed ({process.returncode}):\n{err[-3000:]}")
-            outputs.append([json.loads(line[len("RESULT "):])
-                            for line in out.splitlines() if line.startswith("RESULT ")])
-    finally:
-        for process in ranks:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-    return outputs
+    with tempfile.TemporaryDirectory() as folder:
+        logs = [(Path(folder) / f"{r}.out", Path(folder) / f"{r}.err") for r in range(world)]
+        ranks = []
+        try:
+            for r, (out, err) in enumerate(logs):
+                with out.open("w") as stdout, err.open("w") as stderr:
+                    ranks.append(subprocess.Popen(
+                        [sys.executable, str(HERE / "collective_programs.py"), str(r),
+                         str(world), port, json.dumps(cases)],
+                        env=env, stdout=stdout, stderr=stderr))
+            deadline = time.monotonic() + TIMEOUT_S
+            while any(p.poll() is None for p in ranks):
+                failed = [r for r, p in enumerate(ranks) if p.poll()]
+                if failed or time.monotonic() > deadline:
+                    why = f"rank {failed[0]} failed ({ranks[failed[0]].returncode})" \
+                        if failed else f"the ranks ran past {TIMEOUT_S} s"
+                    raise AssertionError(f"{why}:\n" + logs[failed[0] if failed else 0][1]
+                                         .read_text()[-3000:])
+                time.sleep(0.2)
+            for r, p in enumerate(ranks):
+                assert p.returncode == 0, \
+                    f"rank {r} failed ({p.returncode}):\n{logs[r][1].read_text()[-3000:]}"
+            return [[json.loads(line[len("RESULT "):])
+                     for line in out.read_text().splitlines() if line.startswith("RESULT ")]
+                    for out, _ in logs]
+        finally:
+            for p in ranks:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
 
 
 def check(outputs: list[list], cases: list, groups: dict[str, list]) -> None:
