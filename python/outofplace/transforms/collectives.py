@@ -22,8 +22,9 @@ replica groups, recorded from torch.distributed by frontend/collectives.py when 
 program is traced); each collective gets its own channel id, in program order, with
 `use_global_device_ids`: a rank is a replica (`mhlo.num_replicas` = the world's size, set
 here on the module). An all_to_all has no channel: XLA reads one with a channel as
-crossing partitions, and it has no `use_global_device_ids` to say otherwise. Anything else (a reduce op XLA has no body for, uneven splits, a
-group the module does not name, a write into a view) is refused naming the op.
+crossing partitions, and it has no `use_global_device_ids` to say otherwise. Anything
+else (a reduce op XLA has no body for, uneven splits, a group the module does not name,
+an `all_reduce_` into a view) is refused naming the op.
 """
 
 from __future__ import annotations
