@@ -30,6 +30,7 @@ import loop_program  # noqa: E402
 import op_classes  # noqa: E402
 import real_models  # noqa: E402
 import report  # noqa: E402
+import tensor_parallel  # noqa: E402
 
 # Sections a run may regenerate alone (`--sections`), in place in the existing report,
 # between `<!-- section: NAME -->` and `<!-- end: NAME -->`.
@@ -37,7 +38,8 @@ SECTIONS = {"real-models": lambda log: real_models.run(real_models.ROWS, 20, log
             "op-classes": lambda log: op_classes.run(log=log),
             "exports": lambda log: exports.run(log=log),
             "custom-kernels": lambda log: custom_kernels.run(log=log),
-            "decode-loop": lambda log: loop_program.run(log)}
+            "decode-loop": lambda log: loop_program.run(log),
+            "tensor-parallel": lambda log: tensor_parallel.run(log)}
 
 
 def _framed(name: str, text: str) -> str:

@@ -13,6 +13,7 @@ from .context import make_context
 from .families import CompiledFamily, compile_family
 from .errors import (EngineUnavailableError, OutOfBoundsPolicyWarning,
                      UnsupportedMutationError, UserError)
+from .frontend.collectives import rank_local
 from .frontend.importer import mark_mutable_tensors
 from .transforms.inplace_to_outofplace import inplace_to_outofplace
 from .transforms.pipelines import lower_to_stablehlo, run_pipeline
@@ -34,5 +35,6 @@ __all__ = [
     "lower_to_stablehlo",
     "make_context",
     "mark_mutable_tensors",
+    "rank_local",
     "run_pipeline",
 ]

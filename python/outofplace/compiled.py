@@ -16,8 +16,9 @@ from torch.export import ExportedProgram
 from torch_mlir import ir
 
 from . import bounds, compile_cache, progress
-from .backends import custom_calls, export, foreign_targets, hlo_proto, iree, spmd, xla
-from .frontend import device_mesh, importer
+from .backends import (custom_calls, distributed, export, foreign_targets, hlo_proto,
+                       iree, spmd, xla)
+from .frontend import collectives, device_mesh, importer
 from . import torch_types
 from .context import make_context
 from .errors import EngineUnavailableError, OutOfBoundsPolicyWarning
@@ -229,7 +230,9 @@ class Compiled:
         """Writes main.mlir, main.mlirbc, main.hlo.pb (with jax, unless `hlo_proto` is
         False) and io_map.json. With jax, io_map.json says which consumers the artifacts
         were checked on (`"checked"`: a plain XLA:CPU client with default options and with
-        `xla.CONSUMER_OPTION`, whether each keeps every written argument in place)."""
+        `xla.CONSUMER_OPTION`, whether each keeps every written argument in place). A
+        rank's program with collectives is written in `directory/rank<r>`, io_map.json
+        saying its rank, the world and its process groups' replica groups."""
         if hlo_proto:
             self._refuse_dynamic("main.hlo.pb (save with hlo_proto=False for the rest)")
         names = export.io_map_json(self.input_names, len(self.result_dtypes), self.io_map)
@@ -237,6 +240,9 @@ class Compiled:
             names["mesh"] = self.mesh
             names["shardings"] = {n: [list(axes) for axes in spec]
                                   for n, spec in self.shardings.items()}
+        elif distributed.replicas(self.module) > 1:  # a rank's: in its own folder
+            directory, names["collectives"] = distributed.rank_artifacts(self.module,
+                                                                         directory)
         elif xla.available() and not self.dynamic:
             names["checked"] = xla.consumer_checks(self.stablehlo, self.io_map)
         return export.save(directory, self._exported, names, target, hlo_proto=hlo_proto)
@@ -419,6 +425,7 @@ class Compiled:
         if self._xla is None:
             with self._engines:
                 if self._xla is None:
+                    distributed.prepare(self.module)  # collectives: join the job's ranks
                     self._xla = xla.compile(self.stablehlo, self.io_map, {
                         "names": self.input_names, "inputs": self.input_types,
                         "results": self.result_types, "cache": self.cache})
@@ -448,6 +455,9 @@ class Compiled:
             results = self._xla_executable()(inputs)
             if self._plan is None:
                 self._make_plan(inputs)
+        elif distributed.replicas(self.module) > 1:  # collectives across processes
+            raise ValueError(f"a program with collectives runs on the xla engine, not "
+                             f"'{engine}' (docs/sharding.md)")
         elif engine in ("interpreter", "iree") and self._kernels:  # refused, by name
             custom_calls.refuse_engine(self.module, engine)
         elif engine == "interpreter":
@@ -620,6 +630,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     context = make_context()
     module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context,
                                                      dynamic_shapes, bool(check_bounds))
+    collectives.annotate(module)  # the process groups of its collectives, if any
     with context:
         if dump_ir:
             Path(dump_ir).mkdir(parents=True, exist_ok=True)

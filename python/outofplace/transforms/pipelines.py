@@ -13,7 +13,8 @@ from typing import Callable
 from torch_mlir import ir, passmanager
 
 from . import (constant_folding, control_flow, diagonal, dot_transposes,  # noqa: F401
-               empty_tensors, kernel_calls, narrow_indices, scatter_barriers, small_convolutions,
+               collectives, empty_tensors, kernel_calls, narrow_indices, scatter_barriers,
+               small_convolutions,
                squeeze_state,
                inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
@@ -27,7 +28,7 @@ register_pipeline(
     "outofplace-lower-to-stablehlo",
     ["outofplace-lower-regions",
      "outofplace-fold-empty-tensors", "outofplace-decompose-diagonal",
-     "outofplace-lower-updates", "outofplace-kernel-calls",
+     "outofplace-lower-updates", "outofplace-lower-collectives", "outofplace-kernel-calls",
      "outofplace-upstream-static-slices",
      "outofplace-upstream-wrap-negative-indices", "outofplace-upstream-fill-tensor",
      "outofplace-fold-constants",

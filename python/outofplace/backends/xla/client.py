@@ -32,22 +32,42 @@ def load_jax() -> Any:
     return jax
 
 
-@functools.cache
+# A process that runs its rank of a job's collectives (backends/distributed.py sets it
+# when it joins the job): `client` (synchronous, its devices every rank's), `device` (this
+# rank's), `sharding` (on it), `devices` (all, in rank order) and `place(CompileOptions)`
+# (a replica per rank). Programs compiled and arrays made after it use it; None in a
+# lone process.
+COLLECTIVES: Any = None
+
+
 def client() -> Any:
+    return local_client() if COLLECTIVES is None else COLLECTIVES.client
+
+
+@functools.cache
+def local_client() -> Any:
     load_jax()
     from jax._src.lib import xla_client
 
     return xla_client.make_cpu_client(asynchronous=False, num_devices=1)
 
 
-@functools.cache
 def device() -> Any:
-    return client().local_devices()[0]
+    return _local_device() if COLLECTIVES is None else COLLECTIVES.device
 
 
 @functools.cache
+def _local_device() -> Any:
+    return local_client().local_devices()[0]
+
+
 def device_sharding() -> Any:
-    return load_jax().sharding.SingleDeviceSharding(device())
+    return _local_sharding() if COLLECTIVES is None else COLLECTIVES.sharding
+
+
+@functools.cache
+def _local_sharding() -> Any:
+    return load_jax().sharding.SingleDeviceSharding(_local_device())
 
 
 @functools.cache
@@ -64,4 +84,6 @@ def extension() -> Any:
 def device_list() -> Any:
     from jax._src.lib import xla_client
 
+    if COLLECTIVES is not None:
+        return COLLECTIVES.devices
     return xla_client.DeviceList((device(),))

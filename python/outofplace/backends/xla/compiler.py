@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import compile_cache, progress
+from . import client as client_module
 from .client import client, device_list, load_jax
 from .misfusion import without_misfusion
 
@@ -67,6 +68,8 @@ def options_of(options: dict[str, Any]) -> Any:
 
     compile_options = xla_client.CompileOptions()
     compile_options.env_option_overrides = list(options.items())
+    if client_module.COLLECTIVES is not None:  # every rank a replica
+        client_module.COLLECTIVES.place(compile_options)
     return compile_options
 
 
@@ -94,7 +97,7 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
     entry = compile_cache.key(
         "xla", stablehlo, LEGALIZE_FOR_CPU, repr(sorted(options.items())),
         os.environ.get("XLA_FLAGS", ""), client().platform_version, compile_cache.cpu()
-    ) if compile_cache.enabled(cache) else None
+    ) if compile_cache.enabled(cache) and client_module.COLLECTIVES is None else None
     found = compile_cache.read("xla", entry) if entry is not None else None
     if found is not None:
         metadata, blob = found
