@@ -3,8 +3,10 @@ it came (or a reshape of it) are removed; the engine returns them itself.
 
 `old = x.clone(); ...; return old`, `return x.flatten().clone()`: IREE 3.13 returns the
 argument's own buffer for such a result and may write into it, even when the argument
-is not consumed (its buffer is then the caller's tensor, which the call changes). No
-IREE issue was found. The removed results are recorded on `main` (`RETURNED`: `[result,
+is not consumed (its buffer is then the caller's tensor, which the call changes):
+iree-org/iree#16168 (exported I/O buffer views alias with tied ops; closed, but a
+2026-09 comment there shows the same symptom, an input returned unchanged coming back
+written, and IREE 3.13 still has it: the canary). The removed results are recorded on `main` (`RETURNED`: `[result,
 argument, *shape]` each); the engine returns a copy of the argument taken before the
 call for each, and `tf.aliasing_output` is renumbered (an argument aliased with a removed
 result loses its alias). Canary:

@@ -2,8 +2,9 @@
 tensor it updates is computed into a buffer of its own first.
 
 `x[3] = x[3]`, or a masked write whose mask is all false: IREE 3.13 copies the buffer
-onto itself and the call fails (`source and target ranges overlap`). No IREE issue was
-found. The update is put behind a `stablehlo.optimization_barrier`. Canary:
+onto itself and the call fails (`source and target ranges overlap`): the error of
+iree-org/iree#17316 (an in-place `index_copy_`; closed, still there in IREE 3.13 for
+this form: the canary). The update is put behind a `stablehlo.optimization_barrier`. Canary:
 test_iree_canaries.test_update_read_from_its_own_place_copies_a_buffer_onto_itself.
 """
 
