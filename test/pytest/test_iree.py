@@ -218,7 +218,7 @@ def test_an_input_copied_into_a_written_tensor_is_not_written() -> None:
 
 
 # Programs on which IREE 3.13 failed or computed wrongly, found by the fuzzer and reduced
-# by hand; `backends/iree.py` works around each (docs/backends.md). They run on every
+# by hand; the legalize-for-iree passes work around each (docs/backends.md). They run on every
 # engine, as all differential tests do.
 def test_gather_from_a_strided_slice() -> None:
     """IREE folded the slice into the gather's load and could not compile it (`LLVM
