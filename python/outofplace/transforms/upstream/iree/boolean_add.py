@@ -3,7 +3,8 @@
 StableHLO's spec (and XLA, and its interpreter) define `add` of `i1` as a logical or;
 IREE 3.13 adds them modulo 2 (an exclusive or): `add(true, true)` is false. No IREE issue
 was found (nod-ai/amd-shark-ai#341 works around the same behaviour of iree-compile;
-openxla/stablehlo#2630 asked the spec, which stands). Canary: test_iree_canaries.test_boolean_add_is_an_exclusive_or.
+openxla/stablehlo#2630 asked the spec, which stands). Canary:
+test_iree_canaries.test_boolean_add_is_an_exclusive_or.
 """
 
 from __future__ import annotations

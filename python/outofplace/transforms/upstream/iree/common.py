@@ -62,6 +62,7 @@ def set_argument_attributes(main: Any, changes: dict[int, dict[str, Any]]) -> No
         attrs[argument] = ir.DictAttr.get(entries)
     main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
 
+
 def _reads_arguments(value: Any) -> bool:
     """Whether `value` is computed from an argument of its function (not from constants
     and iotas alone: indices known when compiling, which the frontend made in range)."""

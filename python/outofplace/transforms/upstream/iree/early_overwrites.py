@@ -7,7 +7,8 @@ value is done when that value is read by anything but the update itself (`y = x 
 x.zero_(); return y` returns ones; `dst.copy_(src); src.mul_(2)` copies the doubled
 src), or when the update reads other elements of it (`x.add_(x[0, :2])`). Boolean
 arguments too: `x.logical_xor_(y); return x.logical_not()` returned not(old x). No IREE
-issue was found. Canary: test_iree_canaries.test_a_consumed_argument_is_overwritten_before_it_is_read.
+issue was found. Canary:
+test_iree_canaries.test_a_consumed_argument_is_overwritten_before_it_is_read.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ argument's own buffer for such a result and may write into it, even when the arg
 is not consumed (its buffer is then the caller's tensor, which the call changes):
 iree-org/iree#16168 (exported I/O buffer views alias with tied ops; closed, but a
 2026-09 comment there shows the same symptom, an input returned unchanged coming back
-written, and IREE 3.13 still has it: the canary). The removed results are recorded on `main` (`RETURNED`: `[result,
-argument, *shape]` each); the engine returns a copy of the argument taken before the
-call for each, and `tf.aliasing_output` is renumbered (an argument aliased with a removed
-result loses its alias). Canary:
+written, and IREE 3.13 still has it: the canary). The removed results are recorded on
+`main` (`RETURNED`: `[result, argument, *shape]` each); the engine returns a copy of the
+argument taken before the call for each, and `tf.aliasing_output` is renumbered (an
+argument aliased with a removed result loses its alias). Canary:
 test_iree_canaries.test_an_argument_returned_as_it_came_is_written_by_its_update.
 """
 

@@ -8,8 +8,8 @@ sort's operand: IREE 3.13 writes the update (or sorts) in the argument's buffer 
 when it is not consumed (`w[0] = 1` on an input w copied into a written tensor first, or
 multiplied by 1; `torch.quantile(x, 0.3)` sorted the caller's x). The symptom of
 iree-org/iree#16168 (an input buffer written that should not be; closed, still there in
-IREE 3.13: the canary). Such an argument that is not aliased gets `COPIED`; the engine imports a copy of
-the caller's tensor for it. Canary:
+IREE 3.13: the canary). Such an argument that is not aliased gets `COPIED`; the engine
+imports a copy of the caller's tensor for it. Canary:
 test_iree_canaries.test_scatter_through_a_transpose_of_a_unit_dimension_writes_the_input.
 """
 
