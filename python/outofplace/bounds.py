@@ -133,8 +133,8 @@ class BoundsCheck:
                                                self._result_types, cache=self.cache)
                 self._engines[key] = lambda ins, e=executable: e(ins)[0]
             elif engine == "iree":
-                executable = iree.Executable(asm, {})
-                self._engines[key] = lambda ins, e=executable: e(ins, [torch.bool])[0]
+                executable = iree.compile(asm, {}, {"result_dtypes": [torch.bool]})
+                self._engines[key] = lambda ins, e=executable: e(ins)[0]
             else:
                 raise ValueError(f"unknown engine '{engine}'")
             if len(self._engines) > 16:  # a few shapes of a dynamic program

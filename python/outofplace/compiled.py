@@ -263,7 +263,8 @@ class Compiled:
 
     def _iree_executable(self) -> iree.Executable:
         if self._iree is None:
-            self._iree = iree.Executable(self.stablehlo, self.io_map)
+            self._iree = iree.compile(self.stablehlo, self.io_map,
+                                      {"result_dtypes": self.result_dtypes})
         return self._iree
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -465,12 +466,8 @@ class Compiled:
             with torch.no_grad():
                 for arg, result in self.io_map.items():
                     inputs[arg].copy_(results[result])
-        elif engine == "iree":  # updates mutated inputs in place, or copies them back
-            results = self._iree_executable()(inputs, self.result_dtypes)
-            with torch.no_grad():
-                for arg, result in self.io_map.items():
-                    if results[result] is not inputs[arg]:
-                        inputs[arg].copy_(results[result])
+        elif engine == "iree":  # updates the written inputs itself
+            results = self._iree_executable()(inputs)
         else:
             raise ValueError(f"unknown engine '{engine}': use interpreter, xla, iree or auto")
         return self._finish(inputs, results)

@@ -332,7 +332,7 @@ def test_regions_on_the_reference_interpreter(f: Callable) -> None:
 def test_regions_on_iree_match_eager_and_say_they_copy() -> None:
     """IREE runs the loop and the branches right, but outofplace compiles their state
     without its alias there (IREE 3.13's stream phase would update it wrongly in place,
-    backends/iree.py): the report says so."""
+    outofplace-iree-unalias-early-overwrites): the report says so."""
     from outofplace.backends import iree
 
     if not iree.available():

@@ -40,7 +40,7 @@ def test_kv_step_is_in_place_on_iree() -> None:
     compiled = outofplace.compile(kv_step, kv_args())
     assert compiled.alias_problems("iree") == []
     cache, pos, k = kv_args(3)
-    results = compiled._iree_executable()([cache, pos, k], compiled.result_dtypes)
+    results = compiled._iree_executable()([cache, pos, k])
     assert results[compiled.io_map[0]] is cache  # written in the caller's own memory
     expected = torch.zeros(4, 16, 8)
     kv_step(expected, pos, k)
@@ -218,7 +218,7 @@ def test_an_input_copied_into_a_written_tensor_is_not_written() -> None:
 
 
 # Programs on which IREE 3.13 failed or computed wrongly, found by the fuzzer and reduced
-# by hand; `backends/iree.py` works around each (docs/backends.md). They run on every
+# by hand; the legalize-for-iree passes work around each (docs/backends.md). They run on every
 # engine, as all differential tests do.
 def test_gather_from_a_strided_slice() -> None:
     """IREE folded the slice into the gather's load and could not compile it (`LLVM

@@ -32,3 +32,12 @@ def test_every_pass_and_pipeline_has_a_row():
     text = DOC.read_text()
     for name in [*PASSES, *PIPELINES]:
         assert f"| `{name}` |" in text
+
+
+def test_backends_md_lists_the_iree_workarounds_from_the_registry():
+    backends = DOC.parent / "backends.md"
+    assert passes_doc.main([str(backends), "--check"]) == 0, \
+        "docs/backends.md is stale: run python -m outofplace.tools.passes_doc"
+    text = backends.read_text()
+    for name in PIPELINES["legalize-for-iree"].elements:
+        assert f"| `{name}` |" in text

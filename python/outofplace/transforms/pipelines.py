@@ -19,6 +19,7 @@ from . import (constant_folding, control_flow, diagonal, dot_transposes,  # noqa
                inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)
+from .upstream import iree as iree_workarounds
 from .. import progress
 from ..context import load_torch_conversion
 from . import registry
@@ -49,13 +50,18 @@ register_pipeline(
     "inplace-to-stablehlo-pipeline",
     ["inplace-to-outofplace", "outofplace-lower-to-stablehlo"],
     "Mutable torch IR all the way to StableHLO with input/output aliases")
+register_pipeline(
+    "legalize-for-iree", iree_workarounds.PASSES,
+    "The StableHLO the IREE engine compiles: IREE 3.13's bugs worked around",
+    "what backends/iree/ runs on a module before IREE compiles it; each pass is a "
+    "workaround of an IREE bug, pinned by a canary (transforms/upstream/iree/)")
 
 
 def in_pipeline_order() -> list:
     """Our passes in the order the whole pipeline runs them, then the others, then the
     pipelines: the order of `outofplace-opt --help` and docs/passes.md."""
-    order = [e for e in pipeline_elements("builtin.module(inplace-to-stablehlo-pipeline)")
-             if e in PASSES]
+    order = [e for e in pipeline_elements(
+        "builtin.module(inplace-to-stablehlo-pipeline, legalize-for-iree)") if e in PASSES]
     return [PASSES[name] for name in order] + \
         [p for name, p in PASSES.items() if name not in order] + list(PIPELINES.values())
 
