@@ -317,7 +317,8 @@ VIEW_OPS: dict[str, ViewOp] = {
     "torch.aten.narrow": ViewOp(_narrow_box, _narrow),
     "torch.aten.select.int": ViewOp(_select_box, _select),
     **_entries(ViewOp(_reordering(_reversed), _t), "t", "numpy_T"),
-    # swapaxes, swapdims: the frontend rewrites them to transpose (decompositions.py)
+    # swapaxes, swapdims: the frontend rewrites them to transpose
+    # (frontend/upstream/undefined_ops.py)
     **_entries(ViewOp(_reordering(_transposed), _transpose),
                "transpose.int", "swapaxes", "swapdims"),
     "torch.aten.movedim.int": ViewOp(_reordering(_moved), _movedim),
