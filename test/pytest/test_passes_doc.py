@@ -32,3 +32,10 @@ def test_every_pass_and_pipeline_has_a_row():
     text = DOC.read_text()
     for name in [*PASSES, *PIPELINES]:
         assert f"| `{name}` |" in text
+
+
+def test_every_pass_has_a_lit_test_of_its_name():
+    """One name shared by a pass and its lit test (test/<pass name>.mlir)."""
+    tests = DOC.parents[1] / "test"
+    missing = [name for name in PASSES if not (tests / f"{name}.mlir").exists()]
+    assert not missing, f"passes without a lit test of their name: {missing}"
