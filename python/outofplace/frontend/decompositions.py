@@ -211,10 +211,11 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
 
 @_decomposes(torch.ops.aten.instance_norm.default)
 def _instance_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """instance_norm, which torch-mlir aborts on (an LLVM error, the whole process),
-    normalizing each (sample, channel) over the other dimensions; with running
-    statistics and input statistics it updates them, as eager does, with the mean over
-    the samples of each channel's statistics (the variance unbiased):
+    """instance_norm normalizes each (sample, channel) over the other dimensions; with
+    running statistics and input statistics it updates them, as eager does (its schema
+    does not say so), with the mean over the samples of each channel's statistics (the
+    variance unbiased). Every call is rewritten: torch-mlir also aborts on the op (an
+    LLVM error, the whole process), a gap that alone would put it in upstream/:
 
         mean, var = x.mean(dims), x.var(dims, correction=0)      dims = 2, 3, ...
         out = (x - mean) * rsqrt(var + eps) * weight + bias
