@@ -12,9 +12,10 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (constant_folding, control_flow, diagonal, dot_transposes,  # noqa: F401
-               dynamic_broadcasts, dynamic_shapes, empty_tensors, inplace_to_outofplace,
-               kernel_calls, lower_updates, refuse_unknown_shapes, small_convolutions,
+from . import (control_flow, decompose_diagonal, dynamic_broadcasts,  # noqa: F401
+               dynamic_shapes, fold_constants, fold_empty_tensors,
+               fold_transposes_into_dots, inplace_to_outofplace, kernel_calls,
+               lower_updates, refuse_unknown_shapes, small_convolutions_as_dots,
                squeeze_state, stablehlo_constants,
                verify_stablehlo)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
