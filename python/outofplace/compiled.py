@@ -76,6 +76,19 @@ def _as_complex(pairs: torch.Tensor) -> torch.Tensor:
         return torch.view_as_complex(pairs.contiguous())
 
 
+def _take_views(tensor: torch.Tensor, views: tuple, inputs: list[torch.Tensor],
+                results: list[Any]) -> torch.Tensor:
+    """The view of `tensor` that `views` take ((view op, its other arguments, kwargs),
+    innermost first), a position tensor among them given as the call's `importer.Input`
+    or main's `importer.Result`."""
+    for view, view_args, view_kwargs in views:
+        view_args = [inputs[a.index] if type(a) is importer.Input else
+                     results[a.index] if type(a) is importer.Result else a
+                     for a in view_args]
+        tensor = view(tensor, *view_args, **view_kwargs)
+    return tensor
+
+
 def _state_tensor(owner: Any, target: str) -> torch.Tensor:
     """A parameter or buffer of the compiled program, by its state-dict name."""
     if isinstance(owner, ExportedProgram):
@@ -115,7 +128,7 @@ class Compiled:
     _relaid: dict = field(default_factory=dict, repr=False)  # layouts -> Compiled
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
     shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
-    _spmd: Any = field(default=None, repr=False)  # backends/spmd.py, compiled on first use
+    _spmd: Any = field(default=None, repr=False)  # backends/spmd, compiled on first use
     check_bounds: bool | None = None
     bounds_check: bounds.BoundsCheck | None = None  # run before main (bounds.py)
     _traced_strides: Any = field(default=None, repr=False)  # strides seen with `layouts`
@@ -177,13 +190,11 @@ class Compiled:
         if self._spmd is None:
             with self._engines:
                 if self._spmd is None:
-                    shapes = [ir.RankedTensorType(a.type).shape
-                              for a in main_function(self.module).arguments]
                     specs = {self.input_names.index(n): s for n, s in self.shardings.items()}
-                    state = sharding.returned_state(main_function(self.module), self.io_map)
-                    self._spmd = spmd.ShardedExecutable(
-                        self.stablehlo, self.mesh, specs, self.io_map, state,
-                        self.input_names, shapes, self.cache)
+                    self._spmd = spmd.compile(self.stablehlo, self.io_map, {
+                        "mesh": self.mesh, "specs": specs, "names": self.input_names,
+                        "inputs": self.input_types, "results": self.result_types,
+                        "cache": self.cache})
         return self._spmd
 
     @property
@@ -408,9 +419,9 @@ class Compiled:
         if self._xla is None:
             with self._engines:
                 if self._xla is None:
-                    self._xla = xla.CpuExecutable(
-                        self.stablehlo, self.input_names, self.io_map, self.input_types,
-                        self.result_types, cache=self.cache)
+                    self._xla = xla.compile(self.stablehlo, self.io_map, {
+                        "names": self.input_names, "inputs": self.input_types,
+                        "results": self.result_types, "cache": self.cache})
         return self._xla
 
     def run(self, args: tuple, kwargs: dict | None = None, engine: str = "auto") -> Any:
@@ -430,7 +441,7 @@ class Compiled:
         if engine == "xla" and self.dynamic:  # XLA compiles static shapes: one per shape
             return self.specialized([tuple(t.shape) for t in inputs]).run(args, kwargs, engine)
         if self.mesh is not None:  # aliased shards are written into the caller's tensors
-            results = self._sharded()(inputs, self.result_dtypes)
+            results = self._sharded()(inputs)
             if self._plan is None:
                 self._make_plan(inputs)
         elif engine == "xla":  # updates the written inputs; None for their results
@@ -467,7 +478,8 @@ class Compiled:
         as eager takes it."""
         written = self._written_results
         complex_results = self.signature.complex_results
-        leaves = []
+        leaves: list[Any] = []
+        output_views = []
         for kind, value, *views in self.signature.output_leaves:
             if kind == "result":
                 leaves.append(inputs[written[value]] if value in written else results[value])
@@ -477,14 +489,18 @@ class Compiled:
                 tensor = inputs[value]
                 if value in self.signature.complex_arguments:
                     tensor = _as_complex(tensor)
-                for view, view_args, view_kwargs in views[0]:
-                    view_args = [inputs[a.index] if type(a) is importer.Input else
-                                 results[a.index] if type(a) is importer.Result else a
-                                 for a in view_args]  # a position tensor of the call
-                    tensor = view(tensor, *view_args, **view_kwargs)
-                leaves.append(tensor)
+                leaves.append(_take_views(tensor, views[0], inputs, results))
+            elif kind == "output":  # a view of another leaf, taken once that one is
+                output_views.append((len(leaves), value, views[0]))
+                leaves.append(None)
             else:
                 leaves.append(value)
+        while output_views:  # bases first: a leaf's base may be a view of a third
+            index, base, views = output_views.pop(0)
+            if leaves[base] is None:
+                output_views.append((index, base, views))
+                continue
+            leaves[index] = _take_views(leaves[base], views, inputs, results)
         spec = self.signature.out_spec
         if spec is None:
             return leaves

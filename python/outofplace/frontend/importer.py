@@ -41,7 +41,7 @@ from .masked_values import MaskedValues
 from . import training
 from .runtime_positions import RuntimePositions, user_line
 from .tensor_data import DataAsDetach
-from . import region_functions
+from . import input_views, region_functions
 from .shape_changes import InputShapeChanges
 from .symbolic_sizes import SymbolicSizes
 from ..ir_utils import operations, tensor_literal, terminator
@@ -56,9 +56,10 @@ class ProgramSignature:
     in_spec: pytree.TreeSpec | None  # pytree of the user's (args, kwargs)
     user_input_leaves: list[int]  # positions of the tensor leaves of (args, kwargs)
     out_spec: pytree.TreeSpec | None  # pytree of the program's output
-    # For each leaf of the output: ("result", index of main's result), ("constant", value)
-    # or ("argument", index of main's argument, views): the argument itself, or the view
-    # of it that `views` take ((view op, its other arguments, kwargs), innermost first).
+    # For each leaf of the output: ("result", index of main's result), ("constant", value),
+    # ("argument", index of main's argument, views): the argument itself, or the view
+    # of it that `views` take ((view op, its other arguments, kwargs), innermost first),
+    # or ("output", index of another leaf, views): the view of that leaf `views` take.
     output_leaves: list[tuple[str, Any]] = field(default_factory=list)
     # For each argument written in place: the first op writing it, and its source line.
     first_writes: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -85,6 +86,9 @@ class ProgramSignature:
     # main's results that are `view_as_real` of a complex output.
     complex_arguments: dict[int, torch.dtype] = field(default_factory=dict)
     complex_results: frozenset[int] = frozenset()
+    # Parameters and buffers viewing another (`input_views.py`): not arguments of main,
+    # taken inside it from that one; target -> (its base's target, the view's layout).
+    state_views: dict[str, tuple[str, tuple]] = field(default_factory=dict)
 
     @functools.cached_property
     def flat_tensors(self) -> tuple[int, tuple[str, ...]] | None:
@@ -226,19 +230,28 @@ _INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a 
 
 
 def _distinct_tensors(tree: Any) -> Any:
-    """The tree with a tensor given again (`f(x, t, t)`) replaced by a view of all of it:
-    torch.export makes one input of one tensor object given twice, and the program would
-    read one argument for both at calls given two tensors. (Sharing memory, they still
-    share it: a written one is refused.)"""
-    seen: set[int] = set()
+    """The tree with each tensor that shares memory with an earlier one (`f(x, t, t)`,
+    `f(x[2], x)`) traced as a copy in the same layout (strides, storage offset).
+    torch.export makes one input of one tensor object given twice, and makes the sizes
+    of a tensor another input views symbolic: separate arguments of the compiled program,
+    they are separate values (a written one sharing memory is refused, at compiling and
+    at every call)."""
+    storages: set[int] = set()
 
     def distinct(leaf: Any) -> Any:
-        if not isinstance(leaf, torch.Tensor):
+        if not isinstance(leaf, torch.Tensor) or leaf.is_meta:
             return leaf
-        if id(leaf) in seen:
-            return leaf.view(leaf.shape)
-        seen.add(id(leaf))
-        return leaf
+        storage = leaf.untyped_storage()._cdata
+        if storage not in storages:
+            storages.add(storage)
+            return leaf
+        extent = sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride())) + 1 \
+            if leaf.numel() else 0
+        with torch.no_grad():  # the elements the layout reaches, expanded ones too
+            memory = torch.empty(0, dtype=leaf.dtype, device=leaf.device).set_(
+                leaf.untyped_storage())[:leaf.storage_offset() + extent].clone()
+        copy = memory.as_strided(leaf.shape, leaf.stride(), leaf.storage_offset())
+        return copy.requires_grad_(leaf.requires_grad)
 
     return pytree.tree_map(distinct, tree)
 
@@ -391,6 +404,7 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     state = [(_state_value(ep, spec.target), placeholders[spec.arg.name])
              for spec in ep.graph_signature.input_specs
              if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
+    state_views = _take_state_views(ep, graph, state)
     held, read_constants = _held_constants(ep, graph, placeholders, roots or {}, state)
     for node in graph.nodes:  # ops on a fake constant would run on the caller's tensor
         if isinstance(node.meta.get("val"), torch._subclasses.FakeTensor):
@@ -404,7 +418,10 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     constant_inputs: dict[int, tuple[str, Any]] = {}
     for spec in ep.graph_signature.input_specs:
         node = placeholders[spec.arg.name]
-        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and \
+                spec.target in state_views:  # taken from its base
+            redirected = True
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             state_targets.append(spec.target)
             input_names.append(spec.target)
             arguments.append(node)
@@ -448,13 +465,24 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     # it) as in eager, not a result of main; an output given twice is one result.
     leaves: list[tuple[str, Any, ...]] = []
     kept: dict[torch.fx.Node, int] = {}
-    for value in output.args[0]:
-        alias = _argument_alias(value, {node: i for i, node in enumerate(arguments)},
-                                frozenset(written))
+    argument_index = {node: i for i, node in enumerate(arguments)}
+    aliases = [None if _constant_output(value) else
+               _argument_alias(value, argument_index, frozenset(written))
+               for value in output.args[0]]
+    # Outputs the program makes (not the caller's tensors): one viewing another
+    # (`return t, t.select(1, 0)`) is that one's view, as in eager, where a write into
+    # either shows in the other (dynamo writes into such a view after a graph break).
+    made = {value: i for i, (value, alias) in enumerate(zip(output.args[0], aliases))
+            if alias is None and not _constant_output(value)}
+    for value, alias in zip(output.args[0], aliases):
+        base = _argument_alias(value, {n: i for n, i in made.items() if n is not value},
+                               frozenset(written)) if value in made else None
         if _constant_output(value):
             leaves.append(("constant", value))
         elif alias is not None:
             leaves.append(("argument", alias[0], _position_results(alias[1], graph, kept)))
+        elif base is not None:
+            leaves.append(("output", base[0], _position_results(base[1], graph, kept)))
         else:
             leaves.append(("result", kept.setdefault(value, len(kept))))
     region = next((n for n in graph.nodes if n.op == "call_function" and
@@ -488,8 +516,34 @@ def _prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
                                  bounds_result=None if flags is None else kept[flags],
                                  complex_arguments=complex_arguments,
                                  complex_results=complex_results,
-                                 guards=read_constants)
+                                 guards=read_constants, state_views=state_views)
     return gm, signature
+
+
+def _take_state_views(ep: ExportedProgram, graph: torch.fx.Graph,
+                      state: list[tuple[torch.Tensor, torch.fx.Node]]
+                      ) -> dict[str, tuple[str, tuple]]:
+    """Each parameter or buffer that views another's elements (`register_buffer("k",
+    kv[0])`) taken inside the program from that one (input_views.take_view), its
+    placeholder erased: as separate arguments, a write through one would not show
+    through the other. In `state`, the view's node becomes the one taking it. Returns
+    target -> (its base's target, the view's layout)."""
+    targets = [spec.target for spec in ep.graph_signature.input_specs
+               if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
+    views = input_views.views_of_inputs([value for value, _ in state])
+    if not views:
+        return {}
+    body = next(n for n in graph.nodes if n.op != "placeholder")
+    taken = {}
+    with graph.inserting_before(body):
+        for i, base in views.items():
+            layout = input_views.view_layout(state[i][0], state[base][0])
+            view = input_views.take_view(graph, state[base][1], layout)
+            state[i][1].replace_all_uses_with(view)
+            graph.erase_node(state[i][1])
+            state[i] = (state[i][0], view)
+            taken[targets[i]] = (targets[base], layout)
+    return taken
 
 
 def _state_node(value: torch.Tensor, state: list[tuple[torch.Tensor, torch.fx.Node]]
@@ -755,6 +809,9 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
                     source, tuple(("attr", part) for part in name.split(".")), name,
                     tuple(value.shape), value.dtype)
     signature.cleared_grads = steps.cleared if steps is not None else []
+    for view, (base, layout) in signature.state_views.items():
+        signature.guards.append(input_views.StateView(
+            view, base, layout, _live_state(source, ep, view), _live_state(source, ep, base)))
     if steps is not None:
         signature.guards += steps.settings.values()
     state = [signature.held[target]() if target in signature.held else
@@ -762,6 +819,13 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     signature.refuse_written_inputs_sharing_memory(
         signature.real_views(state + signature.user_inputs(args, kwargs or {})))
     return module, signature
+
+
+def _live_state(source: Any, ep: ExportedProgram, target: str) -> Callable[[], Any]:
+    """The parameter or buffer `target` of the compiled program, as it is at a call."""
+    if isinstance(source, ExportedProgram):
+        return lambda: source.state_dict.get(target)
+    return lambda: functools.reduce(getattr, target.split("."), source)
 
 
 def _root_of(value: ir.Value, roots: dict[ir.Value, ir.Value]) -> ir.Value:

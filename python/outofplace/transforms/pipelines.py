@@ -15,8 +15,8 @@ from torch_mlir import ir, passmanager
 from . import (control_flow, decompose_diagonal, dynamic_broadcasts,  # noqa: F401
                dynamic_shapes, fold_constants, fold_empty_tensors,
                fold_transposes_into_dots, inplace_to_outofplace, kernel_calls,
-               lower_updates, refuse_unknown_shapes, small_convolutions_as_dots,
-               squeeze_state, stablehlo_constants,
+               lower_updates, narrow_indices, refuse_unknown_shapes, scatter_barriers,
+               small_convolutions_as_dots, squeeze_state, stablehlo_constants,
                verify_stablehlo)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)
