@@ -89,7 +89,7 @@ def test_demo_runs():
 
 
 # A cited path names a file of the project, found from the repository's root, the
-# package, docs/, test/ or the citing file's folders. These are outputs a page shows a
+# package or one of its stages, docs/, test/ or the citing file's folders. These are outputs a page shows a
 # command writing, not files of the project.
 _OUTPUTS = ("out/", "path/to/", "member_0/", "family_out/", "test/Output/")
 _CITED_PATH = re.compile(r"(?<![\w./-])((?:[\w.-]+/)+[\w.-]+\.(?:py|md|mlir|cpp|h|toml|cfg|"
@@ -116,8 +116,10 @@ def _citing_texts():
 def test_every_cited_file_exists():
     """A path (`frontend/upstream/scans.py`, `test/pytest/test_docs.py`, a page link) cited
     by a page or a module docstring names a file the project has."""
-    bases = [ROOT, ROOT / "python" / "outofplace", ROOT / "python", ROOT / "docs",
-             ROOT / "test", ROOT / "test" / "pytest"]
+    package = ROOT / "python" / "outofplace"
+    bases = [ROOT, package, *(package / stage for stage in ("frontend", "transforms",
+                                                            "backends")),
+             ROOT / "python", ROOT / "docs", ROOT / "test", ROOT / "test" / "pytest"]
     missing = []
     for source, text in _citing_texts():
         for cited in [m.group(1) for m in _CITED_PATH.finditer(text)] + \
