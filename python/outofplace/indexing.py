@@ -5,7 +5,7 @@ normalises (a negative index or bound counts from the end, slice bounds are clam
 into their dimension, a constant index outside it is eager's IndexError, a key is split
 into its items with `...` spelled out, an MLIR index list read as its entries); the plan
 is a box of the root (transforms/insert_plan.py) or a scatter's numbers
-(transforms/lower_updates.py); the emit builds the insert, slice, gather or scatter.
+(transforms/lower_updates/); the emit builds the insert, slice, gather or scatter.
 
 The helpers on ints serve the FX stage (keys of `x[...]` while tracing, bounds of FX
 nodes) and the MLIR passes (constant operands) alike.

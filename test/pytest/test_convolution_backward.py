@@ -1,4 +1,4 @@
-"""frontend/decompositions.py's `_convolution_backward`: a convolution's gradients as
+"""frontend/upstream/convolution_backward.py: a convolution's gradients as
 convolutions (the weight's over the batch, JAX's transpose rule), on every stride,
 padding, dilation and rank, against eager's, in float32 and float64."""
 

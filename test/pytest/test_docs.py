@@ -86,3 +86,47 @@ def test_demo_runs():
     result = subprocess.run([sys.executable, str(ROOT / "examples" / "kv_cache.py")],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+# A cited path names a file of the project, found from the repository's root, the
+# package or one of its stages, docs/, test/ or the citing file's folders. These are outputs a page shows a
+# command writing, not files of the project.
+_OUTPUTS = ("out/", "path/to/", "member_0/", "family_out/", "test/Output/")
+_CITED_PATH = re.compile(r"(?<![\w./-])((?:[\w.-]+/)+[\w.-]+\.(?:py|md|mlir|cpp|h|toml|cfg|"
+                         r"txt|json|sh))(?![\w/])")
+_CITED_PAGE = re.compile(r"\]\(([\w./-]+\.md)(?:#[\w-]*)?\)")
+# Paths inside other projects (torch-mlir's, PyTorch's) that pages cite.
+_OTHER_PROJECTS = ("torch/", "lib/", "torch_mlir/", "jax/", "xla/", "iree/")
+
+
+def _citing_texts():
+    """(file, text) of each docs page and the README, and each module docstring of the
+    package, the tests and the benchmarks; the changelog is history, left out."""
+    import ast
+
+    package = ROOT / "python" / "outofplace"
+    for page in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
+        if page.name != "changelog.md":
+            yield page, page.read_text()
+    for module in [*sorted(package.rglob("*.py")), *sorted((ROOT / "test").rglob("*.py")),
+                   *sorted((ROOT / "bench").glob("*.py"))]:
+        yield module, ast.get_docstring(ast.parse(module.read_text())) or ""
+
+
+def test_every_cited_file_exists():
+    """A path (`frontend/upstream/scans.py`, `test/pytest/test_docs.py`, a page link) cited
+    by a page or a module docstring names a file the project has."""
+    package = ROOT / "python" / "outofplace"
+    bases = [ROOT, package, *(package / stage for stage in ("frontend", "transforms",
+                                                            "backends")),
+             ROOT / "python", ROOT / "docs", ROOT / "test", ROOT / "test" / "pytest"]
+    missing = []
+    for source, text in _citing_texts():
+        for cited in [m.group(1) for m in _CITED_PATH.finditer(text)] + \
+                [m.group(1) for m in _CITED_PAGE.finditer(text)]:
+            if cited.startswith(_OUTPUTS + _OTHER_PROJECTS):
+                continue
+            folders = [p for p in source.parents if ROOT in (p, *p.parents)]
+            if not any((base / cited).exists() for base in bases + folders):
+                missing.append(f"{source.relative_to(ROOT)}: {cited}")
+    assert not missing, "cited files that do not exist:\n" + "\n".join(missing)

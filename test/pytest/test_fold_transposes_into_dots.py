@@ -1,4 +1,4 @@
-"""outofplace-fold-transposes-into-dots (transforms/dot_transposes.py) on programs: every
+"""outofplace-fold-transposes-into-dots (transforms/fold_transposes_into_dots.py) on programs: every
 product with transposed or unit-broadcast operands matches eager on every engine, and the
 StableHLO keeps no transpose of a weight."""
 

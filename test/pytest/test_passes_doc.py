@@ -41,3 +41,10 @@ def test_backends_md_lists_the_iree_workarounds_from_the_registry():
     text = backends.read_text()
     for name in PIPELINES["legalize-for-iree"].elements:
         assert f"| `{name}` |" in text
+
+
+def test_every_pass_has_a_lit_test_of_its_name():
+    """One name shared by a pass and its lit test (test/<pass name>.mlir)."""
+    tests = DOC.parents[1] / "test"
+    missing = [name for name in PASSES if not (tests / f"{name}.mlir").exists()]
+    assert not missing, f"passes without a lit test of their name: {missing}"

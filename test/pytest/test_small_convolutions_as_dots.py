@@ -1,4 +1,4 @@
-"""outofplace-small-convolutions-as-dots (transforms/small_convolutions.py) on programs:
+"""outofplace-small-convolutions-as-dots (transforms/small_convolutions_as_dots.py) on programs:
 convolutions whose window is larger than their input (and their gradients), as the XLA
 engine runs them, against eager in float32 and float64."""
 

@@ -2,7 +2,7 @@
 
 The default engine is the StableHLO reference interpreter that ships with torch-mlir. It
 aborts the whole process on an op it does not know, so a module is checked to be pure
-StableHLO before it runs (`lowering.check_pure_stablehlo`).
+StableHLO before it runs (`verify_stablehlo.check_pure_stablehlo`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..transforms import lowering
+from ..transforms import verify_stablehlo
 from ..transforms.specialize import is_dynamic, specialize
 
 from .. import torch_types
@@ -88,7 +88,7 @@ _NOT_INTERPRETED = frozenset({"stablehlo.rng", "stablehlo.rng_bit_generator"})
 def interpret(module: ir.Module, inputs: list[torch.Tensor],
               result_dtypes: list[torch.dtype]) -> list[torch.Tensor]:
     """Runs `main` of a pure StableHLO module in the reference interpreter."""
-    lowering.check_pure_stablehlo(module.operation)
+    verify_stablehlo.check_pure_stablehlo(module.operation)
     unsupported = sorted({op.name for op in all_operations(module.operation) if op.name in _NOT_INTERPRETED})
     if unsupported:  # the interpreter would abort the whole process on these
         raise NotImplementedError(

@@ -7,8 +7,9 @@ known here:
 - the elements of a list view (`split`, `chunk`, `unbind`) are views at offsets the
   fake tensors know, expressed here as `slice` / `select` of the base;
 - torch-mlir's importer turns `as_strided` into a gather (a copy): strided_views.
-Refusals (refusals.py) and decompositions (decompositions.py) run from here too, after
-complex tensors become real pairs (complex_pairs.py).
+Refusals (refusals.py), decompositions (decompositions.py) and the workarounds of
+torch-mlir's gaps (upstream/) run from here too, after complex tensors become real pairs
+(complex_pairs.py).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import torch
 import torch.fx
 
 from . import (complex_pairs, decompositions, optimizer_ops, out_arguments,
-               reduced_precision, refusals, shape_changes, strided_views,
-               upstream_decompositions)
+               reduced_precision, refusals, shape_changes, strided_views)
+from .upstream import scalar_operands, undefined_ops, unlowered_ops
 from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 
 
@@ -33,11 +34,11 @@ def rewrite(graph: torch.fx.Graph) -> None:
     optimizer_ops.decompose(graph)
     optimizer_ops.numbers_at_their_ops_dtype(graph)
     out_arguments.functional_out_writes(graph)
-    decompositions.real_conjugations(graph)
-    decompositions.scalars_as_tensors(graph)
+    undefined_ops.real_conjugations(graph)
+    scalar_operands.scalars_as_tensors(graph)
     reduced_precision.compute_in_float32(graph)  # before addcmul_ is a mul and an add_
     decompositions.decompose(graph)
-    upstream_decompositions.decompose_unregistered(graph)
+    unlowered_ops.decompose_unregistered(graph)
     decompositions.decompose(graph)  # the ops those made (slice_scatter of slice_backward)
     shape_changes.local_shape_changes(graph)  # those decompositions made (quantile)
     reduced_precision.compute_in_float32(graph)  # the ops decompositions made
@@ -48,8 +49,8 @@ def rewrite(graph: torch.fx.Graph) -> None:
     strided_views.writes_through_strided_views(graph)
     strided_views.as_strided_read_at_each_use(graph)
     strided_views.refuse_as_strided_of_written(graph)
-    upstream_decompositions.refuse_undefined(graph)
-    decompositions.float_operands_as_tensors(graph)  # the decompositions' operands too
+    unlowered_ops.refuse_undefined(graph)
+    scalar_operands.float_operands_as_tensors(graph)  # the decompositions' operands too
 
 
 def _fake_constants(graph: torch.fx.Graph) -> None:

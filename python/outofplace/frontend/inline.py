@@ -81,3 +81,11 @@ def inline(graph: torch.fx.Graph, traced: torch.fx.GraphModule,
         copies[node] = copy
     output = next(n for n in traced.graph.nodes if n.op == "output")
     return torch.fx.node.map_arg(output.args[0], lambda n: copies[n])
+
+
+def inline_call(graph: torch.fx.Graph, node: torch.fx.Node, fn: Callable[..., Any],
+                *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` traced on the fake values of the nodes among its arguments
+    and inlined at the insertion point, with `node`'s stack trace."""
+    gm, inputs = trace(graph, fn, args, kwargs)
+    return inline(graph, gm, inputs, node.meta.get("stack_trace"))

@@ -21,7 +21,7 @@ from .. import op_registry, torch_types
 from ..context import make_context
 from ..errors import UserError
 from ..ir_utils import all_operations, constant_int
-from ..transforms.lowering import NotStableHLOError
+from ..transforms.verify_stablehlo import NotStableHLOError
 from ..transforms.pipelines import (PipelineError, build_pass_manager, in_pipeline_order,
                                     run_pipeline)
 

@@ -1,6 +1,7 @@
 """Stage 2: passes on MLIR, from mutable torch IR to pure StableHLO.
 
-One pass a module (`inplace_to_outofplace`, `empty_tensors`, `diagonal`, `lower_updates`,
-`constant_folding`, `lowering`), each tested by the lit test of its pass name;
+One pass a module, named after it (`outofplace-fold-empty-tensors` in
+fold_empty_tensors.py, `outofplace-lower-updates` in the package lower_updates/), each
+tested by the lit test of its pass name (a module of two passes says why at its top);
 `pipelines` registers them by name and mixes them with MLIR's own passes.
 """

@@ -25,6 +25,12 @@ between `torch_c` casts, which torch-mlir leaves alone:
 
 A call of a custom op that writes nothing the pass did not visit (it read no tracked
 tensor) takes its attributes from the schema here.
+
+The module holds a second pass, `outofplace-name-kernel-results` (its lit test
+test/outofplace-name-kernel-results.mlir), run after torch-mlir's pipelines (whose
+canonicalization would fold its identity reshapes): it names each written root's result
+of the calls this one makes, from the names inplace-to-outofplace recorded and this one
+carries onto them.
 """
 
 from __future__ import annotations

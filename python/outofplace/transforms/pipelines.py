@@ -12,11 +12,12 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (constant_folding, control_flow, diagonal, dot_transposes,  # noqa: F401
-               collectives, empty_tensors, kernel_calls, narrow_indices, scatter_barriers,
-               small_convolutions,
-               squeeze_state,
-               inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
+from . import (collectives, control_flow, decompose_diagonal, dynamic_broadcasts,  # noqa: F401
+               dynamic_shapes, fold_constants, fold_empty_tensors,
+               fold_transposes_into_dots, inplace_to_outofplace, kernel_calls,
+               lower_updates, narrow_indices, refuse_unknown_shapes, scatter_barriers,
+               small_convolutions_as_dots, squeeze_state, stablehlo_constants,
+               verify_stablehlo)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)
 from .upstream import iree as iree_workarounds
@@ -24,6 +25,11 @@ from .. import progress
 from ..context import load_torch_conversion
 from . import registry
 from .registry import PASSES, PIPELINES, Pass, register_pass, register_pipeline  # noqa: F401
+
+# torch-mlir's own pipelines from value-semantic torch IR to StableHLO, which do the bulk
+# of the lowering; outofplace-refuse-unknown-shapes runs between them.
+TORCH_TO_STABLEHLO = ("torchdynamo-export-to-torch-backend-pipeline",
+                      "torch-backend-to-stablehlo-backend-pipeline")
 
 register_pipeline(
     "outofplace-lower-to-stablehlo",
@@ -34,8 +40,8 @@ register_pipeline(
      "outofplace-upstream-wrap-negative-indices", "outofplace-upstream-fill-tensor",
      "outofplace-fold-constants",
      "outofplace-shield-constants",
-     lowering.TORCH_TO_STABLEHLO[0], "outofplace-refuse-unknown-shapes",
-     lowering.TORCH_TO_STABLEHLO[1],
+     TORCH_TO_STABLEHLO[0], "outofplace-refuse-unknown-shapes",
+     TORCH_TO_STABLEHLO[1],
      "outofplace-stablehlo-constants",
      # dynamic dimensions: shape computations as StableHLO (get_dimension_size)
      "outofplace-dynamic-shapes", "func.func(shape-legalize-to-stablehlo)",

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from torch_mlir import ir
 
-from . import diagonal
+from . import decompose_diagonal
 from .. import torch_types
 from ..errors import UnsupportedMutationError
 from ..indexing import (INT64_MAX, clamp_bound, clamp_slice, constant_bound, from_end,
@@ -283,8 +283,8 @@ def _position(view, base, src, loc, ip):
 
 def _diagonal(view, base, src, loc, ip):
     """x.diagonal(o, a, b) = src  =>  a strided slice_scatter of x with a, b moved last
-    and flattened (diagonal.py)"""
-    return diagonal.write_back(view, base, src, loc, ip)
+    and flattened (decompose_diagonal.py)"""
+    return decompose_diagonal.write_back(view, base, src, loc, ip)
 
 
 def _as_strided(view, base, src, loc, ip):
@@ -317,7 +317,8 @@ VIEW_OPS: dict[str, ViewOp] = {
     "torch.aten.narrow": ViewOp(_narrow_box, _narrow),
     "torch.aten.select.int": ViewOp(_select_box, _select),
     **_entries(ViewOp(_reordering(_reversed), _t), "t", "numpy_T"),
-    # swapaxes, swapdims: the frontend rewrites them to transpose (decompositions.py)
+    # swapaxes, swapdims: the frontend rewrites them to transpose
+    # (frontend/upstream/undefined_ops.py)
     **_entries(ViewOp(_reordering(_transposed), _transpose),
                "transpose.int", "swapaxes", "swapdims"),
     "torch.aten.movedim.int": ViewOp(_reordering(_moved), _movedim),

@@ -21,7 +21,8 @@ from torch_mlir import ir
 from ...indexing import index_entries
 from ...ir_utils import all_operations, size_int, torch_constant, unnamed
 from ...torch_types import TensorType
-from ..lower_updates import _ranked_tensor, _static_tensor, _wrapped
+from ..lower_updates.common import _ranked_tensor, _static_tensor
+from ..lower_updates.index_tensors import _wrapped
 from ..registry import register_pass
 
 

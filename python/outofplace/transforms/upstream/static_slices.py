@@ -20,7 +20,7 @@ from torch_mlir import ir, rewrite
 from ... import torch_types
 from ...indexing import clamp_slice, constant_bound, slice_length
 from ...ir_utils import constant_int, to_builtin, unnamed
-from ..lower_updates import _stablehlo, _static_tensor
+from ..lower_updates.common import _stablehlo, _static_tensor
 from ..registry import register_pass
 
 

@@ -11,6 +11,10 @@ An op that writes is left to the pass, which refuses it without a twin. A view i
 decomposed (into a copy) only where no write reaches its base: nothing can tell the
 copy from the view then. What remains that torch-mlir does not define is refused at its
 line (`refuse_undefined`), before torch-mlir's lowering fails on it.
+
+Upstream: no single issue (each op of NOT_LOWERED is its own gap; logsumexp's lowering,
+llvm/torch-mlir#4606, still fails in this pipeline when the dims are a list).
+Canary: test/pytest/test_fx_upstream_canaries.py::test_logsumexp_does_not_lower.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ from torch_mlir import ir
 from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-from .. import op_registry
-from ..errors import UnsupportedMutationError
-from .fx_graph import call, op_effects, replace_node, source_line, view_roots
-from .inline import inline, trace
+from ... import op_registry
+from ...errors import UnsupportedMutationError
+from ..fx_graph import call, op_effects, replace_node, source_line, view_roots
+from ..inline import inline, trace
 
 
 @functools.cache
@@ -155,8 +159,9 @@ def _as_twin_and_copy(graph: torch.fx.Graph, node: torch.fx.Node,
 
 def refuse_undefined(graph: torch.fx.Graph) -> None:
     """Refuses the first op making a tensor that torch-mlir does not define, outofplace
-    does not lower (OPERATOR_TWINS) and nothing decomposed: its importer would keep it as a `torch.operator`, which no lowering
-    accepts (a write is the pass's to refuse, with its reason)."""
+    does not lower (OPERATOR_TWINS) and nothing decomposed: its importer would keep it
+    as a `torch.operator`, which no lowering accepts (a write is the pass's to refuse,
+    with its reason)."""
     for node in graph.nodes:
         effects = op_effects(node)
         name = op_registry.mlir_name(node.target) if effects is not None else None

@@ -1,67 +1,14 @@
-"""From value-semantic torch IR to pure StableHLO.
-
-torch-mlir's backend pipelines do the bulk. Their output may still hold `arith.constant`
-(seen for `aten.mul.Scalar`), which StableHLO consumers and the reference interpreter do
-not accept; a rewrite pattern turns it into `stablehlo.constant`.
+"""The `outofplace-dynamic-shapes` pass: what torch-mlir leaves of a program's shape
+computations when it has dynamic dimensions, made ready for
+`shape-legalize-to-stablehlo` (transforms/dynamic_broadcasts.py shares its clean-up).
 """
 
 from __future__ import annotations
 
 from torch_mlir import ir, rewrite
 
-from .. import torch_types
-from ..errors import UnsupportedMutationError
 from ..ir_utils import all_operations, erase_unused
 from .registry import register_pass
-
-TORCH_TO_STABLEHLO = ("torchdynamo-export-to-torch-backend-pipeline",
-                      "torch-backend-to-stablehlo-backend-pipeline")
-
-# Ops a pure StableHLO module may hold besides the stablehlo dialect's own.
-_STRUCTURAL_OPS = frozenset({"builtin.module", "func.func", "func.return"})
-
-
-def _arith_constant_to_stablehlo(op: ir.Operation, rewriter: rewrite.PatternRewriter
-                                 ) -> bool:
-    """arith.constant dense<2> : tensor<1xi64>  =>  stablehlo.constant dense<2> : ..."""
-    value = op.attributes["value"]
-    if not isinstance(op.result.type, ir.RankedTensorType):
-        return True  # not matched: a scalar constant has no StableHLO form
-    with rewriter.ip:
-        new = ir.Operation.create("stablehlo.constant", results=[op.result.type],
-                                  attributes={"value": value}, loc=op.location)
-    rewriter.replace_op(op, new)
-    return False
-
-
-def _empty_as_zeros(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """tensor.empty() : tensor<2x3xf32>  =>  stablehlo.constant dense<0.0> : tensor<2x3xf32>
-    (`torch.empty` and its kind: eager leaves the values unspecified, zeros are some)."""
-    tensor_type = ir.RankedTensorType(op.result.type)
-    if not tensor_type.has_static_shape:
-        return True
-    element = tensor_type.element_type
-    zero = ir.FloatAttr.get(element, 0.0, loc=op.location) \
-        if isinstance(element, ir.FloatType) else ir.IntegerAttr.get(element, 0)
-    with rewriter.ip:
-        new = ir.Operation.create(
-            "stablehlo.constant", results=[tensor_type], loc=op.location,
-            attributes={"value": ir.DenseElementsAttr.get_splat(tensor_type, zero)})
-    rewriter.replace_op(op, new)
-    return False
-
-
-@register_pass(
-    "outofplace-stablehlo-constants", "Turn tensor arith.constant into stablehlo.constant",
-    'tensor `arith.constant` → `stablehlo.constant`; `tensor.empty` of static shape (what '
-    'torch-mlir makes of `torch.empty`) → zeros')
-def stablehlo_constants(module: ir.Operation) -> None:
-    """Replaces tensor `arith.constant` ops with `stablehlo.constant`, and `tensor.empty`
-    (what torch-mlir makes of `torch.empty`) with zeros."""
-    patterns = rewrite.RewritePatternSet(module.context)
-    patterns.add("arith.constant", _arith_constant_to_stablehlo)
-    patterns.add("tensor.empty", _empty_as_zeros)
-    rewrite.walk_and_apply_patterns(module, patterns.freeze())
 
 
 _ARITH_TO_STABLEHLO = {"arith.addi": "add", "arith.subi": "subtract",
@@ -155,26 +102,6 @@ def _assume_broadcastable(op: ir.Operation, rewriter: rewrite.PatternRewriter) -
     return False
 
 
-def _dynamic_broadcast(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    """torch-mlir broadcasts each operand of an elementwise op of dynamic shape to the
-    shape it computes (`dynamic_broadcast_in_dim %x, shape`). A dynamic dimension of a
-    program torch.export traced is never broadcast from 1: export assumes its symbols
-    are not 1 (and refuses a program that needs it). So every operand dimension but a
-    static 1 keeps its size: marked `known_nonexpanding_dimensions` (IREE compiles no
-    broadcast of a dynamic operand without it), and a broadcast to the operand's own type
-    is the operand."""
-    operand_type = ir.RankedTensorType(op.operands[0].type)
-    if operand_type.has_static_shape or "known_nonexpanding_dimensions" in op.attributes:
-        return True
-    dims = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
-    if op.operands[0].type == op.result.type and dims == list(range(len(dims))):
-        rewriter.replace_op(op, [op.operands[0]])
-        return False
-    op.attributes["known_nonexpanding_dimensions"] = ir.DenseI64ArrayAttr.get(
-        [i for i, n in enumerate(operand_type.shape) if n != 1])
-    return False
-
-
 @register_pass(
     "outofplace-dynamic-shapes",
     "Inline broadcast assumptions and make size tensors StableHLO (dynamic shapes)",
@@ -210,60 +137,3 @@ def _erase_unused_shape_ops(module: ir.Operation) -> None:
                for t in types):  # (only an argument may be dynamic: `x[pos]` of it)
         return
     erase_unused(ops, lambda op: op.name in _PURE_SIZE_OPS)
-
-
-@register_pass(
-    "outofplace-dynamic-broadcasts",
-    "Remove or mark as non-expanding the broadcasts of dynamic operands",
-    "`stablehlo.dynamic_broadcast_in_dim` to the operand's own shape → its operand; "
-    "others gain `known_nonexpanding_dimensions` (IREE and XLA then need no runtime "
-    "broadcast check)")
-def dynamic_broadcasts(module: ir.Operation) -> None:
-    """Removes or marks as non-expanding the broadcasts of dynamic operands."""
-    patterns = rewrite.RewritePatternSet(module.context)
-    patterns.add("stablehlo.dynamic_broadcast_in_dim", _dynamic_broadcast)
-    rewrite.walk_and_apply_patterns(module, patterns.freeze())
-    _erase_unused_shape_ops(module)
-
-
-
-@register_pass(
-    "outofplace-refuse-unknown-shapes",
-    "Refuse tensors of unknown rank before the lowering to StableHLO",
-    "refuses the first op whose result has no known rank after torch-mlir's "
-    "decompositions (its einsum and cross_entropy_loss patterns have left unranked "
-    "tensors, on which its StableHLO conversion aborts the process)")
-def refuse_unknown_shapes(module: ir.Operation) -> None:
-    """Refuses the first op whose result has no known rank after torch-mlir's
-    decompositions: its StableHLO conversion crashes the process on them. (Unknown
-    sizes of a known rank it lowers: batch_norm's decomposition makes some.)"""
-    for op in all_operations(module):
-        for result in op.results:
-            if torch_types.is_tensor(result.type) and \
-                    torch_types.TensorType.of(result.type).sizes is None:
-                raise UnsupportedMutationError.at(
-                    op, "torch-mlir's decompositions left a tensor of unknown rank "
-                    f"({result.type}), which its lowering to StableHLO cannot take")
-
-
-def foreign_ops(module: ir.Operation) -> list[ir.Operation]:
-    """The ops of `module` that are neither StableHLO nor module/function structure."""
-    return [op for op in all_operations(module)
-            if op.name not in _STRUCTURAL_OPS and not op.name.startswith("stablehlo.")]
-
-
-class NotStableHLOError(Exception):
-    """The lowered module still holds ops outside StableHLO."""
-
-
-@register_pass(
-    "outofplace-verify-stablehlo", "Fail unless the module is pure StableHLO",
-    'fails unless only StableHLO (and func/module) ops remain')
-def check_pure_stablehlo(module: ir.Operation) -> None:
-    """Raises NotStableHLOError naming the first foreign ops, if any."""
-    foreign = foreign_ops(module)
-    if foreign:
-        names = sorted({op.name for op in foreign})
-        raise NotStableHLOError(
-            f"lowering left {len(foreign)} non-StableHLO op(s): {', '.join(names)} "
-            f"(first at {foreign[0].location})")

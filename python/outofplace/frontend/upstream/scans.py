@@ -1,0 +1,72 @@
+"""Cumulative ops torch-mlir lowers wrongly or not at all: `logcumsumexp` and the
+`cumsum` of a 0-d tensor.
+
+torch-mlir decomposes logcumsumexp as log(cumsum(exp(x))), which overflows (inf for
+x = 1e4, where eager gives 1e4). Upstream: llvm/torch-mlir#4748 (open: a stable scan),
+after llvm/torch-mlir#4183 (the op's support). The cumsum of a 0-d tensor fails to
+legalize; upstream: no issue found.
+Canaries: test/pytest/test_fx_upstream_canaries.py::test_logcumsumexp_is_log_of_cumsum_of_exp,
+::test_cumsum_of_0d_does_not_lower.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from ..fx_graph import call
+from ..inline import inline_call
+
+
+def _log_add_exp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """log(exp(a) + exp(b)) without overflow: max + log1p(exp(-|a - b|)); an infinite max
+    is the answer (where a - b is nan)."""
+    high = torch.maximum(a, b)
+    return torch.where(torch.isinf(high), high,
+                       high + torch.log1p(torch.exp(-(a - b).abs())))
+
+
+def _log_cum_sum_exp(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Prefix log-sum-exp along `dim` as ceil(log2(n)) doubling steps, each one
+    `_log_add_exp` of the running result and itself shifted by a power of two (padded with
+    -inf): as exact as eager's, where log(cumsum(exp(x))) overflows at exp(89)."""
+    if x.dim() == 0:
+        return x.clone()
+    n, shift = x.shape[dim], 1
+    while shift < n:
+        padding = torch.full_like(x.narrow(dim, 0, shift), float("-inf"))
+        x = _log_add_exp(x, torch.cat([padding, x.narrow(dim, 0, n - shift)], dim))
+        shift *= 2
+    return x
+
+
+def _logcumsumexp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """x.logcumsumexp(d)  =>  the doubling scan of `_log_cum_sum_exp`."""
+    if not node.meta["val"].is_floating_point():
+        return None
+    return inline_call(graph, node, _log_cum_sum_exp, *node.args, **node.kwargs)
+
+
+def _cumsum_of_0d(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """cumsum of a 0-d tensor as the cumsum of its one-element view:
+    x.view(1).cumsum(0).view(()). (cumprod has no lowering at all.)"""
+    self = node.args[0]
+    if self.meta["val"].dim() != 0:
+        return None
+    functional = {torch.ops.aten.cumsum_.default: torch.ops.aten.cumsum.default}
+    target = functional.get(node.target, node.target)
+    scan = call(graph, target, call(graph, torch.ops.aten.view.default, self, [1]), 0,
+                **{k: v for k, v in node.kwargs.items() if k == "dtype"})
+    result = call(graph, torch.ops.aten.view.default, scan, [])
+    if node.target in functional:
+        return call(graph, torch.ops.aten.copy_.default, self, result)
+    return result
+
+
+DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
+    torch.ops.aten.logcumsumexp.default: _logcumsumexp,
+    torch.ops.aten.cumsum.default: _cumsum_of_0d,
+    torch.ops.aten.cumsum_.default: _cumsum_of_0d,
+}

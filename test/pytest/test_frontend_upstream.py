@@ -1,0 +1,96 @@
+"""frontend/upstream/: the FX rewrites that work around torch-mlir's gaps, each against
+eager on both paths (`outofplace.compile` on every engine, and
+`torch.compile(backend="outofplace")`), in float32 and float64. Their canaries, which
+pin torch-mlir's faults, are in test_fx_upstream_canaries.py; unlowered_ops.py is
+tested by test_lowering_gaps.py, convolution_backward.py by test_convolution_backward.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from differential import assert_matches_eager, by_dynamo
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def both_paths(f, *args):
+    assert_matches_eager(f, *args)
+    by_dynamo(f, f, args, {})
+
+
+def undefined_ops(x):  # undefined_ops.py
+    x.mT.mul_(2)
+    return x.ravel() + x.swapaxes(0, 1).reshape(-1) + x.unsqueeze(0).squeeze((0,)).sum()
+
+
+def attention(q, k, v, mask):  # attention.py
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask) + \
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def remainder(a, b):  # remainder.py
+    a.remainder_(b)
+    return torch.remainder(b, -1.5) + torch.fmod(a, 0.75)
+
+
+def addcmul(s, a, b):  # addcmul.py
+    s.addcmul_(a, b, value=0.5)
+    return torch.addcdiv(s, a, b.abs() + 1, value=-2)
+
+
+def scans(x, s):  # scans.py
+    s.cumsum_(0)
+    return x.logcumsumexp(1) + s
+
+
+def scatters(x, v):  # scatters.py (the scatters AOTAutograd writes, called directly)
+    y = torch.select_scatter(x, v[0], 0, -1)
+    y = torch.slice_scatter(y, v, 0, 2, 2 ** 63 - 1)
+    return torch.as_strided_scatter(y, v[0, :2], (2,), (3,), 1)
+
+
+def max_pool_with_indices(x):  # max_pool.py
+    values, indices = torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [])
+    return values * 2, indices
+
+
+def scalar_operands(x, mask):  # scalar_operands.py
+    x.mul_(0.9)  # a float operand where the schema takes a tensor
+    mask &= True  # a bool operand: mask stays bool
+    return x, mask.bitwise_xor(True)
+
+
+def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
+    return mask.clamp(min=low)
+
+
+CASES = [
+    (undefined_ops, lambda d: (torch.randn(3, 3, dtype=d),)),
+    (attention, lambda d: (torch.randn(1, 2, 3, 4, dtype=d), torch.randn(1, 2, 3, 4, dtype=d),
+                           torch.randn(1, 2, 3, 4, dtype=d),
+                           torch.tensor([[True, False, True]]).expand(3, 3))),
+    (remainder, lambda d: (torch.randn(5, dtype=d) * 4, torch.tensor([1.5, -1.5, 2.0, -0.5, 3.0],
+                                                                     dtype=d))),
+    (addcmul, lambda d: (torch.randn(3, 4, dtype=d), torch.randn(4, dtype=torch.float32),
+                         torch.randn(3, 1, dtype=torch.float32))),
+    (scans, lambda d: (torch.tensor([[1e4, 1.0, -3.0], [0.5, 2.0, 1e3]], dtype=d),
+                       torch.tensor(2.5, dtype=d))),
+    (scatters, lambda d: (torch.randn(4, 3, dtype=d), torch.randn(2, 3, dtype=d))),
+    (max_pool_with_indices, lambda d: (torch.randn(1, 2, 4, 6, dtype=d),)),
+    (scalar_operands, lambda d: (torch.randn(4, dtype=d), torch.rand(4) > 0.5)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("f, make", CASES, ids=[f.__name__ for f, _ in CASES])
+def test_matches_eager_on_both_paths(f, make, dtype):
+    torch.manual_seed(0)
+    both_paths(f, *make(dtype))
+
+
+def test_bool_clamp_matches_eager_on_both_paths():
+    both_paths(bool_clamp, torch.tensor([True, False, False, True]),
+               torch.tensor([False, True, False, True]))

@@ -1,0 +1,295 @@
+"""Canaries of frontend/upstream/: each FX rewrite there works around a torch-mlir gap,
+pinned here as torch-mlir has it.
+
+Each test imports or lowers the op without the workaround (torch-mlir's FxImporter, or
+`torch-mlir-opt` with the two pipelines outofplace runs, in a subprocess: one of them
+exhausts memory) and asserts torch-mlir still gets it wrong. When a canary fails,
+upstream fixed it: delete the rewrite it names, then the canary.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch_mlir import ir
+from torch_mlir.dialects import torch as torch_d
+
+from outofplace.frontend.upstream import scalar_operands, undefined_ops
+
+TORCH_MLIR_OPT = os.path.join(os.path.dirname(sys.executable), "torch-mlir-opt")
+TO_STABLEHLO = ("builtin.module(torchdynamo-export-to-torch-backend-pipeline, "
+                "torch-backend-to-stablehlo-backend-pipeline)")
+
+
+def _to_stablehlo(text: str, memory: int | None = None) -> subprocess.CompletedProcess:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    return subprocess.run([TORCH_MLIR_OPT, f"--pass-pipeline={TO_STABLEHLO}", "-"],
+                          input=text, text=True, capture_output=True, timeout=120,
+                          preexec_fn=limit if memory else None)
+
+
+def _fails_to_legalize(result: subprocess.CompletedProcess) -> bool:
+    return result.returncode != 0 and "failed to legalize operation" in result.stderr
+
+
+def _registered(name: str) -> bool:
+    context = ir.Context()
+    torch_d.register_dialect(context)
+    return context.is_registered_operation(name)
+
+
+def test_undefined_ops_are_still_undefined() -> None:
+    """upstream/undefined_ops.py: none of these ops is defined by torch-mlir's dialect."""
+    defined = [name for name in undefined_ops.UNDEFINED if _registered(name)]
+    assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
+
+
+def test_bitwise_scalar_forms_are_undefined() -> None:
+    """upstream/scalar_operands.py: the bitwise ops' Scalar forms (llvm/torch-mlir#4448)."""
+    defined = [n for n in scalar_operands.UNDEFINED_SCALAR_FORMS if _registered(n)]
+    assert not defined, f"torch-mlir defines {defined} now"
+
+
+def _imported(fn, *args) -> tuple[str, str]:
+    """`fn` exported and imported by torch-mlir's FxImporter: the module's text and what
+    its verifier says ("" when it verifies)."""
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    class Program(torch.nn.Module):
+        def forward(self, *xs):
+            return fn(*xs)
+
+    program = torch.export.export(Program(), args, strict=False)
+    context = ir.Context()
+    torch_d.register_dialect(context)
+    importer = FxImporter(context=context)
+    importer.import_frozen_program(program)
+    try:
+        importer.module.operation.verify()
+        complaint = ""
+    except ir.MLIRError as error:
+        complaint = str(error)
+    return str(importer.module), complaint
+
+
+def test_importer_makes_a_float_operand_float32() -> None:
+    """upstream/scalar_operands.py: a Python float where the schema takes a Tensor is
+    imported as a float32 tensor, here beside a float64 one."""
+    text, complaint = _imported(lambda x: torch.ops.aten.copy.default(x, 0.9),
+                                torch.ones(3, dtype=torch.float64))
+    assert not complaint, complaint
+    assert re.search(r"torch\.prim\.NumToTensor\.Scalar %\S+ : !torch\.float -> "
+                     r"!torch\.vtensor<\[\],f32>", text), text
+
+
+def test_importer_makes_a_bool_operand_invalid_ir() -> None:
+    """upstream/scalar_operands.py: `x.copy_(True)` imports a NumToTensor of a bool."""
+    _, complaint = _imported(lambda x: torch.ops.aten.copy.default(x, True),
+                             torch.ones(3, dtype=torch.bool))
+    assert "'torch.prim.NumToTensor.Scalar' op operand #0" in complaint and \
+        "!torch.bool" in complaint, complaint
+
+
+_ATTENTION = """
+func.func @main(%q: !torch.vtensor<[1,4,3,8],f32>, %k: !torch.vtensor<[1,4,5,8],f32>, %v: !torch.vtensor<[1,4,5,8],f32>, %m: !torch.vtensor<[3,5],i1>) -> !torch.vtensor<[1,4,3,8],f32> {
+  %none = torch.constant.none
+  %f0 = torch.constant.float 0.000000e+00
+  %false = torch.constant.bool false
+  %0 = torch.aten.scaled_dot_product_attention %q, %k, %v, %m, %f0, %false, %none, %false : !torch.vtensor<[1,4,3,8],f32>, !torch.vtensor<[1,4,5,8],f32>, !torch.vtensor<[1,4,5,8],f32>, !torch.vtensor<[3,5],i1>, !torch.float, !torch.bool, !torch.none, !torch.bool -> !torch.vtensor<[1,4,3,8],f32>
+  return %0 : !torch.vtensor<[1,4,3,8],f32>
+}"""
+
+
+def test_masked_attention_does_not_lower() -> None:
+    """upstream/attention.py: attention with a mask is left undecomposed and fails to
+    legalize (llvm/torch-mlir#3473)."""
+    result = _to_stablehlo(_ATTENTION)
+    assert _fails_to_legalize(result), f"masked attention lowers now:\n{result.stdout}"
+
+
+def test_remainder_keeps_the_dividends_sign() -> None:
+    """upstream/remainder.py: remainder is stablehlo.remainder, C's sign, and nothing
+    else (llvm/torch-mlir#4440)."""
+    result = _to_stablehlo("""
+func.func @main(%a: !torch.vtensor<[4],f32>, %b: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
+  %0 = torch.aten.remainder.Tensor %a, %b : !torch.vtensor<[4],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[4],f32>
+  return %0 : !torch.vtensor<[4],f32>
+}""")
+    assert result.returncode == 0, result.stderr
+    ops = re.findall(r"= (stablehlo\.\w+)", result.stdout)
+    assert ops == ["stablehlo.remainder"], f"remainder's lowering changed:\n{result.stdout}"
+
+
+def test_fmod_scalar_does_not_lower() -> None:
+    """upstream/remainder.py: fmod.Scalar has no StableHLO lowering (llvm/torch-mlir#4448)."""
+    result = _to_stablehlo("""
+func.func @main(%a: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
+  %f = torch.constant.float 1.500000e+00
+  %0 = torch.aten.fmod.Scalar %a, %f : !torch.vtensor<[4],f32>, !torch.float -> !torch.vtensor<[4],f32>
+  return %0 : !torch.vtensor<[4],f32>
+}""")
+    assert _fails_to_legalize(result), f"fmod.Scalar lowers now:\n{result.stdout}"
+
+
+def test_addcmul_multiplies_by_value_last() -> None:
+    """upstream/addcmul.py: (a * b) * value, where eager computes (value * a) * b."""
+    result = _to_stablehlo("""
+func.func @main(%s: !torch.vtensor<[3,4],f32>, %a: !torch.vtensor<[4],f32>, %b: !torch.vtensor<[3,1],f32>) -> !torch.vtensor<[3,4],f32> {
+  %f = torch.constant.float 5.000000e-01
+  %0 = torch.aten.addcmul %s, %a, %b, %f : !torch.vtensor<[3,4],f32>, !torch.vtensor<[4],f32>, !torch.vtensor<[3,1],f32>, !torch.float -> !torch.vtensor<[3,4],f32>
+  return %0 : !torch.vtensor<[3,4],f32>
+}""")
+    assert result.returncode == 0, result.stderr
+    first = re.search(r"stablehlo\.multiply (%\w+), (%\w+)", result.stdout)
+    broadcasts = {m.group(1): m.group(2) for m in re.finditer(
+        r"(%\w+) = stablehlo\.broadcast_in_dim (%\w+),", result.stdout)}
+    assert first and {broadcasts.get(first.group(1)), broadcasts.get(first.group(2))} == \
+        {"%arg1", "%arg2"}, f"addcmul's first product is no longer a * b:\n{result.stdout}"
+
+
+def test_logcumsumexp_is_log_of_cumsum_of_exp() -> None:
+    """upstream/scans.py: log(cumsum(exp(x))), which overflows (llvm/torch-mlir#4748)."""
+    result = _to_stablehlo("""
+func.func @main(%a: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
+  %int0 = torch.constant.int 0
+  %0 = torch.aten.logcumsumexp %a, %int0 : !torch.vtensor<[4],f32>, !torch.int -> !torch.vtensor<[4],f32>
+  return %0 : !torch.vtensor<[4],f32>
+}""")
+    assert result.returncode == 0, result.stderr
+    assert "stablehlo.exponential %arg0" in result.stdout and "stablehlo.log " in \
+        result.stdout and "stablehlo.maximum" not in result.stdout, \
+        f"logcumsumexp's lowering changed:\n{result.stdout}"
+
+
+def test_cumsum_of_0d_does_not_lower() -> None:
+    """upstream/scans.py: the cumsum of a 0-d tensor fails to legalize."""
+    result = _to_stablehlo("""
+func.func @main(%a: !torch.vtensor<[],f32>) -> !torch.vtensor<[],f32> {
+  %int0 = torch.constant.int 0
+  %none = torch.constant.none
+  %0 = torch.aten.cumsum %a, %int0, %none : !torch.vtensor<[],f32>, !torch.int, !torch.none -> !torch.vtensor<[],f32>
+  return %0 : !torch.vtensor<[],f32>
+}""")
+    assert _fails_to_legalize(result), f"a 0-d cumsum lowers now:\n{result.stdout}"
+
+
+def test_as_strided_scatter_does_not_lower() -> None:
+    """upstream/scatters.py: as_strided_scatter has no StableHLO lowering."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[6],f32>, %s: !torch.vtensor<[2],f32>) -> !torch.vtensor<[6],f32> {
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int3 = torch.constant.int 3
+  %size = torch.prim.ListConstruct %int2 : (!torch.int) -> !torch.list<int>
+  %stride = torch.prim.ListConstruct %int3 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.as_strided_scatter %x, %s, %size, %stride, %int1 : !torch.vtensor<[6],f32>, !torch.vtensor<[2],f32>, !torch.list<int>, !torch.list<int>, !torch.int -> !torch.vtensor<[6],f32>
+  return %0 : !torch.vtensor<[6],f32>
+}""")
+    assert _fails_to_legalize(result), f"as_strided_scatter lowers now:\n{result.stdout}"
+
+
+def test_select_scatter_at_a_negative_index_does_not_lower() -> None:
+    """upstream/scatters.py: a scatter of no indices, which fails to verify."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[3,4],f32>, %s: !torch.vtensor<[4],f32>) -> !torch.vtensor<[3,4],f32> {
+  %int0 = torch.constant.int 0
+  %intm1 = torch.constant.int -1
+  %0 = torch.aten.select_scatter %x, %s, %int0, %intm1 : !torch.vtensor<[3,4],f32>, !torch.vtensor<[4],f32>, !torch.int, !torch.int -> !torch.vtensor<[3,4],f32>
+  return %0 : !torch.vtensor<[3,4],f32>
+}""")
+    assert result.returncode != 0 and "scatter_indices bound is 0" in result.stderr, \
+        f"select_scatter at -1 lowers now:\n{result.stdout}"
+
+
+def test_slice_scatter_past_the_end_allocates_without_bound() -> None:
+    """upstream/scatters.py: an end of 2**63 - 1 runs out of memory (here, 768 MiB of
+    address space; llvm/torch-mlir#4443)."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[6],f32>, %s: !torch.vtensor<[2],f32>) -> !torch.vtensor<[6],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int4 = torch.constant.int 4
+  %end = torch.constant.int 9223372036854775807
+  %0 = torch.aten.slice_scatter %x, %s, %int0, %int4, %end, %int1 : !torch.vtensor<[6],f32>, !torch.vtensor<[2],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[6],f32>
+  return %0 : !torch.vtensor<[6],f32>
+}""", memory=768 << 20)
+    assert result.returncode != 0 and "out of memory" in result.stderr, \
+        f"slice_scatter past the end lowers now:\n{result.stdout}"
+
+
+def test_max_pool_with_indices_reads_an_empty_stride_as_1() -> None:
+    """upstream/max_pool.py: windows at stride 1, a result of the wrong shape
+    (llvm/torch-mlir#2932)."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[1,1,4,4],f32>) -> (!torch.vtensor<[1,1,2,2],f32>, !torch.vtensor<[1,1,2,2],si64>) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %false = torch.constant.bool false
+  %k = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %s = torch.prim.ListConstruct : () -> !torch.list<int>
+  %p = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %d = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %0, %1 = torch.aten.max_pool2d_with_indices %x, %k, %s, %p, %d, %false : !torch.vtensor<[1,1,4,4],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool -> !torch.vtensor<[1,1,2,2],f32>, !torch.vtensor<[1,1,2,2],si64>
+  return %0, %1 : !torch.vtensor<[1,1,2,2],f32>, !torch.vtensor<[1,1,2,2],si64>
+}""")
+    assert result.returncode != 0 and "tensor<1x1x3x3xf32>" in result.stderr, \
+        f"max_pool2d_with_indices with stride [] lowers now:\n{result.stdout}"
+
+
+def test_bool_clamp_fills_the_missing_bound_with_false() -> None:
+    """upstream/bool_clamp.py: clamp(min=m) of bools clamps to a max of False."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[4],i1>, %m: !torch.vtensor<[4],i1>) -> !torch.vtensor<[4],i1> {
+  %none = torch.constant.none
+  %0 = torch.aten.clamp.Tensor %x, %m, %none : !torch.vtensor<[4],i1>, !torch.vtensor<[4],i1>, !torch.none -> !torch.vtensor<[4],i1>
+  return %0 : !torch.vtensor<[4],i1>
+}""")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"(%\w+) = stablehlo\.constant dense<false>.*\n.*stablehlo\.clamp "
+                     r"%arg1, %arg0, \1", result.stdout), \
+        f"a bool clamp's missing bound is no longer False:\n{result.stdout}"
+
+
+def test_weight_gradient_is_grouped_by_the_batch() -> None:
+    """upstream/convolution_backward.py: the weight's gradient is a convolution with
+    feature_group_count = N (the batch, 8), 4x4 windows where the kernel is 3x3."""
+    result = _to_stablehlo("""
+func.func @main(%g: !torch.vtensor<[8,6,5,5],f32>, %x: !torch.vtensor<[8,4,12,12],f32>, %w: !torch.vtensor<[6,4,3,3],f32>) -> !torch.vtensor<[6,4,3,3],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %false = torch.constant.bool false
+  %true = torch.constant.bool true
+  %none = torch.constant.none
+  %s = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %p = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %d = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %m = torch.prim.ListConstruct %false, %true, %false : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
+  %0:3 = torch.aten.convolution_backward %g, %x, %w, %none, %s, %p, %d, %false, %p, %int1, %m : !torch.vtensor<[8,6,5,5],f32>, !torch.vtensor<[8,4,12,12],f32>, !torch.vtensor<[6,4,3,3],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int, !torch.list<bool> -> !torch.none, !torch.vtensor<[6,4,3,3],f32>, !torch.none
+  return %0#1 : !torch.vtensor<[6,4,3,3],f32>
+}""")
+    assert result.returncode == 0, result.stderr
+    assert "feature_group_count = 8" in result.stdout and "x4x4xf32>" in result.stdout, \
+        f"the weight gradient's convolution changed:\n{result.stdout}"
+
+
+def test_logsumexp_does_not_lower() -> None:
+    """upstream/unlowered_ops.py: one op of NOT_LOWERED, left undecomposed by torch-mlir's
+    pipeline, fails to legalize."""
+    result = _to_stablehlo("""
+func.func @main(%a: !torch.vtensor<[3,4],f32>) -> !torch.vtensor<[3],f32> {
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %d = torch.prim.ListConstruct %int1 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.logsumexp %a, %d, %false : !torch.vtensor<[3,4],f32>, !torch.list<int>, !torch.bool -> !torch.vtensor<[3],f32>
+  return %0 : !torch.vtensor<[3],f32>
+}""")
+    assert _fails_to_legalize(result), f"logsumexp lowers now:\n{result.stdout}"
