@@ -1,5 +1,5 @@
 """What a plain XLA:CPU consumer of the exported program keeps in place: the checks
-`Compiled.alias_problems("xla")` and `save()` report (docs/export.md)."""
+`Compiled.alias_problems("xla")` and `save()` report (docs/backends.md)."""
 
 from __future__ import annotations
 
