@@ -12,8 +12,9 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (constant_folding, control_flow, diagonal, dot_transposes,  # noqa: F401
-               empty_tensors, kernel_calls, narrow_indices, scatter_barriers, small_convolutions,
+from . import (constant_folding, control_flow, convolutions_as_kernel_calls,  # noqa: F401
+               diagonal, dot_transposes, empty_tensors, kernel_calls, narrow_indices,
+               scatter_barriers, small_convolutions,
                squeeze_state,
                inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
