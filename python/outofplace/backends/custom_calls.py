@@ -10,6 +10,9 @@
   naming the op and the engine.
 - Exports carry a foreign target where outofplace.kernels maps the op to one
   (foreign_targets.py).
+- The XLA engine's legalization makes large convolutions calls of `aten::convolution`
+  (`CONVOLUTION`, transforms/convolutions_as_kernel_calls.py) that the same handler runs:
+  the pass registers it (`register`), Compiled too before loading a cached executable.
 """
 
 from __future__ import annotations
