@@ -162,3 +162,17 @@ def test_small_convolutions_stay_xla():
     engine = legalize_for_cpu(compiled.stablehlo)[0]
     assert "stablehlo.convolution" in engine and "aten::convolution" not in engine
     torch.testing.assert_close(compiled(x, w), F.conv2d(x, w, padding=1))
+
+
+def test_bfloat16_is_eagers_kernel():
+    """bf16: the call is eager's kernel on the same operands, so the same bits."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 16, 48, 48, dtype=torch.bfloat16)
+    w = torch.randn(32, 16, 3, 3, dtype=torch.bfloat16)
+
+    def f(x, w):
+        return F.conv2d(x, w, stride=2, padding=1)
+
+    compiled = outofplace.compile(f, (x, w), cache=False)
+    assert CALL in legalize_for_cpu(compiled.stablehlo)[0]
+    torch.testing.assert_close(compiled(x, w), f(x, w), rtol=0, atol=0)
