@@ -176,3 +176,27 @@ def test_bfloat16_is_eagers_kernel():
     compiled = outofplace.compile(f, (x, w), cache=False)
     assert CALL in legalize_for_cpu(compiled.stablehlo)[0]
     torch.testing.assert_close(compiled(x, w), f(x, w), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_transposed_convolutions_match_eager(dtype, rewritten, monkeypatch):
+    """Input dilations as aten's transposed convolution: a user's conv_transpose2d
+    (grouped, padding and output padding) and a grouped strided convolution's input
+    gradient (JAX's transpose rule)."""
+    monkeypatch.setattr(pass_module, "MIN_FLOPS", 0)
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 7, 9, dtype=dtype, requires_grad=True)
+    w = torch.randn(8, 3, 3, 3, dtype=dtype, requires_grad=True)  # [in, out / groups, ...]
+    v = torch.randn(6, 4, 3, 3, dtype=dtype, requires_grad=True)  # [out, in / groups, ...]
+
+    def f(x, w, v):
+        up = F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1, groups=2)
+        down = F.conv2d(x, v, stride=2, padding=1, groups=2)
+        return up, torch.autograd.grad(down.square().sum(), x)[0]
+
+    compiled = outofplace.compile(f, (x, w, v), cache=False)
+    for got, expected in zip(compiled(x, w, v), f(x, w, v)):
+        torch.testing.assert_close(got, expected, **tolerance(dtype))
+    transposed = [plan for plan in rewritten if plan["transposed"]]
+    assert len(transposed) == 2 and all(plan["groups"] == 2 for plan in transposed)
+    assert sorted(plan["output_padding"] for plan in transposed) == [[0, 0], [1, 1]]
