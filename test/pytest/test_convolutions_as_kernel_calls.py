@@ -200,3 +200,28 @@ def test_transposed_convolutions_match_eager(dtype, rewritten, monkeypatch):
     transposed = [plan for plan in rewritten if plan["transposed"]]
     assert len(transposed) == 2 and all(plan["groups"] == 2 for plan in transposed)
     assert sorted(plan["output_padding"] for plan in transposed) == [[0, 0], [1, 1]]
+
+
+CACHED = """
+import torch, torch.nn.functional as F, outofplace
+from outofplace import compile_cache
+torch.manual_seed(0)
+x, w = torch.randn(2, 16, 24, 24), torch.randn(32, 16, 3, 3)
+f = lambda x, w: F.conv2d(x, w, padding=1)
+compiled = outofplace.compile(f, (x, w), cache=True)
+torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+print(compile_cache.stats["xla hit"])
+"""
+
+
+def test_cached_executable_calls_the_kernel_in_a_new_process(tmp_path):
+    """An executable the compile cache holds was compiled with the calls and is loaded
+    without the pass: the handler is registered before it is (compiled.py)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OUTOFPLACE_CACHE_DIR=str(tmp_path))
+    hits = [subprocess.run([sys.executable, "-c", CACHED], env=env, capture_output=True,
+                           text=True, check=True).stdout.split()[-1] for _ in range(2)]
+    assert hits == ["0", "1"]
