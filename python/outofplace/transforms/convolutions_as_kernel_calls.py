@@ -126,7 +126,7 @@ def _plan(op: ir.Operation) -> dict | None:
     kernel = [w_shape[d] for d in numbers.kernel_spatial_dimensions]
     flops = 2 * math.prod(out_shape) * w_shape[numbers.kernel_input_feature_dimension] * \
         math.prod(kernel)
-    if flops < MIN_FLOPS:
+    if flops == 0 or flops < MIN_FLOPS:  # (an empty tensor: no buffer to hand aten)
         return None
     strides = _ints(op, "window_strides", [1] * rank)
     lhs_dilation = _ints(op, "lhs_dilation", [1] * rank)
