@@ -35,7 +35,7 @@ input dilation, frontend/decompositions.py):
 - a convolution of fewer than `MIN_FLOPS` multiply-adds stays XLA's (see there).
 
 Only the XLA engine runs this pass (its legalization, `LEGALIZE_FOR_CPU` in
-backends/xla.py), on the module it compiles and nothing else: exports (`save`,
+backends/xla/compiler.py), on the module it compiles and nothing else: exports (`save`,
 `hlo_module_proto`, `portable_artifact`), the interpreter and IREE take the StableHLO
 before it and carry XLA's convolutions. The pass registers the handler for the target
 (backends/custom_calls.py) and rewrites nothing when the C++ extension is not built.
@@ -241,7 +241,7 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     "transposes to NC.../OI..., `stablehlo.custom_call @\"aten::convolution\"` that the "
     "kernel handler (backends/kernel_call.cpp) runs through the c10 dispatcher, transpose "
     "back: XLA:CPU's convolutions are ~3x slower than oneDNN's (the XLA engine's "
-    "legalization only, backends/xla.py; exports keep XLA's convolutions)")
+    "legalization only, backends/xla; exports keep XLA's convolutions)")
 def convolutions_as_kernel_calls(module: ir.Operation) -> None:
     if not custom_calls.register(TARGET):
         return  # no handler (the C++ extension not built): XLA's convolutions stay
