@@ -37,7 +37,8 @@ input dilation, frontend/decompositions.py):
 Only the XLA engine runs this pass (its legalization, `LEGALIZE_FOR_CPU` in
 backends/xla/compiler.py), on the module it compiles and nothing else: exports (`save`,
 `hlo_module_proto`, `portable_artifact`), the interpreter and IREE take the StableHLO
-before it and carry XLA's convolutions. The pass registers the handler for the target
+before it and carry XLA's convolutions; a mesh's legalization (`LEGALIZE_FOR_MESH`,
+backends/spmd) does not run it (kernels are not called on a mesh). The pass registers the handler for the target
 (backends/custom_calls.py) and rewrites nothing when the C++ extension is not built.
 """
 
