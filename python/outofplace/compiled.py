@@ -24,7 +24,7 @@ from .context import make_context
 from .errors import EngineUnavailableError, OutOfBoundsPolicyWarning
 from .transforms.diagnostics import run_stage
 from .transforms.inplace_to_outofplace import io_map_of
-from .ir_utils import main_function
+from .ir_utils import all_operations, main_function
 from .transforms.pipelines import pipeline_elements
 from .transforms import sharding
 from .backends.interpreter import interpret
@@ -144,6 +144,12 @@ class Compiled:
     def _kernels(self) -> bool:
         """Whether the program calls custom ops' kernels (backends/custom_calls.py)."""
         return bool(custom_calls.kernel_calls(self.module))
+
+    @functools.cached_property
+    def _convolutions(self) -> bool:
+        """Whether the program has convolutions, which the XLA engine may run through
+        eager's kernel (transforms/convolutions_as_kernel_calls.py)."""
+        return any(op.name == "stablehlo.convolution" for op in all_operations(self.module.operation))
 
     @functools.cached_property
     def dynamic(self) -> bool:
@@ -427,6 +433,8 @@ class Compiled:
             with self._engines:
                 if self._xla is None:
                     distributed.prepare(self.module)  # collectives: join the job's ranks
+                    if self._convolutions:  # (a cached executable calls it unlegalized)
+                        custom_calls.register(custom_calls.CONVOLUTION)
                     self._xla = xla.compile(self.stablehlo, self.io_map, {
                         "names": self.input_names, "inputs": self.input_types,
                         "results": self.result_types, "cache": self.cache})
@@ -473,7 +481,7 @@ class Compiled:
         return self._finish(inputs, results)
 
     def _finish(self, inputs: list[torch.Tensor], results: list[Any]) -> Any:
-        if self._kernels:  # a kernel that raised inside XLA's run: raised here
+        if self._kernels or self._convolutions:  # a kernel that raised inside XLA's run
             custom_calls.raise_failure()
         for parameter in self.signature.cleared_grads:
             parameter.grad = None

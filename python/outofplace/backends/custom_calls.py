@@ -10,6 +10,9 @@
   naming the op and the engine.
 - Exports carry a foreign target where outofplace.kernels maps the op to one
   (foreign_targets.py).
+- The XLA engine's legalization makes large convolutions calls of `aten::convolution`
+  (`CONVOLUTION`, transforms/convolutions_as_kernel_calls.py) that the same handler runs:
+  the pass registers it (`register`), Compiled too before loading a cached executable.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from ..errors import UnsupportedMutationError
 from ..ir_utils import all_operations
 
 OP_NAME = "outofplace.op"  # transforms/kernel_calls.py's backend_config entries: the op
+# The target of the convolutions the XLA engine runs through eager's kernel
+# (transforms/convolutions_as_kernel_calls.py)
+CONVOLUTION = "aten::convolution"
 
 _registered: set[str] = set()
 _lock = threading.Lock()
@@ -85,12 +91,22 @@ def prepare(module: ir.Module, engine: str, mesh: object = None) -> None:
             calls[0], f"custom op {target(calls[0])}: outofplace's kernel handler "
             "(backends/kernel_call.cpp) is not built, so XLA:CPU cannot call the op's "
             "kernel; install outofplace with a C++ compiler and jaxlib present")
+    for op in calls:
+        register(target(op))
+
+
+def register(name: str) -> bool:
+    """Registers the CPU handler for the custom call target `name` (once a process);
+    False when the handler is not built."""
+    handler = extension()
+    if handler is None:
+        return False
     with _lock:
-        for op in calls:
-            name = target(op)
-            if name not in _registered:
-                xla.load_jax().ffi.register_ffi_target(name, handler.handler(), platform="cpu")
-                _registered.add(name)
+        if name not in _registered:
+            from . import xla
+            xla.load_jax().ffi.register_ffi_target(name, handler.handler(), platform="cpu")
+            _registered.add(name)
+    return True
 
 
 def refuse_engine(calls: list[ir.Operation] | ir.Module, engine: str,

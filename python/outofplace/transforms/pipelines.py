@@ -12,7 +12,8 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (collectives, control_flow, decompose_diagonal, dynamic_broadcasts,  # noqa: F401
+from . import (collectives, control_flow, convolutions_as_kernel_calls,  # noqa: F401
+               decompose_diagonal, dynamic_broadcasts,
                dynamic_shapes, fold_constants, fold_empty_tensors,
                fold_transposes_into_dots, inplace_to_outofplace, kernel_calls,
                lower_updates, narrow_indices, refuse_unknown_shapes, scatter_barriers,

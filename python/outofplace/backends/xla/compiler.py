@@ -29,6 +29,7 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 # dots (XLA:CPU's convolution is hundreds of times slower there).
 LEGALIZE_FOR_CPU = ("builtin.module(outofplace-squeeze-state, "
                     "outofplace-fold-transposes-into-dots, "
+                    "outofplace-convolutions-as-kernel-calls, "
                     "outofplace-small-convolutions-as-dots)")
 
 

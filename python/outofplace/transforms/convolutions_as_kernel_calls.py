@@ -1,0 +1,251 @@
+"""`outofplace-convolutions-as-kernel-calls`: a large `stablehlo.convolution` becomes a call
+of `aten::convolution`, eager's oneDNN kernel, inside the XLA:CPU program.
+
+XLA:CPU's convolutions run 2.7-3.3x slower than eager's (a 3x3 64-channel convolution over
+[8, 64, 56, 56]: 17 ms against 6 ms; JAX's own program is as slow, and none of XLA's
+oneDNN flags helped: docs/performance.md, "Op classes"). The XLA engine already calls
+custom ops' CPU kernels on XLA's buffers (backends/kernel_call.cpp, the `outofplace.op`
+custom calls of transforms/kernel_calls.py); this pass hands it convolutions, forward and
+backward (outofplace's backward is JAX's transpose rule: more convolutions, one with an
+input dilation, frontend/decompositions.py):
+
+    %y = stablehlo.convolution(%x, %w) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, f, 0, 1],
+           window = {stride = [2, 2], pad = [[0, 1], [0, 1]]}
+  =>
+    %xt = stablehlo.transpose %x, dims = [0, 3, 1, 2]                  (NCHW)
+    %xp = stablehlo.pad %xt, low = [0, 0, 0, 0], high = [0, 0, 1, 1]   (the asymmetric part)
+    %wt = stablehlo.transpose %w, dims = [3, 2, 0, 1]                  (OIHW)
+    %y = stablehlo.custom_call @"aten::convolution"(%xp, %wt)
+           {backend_config = {"outofplace.op" = "aten::convolution", stride = [2, 2],
+            padding = [0, 0], dilation = [1, 1], transposed = false,
+            output_padding = [0, 0], groups = 1, ...}, api_version = 4, ...}
+
+- operands and result in aten's layouts (NC..., OI...; a transpose around the call where the
+  dimension numbers differ), dense row-major (`operand_layouts`, `result_layouts`), which
+  is how the handler wraps XLA's buffers;
+- symmetric padding is aten's; the asymmetric excess a `stablehlo.pad` of the input;
+- an input dilation (a transposed convolution: the input's gradient) is aten's
+  `transposed=True` with the input dilation as its stride, the kernel reversed and its
+  features swapped within each group, `padding = dilation * (k - 1) - low` and
+  `output_padding = high - low`; where that is not aten's (a stride besides, a negative
+  padding, an output padding outside [0, max(stride, dilation))) it stays XLA's;
+- `feature_group_count` is aten's `groups`; a `batch_group_count` other than 1, negative
+  padding, no spatial dimension or more than three, an element type other than f32, f64
+  or bf16, dynamic shapes: XLA's convolution stays;
+- a convolution of fewer than `MIN_FLOPS` multiply-adds stays XLA's (see there).
+
+Only the XLA engine runs this pass (its legalization, `LEGALIZE_FOR_CPU` in
+backends/xla/compiler.py), on the module it compiles and nothing else: exports (`save`,
+`hlo_module_proto`, `portable_artifact`), the interpreter and IREE take the StableHLO
+before it and carry XLA's convolutions; a mesh's legalization (`LEGALIZE_FOR_MESH`,
+backends/spmd) does not run it (kernels are not called on a mesh). The pass registers the handler for the target
+(backends/custom_calls.py) and rewrites nothing when the C++ extension is not built.
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch_mlir import ir, rewrite
+from torch_mlir._mlir_libs import _stablehlo
+
+from ..backends import custom_calls
+from ..ir_utils import stablehlo_splat
+from .registry import register_pass
+
+TARGET = custom_calls.CONVOLUTION
+# Below this many FLOPs (2 x multiply-adds, counting an input dilation's zeros) XLA keeps
+# the convolution. A call costs a few us (the GIL, the dispatcher: 3.4 us more than XLA's
+# own for a [1, 4, 8, 8] 3x3 convolution, one core) plus the copy of its result into
+# XLA's buffer, and eager's kernel gains a fraction of the convolution's time, which
+# XLA runs at some 20-50 GFLOP/s: at 10 MFLOP (0.2-0.5 ms) the gain outweighs the cost
+# with room to spare. Chosen, not tuned; every convolution of a ResNet-18 at 64x64,
+# batch 8, is above it (its smallest, 151 MFLOP).
+MIN_FLOPS = 10_000_000
+ELEMENT_TYPES = ("f32", "f64", "bf16")  # what eager's CPU convolution takes
+
+
+def _shape(value: ir.Value) -> list[int]:
+    return list(ir.RankedTensorType(value.type).shape)
+
+
+def _ints(op: ir.Operation, name: str, default: list[int]) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(op.attributes[name])) if name in op.attributes \
+        else default
+
+
+def _create(name: str, operands: list[ir.Value], shape: list[int], element: ir.Type,
+            **attributes: ir.Attribute) -> ir.Value:
+    return ir.Operation.create(name, results=[ir.RankedTensorType.get(shape, element)],
+                               operands=operands, attributes=attributes).result
+
+
+def _transpose(value: ir.Value, permutation: list[int]) -> ir.Value:
+    if permutation == list(range(len(permutation))):
+        return value
+    shape, element = _shape(value), ir.RankedTensorType(value.type).element_type
+    return _create("stablehlo.transpose", [value], [shape[p] for p in permutation], element,
+                   permutation=ir.DenseI64ArrayAttr.get(permutation))
+
+
+def _reshape(value: ir.Value, shape: list[int]) -> ir.Value:
+    return _create("stablehlo.reshape", [value], shape,
+                   ir.RankedTensorType(value.type).element_type)
+
+
+def _reverse(value: ir.Value, dimensions: list[int]) -> ir.Value:
+    if not dimensions:
+        return value
+    return _create("stablehlo.reverse", [value], _shape(value),
+                   ir.RankedTensorType(value.type).element_type,
+                   dimensions=ir.DenseI64ArrayAttr.get(dimensions))
+
+
+def _row_major(rank: int) -> ir.Attribute:
+    """Minor to major: the dense row-major layout the handler reads buffers in."""
+    return ir.Attribute.parse(
+        f"dense<{list(range(rank - 1, -1, -1))}> : tensor<{rank}xindex>")
+
+
+def _plan(op: ir.Operation) -> dict | None:
+    """aten::convolution's arguments for `op`, or None where it stays XLA's."""
+    numbers = _stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    x, w = op.operands
+    types = [ir.RankedTensorType(v.type) for v in (x, w, op.result)]
+    if not all(t.has_static_shape for t in types) or \
+            len({str(t.element_type) for t in types}) != 1 or \
+            str(types[0].element_type) not in ELEMENT_TYPES:
+        return None
+    spatial = list(numbers.input_spatial_dimensions)
+    rank = len(spatial)
+    if not 1 <= rank <= 3:
+        return None
+    if ir.IntegerAttr(op.attributes["batch_group_count"]).value != 1:
+        return None
+    groups = ir.IntegerAttr(op.attributes["feature_group_count"]).value
+    w_shape, out_shape = _shape(w), _shape(op.result)
+    kernel = [w_shape[d] for d in numbers.kernel_spatial_dimensions]
+    flops = 2 * math.prod(out_shape) * w_shape[numbers.kernel_input_feature_dimension] * \
+        math.prod(kernel)
+    if flops == 0 or flops < MIN_FLOPS:  # (an empty tensor: no buffer to hand aten)
+        return None
+    strides = _ints(op, "window_strides", [1] * rank)
+    lhs_dilation = _ints(op, "lhs_dilation", [1] * rank)
+    rhs_dilation = _ints(op, "rhs_dilation", [1] * rank)
+    flat = [int(p) for p in ir.DenseIntElementsAttr(op.attributes["padding"])] \
+        if "padding" in op.attributes else [0] * (2 * rank)
+    padding = [flat[2 * i:2 * i + 2] for i in range(rank)]
+    if any(p < 0 for row in padding for p in row):
+        return None
+    reversed_ = [bool(r) for r in ir.DenseBoolArrayAttr(op.attributes["window_reversal"])] \
+        if "window_reversal" in op.attributes else [False] * rank
+    plan = dict(numbers=numbers, groups=groups, dilation=rhs_dilation, reversed=reversed_)
+    if lhs_dilation == [1] * rank:  # a convolution: the excess padding before it
+        symmetric = [min(lo, hi) for lo, hi in padding]
+        plan.update(transposed=False, stride=strides, padding=symmetric,
+                    output_padding=[0] * rank,
+                    excess=[(lo - s, hi - s) for (lo, hi), s in zip(padding, symmetric)])
+        return plan
+    if strides != [1] * rank:
+        return None
+    # a transposed convolution of stride `lhs_dilation`: the output's size,
+    # (n - 1) * s + 1 + low + high - d * (k - 1), is aten's
+    # (n - 1) * s - 2 * p + d * (k - 1) + output_padding + 1 for these p, output_padding
+    aten_padding = [d * (k - 1) - lo for d, k, (lo, _) in zip(rhs_dilation, kernel, padding)]
+    output_padding = [hi - lo for lo, hi in padding]
+    if any(p < 0 for p in aten_padding) or any(
+            not 0 <= o < max(s, d)
+            for o, s, d in zip(output_padding, lhs_dilation, rhs_dilation)):
+        return None
+    plan.update(transposed=True, stride=lhs_dilation, padding=aten_padding,
+                output_padding=output_padding, excess=[(0, 0)] * rank)
+    return plan
+
+
+def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    plan = _plan(op)
+    if plan is None:
+        return True
+    numbers, groups = plan["numbers"], plan["groups"]
+    x, w = op.operands
+    rank = len(plan["stride"])
+    element = ir.RankedTensorType(x.type).element_type
+    with rewriter.ip, op.location:
+        # the input as N, C, spatial..., its asymmetric padding's excess added
+        x = _transpose(x, [numbers.input_batch_dimension, numbers.input_feature_dimension,
+                           *numbers.input_spatial_dimensions])
+        if any(lo or hi for lo, hi in plan["excess"]):
+            low = [0, 0, *(lo for lo, _ in plan["excess"])]
+            high = [0, 0, *(hi for _, hi in plan["excess"])]
+            zero = stablehlo_splat(ir.RankedTensorType.get([], element), 0)
+            x = _create("stablehlo.pad", [x, zero],
+                        [n + lo + hi for n, lo, hi in zip(_shape(x), low, high)], element,
+                        edge_padding_low=ir.DenseI64ArrayAttr.get(low),
+                        edge_padding_high=ir.DenseI64ArrayAttr.get(high),
+                        interior_padding=ir.DenseI64ArrayAttr.get([0] * (rank + 2)))
+        # the kernel as O, I / groups, spatial...; for a transposed convolution, aten's
+        # [I, O / groups, spatial...] of the kernel reversed
+        w = _transpose(w, [numbers.kernel_output_feature_dimension,
+                           numbers.kernel_input_feature_dimension,
+                           *numbers.kernel_spatial_dimensions])
+        reverse = plan["reversed"]
+        if plan["transposed"]:
+            o, i, *kernel = _shape(w)
+            if groups == 1:
+                w = _transpose(w, [1, 0, *range(2, rank + 2)])
+            else:
+                w = _reshape(w, [groups, o // groups, i, *kernel])
+                w = _transpose(w, [0, 2, 1, *range(3, rank + 3)])
+                w = _reshape(w, [groups * i, o // groups, *kernel])
+            reverse = [not r for r in reverse]
+        w = _reverse(w, [2 + d for d, r in enumerate(reverse) if r])
+        # the call, its result N, C, spatial...
+        out_shape = _shape(op.result)
+        order = [numbers.output_batch_dimension, numbers.output_feature_dimension,
+                 *numbers.output_spatial_dimensions]
+        i64 = ir.IntegerType.get_signless(64)
+        config = {
+            custom_calls.OP_NAME: ir.StringAttr.get(TARGET),
+            "outofplace.tensors": ir.DenseI64ArrayAttr.get([0, 1]),
+            "outofplace.operands": ir.DenseI64ArrayAttr.get([0, 1]),
+            "outofplace.results": ir.DenseI64ArrayAttr.get([-1, -1]),
+            "stride": ir.DenseI64ArrayAttr.get(plan["stride"]),
+            "padding": ir.DenseI64ArrayAttr.get(plan["padding"]),
+            "dilation": ir.DenseI64ArrayAttr.get(plan["dilation"]),
+            "transposed": ir.BoolAttr.get(plan["transposed"]),
+            "output_padding": ir.DenseI64ArrayAttr.get(plan["output_padding"]),
+            "groups": ir.IntegerAttr.get(i64, groups),
+        }
+        layout = _row_major(rank + 2)
+        call = ir.Operation.create(
+            "stablehlo.custom_call",
+            results=[ir.RankedTensorType.get([out_shape[d] for d in order], element)],
+            operands=[x, w], attributes={
+                "call_target_name": ir.StringAttr.get(TARGET),
+                "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
+                "backend_config": ir.DictAttr.get(config),
+                "has_side_effect": ir.BoolAttr.get(False),
+                "operand_layouts": ir.ArrayAttr.get([layout, layout]),
+                "result_layouts": ir.ArrayAttr.get([layout]),
+            }).result
+        # to the convolution's output layout
+        result = _transpose(call, [order.index(d) for d in range(rank + 2)])
+    rewriter.replace_op(op, [result])
+    return False
+
+
+@register_pass(
+    "outofplace-convolutions-as-kernel-calls",
+    "Large convolutions as calls of eager's kernel (aten::convolution) inside XLA:CPU",
+    "`stablehlo.convolution` of at least `MIN_FLOPS` (f32, f64, bf16; groups, strides, "
+    "dilations, asymmetric padding, an input dilation as aten's transposed convolution) → "
+    "transposes to NC.../OI..., `stablehlo.custom_call @\"aten::convolution\"` that the "
+    "kernel handler (backends/kernel_call.cpp) runs through the c10 dispatcher, transpose "
+    "back: XLA:CPU's convolutions are ~3x slower than oneDNN's (the XLA engine's "
+    "legalization only, backends/xla; exports keep XLA's convolutions)")
+def convolutions_as_kernel_calls(module: ir.Operation) -> None:
+    if not custom_calls.register(TARGET):
+        return  # no handler (the C++ extension not built): XLA's convolutions stay
+    patterns = rewrite.RewritePatternSet(module.context)
+    patterns.add("stablehlo.convolution", _rewrite)
+    rewrite.walk_and_apply_patterns(module, patterns.freeze())

@@ -1,0 +1,81 @@
+// RUN: outofplace-opt %s --pass-pipeline='builtin.module(outofplace-convolutions-as-kernel-calls)' \
+// RUN:   | FileCheck %s
+
+// NCHW/OIHW, symmetric padding, a stride: the call alone, aten's arguments in
+// backend_config, dense row-major operands and result.
+// CHECK-LABEL: func.func @nchw(
+// CHECK-SAME:    %[[X:.*]]: tensor<8x64x16x16xf32>, %[[W:.*]]: tensor<64x64x3x3xf32>
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"(%[[X]], %[[W]]) {api_version = 4 : i32, backend_config = {dilation = array<i64: 1, 1>, groups = 1 : i64, outofplace.op = "aten::convolution", outofplace.operands = array<i64: 0, 1>, outofplace.results = array<i64: -1, -1>, outofplace.tensors = array<i64: 0, 1>, output_padding = array<i64: 0, 0>, padding = array<i64: 1, 1>, stride = array<i64: 2, 2>, transposed = false}, operand_layouts = [dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>], result_layouts = [dense<[3, 2, 1, 0]> : tensor<4xindex>]} : (tensor<8x64x16x16xf32>, tensor<64x64x3x3xf32>) -> tensor<8x64x8x8xf32>
+// CHECK-NEXT:    return %[[Y]]
+func.func @nchw(%x: tensor<8x64x16x16xf32>, %w: tensor<64x64x3x3xf32>) -> tensor<8x64x8x8xf32> {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [2, 2], pad = [[1, 1], [1, 1]], rhs_dilate = [1, 1]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x64x16x16xf32>, tensor<64x64x3x3xf32>) -> tensor<8x64x8x8xf32>
+  return %0 : tensor<8x64x8x8xf32>
+}
+
+// NHWC/HWIO into NCHW, asymmetric padding: aten's the symmetric part, a pad the excess;
+// a kernel dilation.
+// CHECK-LABEL: func.func @nhwc_asymmetric(
+// CHECK-SAME:    %[[X:.*]]: tensor<8x16x16x64xf64>, %[[W:.*]]: tensor<3x3x64x32xf64>
+// CHECK-NEXT:    %[[XT:.*]] = stablehlo.transpose %[[X]], dims = [0, 3, 1, 2] : (tensor<8x16x16x64xf64>) -> tensor<8x64x16x16xf64>
+// CHECK-NEXT:    %[[Z:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f64>
+// CHECK-NEXT:    %[[XP:.*]] = stablehlo.pad %[[XT]], %[[Z]], low = [0, 0, 0, 0], high = [0, 0, 1, 1], interior = [0, 0, 0, 0] : (tensor<8x64x16x16xf64>, tensor<f64>) -> tensor<8x64x17x17xf64>
+// CHECK-NEXT:    %[[WT:.*]] = stablehlo.transpose %[[W]], dims = [3, 2, 0, 1] : (tensor<3x3x64x32xf64>) -> tensor<32x64x3x3xf64>
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"(%[[XP]], %[[WT]]) {{{.*}}backend_config = {dilation = array<i64: 1, 2>, groups = 1 : i64, {{.*}}output_padding = array<i64: 0, 0>, padding = array<i64: 0, 1>, stride = array<i64: 2, 2>, transposed = false}{{.*}} : (tensor<8x64x17x17xf64>, tensor<32x64x3x3xf64>) -> tensor<8x32x8x8xf64>
+// CHECK-NEXT:    return %[[Y]]
+func.func @nhwc_asymmetric(%x: tensor<8x16x16x64xf64>, %w: tensor<3x3x64x32xf64>) -> tensor<8x32x8x8xf64> {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, f, 0, 1], window = {stride = [2, 2], pad = [[0, 1], [1, 2]], rhs_dilate = [1, 2]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x16x16x64xf64>, tensor<3x3x64x32xf64>) -> tensor<8x32x8x8xf64>
+  return %0 : tensor<8x32x8x8xf64>
+}
+
+// An input dilation (the input's gradient, as JAX's transpose rule makes it): aten's
+// transposed convolution, its stride the dilation, the kernel [I, O / groups, ...] per
+// group and reversed; padding d * (k - 1) - low = 0.
+// CHECK-LABEL: func.func @transposed_grouped(
+// CHECK-SAME:    %[[G:.*]]: tensor<8x64x8x8xf32>, %[[W:.*]]: tensor<3x3x32x32xf32>
+// CHECK-NEXT:    %[[W0:.*]] = stablehlo.transpose %[[W]], dims = [2, 3, 0, 1] : (tensor<3x3x32x32xf32>) -> tensor<32x32x3x3xf32>
+// CHECK-NEXT:    %[[W1:.*]] = stablehlo.reshape %[[W0]] : (tensor<32x32x3x3xf32>) -> tensor<2x16x32x3x3xf32>
+// CHECK-NEXT:    %[[W2:.*]] = stablehlo.transpose %[[W1]], dims = [0, 2, 1, 3, 4] : (tensor<2x16x32x3x3xf32>) -> tensor<2x32x16x3x3xf32>
+// CHECK-NEXT:    %[[W3:.*]] = stablehlo.reshape %[[W2]] : (tensor<2x32x16x3x3xf32>) -> tensor<64x16x3x3xf32>
+// CHECK-NEXT:    %[[W4:.*]] = stablehlo.reverse %[[W3]], dims = [2, 3] : tensor<64x16x3x3xf32>
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"(%[[G]], %[[W4]]) {{{.*}}backend_config = {dilation = array<i64: 1, 1>, groups = 2 : i64, {{.*}}output_padding = array<i64: 0, 0>, padding = array<i64: 0, 0>, stride = array<i64: 2, 2>, transposed = true}{{.*}} : (tensor<8x64x8x8xf32>, tensor<64x16x3x3xf32>) -> tensor<8x32x17x17xf32>
+// CHECK-NEXT:    return %[[Y]]
+func.func @transposed_grouped(%g: tensor<8x64x8x8xf32>, %w: tensor<3x3x32x32xf32>) -> tensor<8x32x17x17xf32> {
+  %0 = stablehlo.convolution(%g, %w) dim_numbers = [b, f, 0, 1]x[0, 1, o, i]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[2, 2], [2, 2]], lhs_dilate = [2, 2], rhs_dilate = [1, 1]} {batch_group_count = 1 : i64, feature_group_count = 2 : i64} : (tensor<8x64x8x8xf32>, tensor<3x3x32x32xf32>) -> tensor<8x32x17x17xf32>
+  return %0 : tensor<8x32x17x17xf32>
+}
+
+// A transposed convolution with an output padding (high - low = 1 < stride) and an
+// aten padding (d * (k - 1) - low = 1); the output back to the convolution's [b, 0, f].
+// CHECK-LABEL: func.func @transposed_output_padding(
+// CHECK:         %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"({{.*}}backend_config = {dilation = array<i64: 1>, groups = 1 : i64, {{.*}}output_padding = array<i64: 1>, padding = array<i64: 1>, stride = array<i64: 2>, transposed = true}{{.*}} -> tensor<8x64x64xf32>
+// CHECK-NEXT:    %[[T:.*]] = stablehlo.transpose %[[Y]], dims = [0, 2, 1] : (tensor<8x64x64xf32>) -> tensor<8x64x64xf32>
+// CHECK-NEXT:    return %[[T]]
+func.func @transposed_output_padding(%g: tensor<8x64x32xf32>, %w: tensor<64x64x3xf32>) -> tensor<8x64x64xf32> {
+  %0 = stablehlo.convolution(%g, %w) dim_numbers = [b, f, 0]x[o, i, 0]->[b, 0, f], window = {pad = [[1, 2]], lhs_dilate = [2]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x64x32xf32>, tensor<64x64x3xf32>) -> tensor<8x64x64xf32>
+  return %0 : tensor<8x64x64xf32>
+}
+
+// bf16, one spatial dimension.
+// CHECK-LABEL: func.func @conv1d_bf16(
+// CHECK-NEXT:    stablehlo.custom_call @"aten::convolution"({{.*}}operand_layouts = [dense<[2, 1, 0]> : tensor<3xindex>, dense<[2, 1, 0]> : tensor<3xindex>], result_layouts = [dense<[2, 1, 0]> : tensor<3xindex>]} : (tensor<4x64x128xbf16>, tensor<64x64x5xbf16>) -> tensor<4x64x128xbf16>
+func.func @conv1d_bf16(%x: tensor<4x64x128xbf16>, %w: tensor<64x64x5xbf16>) -> tensor<4x64x128xbf16> {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0]x[o, i, 0]->[b, f, 0], window = {pad = [[2, 2]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<4x64x128xbf16>, tensor<64x64x5xbf16>) -> tensor<4x64x128xbf16>
+  return %0 : tensor<4x64x128xbf16>
+}
+
+// Left to XLA: below MIN_FLOPS, batch groups, negative padding, an input dilation with a
+// stride, a transposed padding aten has not (d * (k - 1) - low < 0; an output padding
+// not below the stride), integers.
+// CHECK-LABEL: func.func @kept(
+// CHECK-COUNT-7: stablehlo.convolution
+// CHECK-NOT:     stablehlo.custom_call
+func.func @kept(%x: tensor<1x4x8x8xf32>, %w: tensor<4x4x3x3xf32>, %big: tensor<8x64x16x16xf32>, %bw: tensor<64x32x3x3xf32>, %bg: tensor<64x8x3x3xf32>, %i: tensor<8x64x16x16xi32>, %iw: tensor<64x64x3x3xi32>) -> (tensor<1x4x8x8xf32>, tensor<32x64x14x14xf32>, tensor<8x64x14x14xf32>, tensor<8x64x17x17xf32>, tensor<8x64x35x35xf32>, tensor<8x64x35x35xf32>, tensor<8x64x14x14xi32>) {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<1x4x8x8xf32>, tensor<4x4x3x3xf32>) -> tensor<1x4x8x8xf32>
+  %1 = stablehlo.convolution(%big, %bg) dim_numbers = [f, b, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {} {batch_group_count = 2 : i64, feature_group_count = 1 : i64} : (tensor<8x64x16x16xf32>, tensor<64x8x3x3xf32>) -> tensor<32x64x14x14xf32>
+  %2 = stablehlo.convolution(%big, %bw) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[-1, 1], [1, -1]]} {batch_group_count = 1 : i64, feature_group_count = 2 : i64} : (tensor<8x64x16x16xf32>, tensor<64x32x3x3xf32>) -> tensor<8x64x14x14xf32>
+  %3 = stablehlo.convolution(%big, %bw) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [2, 2], pad = [[2, 2], [2, 2]], lhs_dilate = [2, 2]} {batch_group_count = 1 : i64, feature_group_count = 2 : i64} : (tensor<8x64x16x16xf32>, tensor<64x32x3x3xf32>) -> tensor<8x64x17x17xf32>
+  %4 = stablehlo.convolution(%big, %bw) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[3, 3], [3, 3]], lhs_dilate = [2, 2]} {batch_group_count = 1 : i64, feature_group_count = 2 : i64} : (tensor<8x64x16x16xf32>, tensor<64x32x3x3xf32>) -> tensor<8x64x35x35xf32>
+  %5 = stablehlo.convolution(%big, %bw) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[2, 4], [2, 4]], lhs_dilate = [2, 2]} {batch_group_count = 1 : i64, feature_group_count = 2 : i64} : (tensor<8x64x16x16xf32>, tensor<64x32x3x3xf32>) -> tensor<8x64x35x35xf32>
+  %6 = stablehlo.convolution(%i, %iw) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x64x16x16xi32>, tensor<64x64x3x3xi32>) -> tensor<8x64x14x14xi32>
+  return %0, %1, %2, %3, %4, %5, %6 : tensor<1x4x8x8xf32>, tensor<32x64x14x14xf32>, tensor<8x64x14x14xf32>, tensor<8x64x17x17xf32>, tensor<8x64x35x35xf32>, tensor<8x64x35x35xf32>, tensor<8x64x14x14xi32>
+}

@@ -1,0 +1,227 @@
+"""outofplace-convolutions-as-kernel-calls (transforms/convolutions_as_kernel_calls.py):
+the XLA engine runs large convolutions, forward and backward, through eager's kernel
+(aten::convolution called by backends/kernel_call.cpp inside the XLA program). Results
+against eager's, float32 and float64, on both paths; each test checks that the calls were
+made (the XLA module holds them), and that exports keep XLA's convolutions.
+
+Sizes are just above MIN_FLOPS, so the rewrite applies and the tests stay cheap; the
+compile cache is off, so the pass runs on every compile.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import outofplace
+from outofplace.backends import custom_calls
+from outofplace.backends.xla import legalize_for_cpu
+from outofplace.transforms import convolutions_as_kernel_calls as pass_module
+
+pytestmark = pytest.mark.skipif(
+    not outofplace.xla.available() or custom_calls.extension() is None,
+    reason="needs jax and the kernel handler (backends/kernel_call.cpp)")
+
+DTYPES = [torch.float32, torch.float64]
+CALL = 'stablehlo.custom_call @"aten::convolution"'
+
+
+def tolerance(dtype: torch.dtype) -> dict:
+    return dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else \
+        dict(rtol=1e-10, atol=1e-10)
+
+
+@pytest.fixture
+def rewritten(monkeypatch) -> list:
+    """The convolutions the pass rewrites (each plan it makes) while the test runs."""
+    plans = []
+    plan = pass_module._plan
+
+    def recording(op):
+        found = plan(op)
+        if found is not None:
+            plans.append(found)
+        return found
+    monkeypatch.setattr(pass_module, "_plan", recording)
+    return plans
+
+
+FORWARD = [  # input shape, weight shape, stride, padding, dilation, groups
+    ((2, 16, 24, 24), (32, 16, 3, 3), 1, 1, 1, 1),
+    ((2, 16, 48, 48), (32, 16, 3, 3), 2, 1, 1, 1),
+    ((2, 16, 48, 30), (32, 16, 3, 3), (2, 1), (0, 2), (2, 1), 1),
+    ((4, 32, 24, 24), (32, 8, 3, 3), 1, 1, 1, 4),  # grouped
+    ((4, 64, 32, 32), (64, 1, 5, 5), 1, 2, 1, 64),  # depthwise
+    ((8, 32, 256), (32, 32, 7), 2, 3, 2, 1),  # 1-d
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", FORWARD, ids=[f"{c[0]} s{c[2]} g{c[5]}" for c in FORWARD])
+def test_forward_matches_eager(case, dtype):
+    x_shape, w_shape, stride, padding, dilation, groups = case
+    conv = F.conv2d if len(x_shape) == 4 else F.conv1d
+    torch.manual_seed(0)
+    x, w = torch.randn(x_shape, dtype=dtype), torch.randn(w_shape, dtype=dtype)
+    b = torch.randn(w_shape[0], dtype=dtype)
+
+    def f(x, w, b):
+        return torch.relu(conv(x, w, b, stride, padding, dilation, groups))
+
+    compiled = outofplace.compile(f, (x, w, b), cache=False)
+    assert CALL in legalize_for_cpu(compiled.stablehlo)[0]
+    torch.testing.assert_close(compiled(x, w, b), f(x, w, b), **tolerance(dtype))
+
+
+def test_asymmetric_padding_matches_eager(rewritten):
+    """F.pad's asymmetric padding folded into the convolution: the excess is a pad."""
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 16, 48, 48), torch.randn(32, 16, 3, 3)
+
+    def f(x, w):
+        return F.conv2d(F.pad(x, (0, 1, 2, 0)), w, stride=2)
+
+    compiled = outofplace.compile(f, (x, w), cache=False)
+    torch.testing.assert_close(compiled(x, w), f(x, w), **tolerance(torch.float32))
+    assert len(rewritten) == 1
+
+
+def cnn(dtype: torch.dtype) -> nn.Module:
+    """A small CNN: strided, grouped, depthwise and dilated convolutions, batch norm."""
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, 1, 1, groups=2), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, 1, 2, dilation=2, groups=32), nn.ReLU(),
+        nn.Conv2d(32, 32, 1, 2), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).to(dtype)
+
+
+def training_step(model: nn.Module):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_training_step_matches_eager(path, dtype, rewritten, monkeypatch):
+    """loss.backward() of a CNN: its convolutions' gradients (a transposed convolution
+    for the input's, one over the batch for the weight's) through aten::convolution
+    too; the losses and the parameters after each step as eager's. Every convolution
+    rewritten (MIN_FLOPS 0), the model small."""
+    monkeypatch.setattr(pass_module, "MIN_FLOPS", 0)
+    torch.manual_seed(0)
+    model = cnn(dtype)
+    x, y = torch.randn(4, 3, 32, 32, dtype=dtype), torch.randint(10, (4,))
+    eager_model, compiled_model = copy.deepcopy(model), copy.deepcopy(model)
+    eager, step = training_step(eager_model), training_step(compiled_model)
+    eager(x, y), step(x, y)  # the gradients and momenta the compiled step updates
+    if path == "compile":
+        compiled = outofplace.compile(step, (x, y), cache=False)
+    else:
+        compiled = torch.compile(step, backend="outofplace", options={"cache": False})
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, y), eager(x, y), **tolerance(dtype))
+    for got, expected in zip(compiled_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(got, expected, **tolerance(dtype))
+    # 4 forward, 4 weight gradients, 3 input gradients (the first layer's input needs
+    # none), the strided ones transposed convolutions
+    assert len(rewritten) == 11, len(rewritten)
+    assert any(plan["transposed"] for plan in rewritten)
+
+
+def test_exports_and_other_engines_keep_xla_convolutions():
+    """The pass runs in the XLA engine's legalization only: the StableHLO the exports,
+    the interpreter and IREE take has XLA's convolutions."""
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 16, 24, 24), torch.randn(32, 16, 3, 3)
+    compiled = outofplace.compile(lambda x, w: F.conv2d(x, w, padding=1), (x, w),
+                                  cache=False)
+    assert "stablehlo.convolution" in compiled.stablehlo
+    assert "aten::convolution" not in compiled.stablehlo
+    assert b"aten::convolution" not in compiled.hlo_module_proto()
+    assert b"aten::convolution" not in compiled.portable_artifact()
+    assert CALL in legalize_for_cpu(compiled.stablehlo)[0]
+
+
+def test_small_convolutions_stay_xla():
+    """Below MIN_FLOPS: XLA's convolution (a call would cost more than it saves)."""
+    x, w = torch.randn(1, 4, 8, 8), torch.randn(4, 4, 3, 3)
+    compiled = outofplace.compile(lambda x, w: F.conv2d(x, w, padding=1), (x, w),
+                                  cache=False)
+    engine = legalize_for_cpu(compiled.stablehlo)[0]
+    assert "stablehlo.convolution" in engine and "aten::convolution" not in engine
+    torch.testing.assert_close(compiled(x, w), F.conv2d(x, w, padding=1))
+
+
+def test_bfloat16_is_eagers_kernel():
+    """bf16: the call is eager's kernel on the same operands, so the same bits."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 16, 48, 48, dtype=torch.bfloat16)
+    w = torch.randn(32, 16, 3, 3, dtype=torch.bfloat16)
+
+    def f(x, w):
+        return F.conv2d(x, w, stride=2, padding=1)
+
+    compiled = outofplace.compile(f, (x, w), cache=False)
+    assert CALL in legalize_for_cpu(compiled.stablehlo)[0]
+    torch.testing.assert_close(compiled(x, w), f(x, w), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_transposed_convolutions_match_eager(dtype, rewritten, monkeypatch):
+    """Input dilations as aten's transposed convolution: a user's conv_transpose2d
+    (grouped, padding and output padding) and a grouped strided convolution's input
+    gradient (JAX's transpose rule)."""
+    monkeypatch.setattr(pass_module, "MIN_FLOPS", 0)
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 7, 9, dtype=dtype, requires_grad=True)
+    w = torch.randn(8, 3, 3, 3, dtype=dtype, requires_grad=True)  # [in, out / groups, ...]
+    v = torch.randn(6, 4, 3, 3, dtype=dtype, requires_grad=True)  # [out, in / groups, ...]
+
+    def f(x, w, v):
+        up = F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1, groups=2)
+        down = F.conv2d(x, v, stride=2, padding=1, groups=2)
+        return up, torch.autograd.grad(down.square().sum(), x)[0]
+
+    compiled = outofplace.compile(f, (x, w, v), cache=False)
+    for got, expected in zip(compiled(x, w, v), f(x, w, v)):
+        torch.testing.assert_close(got, expected, **tolerance(dtype))
+    transposed = [plan for plan in rewritten if plan["transposed"]]
+    assert len(transposed) == 2 and all(plan["groups"] == 2 for plan in transposed)
+    assert sorted(plan["output_padding"] for plan in transposed) == [[0, 0], [1, 1]]
+
+
+CACHED = """
+import torch, torch.nn.functional as F, outofplace
+from outofplace import compile_cache
+torch.manual_seed(0)
+x, w = torch.randn(2, 16, 24, 24), torch.randn(32, 16, 3, 3)
+f = lambda x, w: F.conv2d(x, w, padding=1)
+compiled = outofplace.compile(f, (x, w), cache=True)
+torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+print(compile_cache.stats["xla hit"])
+"""
+
+
+def test_cached_executable_calls_the_kernel_in_a_new_process(tmp_path):
+    """An executable the compile cache holds was compiled with the calls and is loaded
+    without the pass: the handler is registered before it is (compiled.py)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OUTOFPLACE_CACHE_DIR=str(tmp_path))
+    hits = [subprocess.run([sys.executable, "-c", CACHED], env=env, capture_output=True,
+                           text=True, check=True).stdout.split()[-1] for _ in range(2)]
+    assert hits == ["0", "1"]
