@@ -20,6 +20,7 @@ from .backends import custom_calls, export, foreign_targets, hlo_proto, iree, sp
 from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
+from .signature import Input, ProgramSignature, Result
 from .errors import EngineUnavailableError, OutOfBoundsPolicyWarning
 from .transforms.diagnostics import run_stage
 from .transforms.inplace_to_outofplace import io_map_of
@@ -88,7 +89,7 @@ def _state_tensor(owner: Any, target: str) -> torch.Tensor:
     return value
 
 
-def _state_tensors(signature: importer.ProgramSignature, owner: Any) -> list[torch.Tensor]:
+def _state_tensors(signature: ProgramSignature, owner: Any) -> list[torch.Tensor]:
     """The program's parameters and buffers, and the state it reaches through Python
     objects (optimizer state, `.grad`), as they are now."""
     held = signature.held
@@ -103,7 +104,7 @@ class Compiled:
     module: ir.Module  # the StableHLO module; main's arguments are input_names
     io_map: dict[int, int]  # mutated argument index -> index of the result with its value
     input_names: list[str]  # one per argument of main: parameters, buffers, user inputs
-    signature: importer.ProgramSignature
+    signature: ProgramSignature
     source: Any  # the nn.Module or ExportedProgram whose state is read, or None
     input_types: list[tuple[tuple[int, ...], torch.dtype]]  # (shape, dtype) per argument
     result_types: list[tuple[tuple[int, ...], torch.dtype]]  # (shape, dtype) per result
@@ -478,8 +479,8 @@ class Compiled:
                 if value in self.signature.complex_arguments:
                     tensor = _as_complex(tensor)
                 for view, view_args, view_kwargs in views[0]:
-                    view_args = [inputs[a.index] if type(a) is importer.Input else
-                                 results[a.index] if type(a) is importer.Result else a
+                    view_args = [inputs[a.index] if type(a) is Input else
+                                 results[a.index] if type(a) is Result else a
                                  for a in view_args]  # a position tensor of the call
                     tensor = view(tensor, *view_args, **view_kwargs)
                 leaves.append(tensor)
@@ -537,7 +538,7 @@ def _check_engine(engine: str, mesh: Any) -> None:
                 f"'outofplace[{extra}]' (or compile for engine='interpreter')")
 
 
-def _lower(module: ir.Module, signature: importer.ProgramSignature, dump_ir: str | None,
+def _lower(module: ir.Module, signature: ProgramSignature, dump_ir: str | None,
            verify_each: bool) -> tuple:
     """Runs outofplace's passes on an imported module: (module, io_map, input_types,
     result_types); the part of `compile` the compile cache can skip."""
