@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 import torch.utils._pytree as pytree
 
 from .errors import UnsupportedMutationError
-from .frontend.fx_graph import overlaps
-from .frontend.symbolic_sizes import SymbolicSizes
+from .memory import overlaps
+from .symbolic_sizes import SymbolicSizes
 
-if TYPE_CHECKING:  # (the frontend's types, named in annotations only)
-    from .frontend.bounds_checks import Check
-    from .frontend.training import HeldConstant, OptimizerSettings
+
+class Guard(Protocol):
+    """A constant of the trace the caller may change (frontend/training.py's
+    OptimizerSettings and HeldConstant): `check()` raises ValueError when it did."""
+
+    def check(self) -> None: ...
 
 
 @dataclass
@@ -72,13 +75,13 @@ class ProgramSignature:
     # What the trace made constants of the program that the caller may change (the
     # values of optimizers' param groups, tensors it holds that the program only reads):
     # each `check()` raises ValueError at a call when it changed since.
-    guards: list[OptimizerSettings | HeldConstant] = field(default_factory=list)
+    guards: list[Guard] = field(default_factory=list)
     # length of .sizes = # arguments of main. Per argument its sizes, symbolic where
     # dynamic (dynamic_shapes), and the symbols' ranges: checked at each call.
     symbolic_sizes: SymbolicSizes = field(default_factory=SymbolicSizes)
     # With check_bounds: what each flag of the bounds-check result checks
-    # (frontend/bounds_checks.py), in the flags' order...
-    bounds_checks: list[Check] = field(default_factory=list)
+    # (frontend/bounds_checks.Check: its `message()`), in the flags' order...
+    bounds_checks: list[Any] = field(default_factory=list)
     # ...and main's result holding the flags (the last before the written arguments'),
     # as traced: the pipeline's `outofplace-split-bounds-check` takes it off main.
     bounds_result: int | None = None
