@@ -20,13 +20,11 @@ from .backends import custom_calls, export, foreign_targets, hlo_proto, iree, sp
 from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
-from .signature import Input, ProgramSignature, Result
+from .signature import Input, ProgramSignature, Result, io_map_of, returned_state
 from .errors import EngineUnavailableError, OutOfBoundsPolicyWarning
 from .transforms.diagnostics import run_stage
-from .transforms.inplace_to_outofplace import io_map_of
 from .ir_utils import main_function
-from .transforms.pipelines import pipeline_elements
-from .transforms import sharding
+from .transforms.pipelines import PIPELINES, pipeline_elements
 from .backends.interpreter import interpret
 from .transforms.specialize import specialize
 
@@ -115,7 +113,7 @@ class Compiled:
     _iree: Any = field(default=None, repr=False)  # the IREE executable, compiled on first use
     _relaid: dict = field(default_factory=dict, repr=False)  # layouts -> Compiled
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
-    shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
+    shardings: dict[str, device_mesh.Spec] = field(default_factory=dict)  # argument -> spec
     _spmd: Any = field(default=None, repr=False)  # backends/spmd.py, compiled on first use
     check_bounds: bool | None = None
     bounds_check: bounds.BoundsCheck | None = None  # run before main (bounds.py)
@@ -181,7 +179,7 @@ class Compiled:
                     shapes = [ir.RankedTensorType(a.type).shape
                               for a in main_function(self.module).arguments]
                     specs = {self.input_names.index(n): s for n, s in self.shardings.items()}
-                    state = sharding.returned_state(main_function(self.module), self.io_map)
+                    state = returned_state(main_function(self.module), self.io_map)
                     self._spmd = spmd.ShardedExecutable(
                         self.stablehlo, self.mesh, specs, self.io_map, state,
                         self.input_names, shapes, self.cache)
@@ -540,22 +538,25 @@ def _check_engine(engine: str, mesh: Any) -> None:
 
 def _lower(module: ir.Module, signature: ProgramSignature, dump_ir: str | None,
            verify_each: bool) -> tuple:
-    """Runs outofplace's passes on an imported module: (module, io_map, input_types,
+    """Runs inplace-to-stablehlo-pipeline on an imported module, each element a stage
+    (with `verify_each`, each pass of the lowering too): (module, io_map, input_types,
     result_types); the part of `compile` the compile cache can skip."""
-    run_stage(module, 1, "inplace-to-outofplace", dump_ir)
-    io_map = io_map_of(main_function(module))
-    function_type = ir.FunctionType(main_function(module).type)
-    input_types = _tensor_types(function_type.inputs)
-    result_types = _tensor_types(function_type.results)
-    lowering = "outofplace-lower-to-stablehlo"
-    stages = pipeline_elements(f"builtin.module({lowering})") if verify_each \
-        else [lowering]
+    pipeline = "inplace-to-stablehlo-pipeline"
+    stages = pipeline_elements(f"builtin.module({pipeline})") if verify_each \
+        else PIPELINES[pipeline].elements
+    input_types = result_types = []
     with warnings.catch_warnings():
         if signature.bounds_result is not None:  # checked, not clamped
             warnings.simplefilter("ignore", OutOfBoundsPolicyWarning)
-        for number, stage in enumerate(stages, 2):
+        for number, stage in enumerate(stages, 1):
             run_stage(module, number, stage, dump_ir)
-    return module, io_map, input_types, result_types
+            if stage == "inplace-to-outofplace":  # main's types, as torch types
+                function_type = ir.FunctionType(main_function(module).type)
+                input_types = _tensor_types(function_type.inputs)
+                result_types = _tensor_types(function_type.results)
+    if signature.bounds_result is not None:  # split off main (split_bounds_check.py)
+        del result_types[signature.bounds_result]
+    return module, io_map_of(main_function(module)), input_types, result_types
 
 
 @progress.staged("compile")
@@ -601,11 +602,11 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
         verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
     _check_engine(engine, mesh)
     device_mesh.refuse_dtensors(f, args, kwargs)
-    mesh = device_mesh.read_mesh(mesh, shardings)
     context = make_context()
     module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context,
                                                      dynamic_shapes, bool(check_bounds))
     with context:
+        mesh, specs = device_mesh.place(module, signature.input_names, mesh, shardings)
         if dump_ir:
             Path(dump_ir).mkdir(parents=True, exist_ok=True)
             (Path(dump_ir) / "0-torch-mutable.mlir").write_text(
@@ -619,21 +620,9 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
                 warnings.simplefilter("ignore", OutOfBoundsPolicyWarning)
             module, io_map, input_types, result_types = compile_cache.lowered(
                 module, entry, lambda: _lower(module, signature, dump_ir, verify_each))
+        bounds_check = bounds.BoundsCheck.take(module, signature.bounds_checks,
+                                               signature.input_names, input_types, cache)
         custom_calls.prepare(module, engine, mesh)  # kernels: XLA:CPU's handler, or refused
-        flags = None
-        if signature.bounds_result is not None:  # the flags: a program of their own
-            flags = bounds.split(module, signature.bounds_result)
-            io_map = io_map_of(main_function(module))
-            del result_types[signature.bounds_result]
-        specs = {}
-        if mesh is not None:
-            mesh = dict(mesh)
-            shapes = [ir.RankedTensorType(a.type).shape for a in main_function(module).arguments]
-            shardings = device_mesh.to_specs(shardings, mesh, signature.input_names, shapes)
-            specs = sharding.normalize(mesh, shardings, signature.input_names, shapes)
-            sharding.annotate(module, mesh, specs, io_map)
-        elif shardings:
-            raise ValueError("shardings need a mesh")
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
     state = _state_tensors(signature, source)
     layouts = [_layout(t) for t in signature.real_views(
@@ -642,7 +631,4 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     return Compiled(module, io_map, signature.input_names, signature, source,
                     input_types, result_types, layouts, program, engine, mesh=mesh,
                     shardings={signature.input_names[i]: s for i, s in specs.items()},
-                    check_bounds=check_bounds, bounds_check=None if flags is None else
-                    bounds.BoundsCheck(flags, signature.bounds_checks,
-                                       signature.input_names, input_types, cache),
-                    cache=cache)
+                    check_bounds=check_bounds, bounds_check=bounds_check, cache=cache)

@@ -16,10 +16,42 @@ from typing import Any, Callable, Protocol
 
 import torch
 import torch.utils._pytree as pytree
+from torch_mlir import ir
+from torch_mlir.dialects import func as func_d
 
 from .errors import UnsupportedMutationError
 from .memory import overlaps
 from .symbolic_sizes import SymbolicSizes
+
+# On an argument of main: the index of the result holding its new value (the written
+# arguments' io_map, set by inplace-to-outofplace); what XLA reads as input/output aliases.
+ALIASING_OUTPUT = "tf.aliasing_output"
+
+
+def io_map_of(func: func_d.FuncOp) -> dict[int, int]:
+    """Written argument -> the result holding its new value: the function's
+    `tf.aliasing_output` argument attributes, read back."""
+    if "arg_attrs" not in func.attributes:
+        return {}
+    io_map = {}
+    for position, attrs in enumerate(func.arg_attrs):
+        attrs = ir.DictAttr(attrs)
+        if ALIASING_OUTPUT in attrs:
+            io_map[position] = ir.IntegerAttr(attrs[ALIASING_OUTPUT]).value
+    return io_map
+
+
+def returned_state(main: Any, io_map: dict[int, int]) -> dict[int, int]:
+    """Result index -> the argument whose new value it is: the aliased results, and any
+    other result returning the same value (`return cache` after `cache[...] = k`)."""
+    block = main.regions[0].blocks[0]
+    values = list(block.operations[len(block.operations) - 1].operands)
+    state = {}
+    for arg, result in io_map.items():
+        for index, value in enumerate(values):
+            if value == values[result]:
+                state[index] = arg
+    return state
 
 
 class Guard(Protocol):

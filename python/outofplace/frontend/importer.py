@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 from torch_mlir import ir
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import meta_state, region_functions, tracing, training
+from . import bounds_checks, meta_state, region_functions, tracing, training
 from .. import progress
 from ..ir_utils import tensor_literal
 from ..signature import ProgramSignature
@@ -59,6 +59,9 @@ def import_program(ep: ExportedProgram, context: ir.Context,
         mark_mutable_tensors(func_op.operation.opview)
         region_functions.import_regions(importer, gm.graph, prepare_region,
                                         mark_mutable_tensors)
+        if signature.bounds_result is not None:  # for outofplace-split-bounds-check
+            module.operation.attributes[bounds_checks.FLAGS_RESULT] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), signature.bounds_result)
         module.operation.verify()
     return module, signature
 

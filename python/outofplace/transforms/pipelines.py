@@ -13,8 +13,8 @@ from typing import Callable
 from torch_mlir import ir, passmanager
 
 from . import (constant_folding, control_flow, diagonal, dot_transposes,  # noqa: F401
-               empty_tensors, kernel_calls, small_convolutions,
-               squeeze_state,
+               empty_tensors, kernel_calls, sharding, small_convolutions,
+               split_bounds_check, squeeze_state,
                inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)
@@ -42,12 +42,16 @@ register_pipeline(
      "outofplace-strip-constant-shields",
      "outofplace-upstream-unsigned-integers",
      "outofplace-name-kernel-results",
-     "outofplace-verify-stablehlo"],
-    "Lower value-semantic torch IR to pure StableHLO")
+     "outofplace-verify-stablehlo",
+     # where the module asks for them (its attributes): on the StableHLO
+     "outofplace-split-bounds-check", "outofplace-sharding"],
+    "Lower value-semantic torch IR to pure StableHLO (the checked mode's flags split "
+    "off and the shardings added where the module asks for them)")
 register_pipeline(
     "inplace-to-stablehlo-pipeline",
     ["inplace-to-outofplace", "outofplace-lower-to-stablehlo"],
-    "Mutable torch IR all the way to StableHLO with input/output aliases")
+    "Mutable torch IR all the way to StableHLO with input/output aliases (what "
+    "`outofplace.compile` runs)")
 
 
 def in_pipeline_order() -> list:
