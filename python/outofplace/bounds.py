@@ -20,13 +20,12 @@ from typing import Any
 import torch
 from torch_mlir import ir
 
-from .backends import iree, xla
-from .backends.interpreter import interpret
+from .backends import engines, iree
 from .errors import UserIndexError
 from .frontend.bounds_checks import Check
 from .ir_utils import operations
+from .signature import BOUNDS_CHECK_ARGUMENTS, BOUNDS_CHECK_FUNCTION
 from .transforms.specialize import is_dynamic, specialize
-from .transforms.split_bounds_check import ARGUMENTS, CHECK_FUNCTION
 
 
 
@@ -54,16 +53,16 @@ class BoundsCheck:
         (outofplace-split-bounds-check), moved out of `module` into a program of its own
         as its `main`; None when the module has none."""
         function = next((op for op in operations(module.body) if op.name == "func.func" and
-                         ir.StringAttr(op.attributes["sym_name"]).value == CHECK_FUNCTION),
+                         ir.StringAttr(op.attributes["sym_name"]).value == BOUNDS_CHECK_FUNCTION),
                         None)
         if function is None:
             return None
-        arguments = list(ir.DenseI64ArrayAttr(function.attributes[ARGUMENTS]))
+        arguments = list(ir.DenseI64ArrayAttr(function.attributes[BOUNDS_CHECK_ARGUMENTS]))
         with module.context:
             check = ir.Module.parse(function.get_asm(enable_debug_info=True))
             main = next(iter(operations(check.body)))
             main.attributes["sym_name"] = ir.StringAttr.get("main")
-            del main.attributes[ARGUMENTS]
+            del main.attributes[BOUNDS_CHECK_ARGUMENTS]
         function.erase()
         return cls(check, arguments, checks, names, input_types, cache)
 
@@ -83,17 +82,13 @@ class BoundsCheck:
             input_types = self.input_types if key[1] is None else \
                 [(shape, dtype) for shape, (_, dtype) in zip(shapes, self.input_types)]
             asm = module.operation.get_asm(use_name_loc_as_prefix=True)
-            if engine == "interpreter":
-                self._engines[key] = lambda ins, m=module: interpret(m, ins, [torch.bool])[0]
-            elif engine == "xla":
-                executable = xla.CpuExecutable(asm, self.names, {}, input_types,
-                                               self._result_types, cache=self.cache)
-                self._engines[key] = lambda ins, e=executable: e(ins)[0]
-            elif engine == "iree":
+            if engine == "iree":
                 executable = iree.Executable(asm, {})
                 self._engines[key] = lambda ins, e=executable: e(ins, [torch.bool])[0]
-            else:
-                raise ValueError(f"unknown engine '{engine}'")
+            else:  # by name (backends/engines.py)
+                executable = engines.compile(engine, asm, {}, engines.Options(
+                    self.names, input_types, self._result_types, self.cache))
+                self._engines[key] = lambda ins, e=executable: e(ins)[0]
             if len(self._engines) > 16:  # a few shapes of a dynamic program
                 self._engines.pop(next(iter(self._engines)))
         return self._engines[key](inputs)

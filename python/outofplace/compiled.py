@@ -16,7 +16,8 @@ from torch.export import ExportedProgram
 from torch_mlir import ir
 
 from . import bounds, compile_cache, progress
-from .backends import custom_calls, export, foreign_targets, hlo_proto, iree, spmd, xla
+from .backends import (custom_calls, engines, export, foreign_targets, hlo_proto, iree,
+                       spmd, xla)
 from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
@@ -25,7 +26,6 @@ from .errors import EngineUnavailableError, OutOfBoundsPolicyWarning
 from .transforms.diagnostics import run_stage
 from .ir_utils import main_function
 from .transforms.pipelines import PIPELINES, pipeline_elements
-from .backends.interpreter import interpret
 from .transforms.specialize import specialize
 
 # Programs specialized to static shapes kept per dynamic program (for XLA).
@@ -109,7 +109,8 @@ class Compiled:
     layouts: list[tuple]  # per argument: the layout (`_layout`) it was traced with
     program: Any = None  # what was compiled, to trace again for another layout (or None)
     engine: str = "auto"  # "interpreter", "xla", "iree", or "auto": xla when jax is installed
-    _xla: Any = field(default=None, repr=False)  # the XLA executable, compiled on first use
+    # engine name -> its executable (backends/engines.py), compiled on first use
+    _executables: dict = field(default_factory=dict, repr=False)
     _iree: Any = field(default=None, repr=False)  # the IREE executable, compiled on first use
     _relaid: dict = field(default_factory=dict, repr=False)  # layouts -> Compiled
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
@@ -399,18 +400,28 @@ class Compiled:
                 if self.mesh is None else \
                 self._sharded().planned_call(layouts, written, len(self.result_types))
 
+    @property
+    def _xla(self) -> xla.CpuExecutable | None:
+        """The XLA executable, once made (the planned call reads its plan)."""
+        return self._executables.get("xla")
+
     def _xla_executable(self) -> xla.CpuExecutable:
         if self.dynamic:
             raise ValueError("XLA compiles static shapes: the program has dynamic dimensions "
                              "(dynamic_shapes); calls on XLA run it specialized to their "
                              "shapes, ask `.specialized(shapes)` for one of them")
-        if self._xla is None:
+        return self._executable("xla")
+
+    def _executable(self, engine: str) -> engines.Executable:
+        """The program compiled for `engine` (backends/engines.py), on first use."""
+        if engine not in self._executables:
             with self._engines:
-                if self._xla is None:
-                    self._xla = xla.CpuExecutable(
-                        self.stablehlo, self.input_names, self.io_map, self.input_types,
-                        self.result_types, cache=self.cache)
-        return self._xla
+                if engine not in self._executables:
+                    self._executables[engine] = engines.compile(
+                        engine, self.stablehlo, self.io_map, engines.Options(
+                            self.input_names, self.input_types, self.result_types,
+                            self.cache))
+        return self._executables[engine]
 
     def run(self, args: tuple, kwargs: dict | None = None, engine: str = "auto") -> Any:
         """`__call__` on a chosen engine: "interpreter" (the StableHLO reference
@@ -424,33 +435,26 @@ class Compiled:
             return other.run(args, kwargs, engine)
         if engine == "auto":
             engine = "xla" if xla.available() else "interpreter"
+        if engine not in engines.ENGINES and engine != "iree":
+            raise ValueError(f"unknown engine '{engine}': use interpreter, xla, iree or auto")
         if self.bounds_check is not None:  # raises before anything is written
             self.bounds_check(inputs, engine)
         if engine == "xla" and self.dynamic:  # XLA compiles static shapes: one per shape
             return self.specialized([tuple(t.shape) for t in inputs]).run(args, kwargs, engine)
         if self.mesh is not None:  # aliased shards are written into the caller's tensors
             results = self._sharded()(inputs, self.result_dtypes)
-            if self._plan is None:
-                self._make_plan(inputs)
-        elif engine == "xla":  # updates the written inputs; None for their results
-            results = self._xla_executable()(inputs)
-            if self._plan is None:
-                self._make_plan(inputs)
-        elif engine in ("interpreter", "iree") and self._kernels:  # refused, by name
+        elif engine != "xla" and self._kernels:  # refused, by name
             custom_calls.refuse_engine(self.module, engine)
-        elif engine == "interpreter":
-            results = interpret(self.module, inputs, self.result_dtypes)
-            with torch.no_grad():
-                for arg, result in self.io_map.items():
-                    inputs[arg].copy_(results[result])
         elif engine == "iree":  # updates mutated inputs in place, or copies them back
             results = self._iree_executable()(inputs, self.result_dtypes)
             with torch.no_grad():
                 for arg, result in self.io_map.items():
                     if results[result] is not inputs[arg]:
                         inputs[arg].copy_(results[result])
-        else:
-            raise ValueError(f"unknown engine '{engine}': use interpreter, xla, iree or auto")
+        else:  # each writes the written arguments' new values into them
+            results = self._executable(engine)(inputs)
+        if self._plan is None and (engine == "xla" or self.mesh is not None):
+            self._make_plan(inputs)
         return self._finish(inputs, results)
 
     def _finish(self, inputs: list[torch.Tensor], results: list[Any]) -> Any:

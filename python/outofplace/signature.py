@@ -26,6 +26,11 @@ from .symbolic_sizes import SymbolicSizes
 # On an argument of main: the index of the result holding its new value (the written
 # arguments' io_map, set by inplace-to-outofplace); what XLA reads as input/output aliases.
 ALIASING_OUTPUT = "tf.aliasing_output"
+# In a lowered module with check_bounds: the function computing the flags
+# (outofplace-split-bounds-check), and on it the positions among main's arguments of the
+# arguments it takes; bounds.py takes it out as a program of its own.
+BOUNDS_CHECK_FUNCTION = "bounds_check"
+BOUNDS_CHECK_ARGUMENTS = "outofplace.arguments"
 
 
 def io_map_of(func: func_d.FuncOp) -> dict[int, int]:

@@ -31,12 +31,8 @@ from torch_mlir.dialects import func as func_d
 
 from ..frontend.bounds_checks import FLAGS_RESULT
 from ..ir_utils import erase_unused, operations, terminator
-from ..signature import ALIASING_OUTPUT
+from ..signature import ALIASING_OUTPUT, BOUNDS_CHECK_ARGUMENTS, BOUNDS_CHECK_FUNCTION
 from .registry import register_pass
-
-CHECK_FUNCTION = "bounds_check"
-# On @bounds_check: the positions, among main's arguments, of the arguments it takes.
-ARGUMENTS = "outofplace.arguments"
 
 # StableHLO ops with effects beyond their results: never removed as dead.
 _EFFECTS = frozenset({"stablehlo.custom_call", "stablehlo.send", "stablehlo.recv",
@@ -113,7 +109,8 @@ def split_bounds_check(module: ir.Operation) -> None:
                 ir.StringAttr(op.attributes["sym_name"]).value == "main").opview
     count = len(terminator(main.regions[0].blocks[0]).operands)
     check = main.operation.clone(ip=ir.InsertionPoint(module.regions[0].blocks[0])).opview
-    check.attributes["sym_name"] = ir.StringAttr.get(CHECK_FUNCTION)
+    check.attributes["sym_name"] = ir.StringAttr.get(BOUNDS_CHECK_FUNCTION)
     _keep_results(main, [i for i in range(count) if i != flags], aliases=True)
     _keep_results(check, [flags], aliases=False)
-    check.attributes[ARGUMENTS] = ir.DenseI64ArrayAttr.get(_drop_unused_arguments(check))
+    check.attributes[BOUNDS_CHECK_ARGUMENTS] = ir.DenseI64ArrayAttr.get(
+        _drop_unused_arguments(check))
