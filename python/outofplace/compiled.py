@@ -75,6 +75,19 @@ def _as_complex(pairs: torch.Tensor) -> torch.Tensor:
         return torch.view_as_complex(pairs.contiguous())
 
 
+def _take_views(tensor: torch.Tensor, views: tuple, inputs: list[torch.Tensor],
+                results: list[Any]) -> torch.Tensor:
+    """The view of `tensor` that `views` take ((view op, its other arguments, kwargs),
+    innermost first), a position tensor among them given as the call's `signature.Input`
+    or main's `signature.Result`."""
+    for view, view_args, view_kwargs in views:
+        view_args = [inputs[a.index] if type(a) is Input else
+                     results[a.index] if type(a) is Result else a
+                     for a in view_args]
+        tensor = view(tensor, *view_args, **view_kwargs)
+    return tensor
+
+
 def _state_tensor(owner: Any, target: str) -> torch.Tensor:
     """A parameter or buffer of the compiled program, by its state-dict name."""
     if isinstance(owner, ExportedProgram):
@@ -470,7 +483,8 @@ class Compiled:
         as eager takes it."""
         written = self._written_results
         complex_results = self.signature.complex_results
-        leaves = []
+        leaves: list[Any] = []
+        output_views = []
         for kind, value, *views in self.signature.output_leaves:
             if kind == "result":
                 leaves.append(inputs[written[value]] if value in written else results[value])
@@ -480,14 +494,18 @@ class Compiled:
                 tensor = inputs[value]
                 if value in self.signature.complex_arguments:
                     tensor = _as_complex(tensor)
-                for view, view_args, view_kwargs in views[0]:
-                    view_args = [inputs[a.index] if type(a) is Input else
-                                 results[a.index] if type(a) is Result else a
-                                 for a in view_args]  # a position tensor of the call
-                    tensor = view(tensor, *view_args, **view_kwargs)
-                leaves.append(tensor)
+                leaves.append(_take_views(tensor, views[0], inputs, results))
+            elif kind == "output":  # a view of another leaf, taken once that one is
+                output_views.append((len(leaves), value, views[0]))
+                leaves.append(None)
             else:
                 leaves.append(value)
+        while output_views:  # bases first: a leaf's base may be a view of a third
+            index, base, views = output_views.pop(0)
+            if leaves[base] is None:
+                output_views.append((index, base, views))
+                continue
+            leaves[index] = _take_views(leaves[base], views, inputs, results)
         spec = self.signature.out_spec
         if spec is None:
             return leaves

@@ -16,8 +16,6 @@ bridge does; the programs are kept in a bounded cache.
 from __future__ import annotations
 
 import collections
-import functools
-import math
 import re
 import warnings
 import weakref
@@ -27,6 +25,7 @@ import torch
 
 from .compiled import Compiled
 from .compiled import compile as compile_program
+from .frontend.input_views import take_view, view_layout, views_of_inputs
 
 # Programs kept per graph with symbolic sizes; past this the least recently used goes.
 SHAPE_CACHE_SIZE = 16
@@ -180,127 +179,8 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple | N
     return gm.code, tuple(inputs)
 
 
-def _view_layout(view: Any, base: Any) -> tuple | None:
-    """Where `view` sits in `base`'s memory, (size, stride, storage offset, base's size,
-    stride and storage offset), when base is of view's dtype and each element of view is
-    an element of base; else None."""
-    if not (isinstance(view, torch.Tensor) and isinstance(base, torch.Tensor)) or \
-            _is_symbolic(view) or _is_symbolic(base) or not view.numel() or \
-            view.dtype != base.dtype or \
-            view.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
-        return None
-    layout = (tuple(view.shape), view.stride(), view.storage_offset(),
-              tuple(base.shape), base.stride(), base.storage_offset())
-    return layout if _within(layout) else None
-
-
-@functools.lru_cache(maxsize=256)
-def _within(layout: tuple) -> bool:
-    """Whether every element of the first strided layout (size, stride, offset) is an
-    element of the second."""
-    def extent(size: tuple, stride: tuple, offset: int) -> tuple[int, int]:
-        return offset, offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
-
-    def offsets(size: tuple, stride: tuple, offset: int) -> torch.Tensor:
-        addresses = torch.tensor(offset)
-        for dim, (n, s) in enumerate(zip(size, stride)):
-            shape = [1] * len(size)
-            shape[dim] = n
-            addresses = addresses + torch.arange(n).view(shape) * s
-        return addresses.reshape(-1)
-
-    view, base = layout[:3], layout[3:]
-    (start, end), (first, last) = extent(*base), extent(*view)
-    if min(view[1], default=0) < 0 or min(base[1], default=0) < 0 or \
-            not start <= first <= last <= end:
-        return False
-    if math.prod(base[0]) == end - start:  # base covers its extent: contiguous
-        return True
-    if math.prod(view[0]) + math.prod(base[0]) > 1 << 22:
-        return False  # too large to test element by element
-    return bool(torch.isin(offsets(*view), offsets(*base)).all())
-
-
-_A = torch.ops.aten
-
-
-@functools.lru_cache(maxsize=256)
-def _indexing(layout: tuple) -> tuple | None:
-    """The view (size, stride, offset) as basic indexing of its base (size, stride,
-    offset): `select`s, strided `slice`s, a `permute` and `unsqueeze`s, as eager would
-    have taken it (`x[:, pos]`), which the pass writes through whatever the base's
-    layout; None when none gives exactly that view."""
-    size, stride, offset, base_size, base_stride, base_offset = layout
-    dims = sorted((d for d in range(len(base_size)) if base_size[d] > 1 and base_stride[d]),
-                  key=lambda d: -base_stride[d])
-    start, rest = [0] * len(base_size), offset - base_offset
-    for d in dims:  # the view's first element, as an index of base
-        start[d] = min(rest // base_stride[d], base_size[d] - 1) if rest >= 0 else 0
-        rest -= start[d] * base_stride[d]
-    if rest:
-        return None
-    mapped: dict[int, tuple[int, int]] = {}  # base dim -> (view dim, step)
-    for j in sorted(range(len(size)), key=lambda j: -stride[j]):
-        if size[j] == 1:
-            continue
-        for d in dims:
-            if d in mapped or stride[j] % base_stride[d]:
-                continue
-            step = stride[j] // base_stride[d]
-            if start[d] + (size[j] - 1) * step < base_size[d]:
-                mapped[d] = (j, step)
-                break
-        else:
-            return None
-    steps: list[tuple] = []
-    for d in reversed(range(len(base_size))):  # selects from the last: dims keep places
-        if d in mapped:
-            j, step = mapped[d]
-            steps.append((_A.slice.Tensor, d, start[d], start[d] + (size[j] - 1) * step + 1,
-                          step))
-        else:
-            steps.append((_A.select.int, d, start[d]))
-    kept = [mapped[d][0] for d in sorted(mapped)]  # view dims in base order
-    order = sorted(range(len(kept)), key=lambda k: kept[k])
-    if order != list(range(len(kept))):
-        steps.append((_A.permute.default, order))
-    for j in range(len(size)):
-        if size[j] == 1:
-            steps.append((_A.unsqueeze.default, j))
-    # checked on a tensor of that layout: exactly the view, or nothing
-    storage = torch.empty(base_offset + sum((n - 1) * s for n, s in
-                                            zip(base_size, base_stride)) + 1, device="meta")
-    value = storage.as_strided(base_size, base_stride, base_offset)
-    for op, *arguments in steps:
-        value = op(value, *arguments)
-    strides = [s for n, s in zip(size, stride) if n != 1]  # a unit dim's stride is no step
-    if tuple(value.shape) != tuple(size) or value.storage_offset() != offset or \
-            [s for n, s in zip(value.shape, value.stride()) if n != 1] != strides:
-        return None
-    return tuple(steps)
-
-
-def _views_of_inputs(inputs: list[Any]) -> dict[int, int]:
-    """The inputs that are views of another input's memory, each with that input (its
-    base): {view: base}. A graph break hands the next graph a view of a tensor beside
-    the tensor itself (`stack0 = x[:, pos]` computed eagerly, then `x[:, 0] = stack0`).
-    A base is the largest input of a storage whose elements include the view's."""
-    groups: dict[int, list[int]] = {}
-    for i, tensor in enumerate(inputs):
-        if isinstance(tensor, torch.Tensor) and tensor.numel():
-            groups.setdefault(tensor.untyped_storage()._cdata, []).append(i)
-    views = {}
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        base = max(members, key=lambda i: (inputs[i].numel(), inputs[i].is_contiguous()))
-        views.update({i: base for i in members
-                      if i != base and _view_layout(inputs[i], inputs[base]) is not None})
-    return views
-
-
 class ViewsOfInputs:
-    """Runs a graph some of whose inputs are views of another input (`_views_of_inputs`):
+    """Runs a graph some of whose inputs are views of another input (`views_of_inputs`):
     each such input is taken again inside the graph, as the `as_strided` of its base that
     it is, so that a write through either shows through the other as in eager, where
     separate arguments could not. The views' places in their bases are read at each call:
@@ -317,7 +197,7 @@ class ViewsOfInputs:
 
     def _layouts(self, args: tuple) -> tuple:
         return tuple((i, base, layout) for i, base in self.views.items()
-                     if (layout := _view_layout(args[i], args[base])) is not None)
+                     if (layout := view_layout(args[i], args[base])) is not None)
 
     def _compile(self, layouts: tuple, inputs: Any) -> Callable[..., Any]:
         import copy
@@ -327,14 +207,7 @@ class ViewsOfInputs:
         body = next(n for n in gm.graph.nodes if n.op != "placeholder")
         with gm.graph.inserting_before(body):  # in order, after every placeholder
             for i, base, layout in layouts:
-                steps = _indexing(layout)
-                if steps is None:  # base contiguous: the elements at their offsets
-                    view = gm.graph.call_function(
-                        torch.as_strided, (placeholders[base], *layout[:3]))
-                else:
-                    view = placeholders[base]
-                    for op, *arguments in steps:
-                        view = gm.graph.call_function(op, (view, *arguments))
+                view = take_view(gm.graph, placeholders[base], layout)
                 placeholders[i].replace_all_uses_with(view)
                 gm.graph.erase_node(placeholders[i])
         gm.recompile()
@@ -425,7 +298,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     if _needs_gradients(example_inputs):
         names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
         return _training_backend(names, options)(gm, example_inputs)
-    views = _views_of_inputs(example_inputs)
+    views = views_of_inputs(example_inputs)
     if views:
         return ViewsOfInputs(gm, example_inputs, views, options)
     return _compile_graph(gm, example_inputs, options=options)

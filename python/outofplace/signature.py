@@ -93,7 +93,9 @@ class ProgramSignature:
     #   ("constant", value): a Python value the trace returned as is;
     #   ("argument", i, views): main's argument i itself, or the view of it that `views`
     #     take (tuples (view op, its other arguments, kwargs), innermost first); an
-    #     operand of a view may be `Input` or `Result`: a position read at the call.
+    #     operand of a view may be `Input` or `Result`: a position read at the call;
+    #   ("output", j, views): the view of the output's leaf j that `views` take (an
+    #     output the program makes viewing another it makes, as eager returns it).
     output_leaves: list[tuple[str, Any]] = field(default_factory=list)
     # Argument name -> (the first op writing it, that op's source line), for each
     # argument the program writes in place (through any view): what a refusal at a call
@@ -128,6 +130,10 @@ class ProgramSignature:
     complex_arguments: dict[int, torch.dtype] = field(default_factory=dict)
     # ...and main's results that are `view_as_real` of a complex output.
     complex_results: frozenset[int] = frozenset()
+    # Target -> (its base's target, the view's layout): the parameters and buffers that
+    # view another's elements (frontend/input_views.py), no arguments of main but taken
+    # inside it from their base; a `StateView` guard checks each still views it there.
+    state_views: dict[str, tuple[str, tuple]] = field(default_factory=dict)
 
     @functools.cached_property
     def flat_tensors(self) -> tuple[int, tuple[str, ...]] | None:

@@ -42,7 +42,17 @@ def _detached(tree: Any) -> Any:
     return pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, tree)
 
 
-def run_path(path: str, cls: type, held: Callable, calls: list) -> Exception | None:
+class UpstreamDivergence(Exception):
+    """A torch.compile path failed where torch's own AOTAutograd pipeline
+    (`backend="aot_eager"`, no compiler at all) fails against eager too: PyTorch's bug,
+    counted and reported apart from outofplace's failures."""
+
+    op = "torch.compile(backend='aot_eager')"
+    reason = "fails against eager too: a PyTorch (AOTAutograd) bug, not outofplace's"
+
+
+def run_path(path: str, cls: type, held: Callable, calls: list,
+             backend: str = "outofplace") -> Exception | None:
     """The program on `path` beside eager, compared after every call: the call's outputs,
     earlier calls' outputs read again, the held views, buffers and parameters, inputs
     and their whole storages. Returns the refusal (UnsupportedMutationError) if the path
@@ -60,7 +70,7 @@ def run_path(path: str, cls: type, held: Callable, calls: list) -> Exception | N
     outputs_compiled: list[Any] = []
     run: Any = None
     if path != "xla":
-        run = torch.compile(model, backend="outofplace",
+        run = torch.compile(model, backend=backend,
                             dynamic=False if path == "dynamo" else None)
     for c, call in enumerate(calls):
         what = f"[{path}, call {c}]"
@@ -99,7 +109,7 @@ def assert_module_matches_eager(cls: type, held: Callable, calls: list,
     """The program on every path against eager. A path that refuses (at any call) while
     another compiles and matches eager fails; when every path refuses, the first path's
     UnsupportedMutationError is raised."""
-    outcomes = {path: run_path(path, cls, held, calls) for path in paths}
+    outcomes = {path: _run_or_blame_torch(path, cls, held, calls) for path in paths}
     refused = {path: error for path, error in outcomes.items() if error is not None}
     if refused and len(refused) < len(paths):
         raise AssertionError(
@@ -108,3 +118,20 @@ def assert_module_matches_eager(cls: type, held: Callable, calls: list,
             "; ".join(f"{p}: {error}" for p, error in refused.items()))
     if refused:
         raise refused[paths[0]]
+
+
+def _run_or_blame_torch(path: str, cls: type, held: Callable, calls: list
+                        ) -> Exception | None:
+    """`run_path`; a failure on a torch.compile path of a module with parameters that
+    require grad (whose graphs go through AOTAutograd) raises UpstreamDivergence when
+    torch's `aot_eager` backend fails against eager on the same path too."""
+    try:
+        return run_path(path, cls, held, calls)
+    except Exception as error:
+        if path == "xla" or not any(p.requires_grad for p in cls().parameters()):
+            raise
+        try:
+            run_path(path, cls, held, calls, backend="aot_eager")
+        except Exception:  # noqa: BLE001 - torch's own pipeline diverges as well
+            raise UpstreamDivergence(f"{path}: {error}") from error
+        raise

@@ -61,7 +61,9 @@ def check_module(program) -> dict:
     """A module program on every path of fuzz_modules_check.PATHS, as test_fuzz_modules.py
     checks it."""
     import outofplace
-    from fuzz_modules_check import assert_module_matches_eager, eager_rejects
+    from fuzz_modules_check import (UpstreamDivergence, assert_module_matches_eager,
+                                    eager_rejects)
+    from test_fuzz import refusal_reason
 
     cls, held, calls = program.build()
     if eager_rejects(cls, held, calls):
@@ -72,9 +74,11 @@ def check_module(program) -> dict:
             warnings.simplefilter("ignore")
             assert_module_matches_eager(cls, held, calls)
         outcome = {"outcome": "passed"}
+    except UpstreamDivergence as error:
+        outcome = {"outcome": "upstream", "reason": refusal_reason(error),
+                   "error": str(error)[:2000], "reproducer": program.reproducer()}
     except outofplace.UnsupportedMutationError as error:
-        reason = re.sub(r"<fuzzed-module-[\d-]+>:\d+", "<line>", error.reason)
-        outcome = {"outcome": "refused", "reason": f"{error.op}: {reason}",
+        outcome = {"outcome": "refused", "reason": refusal_reason(error),
                    "source": program.reproducer()}
     except Exception as error:  # noqa: BLE001 - every other exception is a finding
         outcome = {"outcome": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
@@ -88,6 +92,7 @@ def check(program) -> dict:
     """One program against eager: what happened, as a JSON-able record."""
     import outofplace
     from fuzz_programs import assert_program_matches_eager
+    from test_fuzz import refusal_reason
 
     if MODULES:
         return check_module(program)
@@ -106,8 +111,7 @@ def check(program) -> dict:
         outcome = {"outcome": "passed",
                    "digest": hashlib.sha256(compiled.stablehlo.encode()).hexdigest()[:16]}
     except outofplace.UnsupportedMutationError as error:
-        reason = re.sub(r"<fuzzed-\d+>:\d+", "<line>", error.reason)
-        outcome = {"outcome": "refused", "reason": f"{error.op}: {reason}",
+        outcome = {"outcome": "refused", "reason": refusal_reason(error),
                    "source": program.function_source()}
     except Exception as error:  # noqa: BLE001 - every other exception is a finding
         outcome = {"outcome": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
@@ -210,16 +214,17 @@ def summary(records: dict[int, dict], seed: int) -> str:
     reasons = collections.Counter(r["reason"] for r in records.values()
                                   if r["outcome"] == "refused")
     seconds = [r["seconds"] for r in records.values() if "seconds" in r]
-    programs = sum(counts[k] for k in ("passed", "refused", "failed", "crashed"))
+    programs = sum(counts[k] for k in ("passed", "refused", "upstream", "failed", "crashed"))
     lines = [f"{programs} programs (seeds {seed}..{seed + len(records) - 1}): "
              f"{counts['passed']} match eager, {counts['refused']} refused, "
+             f"{counts['upstream']} fail on torch's own aot_eager too (PyTorch's bugs), "
              f"{counts['failed']} failed, {counts['crashed']} crashed a worker, "
              f"{counts['eager-rejects']} rejected by eager and {counts['no-program']} "
              "seeds without a program (not counted); "
              f"{sum(seconds) / max(len(seconds), 1):.2f} s per program"]
     lines += [f"  {n:6d} refused  {reason}" for reason, n in reasons.most_common()]
     for record in records.values():
-        if record["outcome"] in ("failed", "crashed"):
+        if record["outcome"] in ("failed", "crashed", "upstream"):
             lines += ["", f"--- program {record['number']}: {record['outcome']} "
                           f"{record.get('error', '')}", record["reproducer"]]
     return "\n".join(lines)

@@ -130,7 +130,7 @@ def refusal_reason(error: outofplace.UnsupportedMutationError | IreeCompileError
     if isinstance(error, IreeCompileError):
         errors = [line for line in str(error).splitlines() if line.startswith("error:")]
         return "IREE: " + (errors[0] if errors else str(error).splitlines()[0])[:200]
-    reason = re.sub(r"<fuzzed-\d+>:\d+", "<line>", error.reason)
+    reason = re.sub(r"<fuzzed(-module)?-[\d-]+>:\d+", "<line>", error.reason)
     return f"{error.op}: {reason}"
 
 
@@ -172,7 +172,7 @@ def test_fuzzed_program_matches_eager(shard: int) -> None:
     try:
         fuzz()
     finally:  # after every shard: a long run that is cut short still has its counts
-        _write_reports()
+        REPORTS.write()
 
 
 MESH_SHARDS = 2  # of PROGRAMS_PER_SHARD programs, also compiled on a mesh
@@ -195,7 +195,7 @@ def _fuzz_on(engines: list[str], first_seed: int, monkeypatch) -> None:
     try:
         fuzz()
     finally:
-        _write_reports()
+        REPORTS.write()
 
 
 @pytest.mark.parametrize("shard", range(MESH_SHARDS))
@@ -249,41 +249,60 @@ def summary_text(report: dict, title: str) -> str:
     return "\n".join(lines)
 
 
-def _write_reports() -> str:
-    """This process's counts to REPORT_DIR, then the merged summary of the run."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    with open(REPORT_DIR / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        for stale in REPORT_DIR.glob("run-*.json"):
-            if not stale.name.startswith(f"run-{run}-"):
-                stale.unlink()
-        (REPORT_DIR / f"run-{run}-{worker}.json").write_text(json.dumps(STATS.as_json()))
-        merged = _merge([json.loads(p.read_text())
-                         for p in sorted(REPORT_DIR.glob(f"run-{run}-*.json"))])
-        text = summary_text(merged, "fuzz (all workers so far)")
-        refusals = [f"--- {reason}\n{source}"
-                    for reason, source in merged["refusal_example"].items()]
-        (REPORT_DIR / "summary.txt").write_text(text + "\n\nShortest program per refusal:\n"
-                                                + "\n".join(refusals))
-    return text
+class Reports:
+    """One fuzzer's counts, written by each process to REPORT_DIR as `<prefix>-<run>-
+    <worker>.json` and merged into `<prefix>-summary.txt` (with the shortest program of
+    each refusal); `summarize(report, title)` is the fuzzer's summary text."""
+
+    def __init__(self, stats: _Stats, prefix: str, summary: str,
+                 summarize: Callable[[dict, str], str], title: str) -> None:
+        self.stats, self.prefix, self.summary = stats, prefix, summary
+        self.summarize, self.title = summarize, title
+
+    def write(self) -> str:
+        """This process's counts to REPORT_DIR, then the merged summary of the run."""
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        REPORT_DIR.mkdir(parents=True, exist_ok=True)
+        with open(REPORT_DIR / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for stale in REPORT_DIR.glob(f"{self.prefix}-*.json"):
+                if not stale.name.startswith(f"{self.prefix}-{run}-"):
+                    stale.unlink()
+            (REPORT_DIR / f"{self.prefix}-{run}-{worker}.json").write_text(
+                json.dumps(self.stats.as_json()))
+            merged = _merge([json.loads(p.read_text()) for p in
+                             sorted(REPORT_DIR.glob(f"{self.prefix}-{run}-*.json"))])
+            text = self.summarize(merged, f"{self.title} (all workers so far)")
+            refusals = [f"--- {reason}\n{source}"
+                        for reason, source in merged["refusal_example"].items()]
+            (REPORT_DIR / self.summary).write_text(
+                text + "\n\nShortest program per refusal:\n" + "\n".join(refusals))
+        return text
+
+    def show(self, request: pytest.FixtureRequest) -> None:
+        """At the end of the test module: the merged summary on the terminal (a warning
+        under xdist, whose workers' output pytest does not show)."""
+        if not self.stats.programs and not self.stats.eager_rejects:
+            return
+        mine = self.summarize(self.stats.as_json(), f"{self.title} (this process)")
+        merged = self.write()
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        capture = request.config.pluginmanager.get_plugin("capturemanager")
+        if os.environ.get("PYTEST_XDIST_WORKER") is None and reporter is not None and \
+                capture is not None:
+            with capture.global_and_fixture_disabled():  # printed, not captured
+                reporter.write_line("")
+                reporter.write_line(merged)
+        else:
+            warnings.warn(f"{mine}\n{merged}\n(summary: {REPORT_DIR / self.summary})",
+                          stacklevel=1)
+
+
+REPORTS = Reports(STATS, "run", "summary.txt", summary_text, "fuzz")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _fuzz_summary(request: pytest.FixtureRequest):
     yield
-    if not STATS.programs and not STATS.eager_rejects:
-        return
-    mine = summary_text(STATS.as_json(), "fuzz (this process)")
-    merged = _write_reports()
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if os.environ.get("PYTEST_XDIST_WORKER") is None and reporter is not None and \
-            capture is not None:
-        with capture.global_and_fixture_disabled():  # printed, not captured
-            reporter.write_line("")
-            reporter.write_line(merged)
-    else:
-        warnings.warn(f"{mine}\n{merged}\n(summary: {REPORT_DIR / 'summary.txt'})",
-                      stacklevel=1)
+    REPORTS.show(request)

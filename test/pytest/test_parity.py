@@ -483,3 +483,48 @@ def test_optimizer_branching_on_its_step_is_refused_at_its_line(kind, options):
         outofplace.compile(step, (x, y))
     assert "a value read from a tensor's data decides" in str(error.value)
     assert __file__ in str(error.value)
+
+
+def _write_through_a_made_view(x, pos):
+    t = torch.zeros(2, 3, dtype=x.dtype)
+    t.select(-1, 0)[pos] = x[0]  # an int32 position: dynamo breaks the graph here
+    c = torch.arange(6, dtype=x.dtype).reshape(2, 3)
+    c[:, -1][pos] += 2
+    return t * 1, c + x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_write_after_a_graph_break_into_a_view_of_a_tensor_the_graph_made(dtype):
+    """Dynamo ends the graph at the int32 position with the tensor it made and its view
+    as outputs, then writes into the view: the view must be one of the other output, as
+    eager's is (the backend returned two tensors, and the write was lost)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(_write_through_a_made_view, backend="outofplace",
+                             dynamic=False)
+    for position in (1, 0):
+        x, pos = torch.randn(3, dtype=dtype), torch.tensor(position, dtype=torch.int32)
+        torch.testing.assert_close(compiled(x, pos), _write_through_a_made_view(x, pos),
+                                   rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_outputs_viewing_another_output_are_its_views(path, dtype):
+    """A program returning a tensor it made and views of it returns views, as eager does:
+    a write into one output shows in the others."""
+    def program(x):
+        t = x * 2
+        return t, t[1], t.t()[0], t.view(-1)[2:4]
+
+    x = torch.randn(3, 2, dtype=dtype)
+    run = outofplace.compile(program, (x,)) if path == "outofplace.compile" else \
+        torch.compile(program, backend="outofplace", dynamic=False)
+    torch._dynamo.reset()
+    ours, eager = run(x), program(x)
+    for out in (ours, eager):
+        out[1].fill_(7)
+        out[2].add_(1)
+        out[3].mul_(3)
+    for a, e in zip(ours, eager):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    assert ours[1].data_ptr() == ours[0][1].data_ptr()

@@ -23,7 +23,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ConstantArgument, InputKind, TensorArgument
 
 from . import (bounds_checks, complex_pairs, control_flow, fx_rewrites, higher_order,
-               meta_state, training)
+               input_views, meta_state, training)
 from .. import op_registry
 from ..errors import UnsupportedMutationError
 from ..signature import Input, ProgramSignature, Result
@@ -75,6 +75,7 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     state = [(state_value(ep, spec.target), placeholders[spec.arg.name])
              for spec in ep.graph_signature.input_specs
              if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
+    state_views = _take_state_views(ep, graph, state)
     held, read_constants = _held_constants(ep, graph, placeholders, roots or {}, state)
     for node in graph.nodes:  # ops on a fake constant would run on the caller's tensor
         if isinstance(node.meta.get("val"), torch._subclasses.FakeTensor):
@@ -88,7 +89,10 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     constant_inputs: dict[int, tuple[str, Any]] = {}
     for spec in ep.graph_signature.input_specs:
         node = placeholders[spec.arg.name]
-        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and \
+                spec.target in state_views:  # taken from its base
+            redirected = True
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             state_targets.append(spec.target)
             input_names.append(spec.target)
             arguments.append(node)
@@ -132,13 +136,24 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     # it) as in eager, not a result of main; an output given twice is one result.
     leaves: list[tuple[str, Any, ...]] = []
     kept: dict[torch.fx.Node, int] = {}
-    for value in output.args[0]:
-        alias = _argument_alias(value, {node: i for i, node in enumerate(arguments)},
-                                frozenset(written))
+    argument_index = {node: i for i, node in enumerate(arguments)}
+    aliases = [None if _constant_output(value) else
+               _argument_alias(value, argument_index, frozenset(written))
+               for value in output.args[0]]
+    # Outputs the program makes (not the caller's tensors): one viewing another
+    # (`return t, t.select(1, 0)`) is that one's view, as in eager, where a write into
+    # either shows in the other (dynamo writes into such a view after a graph break).
+    made = {value: i for i, (value, alias) in enumerate(zip(output.args[0], aliases))
+            if alias is None and not _constant_output(value)}
+    for value, alias in zip(output.args[0], aliases):
+        base = _argument_alias(value, {n: i for n, i in made.items() if n is not value},
+                               frozenset(written)) if value in made else None
         if _constant_output(value):
             leaves.append(("constant", value))
         elif alias is not None:
             leaves.append(("argument", alias[0], _position_results(alias[1], graph, kept)))
+        elif base is not None:
+            leaves.append(("output", base[0], _position_results(base[1], graph, kept)))
         else:
             leaves.append(("result", kept.setdefault(value, len(kept))))
     region = next((n for n in graph.nodes if n.op == "call_function" and
@@ -172,8 +187,34 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
                                  bounds_result=None if flags is None else kept[flags],
                                  complex_arguments=complex_arguments,
                                  complex_results=complex_results,
-                                 guards=read_constants)
+                                 guards=read_constants, state_views=state_views)
     return gm, signature
+
+
+def _take_state_views(ep: ExportedProgram, graph: torch.fx.Graph,
+                      state: list[tuple[torch.Tensor, torch.fx.Node]]
+                      ) -> dict[str, tuple[str, tuple]]:
+    """Each parameter or buffer that views another's elements (`register_buffer("k",
+    kv[0])`) taken inside the program from that one (input_views.take_view), its
+    placeholder erased: as separate arguments, a write through one would not show
+    through the other. In `state`, the view's node becomes the one taking it. Returns
+    target -> (its base's target, the view's layout)."""
+    targets = [spec.target for spec in ep.graph_signature.input_specs
+               if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
+    views = input_views.views_of_inputs([value for value, _ in state])
+    if not views:
+        return {}
+    body = next(n for n in graph.nodes if n.op != "placeholder")
+    taken = {}
+    with graph.inserting_before(body):
+        for i, base in views.items():
+            layout = input_views.view_layout(state[i][0], state[base][0])
+            view = input_views.take_view(graph, state[base][1], layout)
+            state[i][1].replace_all_uses_with(view)
+            graph.erase_node(state[i][1])
+            state[i] = (state[i][0], view)
+            taken[targets[i]] = (targets[base], layout)
+    return taken
 
 
 def _state_node(value: torch.Tensor, state: list[tuple[torch.Tensor, torch.fx.Node]]

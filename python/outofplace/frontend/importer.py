@@ -9,14 +9,16 @@ contract of signature.py) and the import here, with torch-mlir's FxImporter, fin
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import torch
 from torch.export import ExportedProgram
 from torch_mlir import ir
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import bounds_checks, meta_state, region_functions, tracing, training
+from . import (bounds_checks, input_views, meta_state, region_functions, tracing,
+               training)
 from .. import progress
 from ..ir_utils import tensor_literal
 from ..signature import ProgramSignature
@@ -92,6 +94,9 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
                     source, tuple(("attr", part) for part in name.split(".")), name,
                     tuple(value.shape), value.dtype)
     signature.cleared_grads = steps.cleared if steps is not None else []
+    for view, (base, layout) in signature.state_views.items():
+        signature.guards.append(input_views.StateView(
+            view, base, layout, _live_state(source, ep, view), _live_state(source, ep, base)))
     if steps is not None:
         signature.guards += steps.settings.values()
     state = [signature.held[target]() if target in signature.held else
@@ -99,3 +104,10 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     signature.refuse_written_inputs_sharing_memory(
         signature.real_views(state + signature.user_inputs(args, kwargs or {})))
     return module, signature
+
+
+def _live_state(source: Any, ep: ExportedProgram, target: str) -> Callable[[], Any]:
+    """The parameter or buffer `target` of the compiled program, as it is at a call."""
+    if isinstance(source, ExportedProgram):
+        return lambda: source.state_dict.get(target)
+    return lambda: functools.reduce(getattr, target.split("."), source)

@@ -86,19 +86,28 @@ _INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a 
 
 
 def _distinct_tensors(tree: Any) -> Any:
-    """The tree with a tensor given again (`f(x, t, t)`) replaced by a view of all of it:
-    torch.export makes one input of one tensor object given twice, and the program would
-    read one argument for both at calls given two tensors. (Sharing memory, they still
-    share it: a written one is refused.)"""
-    seen: set[int] = set()
+    """The tree with each tensor that shares memory with an earlier one (`f(x, t, t)`,
+    `f(x[2], x)`) traced as a copy in the same layout (strides, storage offset).
+    torch.export makes one input of one tensor object given twice, and makes the sizes
+    of a tensor another input views symbolic: separate arguments of the compiled program,
+    they are separate values (a written one sharing memory is refused, at compiling and
+    at every call)."""
+    storages: set[int] = set()
 
     def distinct(leaf: Any) -> Any:
-        if not isinstance(leaf, torch.Tensor):
+        if not isinstance(leaf, torch.Tensor) or leaf.is_meta:
             return leaf
-        if id(leaf) in seen:
-            return leaf.view(leaf.shape)
-        seen.add(id(leaf))
-        return leaf
+        storage = leaf.untyped_storage()._cdata
+        if storage not in storages:
+            storages.add(storage)
+            return leaf
+        extent = sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride())) + 1 \
+            if leaf.numel() else 0
+        with torch.no_grad():  # the elements the layout reaches, expanded ones too
+            memory = torch.empty(0, dtype=leaf.dtype, device=leaf.device).set_(
+                leaf.untyped_storage())[:leaf.storage_offset() + extent].clone()
+        copy = memory.as_strided(leaf.shape, leaf.stride(), leaf.storage_offset())
+        return copy.requires_grad_(leaf.requires_grad)
 
     return pytree.tree_map(distinct, tree)
 

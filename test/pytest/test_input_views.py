@@ -1,0 +1,181 @@
+"""frontend/input_views.py: state that views other state, on both paths.
+
+A module that registers buffers as views of another (the halves of a KV cache, a window
+of a ring buffer) writes through one and reads through the other; eager's writes show
+through, so the compiled program takes each view inside it from its base. Each program
+runs through `outofplace.compile` on every engine and through
+`torch.compile(backend="outofplace")`, in float32 and float64, against eager.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import outofplace
+from differential import ENGINES, assert_call_matches_eager, assert_matches_eager, \
+    by_dynamo
+from outofplace.frontend import input_views
+
+DTYPES = [torch.float32, torch.float64]
+# The programs write at runtime positions: clamping's warning is not what is tested here.
+pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWarning")
+
+
+class CacheHalves(torch.nn.Module):
+    """Keys and values registered as the two halves of one cache, written at a runtime
+    position through the halves and read through the whole."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("kv", torch.zeros(2, 6, 3, dtype=dtype))
+        self.register_buffer("k", self.kv[0])
+        self.register_buffer("v", self.kv[1])
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        self.k[pos] = x
+        self.v[pos] = x * 2
+        return self.kv.sum(1)
+
+
+class StridedWindow(torch.nn.Module):
+    """A window no basic indexing gives (every third element of the flattened buffer),
+    read after the whole buffer is written, and written itself."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("buf", torch.arange(24, dtype=dtype).reshape(4, 6))
+        self.register_buffer("every_third", self.buf.view(-1)[1::3])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.buf.mul_(x)
+        out = self.every_third.clone()
+        self.every_third.add_(1)
+        return out + self.buf.sum()
+
+
+class TransposedView(torch.nn.Module):
+    """A parameter-free module whose buffer is the transpose of another, written in
+    place through the transpose."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.randn(3, 5, dtype=dtype))
+        self.register_buffer("state_t", self.state.t())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.state_t[1:3].add_(x)
+        return self.state * 2
+
+
+PROGRAMS = {
+    "cache halves": (CacheHalves, lambda dt: (torch.randn(3, dtype=dt), torch.tensor(4))),
+    "strided window": (StridedWindow, lambda dt: (torch.randn(6, dtype=dt),)),
+    "transposed view": (TransposedView, lambda dt: (torch.randn(2, 3, dtype=dt),)),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_state_viewing_other_state_matches_eager_on_both_paths(name, dtype):
+    make, arguments = PROGRAMS[name]
+    torch.manual_seed(0)
+    module, args = make(dtype), arguments(dtype)
+    eager = copy.deepcopy(module)
+    compiled = assert_matches_eager(module, *args)
+    assert len(compiled.input_names) == len(set(compiled.input_names))
+    assert not any(n in ("k", "v", "every_third", "state_t") for n in compiled.input_names)
+    by_dynamo(copy.deepcopy(eager), copy.deepcopy(eager), args, {})
+
+
+def test_views_stay_views_after_calls():
+    """After compiled calls the module's views still view its base (nothing was copied
+    into a tensor of its own), and every later call keeps matching eager."""
+    module, eager = CacheHalves(torch.float32), CacheHalves(torch.float32)
+    compiled = outofplace.compile(module, (torch.randn(3), torch.tensor(0)))
+    for position in (0, 5, 2):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, torch.tensor(position)),
+                                   eager(x, torch.tensor(position)))
+    assert module.k.data_ptr() == module.kv.data_ptr()
+    torch.testing.assert_close(module.kv, eager.kv, rtol=0, atol=0)
+
+
+def test_a_view_reassigned_after_compiling_is_refused_before_anything_is_written():
+    module = CacheHalves(torch.float32)
+    compiled = outofplace.compile(module, (torch.randn(3), torch.tensor(0)))
+    module.k = torch.zeros(6, 3)  # no longer a view of kv
+    before = module.kv.clone(), module.k.clone()
+    with pytest.raises(ValueError, match="`k` was compiled as a view of `kv`"):
+        compiled(torch.randn(3), torch.tensor(1))
+    torch.testing.assert_close(module.kv, before[0], rtol=0, atol=0)
+    torch.testing.assert_close(module.k, before[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("layout, basic", [
+    (((3,), (1,), 3, (2, 6), (6, 1), 0), True),  # a row's tail: select and slice
+    (((6,), (6,), 1, (6, 6), (6, 1), 0), True),  # a column: select of the second dimension
+    (((2, 2), (1, 6), 6, (6, 6), (6, 1), 0), True),  # a transposed block: slices, permute
+    (((3,), (1,), 4, (2, 6), (6, 1), 0), False),  # across two rows
+    (((2, 3), (1, 2), 0, (6,), (1,), 0), False),  # a transposed reshape
+])
+def test_indexing_gives_exactly_the_view_or_nothing(layout, basic):
+    """`indexing` returns steps taking exactly the view from its base, else None (the
+    view is then the base's as_strided)."""
+    base = torch.arange(36.).as_strided(layout[3], layout[4], layout[5])
+    view = base.as_strided(layout[0], layout[1], layout[2])
+    steps = input_views.indexing(layout)
+    assert (steps is not None) == basic
+    if steps is None:
+        return
+    value = base
+    for op, *arguments in steps:
+        value = op(value, *arguments)
+    assert value.data_ptr() == view.data_ptr() and value.shape == view.shape and \
+        value.stride() == view.stride()
+
+
+def _reads_a_view_beside_its_base(a, b):
+    return a - 1, b * 2, b.sum(0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("given", ["row of it", "empty slice of it", "itself twice",
+                                   "expanded row of it"])
+def test_arguments_viewing_one_another_are_traced_with_static_shapes(given, dtype):
+    """Arguments sharing memory that the program only reads are separate values of
+    fixed shape: torch.export made the sizes of a tensor another argument views
+    symbolic (`tensor<?x?xf32>`), and a call on XLA specialized the program again, which
+    failed for an empty view."""
+    x = torch.randn(6, 6, dtype=dtype)
+    a = {"row of it": x[2, 1:3], "empty slice of it": x[2, 4:3], "itself twice": x,
+         "expanded row of it": x[0].expand(3, 6)}[given]
+    b = x[1:] if given == "expanded row of it" else x
+    compiled = outofplace.compile(_reads_a_view_beside_its_base, (a, b))  # views, as given
+    assert not compiled.dynamic
+    for engine in ENGINES:
+        if engine not in ("mesh", "dynamo"):
+            assert_call_matches_eager(compiled, _reads_a_view_beside_its_base, (a, b), {},
+                                      engine)
+    by_dynamo(_reads_a_view_beside_its_base, _reads_a_view_beside_its_base, (a, b), {})
+
+
+def _empty_read_then_a_graph_break(x0, pos):
+    r = x0[pos, 4:-3] - 1  # empty; the int32 position breaks the graph
+    t = x0.clone()
+    t.transpose_(1, 1)
+    return r, t
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_graph_break_passing_an_empty_view_beside_its_base(dtype):
+    torch._dynamo.reset()
+    run = torch.compile(_empty_read_then_a_graph_break, backend="outofplace",
+                        dynamic=False)
+    x = torch.randn(6, 6, dtype=dtype)
+    for position in (-6, 2):
+        pos = torch.tensor(position, dtype=torch.int32)
+        torch.testing.assert_close(run(x, pos), _empty_read_then_a_graph_break(x, pos),
+                                   rtol=0, atol=0)
