@@ -8,8 +8,8 @@ is in pyproject.toml.
   (`jax.ffi.include_dir()`), only when jaxlib is importable at build time.
 
 Each is built on its own; one that fails (no C++ compiler, no jaxlib) warns and the rest
-installs: outofplace then runs the planned calls' Python twins (backends/xla.py,
-backends/spmd.py), slower, and refuses at compile time to run a custom op on XLA:CPU
+installs: outofplace then runs the planned calls' Python twins (backends/xla,
+backends/spmd), slower, and refuses at compile time to run a custom op on XLA:CPU
 without the handler (backends/kernels.py)."""
 
 from setuptools import setup

@@ -167,9 +167,9 @@ def measure_size(cache_bytes: int, log: Callable[[str], None]) -> SizeRow:
     row.report = compiled.in_place_report
     log(f"  compiled(...) at {cache_bytes >> 20} MiB: {row.times['compiled(...)'] * 1e6:.1f} µs")
 
-    holder = xla._holder_of(cache)
+    holder = xla.buffers.holder_of(cache)
     executable, written = compiled._xla, compiled.io_map[0]
-    small = [xla._put(np.asarray(pos)), xla._put(k.numpy())]
+    small = [xla.buffers.put(np.asarray(pos)), xla.buffers.put(k.numpy())]
 
     def execute() -> None:  # the same executable on the same XLA client, arrays ready
         holder.array = executable.execute([holder.array, *small])[written]

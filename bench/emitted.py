@@ -177,7 +177,7 @@ class XlaCpu:
 
 
 def _device_args(xla: XlaCpu, args: tuple) -> list[Any]:
-    return [xla.put(pat.to_numpy(a)) for a in args[1:]]
+    return [xla.buffers.put(pat.to_numpy(a)) for a in args[1:]]
 
 
 def _check(result: Any, expected: np.ndarray) -> bool:

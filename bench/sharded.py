@@ -6,7 +6,7 @@
 `c[:, :, pos] = k` on a cache [B, H, S, D] split over its heads on 4 devices. Each
 program is stepped in a loop with the cache resident on the devices, its updated (donated)
 cache fed back as the next step's: outofplace's program as `Compiled.__call__` runs it
-(through `jax.jit`'s dispatch, backends/spmd.py), JAX's `jax.jit` with the same shardings
+(through `jax.jit`'s dispatch, backends/spmd), JAX's `jax.jit` with the same shardings
 and `donate_argnums`, outofplace's program on one device, and `Compiled.__call__` itself
 on torch tensors, in turns (a round each, five rounds: the machine is shared and its load
 varies). Bytes per device are XLA's compiled memory stats.
@@ -66,7 +66,7 @@ def _in_turns(programs: dict, rounds: int = ROUNDS, seconds: float = 0.5) -> dic
 
 def run(shape: tuple[int, int, int, int]) -> dict:
     global jax
-    jax = xla._jax()
+    jax = xla.load_jax()
     B, H, S, D = shape
 
     def write(cache, k, pos):

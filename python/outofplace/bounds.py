@@ -86,8 +86,9 @@ class BoundsCheck:
                 executable = iree.Executable(asm, {})
                 self._engines[key] = lambda ins, e=executable: e(ins, [torch.bool])[0]
             else:  # by name (backends/engines.py)
-                executable = engines.compile(engine, asm, {}, engines.Options(
-                    self.names, input_types, self._result_types, self.cache))
+                executable = engines.compile(engine, asm, {}, {
+                    "names": self.names, "inputs": input_types,
+                    "results": self._result_types, "cache": self.cache})
                 self._engines[key] = lambda ins, e=executable: e(ins)[0]
             if len(self._engines) > 16:  # a few shapes of a dynamic program
                 self._engines.pop(next(iter(self._engines)))

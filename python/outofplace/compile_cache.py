@@ -8,9 +8,9 @@ Two kinds of entries, each a file named by the SHA-256 of everything it depends 
   the bindings print it with its locations, the compile options, and the versions below.
   The trace and the import still run: they give the key and the `ProgramSignature`
   (how the caller's Python values map to main's arguments), which holds live objects.
-- "xla": the XLA:CPU executable of a StableHLO module (`backends/xla.py`), serialized by
+- "xla": the XLA:CPU executable of a StableHLO module (`backends/xla`), serialized by
   PJRT, keyed by the module's text, the compile options, the versions and the CPU.
-- "spmd": a sharded program's executable (`backends/spmd.py`), serialized by jax, keyed
+- "spmd": a sharded program's executable (`backends/spmd`), serialized by jax, keyed
   by jax's lowered module, the devices, the options, the versions and the CPU.
 
 Every key includes the versions of Python, torch, torch-mlir, jax, jaxlib, IREE, numpy and

@@ -21,7 +21,7 @@ from .backends import (custom_calls, engines, export, foreign_targets, hlo_proto
 from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
-from .signature import Input, ProgramSignature, Result, io_map_of, returned_state
+from .signature import Input, ProgramSignature, Result, io_map_of
 from .errors import EngineUnavailableError, OutOfBoundsPolicyWarning
 from .transforms.diagnostics import run_stage
 from .ir_utils import main_function
@@ -128,7 +128,7 @@ class Compiled:
     _relaid: dict = field(default_factory=dict, repr=False)  # layouts -> Compiled
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
     shardings: dict[str, device_mesh.Spec] = field(default_factory=dict)  # argument -> spec
-    _spmd: Any = field(default=None, repr=False)  # backends/spmd.py, compiled on first use
+    _spmd: Any = field(default=None, repr=False)  # backends/spmd, compiled on first use
     check_bounds: bool | None = None
     bounds_check: bounds.BoundsCheck | None = None  # run before main (bounds.py)
     _traced_strides: Any = field(default=None, repr=False)  # strides seen with `layouts`
@@ -190,13 +190,11 @@ class Compiled:
         if self._spmd is None:
             with self._engines:
                 if self._spmd is None:
-                    shapes = [ir.RankedTensorType(a.type).shape
-                              for a in main_function(self.module).arguments]
                     specs = {self.input_names.index(n): s for n, s in self.shardings.items()}
-                    state = returned_state(main_function(self.module), self.io_map)
-                    self._spmd = spmd.ShardedExecutable(
-                        self.stablehlo, self.mesh, specs, self.io_map, state,
-                        self.input_names, shapes, self.cache)
+                    self._spmd = spmd.compile(self.stablehlo, self.io_map, {
+                        "mesh": self.mesh, "specs": specs, "names": self.input_names,
+                        "inputs": self.input_types, "results": self.result_types,
+                        "cache": self.cache})
         return self._spmd
 
     @property
@@ -431,9 +429,9 @@ class Compiled:
             with self._engines:
                 if engine not in self._executables:
                     self._executables[engine] = engines.compile(
-                        engine, self.stablehlo, self.io_map, engines.Options(
-                            self.input_names, self.input_types, self.result_types,
-                            self.cache))
+                        engine, self.stablehlo, self.io_map, {
+                            "names": self.input_names, "inputs": self.input_types,
+                            "results": self.result_types, "cache": self.cache})
         return self._executables[engine]
 
     def run(self, args: tuple, kwargs: dict | None = None, engine: str = "auto") -> Any:
@@ -455,7 +453,7 @@ class Compiled:
         if engine == "xla" and self.dynamic:  # XLA compiles static shapes: one per shape
             return self.specialized([tuple(t.shape) for t in inputs]).run(args, kwargs, engine)
         if self.mesh is not None:  # aliased shards are written into the caller's tensors
-            results = self._sharded()(inputs, self.result_dtypes)
+            results = self._sharded()(inputs)
         elif engine != "xla" and self._kernels:  # refused, by name
             custom_calls.refuse_engine(self.module, engine)
         elif engine == "iree":  # updates mutated inputs in place, or copies them back

@@ -28,7 +28,7 @@ def planned_call(request, monkeypatch) -> str:
     Python twin (used when the extension is not built)."""
     if request.param == "Python":  # the twin, reading the same plan
         monkeypatch.setattr(xla, "planned_call", lambda executable, layouts, written:
-                            xla._PlannedCall(xla.call_plan(executable, layouts, written)))
+                            xla.planned.PlannedCall(xla.call_plan(executable, layouts, written)))
     return request.param
 
 
@@ -41,7 +41,7 @@ def test_planned_call_extension_is_built(planned_call) -> None:
     cache, pos, k = step_args()
     compiled(cache, pos, k)
     assert isinstance(compiled._plan, _planned_call.PlannedCall if planned_call == "C++"
-                      else xla._PlannedCall)
+                      else xla.planned.PlannedCall)
 
 
 def step(cache, pos, k):
@@ -531,7 +531,7 @@ def test_failure_after_the_engine_ran_names_what_was_updated(monkeypatch) -> Non
     def broken(viewer, array):  # turning a result into a tensor fails
         raise RuntimeError("injected")
     compiled._xla_executable()  # compiled before the failure is injected
-    monkeypatch.setattr(xla._Viewer, "__call__", broken)
+    monkeypatch.setattr(xla.buffers.Viewer, "__call__", broken)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(xla.CallFailed, match="injected.*arguments 'cache' already "
@@ -813,7 +813,7 @@ def test_the_cpp_reads_only_the_plans_fields() -> None:
 
     from outofplace.backends import spmd
 
-    backends = Path(xla.__file__).parent
+    backends = Path(xla.__file__).parent.parent
     for source, plan in (("planned_call.cpp", xla.CallPlan),
                          ("sharded_call.cpp", spmd.ShardedPlan)):
         text = (backends / source).read_text()
@@ -827,12 +827,13 @@ def test_the_cpp_reads_only_the_plans_fields() -> None:
 # What the C++ reads of outofplace's objects other than the plans, by class: each name
 # must be an attribute those classes set (jax's and Python's own names are not listed).
 _READ_OF = {
-    "array": ("xla._Holder", "xla._Stage", "spmd._Stage", "spmd._Resident"),
-    "ptr": ("xla._Holder", "xla._Stage"), "nbytes": ("xla._Holder", "xla._Stage", "spmd._Stage"),
-    "executable": ("xla.CpuExecutable",), "shape": ("xla._Viewer",), "dtype": ("xla._Viewer",),
-    "distinct": ("spmd._Placement",), "boxes": ("spmd._Placement",),
-    "whole": ("spmd._Stage",), "addresses": ("spmd._Stage",),
-    "holds": ("spmd._Resident",), "version": ("spmd._Resident",),
+    "array": ("xla.buffers.Holder", "xla.buffers.Stage", "spmd.placement.Stage", "spmd.placement.Resident"),
+    "ptr": ("xla.buffers.Holder", "xla.buffers.Stage"), "nbytes": ("xla.buffers.Holder", "xla.buffers.Stage", "spmd.placement.Stage"),
+    "executable": ("xla.CpuExecutable",), "shape": ("xla.buffers.Viewer",),
+    "dtype": ("xla.buffers.Viewer",),
+    "distinct": ("spmd.placement.Placement",), "boxes": ("spmd.placement.Placement",),
+    "whole": ("spmd.placement.Stage",), "addresses": ("spmd.placement.Stage",),
+    "holds": ("spmd.placement.Resident",), "version": ("spmd.placement.Resident",),
     "op": ("host_scalars.Scalar",), "bits": ("host_scalars.Scalar",),
     "unsigned": ("host_scalars.Scalar",), "value": ("host_scalars.Scalar",),
     "operands": ("host_scalars.Scalar",),
@@ -849,7 +850,7 @@ def test_every_name_the_cpp_reads_is_set_by_its_class() -> None:
     from outofplace.backends import host_scalars, spmd
 
     modules = {"xla": xla, "spmd": spmd, "host_scalars": host_scalars}
-    backends = Path(xla.__file__).parent
+    backends = Path(xla.__file__).parent.parent
     plans = {f.name for plan in (xla.CallPlan, spmd.ShardedPlan)
              for f in dataclasses.fields(plan)}
     read = set()
@@ -860,8 +861,10 @@ def test_every_name_the_cpp_reads_is_set_by_its_class() -> None:
     for name in sorted(read - _NOT_OURS):
         if name in _READ_OF:
             for owner in _READ_OF[name]:
-                module, cls = owner.split(".")
-                klass = getattr(modules[module], cls)
+                module, *path = owner.split(".")
+                klass = modules[module]
+                for part in path:
+                    klass = getattr(klass, part)
                 fields = {f.name for f in dataclasses.fields(klass)} \
                     if dataclasses.is_dataclass(klass) else set()
                 assert name in fields or hasattr(klass, name) or re.search(

@@ -578,8 +578,9 @@ def test_scatter_at_one_place_twice_is_copied_back(monkeypatch):
                                   mesh={"x": 4}, shardings={"cache": SPECS["sequence"]})
     assert compiled._sharded().host_sync == {"cache": "its writes repeated"}
     found = []  # the regions the host found written: None when it copies all
-    written = spmd._written
-    monkeypatch.setattr(spmd, "_written", lambda *a: found.append(written(*a)) or found[-1])
+    written = spmd.writes.written
+    monkeypatch.setattr(spmd.executable, "written",
+                        lambda *a: found.append(written(*a)) or found[-1])
     cache = torch.randn(B, H, S, D)
     mirror = cache.clone()
     for idx, copies in (([4, 4], 1), ([3, 12], 1), ([15, 15], 2)):

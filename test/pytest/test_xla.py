@@ -195,7 +195,8 @@ def test_update_reading_its_buffer_through_a_reshape_runs_like_eager() -> None:
     x = torch.arange(48.0).reshape(4, 3, 4)
     compiled = outofplace.compile(update_reading_through_a_reshape, [x.clone()])
     plain = plain_xla_cpu_executable(compiled.stablehlo)
-    assert any(xla._reads_updated_buffer_through_another_alias(m) for m in plain.hlo_modules())
+    assert any(xla.misfusion.reads_updated_buffer_through_another_alias(m)
+               for m in plain.hlo_modules())
 
     results, _, _ = run_on_xla_cpu(compiled, [x.clone()])
     expected = x.clone()
@@ -208,7 +209,7 @@ def test_kv_cache_updates_keep_xla_fusion() -> None:
     cache, x = torch.randn(4, 8), torch.randn(4, 8)
     compiled = outofplace.compile(step, [cache.clone(), x.clone()])
     plain = plain_xla_cpu_executable(compiled.stablehlo)
-    assert not any(xla._reads_updated_buffer_through_another_alias(m)
+    assert not any(xla.misfusion.reads_updated_buffer_through_another_alias(m)
                    for m in plain.hlo_modules())
 
 

@@ -87,7 +87,7 @@ struct Result {  // how an unaliased result becomes a tensor
   at::ScalarType dtype;
 };
 
-// The results a plan makes tensors of: xla._Viewer's, by result index.
+// The results a plan makes tensors of: xla.buffers.Viewer's, by result index.
 inline std::vector<Result> viewed_results(const py::object& indices, const py::object& viewers) {
   std::vector<Result> results;
   for (py::handle r : indices) {

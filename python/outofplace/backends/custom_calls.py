@@ -89,7 +89,7 @@ def prepare(module: ir.Module, engine: str, mesh: object = None) -> None:
         for op in calls:
             name = target(op)
             if name not in _registered:
-                xla._jax().ffi.register_ffi_target(name, handler.handler(), platform="cpu")
+                xla.load_jax().ffi.register_ffi_target(name, handler.handler(), platform="cpu")
                 _registered.add(name)
 
 

@@ -1,4 +1,4 @@
-"""A program's scalar integer computations, evaluated on the host (for backends/spmd.py).
+"""A program's scalar integer computations, evaluated on the host (for backends/spmd).
 
 A sharded call repeats the program's writes of its state on the caller's tensor, so the
 host must know where each `dynamic_update_slice` wrote. A start made of constants and

@@ -107,6 +107,12 @@ def interpret(module: ir.Module, inputs: list[torch.Tensor],
         return [from_attribute(r, d) for r, d in zip(results, result_dtypes)]
 
 
+def compile(stablehlo: str, io_map: dict[int, int], options: dict) -> "Executable":
+    """The engine contract (backends/engines.py) for the reference interpreter: `options`
+    "results" gives each result's (shape, dtype)."""
+    return Executable(stablehlo, io_map, [dtype for _, dtype in options["results"]])
+
+
 class Executable:
     """A program for the reference interpreter, called on main's arguments (the
     caller's tensors): each written argument (io_map) gets its new value copied into it

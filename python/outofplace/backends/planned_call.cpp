@@ -10,7 +10,7 @@
 // their version, and the other results become tensors over XLA's buffers. Anything else
 // (a first call, another layout, a buffer XLA moved, a failure) is Python's: `__call__`
 // returns None before anything is changed, or calls back into CpuExecutable. The Python
-// twin of this file is `xla._PlannedCall`; the tests run both. The extension also holds
+// twin of this file is `xla.planned.PlannedCall`; the tests run both. The extension also holds
 // the sharded planned call (sharded_call.cpp).
 #include "calls.h"
 
@@ -25,7 +25,7 @@ void bind_sharded_call(py::module_& m);
 
 namespace {
 
-struct Stage {  // a small read-only argument's kept buffer (xla._Stage)
+struct Stage {  // a small read-only argument's kept buffer (xla.buffers.Stage)
   int64_t index;
   py::object stage;  // its Python object: copies any layout in
   py::object array;  // the jax Array over the buffer

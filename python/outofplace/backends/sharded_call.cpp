@@ -152,7 +152,7 @@ struct State {  // a written argument
   std::vector<Box> boxes;
 };
 
-struct Staged {  // a small read-only argument's kept buffers on the devices (spmd._Stage)
+struct Staged {  // a small read-only argument's kept buffers on the devices (spmd.placement.Stage)
   int64_t index;
   py::object stage, array;
   std::vector<void*> addresses;
@@ -367,7 +367,7 @@ class ShardedCall {
             region.push_back({static_cast<int64_t>(first),
                               static_cast<int64_t>(first) + start.size});
           }
-          if (skipped) {  // XLA's choice: all of it, as spmd._written does
+          if (skipped) {  // XLA's choice: all of it, as spmd.writes.written does
             region.clear();
             for (const Start& start : write) region.push_back({0, start.length});
           }
@@ -379,7 +379,7 @@ class ShardedCall {
         }
       }
       torch::autograd::impl::bump_version(tensor);
-      // the tensor's state on the devices is the new one (spmd._Resident)
+      // the tensor's state on the devices is the new one (spmd.placement.Resident)
       residents[s].attr(name.array) = array;
       residents[s].attr(name.version) = tensor._version();
     }

@@ -151,7 +151,7 @@ def _fold(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     "dimensions mapped through the transposes, `broadcast_in_dim`s and reshapes that only "
     "add (or, reshapes, drop) unit dimensions, when the result's dimensions longer than 1 keep their order (a "
     "`reshape` restores the unit ones): XLA:CPU otherwise copies a transposed weight "
-    "(`nn.Linear`) on every call (the XLA engine's legalization, backends/xla.py; on a "
+    "(`nn.Linear`) on every call (the XLA engine's legalization, backends/xla; on a "
     "mesh, a batch-1 key cache read through the folded dot would be copied)")
 def fold_transposes_into_dots(module: ir.Operation) -> None:
     patterns = rewrite.RewritePatternSet(module.context)

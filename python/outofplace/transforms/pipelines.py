@@ -13,8 +13,8 @@ from typing import Callable
 from torch_mlir import ir, passmanager
 
 from . import (constant_folding, control_flow, diagonal, dot_transposes,  # noqa: F401
-               empty_tensors, kernel_calls, sharding, small_convolutions,
-               split_bounds_check, squeeze_state,
+               empty_tensors, kernel_calls, narrow_indices, scatter_barriers, sharding,
+               small_convolutions, split_bounds_check, squeeze_state,
                inplace_to_outofplace, lower_updates, lowering)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)

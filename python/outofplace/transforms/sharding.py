@@ -26,12 +26,14 @@ XLA's SPMD partitioner reads:
   (a paged pool's `[slots, heads, dim]` view), scatters into the state itself, one index
   per merged dimension: XLA:CPU copies a shard whose reshape back its layout assignment
   lays out otherwise (one head per device; `_scatter_without_merged_dims`).
-- scatters and gathers index with 32 bits (`_narrow_indices`): with torch's 64-bit
-  indices the partitioner can abort the process.
+- scatters and gathers index with 32 bits (the pass `outofplace-narrow-indices`,
+  narrow_indices.py): with torch's 64-bit indices the partitioner can abort the process.
 
 `mhlo.sharding` strings, not Shardy's `sdy.sharding`: torch-mlir's context has no `sdy`
-dialect, and the HLO module proto (what Neuron ingests) carries HloShardings. jaxlib 0.10.2
-imports them into Shardy, which partitions (docs/sharding.md).
+dialect, and the HLO module proto (what Neuron ingests) carries HloShardings. These are
+the only shardings written into a module: the mesh engine (backends/spmd) drops them from
+the module it compiles and gives jax the same specs as `NamedSharding`s, which jax writes
+as Shardy's (spmd/writes.py `engine_module` says why; docs/sharding.md).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from torch_mlir import ir
 from ..frontend.device_mesh import MESH_AXES, MESH_SHAPE, SHARDINGS, Spec
 from ..ir_utils import all_operations, stablehlo_splat, unnamed
 from ..signature import io_map_of, returned_state
+from .narrow_indices import narrow_indices
 from .registry import register_pass
 def hlo_sharding(mesh: dict[str, int], spec: Spec | None) -> str:
     """The HloSharding text of `spec` on `mesh`, devices numbered row-major over the mesh.
@@ -164,37 +167,6 @@ def _scatter_without_merged_dims(main: Any) -> None:
             operand.owner.erase()
 
 
-def _narrow_indices(main: Any) -> None:
-    """Gives each scatter and gather 32-bit indices where they are 64-bit (torch's int64)
-    and every dimension of the operand fits in 31 bits: clamped to [-1, the largest
-    dimension] first, so an index out of bounds stays out of bounds (a scatter skips its
-    window, a gather clamps it as before), then converted.
-
-    The SPMD partitioner pads a scatter's indices, when it shards them unevenly, with a
-    32-bit constant whatever their type, and with 64-bit indices aborts the process
-    (`Check failed: ShapeUtil::IsScalarWithElementType` in spmd_partitioner_util.h,
-    jaxlib 0.10.2): `x.diagonal().add_(1)` on a [4, 1, 4] state split over its first
-    dimension. JAX's own programs index with 32 bits.
-    """
-    for op in [o for o in all_operations(main.operation)
-               if o.name in ("stablehlo.scatter", "stablehlo.gather")]:
-        indices = op.operands[1]
-        indices_t = ir.RankedTensorType(indices.type)
-        element = indices_t.element_type
-        operand = ir.RankedTensorType(op.operands[0].type)
-        if not (isinstance(element, ir.IntegerType) and element.width == 64
-                and operand.has_static_shape and max(operand.shape, default=0) < 2**31 - 1):
-            continue
-        with ir.InsertionPoint(op), unnamed(op.location):
-            narrow = ir.RankedTensorType.get(indices_t.shape, ir.IntegerType.get_signless(32))
-            low, high = (stablehlo_splat(indices_t, bound)
-                         for bound in (-1, max(operand.shape, default=0)))
-            clamped = ir.Operation.create("stablehlo.clamp", results=[indices_t],
-                                          operands=[low, indices, high]).result
-            op.operands[1] = ir.Operation.create("stablehlo.convert", results=[narrow],
-                                                 operands=[clamped]).result
-
-
 def _read_placement(module: ir.Operation) -> tuple[dict[str, int], dict[int, Spec]] | None:
     """The mesh and the argument specs frontend/device_mesh.py wrote on the module (and
     taken off it), or None."""
@@ -257,4 +229,4 @@ def sharding(module: ir.Operation) -> None:
         main.attributes[attr] = ir.ArrayAttr.get(new, context)
     _clamp_runtime_starts(main)
     _scatter_without_merged_dims(main)
-    _narrow_indices(main)
+    narrow_indices(module.operation)

@@ -21,7 +21,7 @@ eager's or faster, and is left alone.
 
 Window strides become the slices' strides and kernel dilations their offsets. Grouped
 convolutions, input dilations (transposed convolutions), negative padding and reversed
-windows are left as they are. Only the XLA engine runs it (backends/xla.py).
+windows are left as they are. Only the XLA engine runs it (backends/xla).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def _positions(sizes: list[int]) -> list[tuple[int, ...]]:
     "than its input in a spatial dimension → `pad`, one strided `slice` per window "
     "position, `concatenate` and one `dot_general` with the kernel: XLA:CPU runs such a "
     "convolution (a 3x3 kernel over a 2x2 feature map) hundreds of times slower than the "
-    "product (the XLA engine's legalization, backends/xla.py)")
+    "product (the XLA engine's legalization, backends/xla)")
 def small_convolutions_as_dots(module: ir.Operation) -> None:
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("stablehlo.convolution", _rewrite)

@@ -27,7 +27,7 @@ reshape's operand instead, its result reshaped for its readers (a `scatter` only
 the dimensions it drops are neither indexed nor batch dimensions: an index there could be
 out of bounds). Reshapes of reshapes fold; `outofplace-fold-transposes-into-dots` then
 reads the dots' operands through the remaining reshapes. Only the XLA engine runs it
-(backends/xla.py): the program a user exports keeps the shapes the caller's tensors have.
+(backends/xla): the program a user exports keeps the shapes the caller's tensors have.
 """
 
 from __future__ import annotations
@@ -156,6 +156,18 @@ def _fold_reshapes(function: ir.Operation) -> None:
             op.erase()
 
 
+def _squeeze_block_argument(block: ir.Block, index: int, new_type: ir.Type) -> None:
+    """Block argument `index` retyped to `new_type` (its unit dimensions dropped), its
+    uses reading it reshaped back at the top of the block."""
+    argument = block.arguments[index]
+    old_type = argument.type
+    argument.set_type(new_type)
+    first = block.operations[0]
+    back = ir.Operation.create("stablehlo.reshape", results=[old_type], operands=[argument],
+                              loc=first.location, ip=ir.InsertionPoint(first))
+    argument.replace_all_uses_except(back.result, back)
+
+
 def _squeeze_argument(function: func_d.FuncOp, argument: int, result: int) -> bool:
     """Argument `argument` and result `result` without their unit dimensions; False when
     they have none or differ in type."""
@@ -166,13 +178,7 @@ def _squeeze_argument(function: func_d.FuncOp, argument: int, result: int) -> bo
     ret = block.operations[len(block.operations) - 1]
     if len(squeezed) == len(shape) or ret.operands[result].type != value.type:
         return False
-    old_type = value.type
-    value.set_type(_tensor_type(squeezed, value))
-    first = block.operations[0]
-    unsqueezed = ir.Operation.create("stablehlo.reshape", results=[old_type],
-                                     operands=[value], loc=first.location,
-                                     ip=ir.InsertionPoint(first))
-    value.replace_all_uses_except(unsqueezed.result, unsqueezed)
+    _squeeze_block_argument(block, argument, _tensor_type(squeezed, value))
     ret.operands[result] = _reshape(ret.operands[result], squeezed, ir.InsertionPoint(ret),
                                     ret.location)
     return True
@@ -185,7 +191,7 @@ def _squeeze_argument(function: func_d.FuncOp, argument: int, result: int) -> bo
     "`dynamic_update_slice` and `scatter` of a reshape adding unit dimensions is done on "
     "the reshape's operand (a scatter only where the dropped dimensions are not indexed): "
     "XLA:CPU otherwise copies a batch-1 KV cache that attention reads after the update "
-    "(the XLA engine's legalization, backends/xla.py)")
+    "(the XLA engine's legalization, backends/xla)")
 def squeeze_state(module: ir.Operation) -> None:
     for op in operations(module.regions[0].blocks[0]):
         if op.name == "func.func":
@@ -209,14 +215,7 @@ def _squeeze_carried(loop: ir.Operation) -> bool:
         old_type, new_type = value.type, _tensor_type(squeezed, value)
         loop.operands[i] = _reshape(value, squeezed, ir.InsertionPoint(loop), loop.location)
         for region in loop.regions:
-            block = region.blocks[0]
-            argument = block.arguments[i]
-            argument.set_type(new_type)
-            first = block.operations[0]
-            back = ir.Operation.create("stablehlo.reshape", results=[old_type],
-                                       operands=[argument], loc=first.location,
-                                       ip=ir.InsertionPoint(first))
-            argument.replace_all_uses_except(back.result, back)
+            _squeeze_block_argument(region.blocks[0], i, new_type)
         ret.operands[i] = _reshape(ret.operands[i], squeezed, ir.InsertionPoint(ret),
                                    ret.location)
         result = loop.results[i]

@@ -1,0 +1,145 @@
+"""The XLA engine's compile: the legalization (`LEGALIZE_FOR_CPU`), XLA:CPU's compile with
+outofplace's options (`COMPILE_OPTIONS`), safe from the misfusion (misfusion.py), the
+compile cache, and the HLO module proto."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import compile_cache, progress
+from .client import client, device_list, load_jax
+from .misfusion import without_misfusion
+
+
+def hlo_module_proto(stablehlo: str) -> bytes:
+    """The serialized `xla.HloModuleProto` of a StableHLO module, aliases included."""
+    load_jax()
+    from jax._src.lib import _jax as jaxlib
+
+    computation = jaxlib.mlir.mlir_module_to_xla_computation(
+        stablehlo, use_tuple_args=False, return_tuple=False)
+    return computation.as_serialized_hlo_module_proto()
+
+
+# The passes the XLA engine runs on the program before XLA:CPU compiles it: written
+# arguments without their unit dimensions (a batch-1 KV cache that attention reads is
+# copied otherwise), the dots then read through the reshapes that leaves and the
+# transposes of weights, and convolutions whose window is larger than their input are
+# dots (XLA:CPU's convolution is hundreds of times slower there).
+LEGALIZE_FOR_CPU = ("builtin.module(outofplace-squeeze-state, "
+                    "outofplace-fold-transposes-into-dots, "
+                    "outofplace-small-convolutions-as-dots)")
+
+
+def legalize_for_cpu(stablehlo: str) -> tuple[str, list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """The StableHLO the XLA engine compiles for a module (`LEGALIZE_FOR_CPU`), and the
+    shapes of its arguments and results: a written argument's without its unit
+    dimensions (the caller's buffer holds the same bytes)."""
+    return legalized(stablehlo)[:3]
+
+
+def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
+              ) -> tuple[str, list[tuple[int, ...]], list[tuple[int, ...]], dict[int, int]]:
+    """The module after `pipeline` (`LEGALIZE_FOR_CPU`, or the mesh's), the shapes of its
+    arguments and results, and each result that returns the same value as an earlier
+    result: {result: that earlier result}."""
+    from torch_mlir import ir
+
+    from ...context import make_context
+    from ...ir_utils import main_function
+    from ...transforms.pipelines import run_pipeline
+
+    with make_context():
+        module = ir.Module.parse(stablehlo)
+        run_pipeline(module, pipeline)
+        main = main_function(module)
+        function_type = ir.FunctionType(main.type)
+        shapes = [[tuple(ir.RankedTensorType(t).shape) for t in types]
+                  for types in (function_type.inputs, function_type.results)]
+        returned = list(main.regions[0].blocks[0].operations)[-1].operands
+        first: dict[Any, int] = {}
+        same = {r: first.setdefault(v, r) for r, v in enumerate(returned)}
+        return module.operation.get_asm(), *shapes, {r: f for r, f in same.items() if f != r}
+
+
+def options_of(options: dict[str, Any]) -> Any:
+    from jax._src.lib import xla_client
+
+    compile_options = xla_client.CompileOptions()
+    compile_options.env_option_overrides = list(options.items())
+    return compile_options
+
+
+def compile_for_cpu(stablehlo: str, options: dict[str, Any] = None) -> Any:
+    """The loaded XLA:CPU executable of a StableHLO module on outofplace's client, safe from
+    the misfusion above, compiled with `options` (default: `COMPILE_OPTIONS`)."""
+    def build(options: dict[str, Any]) -> Any:
+        try:
+            return client().compile_and_load(stablehlo, device_list(), options_of(options))
+        except Exception as error:  # XLA's own text: our StableHLO is at fault
+            raise XlaCompileError(stablehlo, error) from error
+
+    return without_misfusion(build, COMPILE_OPTIONS if options is None else options)
+
+
+def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool | None
+                           ) -> tuple[Any, list[tuple[int, ...]], list[tuple[int, ...]],
+                                      dict[int, int]]:
+    """`compile_for_cpu` of `legalized(stablehlo)`: the executable, the shapes of its
+    arguments and results and the results returning an earlier one's value; or, when the
+    compile cache holds them (compile_cache.py, on unless `cache` is False), the
+    executable PJRT serialized then, deserialized, and the rest as they were."""
+    import os
+
+    entry = compile_cache.key(
+        "xla", stablehlo, LEGALIZE_FOR_CPU, repr(sorted(options.items())),
+        os.environ.get("XLA_FLAGS", ""), client().platform_version, compile_cache.cpu()
+    ) if compile_cache.enabled(cache) else None
+    found = compile_cache.read("xla", entry) if entry is not None else None
+    if found is not None:
+        metadata, blob = found
+        try:
+            executable = client().deserialize_executable(blob, device_list(),
+                                                          options_of(options))
+            return executable, *([tuple(s) for s in metadata[k]]
+                                 for k in ("inputs", "results")), \
+                {int(r): f for r, f in metadata["same_results"]}
+        except Exception as error:  # read back whole, yet PJRT refuses it: compile
+            compile_cache.stats["xla corrupt"] += 1
+            compile_cache.logger.warning("outofplace compile cache: ignoring the entry "
+                                         "%s (%s)", entry, error)
+    with progress.stage("xla compile"):
+        text, inputs, results, same_results = legalized(stablehlo)
+        executable = compile_for_cpu(text, options)
+    if entry is not None:
+        compile_cache.write("xla", entry, {"inputs": inputs, "results": results,
+                                           "same_results": sorted(same_results.items())},
+                            executable.serialize())
+    return executable, inputs, results, same_results
+
+
+class XlaCompileError(RuntimeError):
+    """XLA:CPU rejected the StableHLO outofplace emitted: a bug of outofplace's. The
+    message names a file holding the module, to report and reproduce it with."""
+
+    def __init__(self, stablehlo: str, error: Exception) -> None:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".mlir", prefix="outofplace-xla-",
+                                         delete=False) as file:
+            file.write(stablehlo)
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        super().__init__(f"internal error: XLA:CPU could not compile the StableHLO "
+                         f"outofplace emitted, a bug of outofplace's (please report it "
+                         f"with {file.name}): {first}")
+
+
+# XLA:CPU's copy insertion, by default, copies a donated buffer that the program also reads
+# (a slice before or after the update, attention over the whole cache): a copy of the whole
+# state every call. Its region analysis proves these reads safe and leaves the update in
+# place (docs/backends.md). With excess precision allowed (XLA's default), XLA drops the
+# rounding to bfloat16/float16 between two ops (a float32 -> bfloat16 -> float32 convert
+# pair), where eager rounds after every op: results differ from eager's in a third of the
+# elements of `x * 0.1 + y * 3.3 - 0.2` in bfloat16.
+COMPILE_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True,
+                   "xla_allow_excess_precision": False}
