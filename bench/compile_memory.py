@@ -102,10 +102,10 @@ def main() -> None:
     import outofplace
     from outofplace import compiled as compiled_module
     from outofplace.backends import xla
-    from outofplace.frontend import importer
+    from outofplace.frontend import importer, tracing
 
     stages = Stages()
-    stages.wrap(importer, "export", "torch.export")
+    stages.wrap(tracing, "export", "torch.export")
     stages.wrap(importer, "import_program", "import into torch-mlir")
     stages.wrap(compiled_module, "run_stage", "passes and lowering")
     stages.wrap(xla, "legalize_for_cpu", "XLA engine's legalization")

@@ -91,13 +91,13 @@ class Stages:
 
 def time_outofplace(n: int) -> Stages:
     import outofplace
-    from outofplace.frontend import importer as frontend
+    from outofplace.frontend import importer as frontend, tracing
 
     f = program(n)
     args = inputs()
     result = Stages(n)
     marks = [(time.perf_counter(), time.process_time())]
-    ep = frontend.export(f, args)
+    ep = tracing.export(f, args)
     marks.append((time.perf_counter(), time.process_time()))
     context = outofplace.make_context()
     module, _ = frontend.import_program(ep, context)

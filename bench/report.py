@@ -405,7 +405,7 @@ def _compile_section(w: Any, rows: list[compile_time.Stages],
     if program_ok is not None:
         w(f"outofplace's result on it (N = 40, reference interpreter) "
           f"{'equals' if program_ok else '**differs from**'} eager PyTorch's.\n")
-    w("outofplace is timed per stage: torch.export (`outofplace.frontend.importer.export`), import "
+    w("outofplace is timed per stage: torch.export (`outofplace.frontend.tracing.export`), import "
       "(`importer.import_program`: FxImporter and the mutable-tensor marking), our pass "
       "(`inplace_to_outofplace`), lowering (`lower_to_stablehlo`: update lowering and "
       "torch-mlir's backend pipelines); one untimed compile warms the process up first. "

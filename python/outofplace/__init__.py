@@ -14,7 +14,7 @@ from .families import CompiledFamily, compile_family
 from .errors import (EngineUnavailableError, OutOfBoundsPolicyWarning,
                      UnsupportedMutationError, UserError)
 from .frontend.collectives import rank_local
-from .frontend.importer import mark_mutable_tensors
+from .frontend.mutable_tensors import mark_mutable_tensors
 from .transforms.inplace_to_outofplace import inplace_to_outofplace
 from .transforms.pipelines import lower_to_stablehlo, run_pipeline
 from .backends import xla

@@ -16,18 +16,16 @@ from torch.export import ExportedProgram
 from torch_mlir import ir
 
 from . import bounds, compile_cache, progress
-from .backends import (custom_calls, distributed, export, foreign_targets, hlo_proto,
-                       iree, spmd, xla)
-from .frontend import collectives, device_mesh, importer
+from .backends import (custom_calls, distributed, engines, export, foreign_targets,
+                       hlo_proto, spmd, xla)
+from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
+from .signature import Input, ProgramSignature, Result, io_map_of
 from .errors import EngineUnavailableError, OutOfBoundsPolicyWarning
 from .transforms.diagnostics import run_stage
-from .transforms.inplace_to_outofplace import io_map_of
 from .ir_utils import all_operations, main_function
-from .transforms.pipelines import pipeline_elements
-from .transforms import sharding
-from .backends.interpreter import interpret
+from .transforms.pipelines import PIPELINES, pipeline_elements
 from .transforms.specialize import specialize
 
 # Programs specialized to static shapes kept per dynamic program (for XLA).
@@ -80,11 +78,11 @@ def _as_complex(pairs: torch.Tensor) -> torch.Tensor:
 def _take_views(tensor: torch.Tensor, views: tuple, inputs: list[torch.Tensor],
                 results: list[Any]) -> torch.Tensor:
     """The view of `tensor` that `views` take ((view op, its other arguments, kwargs),
-    innermost first), a position tensor among them given as the call's `importer.Input`
-    or main's `importer.Result`."""
+    innermost first), a position tensor among them given as the call's `signature.Input`
+    or main's `signature.Result`."""
     for view, view_args, view_kwargs in views:
-        view_args = [inputs[a.index] if type(a) is importer.Input else
-                     results[a.index] if type(a) is importer.Result else a
+        view_args = [inputs[a.index] if type(a) is Input else
+                     results[a.index] if type(a) is Result else a
                      for a in view_args]
         tensor = view(tensor, *view_args, **view_kwargs)
     return tensor
@@ -102,7 +100,7 @@ def _state_tensor(owner: Any, target: str) -> torch.Tensor:
     return value
 
 
-def _state_tensors(signature: importer.ProgramSignature, owner: Any) -> list[torch.Tensor]:
+def _state_tensors(signature: ProgramSignature, owner: Any) -> list[torch.Tensor]:
     """The program's parameters and buffers, and the state it reaches through Python
     objects (optimizer state, `.grad`), as they are now."""
     held = signature.held
@@ -117,18 +115,18 @@ class Compiled:
     module: ir.Module  # the StableHLO module; main's arguments are input_names
     io_map: dict[int, int]  # mutated argument index -> index of the result with its value
     input_names: list[str]  # one per argument of main: parameters, buffers, user inputs
-    signature: importer.ProgramSignature
+    signature: ProgramSignature
     source: Any  # the nn.Module or ExportedProgram whose state is read, or None
     input_types: list[tuple[tuple[int, ...], torch.dtype]]  # (shape, dtype) per argument
     result_types: list[tuple[tuple[int, ...], torch.dtype]]  # (shape, dtype) per result
     layouts: list[tuple]  # per argument: the layout (`_layout`) it was traced with
     program: Any = None  # what was compiled, to trace again for another layout (or None)
     engine: str = "auto"  # "interpreter", "xla", "iree", or "auto": xla when jax is installed
-    _xla: Any = field(default=None, repr=False)  # the XLA executable, compiled on first use
-    _iree: Any = field(default=None, repr=False)  # the IREE executable, compiled on first use
+    # engine name -> its executable (backends/engines.py), compiled on first use
+    _executables: dict = field(default_factory=dict, repr=False)
     _relaid: dict = field(default_factory=dict, repr=False)  # layouts -> Compiled
     mesh: dict[str, int] | None = None  # axis -> size over the first devices: runs sharded
-    shardings: dict[str, sharding.Spec] = field(default_factory=dict)  # argument -> spec
+    shardings: dict[str, device_mesh.Spec] = field(default_factory=dict)  # argument -> spec
     _spmd: Any = field(default=None, repr=False)  # backends/spmd, compiled on first use
     check_bounds: bool | None = None
     bounds_check: bounds.BoundsCheck | None = None  # run before main (bounds.py)
@@ -258,7 +256,7 @@ class Compiled:
         mutated argument is updated in place (docs/backends.md): "iree" (the stream-phase
         program), "xla" (XLA:CPU's optimized HLO) or "neuron" (the HLO module proto)."""
         if backend == "iree":
-            return self._iree_executable().alias_problems
+            return self._executable("iree").alias_problems
         if backend in ("xla", "neuron"):
             self._refuse_dynamic(f"the {backend} alias check")
         if backend == "xla":
@@ -266,12 +264,6 @@ class Compiled:
         if backend == "neuron":
             return hlo_proto.alias_problems(self.hlo_module_proto(), self.io_map)
         raise ValueError(f"unknown backend '{backend}': use iree, xla or neuron")
-
-    def _iree_executable(self) -> iree.Executable:
-        if self._iree is None:
-            self._iree = iree.compile(self.stablehlo, self.io_map,
-                                      {"result_dtypes": self.result_dtypes})
-        return self._iree
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """The arguments of main for a call, checked against what was compiled before
@@ -424,21 +416,32 @@ class Compiled:
                 if self.mesh is None else \
                 self._sharded().planned_call(layouts, written, len(self.result_types))
 
+    @property
+    def _xla(self) -> xla.CpuExecutable | None:
+        """The XLA executable, once made (the planned call reads its plan)."""
+        return self._executables.get("xla")
+
     def _xla_executable(self) -> xla.CpuExecutable:
         if self.dynamic:
             raise ValueError("XLA compiles static shapes: the program has dynamic dimensions "
                              "(dynamic_shapes); calls on XLA run it specialized to their "
                              "shapes, ask `.specialized(shapes)` for one of them")
-        if self._xla is None:
+        return self._executable("xla")
+
+    def _executable(self, engine: str) -> engines.Executable:
+        """The program compiled for `engine` (backends/engines.py), on first use."""
+        if engine not in self._executables:
             with self._engines:
-                if self._xla is None:
-                    distributed.prepare(self.module)  # collectives: join the job's ranks
-                    if self._convolutions:  # (a cached executable calls it unlegalized)
-                        custom_calls.register(custom_calls.CONVOLUTION)
-                    self._xla = xla.compile(self.stablehlo, self.io_map, {
-                        "names": self.input_names, "inputs": self.input_types,
-                        "results": self.result_types, "cache": self.cache})
-        return self._xla
+                if engine not in self._executables:
+                    if engine == "xla":
+                        distributed.prepare(self.module)  # collectives: join the job's ranks
+                        if self._convolutions:  # (a cached executable calls it unlegalized)
+                            custom_calls.register(custom_calls.CONVOLUTION)
+                    self._executables[engine] = engines.compile(
+                        engine, self.stablehlo, self.io_map, {
+                            "names": self.input_names, "inputs": self.input_types,
+                            "results": self.result_types, "cache": self.cache})
+        return self._executables[engine]
 
     def run(self, args: tuple, kwargs: dict | None = None, engine: str = "auto") -> Any:
         """`__call__` on a chosen engine: "interpreter" (the StableHLO reference
@@ -452,32 +455,23 @@ class Compiled:
             return other.run(args, kwargs, engine)
         if engine == "auto":
             engine = "xla" if xla.available() else "interpreter"
+        if engine not in engines.ENGINES:
+            raise ValueError(f"unknown engine '{engine}': use interpreter, xla, iree or auto")
         if self.bounds_check is not None:  # raises before anything is written
             self.bounds_check(inputs, engine)
         if engine == "xla" and self.dynamic:  # XLA compiles static shapes: one per shape
             return self.specialized([tuple(t.shape) for t in inputs]).run(args, kwargs, engine)
         if self.mesh is not None:  # aliased shards are written into the caller's tensors
             results = self._sharded()(inputs)
-            if self._plan is None:
-                self._make_plan(inputs)
-        elif engine == "xla":  # updates the written inputs; None for their results
-            results = self._xla_executable()(inputs)
-            if self._plan is None:
-                self._make_plan(inputs)
-        elif distributed.replicas(self.module) > 1:  # collectives across processes
+        elif engine != "xla" and distributed.replicas(self.module) > 1:
             raise ValueError(f"a program with collectives runs on the xla engine, not "
                              f"'{engine}' (docs/sharding.md)")
-        elif engine in ("interpreter", "iree") and self._kernels:  # refused, by name
+        elif engine != "xla" and self._kernels:  # refused, by name
             custom_calls.refuse_engine(self.module, engine)
-        elif engine == "interpreter":
-            results = interpret(self.module, inputs, self.result_dtypes)
-            with torch.no_grad():
-                for arg, result in self.io_map.items():
-                    inputs[arg].copy_(results[result])
-        elif engine == "iree":  # updates the written inputs itself
-            results = self._iree_executable()(inputs)
-        else:
-            raise ValueError(f"unknown engine '{engine}': use interpreter, xla, iree or auto")
+        else:  # each writes the written arguments' new values into them
+            results = self._executable(engine)(inputs)
+        if self._plan is None and (engine == "xla" or self.mesh is not None):
+            self._make_plan(inputs)
         return self._finish(inputs, results)
 
     def _finish(self, inputs: list[torch.Tensor], results: list[Any]) -> Any:
@@ -568,24 +562,27 @@ def _check_engine(engine: str, mesh: Any) -> None:
                 f"'outofplace[{extra}]' (or compile for engine='interpreter')")
 
 
-def _lower(module: ir.Module, signature: importer.ProgramSignature, dump_ir: str | None,
+def _lower(module: ir.Module, signature: ProgramSignature, dump_ir: str | None,
            verify_each: bool) -> tuple:
-    """Runs outofplace's passes on an imported module: (module, io_map, input_types,
+    """Runs inplace-to-stablehlo-pipeline on an imported module, each element a stage
+    (with `verify_each`, each pass of the lowering too): (module, io_map, input_types,
     result_types); the part of `compile` the compile cache can skip."""
-    run_stage(module, 1, "inplace-to-outofplace", dump_ir)
-    io_map = io_map_of(main_function(module))
-    function_type = ir.FunctionType(main_function(module).type)
-    input_types = _tensor_types(function_type.inputs)
-    result_types = _tensor_types(function_type.results)
-    lowering = "outofplace-lower-to-stablehlo"
-    stages = pipeline_elements(f"builtin.module({lowering})") if verify_each \
-        else [lowering]
+    pipeline = "inplace-to-stablehlo-pipeline"
+    stages = pipeline_elements(f"builtin.module({pipeline})") if verify_each \
+        else PIPELINES[pipeline].elements
+    input_types = result_types = []
     with warnings.catch_warnings():
         if signature.bounds_result is not None:  # checked, not clamped
             warnings.simplefilter("ignore", OutOfBoundsPolicyWarning)
-        for number, stage in enumerate(stages, 2):
+        for number, stage in enumerate(stages, 1):
             run_stage(module, number, stage, dump_ir)
-    return module, io_map, input_types, result_types
+            if stage == "inplace-to-outofplace":  # main's types, as torch types
+                function_type = ir.FunctionType(main_function(module).type)
+                input_types = _tensor_types(function_type.inputs)
+                result_types = _tensor_types(function_type.results)
+    if signature.bounds_result is not None:  # split off main (split_bounds_check.py)
+        del result_types[signature.bounds_result]
+    return module, io_map_of(main_function(module)), input_types, result_types
 
 
 @progress.staged("compile")
@@ -631,12 +628,11 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
         verify_each = os.environ.get("OUTOFPLACE_VERIFY_EACH") == "1"
     _check_engine(engine, mesh)
     device_mesh.refuse_dtensors(f, args, kwargs)
-    mesh = device_mesh.read_mesh(mesh, shardings)
     context = make_context()
     module, signature = importer.compile_to_torch_ir(f, tuple(args), kwargs, context,
                                                      dynamic_shapes, bool(check_bounds))
-    collectives.annotate(module)  # the process groups of its collectives, if any
     with context:
+        mesh, specs = device_mesh.place(module, signature.input_names, mesh, shardings)
         if dump_ir:
             Path(dump_ir).mkdir(parents=True, exist_ok=True)
             (Path(dump_ir) / "0-torch-mutable.mlir").write_text(
@@ -650,21 +646,9 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
                 warnings.simplefilter("ignore", OutOfBoundsPolicyWarning)
             module, io_map, input_types, result_types = compile_cache.lowered(
                 module, entry, lambda: _lower(module, signature, dump_ir, verify_each))
+        bounds_check = bounds.BoundsCheck.take(module, signature.bounds_checks,
+                                               signature.input_names, input_types, cache)
         custom_calls.prepare(module, engine, mesh)  # kernels: XLA:CPU's handler, or refused
-        flags = None
-        if signature.bounds_result is not None:  # the flags: a program of their own
-            flags = bounds.split(module, signature.bounds_result)
-            io_map = io_map_of(main_function(module))
-            del result_types[signature.bounds_result]
-        specs = {}
-        if mesh is not None:
-            mesh = dict(mesh)
-            shapes = [ir.RankedTensorType(a.type).shape for a in main_function(module).arguments]
-            shardings = device_mesh.to_specs(shardings, mesh, signature.input_names, shapes)
-            specs = sharding.normalize(mesh, shardings, signature.input_names, shapes)
-            sharding.annotate(module, mesh, specs, io_map)
-        elif shardings:
-            raise ValueError("shardings need a mesh")
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
     state = _state_tensors(signature, source)
     layouts = [_layout(t) for t in signature.real_views(
@@ -673,7 +657,4 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     return Compiled(module, io_map, signature.input_names, signature, source,
                     input_types, result_types, layouts, program, engine, mesh=mesh,
                     shardings={signature.input_names[i]: s for i, s in specs.items()},
-                    check_bounds=check_bounds, bounds_check=None if flags is None else
-                    bounds.BoundsCheck(flags, signature.bounds_checks,
-                                       signature.input_names, input_types, cache),
-                    cache=cache)
+                    check_bounds=check_bounds, bounds_check=bounds_check, cache=cache)

@@ -304,7 +304,9 @@ def test_verify_each_runs_every_lowering_pass_as_a_stage(tmp_path):
     assert "2-after-outofplace-lower-regions.mlir" in dumps
     assert "3-after-outofplace-fold-empty-tensors.mlir" in dumps
     assert "4-after-outofplace-decompose-diagonal.mlir" in dumps
-    assert dumps[-1].endswith("-after-outofplace-verify-stablehlo.mlir")
+    assert dumps[-3].endswith("-after-outofplace-verify-stablehlo.mlir")
+    assert dumps[-2].endswith("-after-outofplace-split-bounds-check.mlir")
+    assert dumps[-1].endswith("-after-outofplace-sharding.mlir")
     assert "stablehlo.dynamic_update_slice" in compiled.stablehlo
 
 

@@ -2,8 +2,8 @@
 
 frontend (torch program -> mutable torch IR) -> transforms (MLIR passes) -> backends
 (engines and exports). The modules at the top are the public API (compiled, dynamo) and
-what every stage shares (compile_cache, context, errors, indexing, ir_utils, op_registry,
-progress, torch_types).
+what every stage shares (compile_cache, context, errors, indexing, ir_utils, memory,
+op_registry, progress, signature (the runtime contract), symbolic_sizes, torch_types).
 """
 
 import ast
@@ -12,7 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "python" / "outofplace"
 STAGES = {"frontend": 1, "transforms": 2, "backends": 3}
 SHARED = {"compile_cache", "context", "errors", "indexing", "ir_utils", "kernels",
-          "op_registry", "progress", "torch_types"}
+          "memory", "op_registry", "progress", "signature", "symbolic_sizes", "torch_types"}
 
 
 def _imports() -> dict[str, set[str]]:

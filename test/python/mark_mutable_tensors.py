@@ -8,7 +8,7 @@ import torch
 from torch_mlir.extras.fx_importer import FxImporter
 
 from outofplace.context import make_context
-from outofplace.frontend.importer import mark_mutable_tensors
+from outofplace.frontend.mutable_tensors import mark_mutable_tensors
 
 
 def run(f, *args):

@@ -16,6 +16,7 @@ from ..transforms import verify_stablehlo
 from ..transforms.specialize import is_dynamic, specialize
 
 from .. import torch_types
+from ..context import make_context
 from ..ir_utils import all_operations, main_function, terminator
 
 _BITCAST = torch_types.BITCAST_DTYPES  # passed bit for bit through an integer view
@@ -104,3 +105,28 @@ def interpret(module: ir.Module, inputs: list[torch.Tensor],
         attrs = [to_attribute(t) for t in inputs]
         results = _stablehlo.eval_module(module, attrs)
         return [from_attribute(r, d) for r, d in zip(results, result_dtypes)]
+
+
+def compile(stablehlo: str, io_map: dict[int, int], options: dict) -> "Executable":
+    """The engine contract (backends/engines.py) for the reference interpreter: `options`
+    "results" gives each result's (shape, dtype)."""
+    return Executable(stablehlo, io_map, [dtype for _, dtype in options["results"]])
+
+
+class Executable:
+    """A program for the reference interpreter, called on main's arguments (the
+    caller's tensors): each written argument (io_map) gets its new value copied into it
+    after the run, which leaves them as they were when the run fails."""
+
+    def __init__(self, stablehlo: str, io_map: dict[int, int],
+                 result_dtypes: list[torch.dtype]) -> None:
+        self.module = ir.Module.parse(stablehlo, make_context())
+        self.io_map = io_map
+        self.result_dtypes = result_dtypes
+
+    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        results = interpret(self.module, inputs, self.result_dtypes)
+        with torch.no_grad():
+            for arg, result in self.io_map.items():
+                inputs[arg].copy_(results[result])
+        return results

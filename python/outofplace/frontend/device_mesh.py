@@ -22,11 +22,16 @@ user has imported torch.distributed.tensor.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch_mlir import ir
+
+from .. import torch_types
+from ..ir_utils import main_function
 
 
 def _device_mesh_type() -> type | None:
@@ -87,7 +92,7 @@ def read_mesh(mesh: Any, shardings: dict[str, Any] | None) -> dict[str, int] | N
 def to_specs(shardings: dict[str, Any] | None, mesh: dict[str, int],
              input_names: list[str], shapes: list[list[int]]) -> dict[str, Any] | None:
     """`shardings` with each placement sharding made a partition spec of its argument's
-    rank; partition specs as given (sharding.normalize checks them all)."""
+    rank; partition specs as given (`_normalize` checks them all)."""
     if not shardings:
         return shardings
     module = _tensor_module()
@@ -121,6 +126,58 @@ def to_specs(shardings: dict[str, Any] | None, mesh: dict[str, int],
     return specs
 
 
+# One entry per dimension: the mesh axes it is split over, major first; () is whole.
+Spec = tuple[tuple[str, ...], ...]
+
+
+def _normalize(mesh: dict[str, int], shardings: dict[str, Any] | None,
+              input_names: list[str], shapes: list[list[int]]) -> dict[int, Spec]:
+    """Argument index -> spec, checked against the mesh and the argument's shape.
+
+    `shardings` maps an argument name to one entry per dimension: an axis name, a tuple of
+    names, or None. Arguments not named are replicated (absent from the result).
+    """
+    if not mesh or any(not isinstance(n, str) or not isinstance(s, int) or s < 1
+                       for n, s in mesh.items()):
+        raise ValueError(f"mesh must map axis names to positive sizes, got {mesh!r}")
+    for name, shape in zip(input_names, shapes):
+        if any(n < 0 for n in shape):  # a dynamic dimension (dynamic_shapes)
+            raise ValueError(
+                f"argument '{name}' has a dynamic dimension "
+                f"({[n if n >= 0 else -1 for n in shape]}, -1 dynamic): a "
+                "program on a mesh has static shapes (each call would run on one device, "
+                "its shardings not checked); compile one program per shape")
+    specs = {}
+    for name, entries in (shardings or {}).items():
+        if name not in input_names:
+            raise ValueError(f"shardings names '{name}', which is not an argument; "
+                             f"the arguments are {input_names}")
+        index = input_names.index(name)
+        shape = shapes[index]
+        if len(entries) != len(shape):
+            raise ValueError(f"the spec of '{name}' has {len(entries)} entries, "
+                             f"its shape {shape} has {len(shape)} dimensions")
+        spec, used = [], set()
+        for dim, entry in enumerate(entries):
+            axes = () if entry is None else (entry,) if isinstance(entry, str) \
+                else tuple(entry)
+            for axis in axes:
+                if axis not in mesh:
+                    raise ValueError(f"the spec of '{name}' names axis '{axis}', "
+                                     f"not in the mesh {list(mesh)}")
+                if axis in used:
+                    raise ValueError(f"the spec of '{name}' uses axis '{axis}' twice")
+                used.add(axis)
+            parts = math.prod(mesh[a] for a in axes)
+            if shape[dim] % parts:
+                raise ValueError(f"dimension {dim} of '{name}' ({shape[dim]}) does not "
+                                 f"split into {parts} equal shards over {axes}")
+            spec.append(axes)
+        if used:
+            specs[index] = tuple(spec)
+    return specs
+
+
 def refuse_dtensors(f: Any, args: tuple, kwargs: dict | None) -> None:
     """Raises ValueError naming the first DTensor among the arguments, the module's
     parameters and buffers, saying what to pass instead."""
@@ -142,3 +199,40 @@ def refuse_dtensors(f: Any, args: tuple, kwargs: dict | None) -> None:
                 "is rank 0's). Pass the full tensor (dtensor.full_tensor()) with "
                 "mesh=dtensor.device_mesh and shardings={name: dtensor.placements}, or "
                 "shardings={name: dtensor} (docs/sharding.md)")
+
+
+# On the imported module, for the pass outofplace-sharding (transforms/sharding.py): the
+# mesh's axis names and sizes, and one entry per argument of main: [] when it is
+# replicated, else one array of mesh axes per dimension.
+MESH_AXES = "outofplace.mesh_axes"
+MESH_SHAPE = "outofplace.mesh_shape"
+SHARDINGS = "outofplace.shardings"
+
+
+def place(module: ir.Module, input_names: list[str], mesh: Any,
+          shardings: dict[str, Any] | None) -> tuple[dict[str, int] | None, dict[int, Spec]]:
+    """`compile`'s `mesh` and `shardings` read once, right after the import: the mesh as
+    axis name -> size (`read_mesh`), and argument index -> spec (placements made specs,
+    every spec checked against the mesh and its argument's shape), both written on
+    `module` for outofplace-sharding. (None, {}) without a mesh."""
+    mesh = read_mesh(mesh, shardings)
+    if mesh is None:
+        if shardings:
+            raise ValueError("shardings need a mesh")
+        return None, {}
+    mesh = dict(mesh)
+    shapes = [list(torch_types.TensorType.of(a.type).sizes or ())
+              for a in main_function(module).arguments]
+    specs = _normalize(mesh, to_specs(shardings, mesh, input_names, shapes), input_names,
+                       shapes)
+    with module.context:
+        def strings(names: Any) -> ir.ArrayAttr:
+            return ir.ArrayAttr.get([ir.StringAttr.get(n) for n in names])
+
+        attributes = module.operation.attributes
+        attributes[MESH_AXES] = strings(mesh)
+        attributes[MESH_SHAPE] = ir.DenseI64ArrayAttr.get(list(mesh.values()))
+        attributes[SHARDINGS] = ir.ArrayAttr.get([
+            ir.ArrayAttr.get([strings(axes) for axes in specs.get(i, ())])
+            for i in range(len(input_names))])
+    return mesh, specs

@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import op_registry
+# (memory facts of a value, shared with the call checks; named here with the rest)
+from ..memory import element_offsets, overlaps, storage_of  # noqa: F401
 
 
 def fake_mode_of(graph: torch.fx.Graph) -> torch._subclasses.FakeTensorMode:
@@ -73,44 +74,6 @@ def replace_node(graph: torch.fx.Graph, node: torch.fx.Node, results: Any) -> No
             user.replace_all_uses_with(results[user.args[1]])
             graph.erase_node(user)
     graph.erase_node(node)
-
-
-def storage_of(value: Any) -> StorageWeakRef | None:
-    if isinstance(value, torch.Tensor):
-        return StorageWeakRef(value.untyped_storage())
-    return None
-
-
-def element_offsets(value: torch.Tensor) -> torch.Tensor:
-    """The storage offset of every element of a (fake) tensor, from its metadata."""
-    addresses = torch.tensor(value.storage_offset())
-    for dim, (size, stride) in enumerate(zip(value.shape, value.stride())):
-        shape = [1] * value.dim()
-        shape[dim] = int(size)
-        addresses = addresses + torch.arange(int(size)).view(shape) * int(stride)
-    return addresses.reshape(-1)
-
-
-# Above this many elements the exact overlap test is not run and overlap is assumed.
-_OVERLAP_TEST_LIMIT = 1 << 24
-
-
-def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two (real or fake) tensors share a byte of memory; assumed when too large
-    to test exactly."""
-    if a.numel() == 0 or b.numel() == 0 or storage_of(a) != storage_of(b):
-        return False
-
-    def byte_range(t: torch.Tensor) -> tuple[int, int]:
-        last = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
-        return t.storage_offset() * t.itemsize, (last + 1) * t.itemsize
-
-    (a_start, a_end), (b_start, b_end) = byte_range(a), byte_range(b)
-    if a_end <= b_start or b_end <= a_start:
-        return False
-    if a.itemsize != b.itemsize or a.numel() + b.numel() > _OVERLAP_TEST_LIMIT:
-        return True
-    return bool(torch.isin(element_offsets(a), element_offsets(b)).any())
 
 
 def is_list_view(node: torch.fx.Node) -> bool:

@@ -155,7 +155,7 @@ def take_view(graph: torch.fx.Graph, base: torch.fx.Node, layout: tuple) -> torc
 
 
 class StateView:
-    """A parameter or buffer the program takes from another (importer's
+    """A parameter or buffer the program takes from another (graph_preparation.py's
     `_take_state_views`): `check` raises ValueError at a call when it no longer views that
     one's elements where it did when compiled (reassigned since), which the compiled
     program, writing the base, would not see."""

@@ -12,7 +12,7 @@ keep.
 
 Tensors the program reaches through plain Python objects (optimizer state, `.grad`,
 parameters of a model only the optimizer holds) are lifted by torch.export as constants.
-`importer._held_constants` finds each one's path from the program's roots
+`graph_preparation._held_constants` finds each one's path from the program's roots
 (`opt.state[lin.weight].exp_avg`); such a tensor, when the program writes it or it is a
 `.grad` or an optimizer's, becomes an argument read at every call by its path and
 written back like a buffer. The param groups' Python values (`lr`) are the trace's
@@ -127,7 +127,7 @@ class OptimizerSteps:
 
         # Tracing writes tensors it lifts as constants (optimizer state): compiling must
         # leave them as they were.
-        # (The module's buffers are export's own snapshot: importer.export.)
+        # (The module's buffers are export's own snapshot: tracing.export.)
         buffers = {id(t) for t in self.module.buffers()}
         self.saved = Snapshot([t for t in reachable_tensors(self.roots) if id(t) not in buffers],
                               uncopied_state(self.module, self.roots))

@@ -38,11 +38,9 @@ from .. import op_registry, torch_types
 from ..context import load_torch_conversion
 from ..errors import UnsupportedMutationError
 from ..ir_utils import constant_bool, operations, terminator, torch_constant
+from ..signature import ALIASING_OUTPUT
 from . import control_flow  # (regions read their operands' values: functional)
 from .registry import register_pass
-
-ALIASING_OUTPUT = "tf.aliasing_output"
-
 
 @dataclass
 class _Root:
@@ -502,15 +500,3 @@ def inplace_to_outofplace(module: ir.Module | ir.Operation) -> dict[int, int]:
     if "main" in io_maps:
         return io_maps["main"]
     return next(iter(io_maps.values()), {})
-
-
-def io_map_of(func: func_d.FuncOp) -> dict[int, int]:
-    """Reads the io_map back from the `tf.aliasing_output` argument attributes."""
-    if "arg_attrs" not in func.attributes:
-        return {}
-    io_map = {}
-    for position, attrs in enumerate(func.arg_attrs):
-        attrs = ir.DictAttr(attrs)
-        if ALIASING_OUTPUT in attrs:
-            io_map[position] = ir.IntegerAttr(attrs[ALIASING_OUTPUT]).value
-    return io_map

@@ -16,8 +16,9 @@ from . import (collectives, control_flow, convolutions_as_kernel_calls,  # noqa:
                decompose_diagonal, dynamic_broadcasts,
                dynamic_shapes, fold_constants, fold_empty_tensors,
                fold_transposes_into_dots, inplace_to_outofplace, kernel_calls,
-               lower_updates, narrow_indices, refuse_unknown_shapes, scatter_barriers,
-               small_convolutions_as_dots, squeeze_state, stablehlo_constants,
+               lower_updates, narrow_indices, refuse_unknown_shapes, scatter_barriers, sharding,
+               small_convolutions_as_dots, split_bounds_check, squeeze_state,
+               stablehlo_constants,
                verify_stablehlo)  # (they register passes)
 from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
                        static_slices, unsigned_integers)
@@ -51,12 +52,16 @@ register_pipeline(
      "outofplace-strip-constant-shields",
      "outofplace-upstream-unsigned-integers",
      "outofplace-name-kernel-results",
-     "outofplace-verify-stablehlo"],
-    "Lower value-semantic torch IR to pure StableHLO")
+     "outofplace-verify-stablehlo",
+     # where the module asks for them (its attributes): on the StableHLO
+     "outofplace-split-bounds-check", "outofplace-sharding"],
+    "Lower value-semantic torch IR to pure StableHLO (the checked mode's flags split "
+    "off and the shardings added where the module asks for them)")
 register_pipeline(
     "inplace-to-stablehlo-pipeline",
     ["inplace-to-outofplace", "outofplace-lower-to-stablehlo"],
-    "Mutable torch IR all the way to StableHLO with input/output aliases")
+    "Mutable torch IR all the way to StableHLO with input/output aliases (what "
+    "`outofplace.compile` runs)")
 register_pipeline(
     "legalize-for-iree", iree_workarounds.PASSES,
     "The StableHLO the IREE engine compiles: IREE 3.13's bugs worked around",

@@ -1,7 +1,12 @@
 """Shardings on the StableHLO: a device mesh and one partition spec per argument.
 
 `outofplace.compile(..., mesh={"dp": 2, "tp": 4}, shardings={"kv_cache": (None, "tp")})`
-ends here, after the lowering. The module gets what XLA's SPMD partitioner reads:
+ends here, in the pass outofplace-sharding after the lowering. The mesh and the specs
+come as attributes frontend/device_mesh.py put on the imported module (read and checked
+once, right after the import), not as pass options: a spec per argument is data of this
+program, too much for an option's fixed choices, and attributes travel with the module
+through the pipeline, its dumps and `outofplace-opt` reproducers. The module gets what
+XLA's SPMD partitioner reads:
 
     module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32}
     func.func @main(%kv_cache: tensor<2x8x16x4xf32>
@@ -38,61 +43,11 @@ from typing import Any
 
 from torch_mlir import ir
 
-from ..ir_utils import all_operations, main_function, stablehlo_splat, unnamed
+from ..frontend.device_mesh import MESH_AXES, MESH_SHAPE, SHARDINGS, Spec
+from ..ir_utils import all_operations, stablehlo_splat, unnamed
+from ..signature import io_map_of, returned_state
 from .narrow_indices import narrow_indices
-
-# One entry per dimension: the mesh axes it is split over, major first; () is whole.
-Spec = tuple[tuple[str, ...], ...]
-
-
-def normalize(mesh: dict[str, int], shardings: dict[str, Any] | None,
-              input_names: list[str], shapes: list[list[int]]) -> dict[int, Spec]:
-    """Argument index -> spec, checked against the mesh and the argument's shape.
-
-    `shardings` maps an argument name to one entry per dimension: an axis name, a tuple of
-    names, or None. Arguments not named are replicated (absent from the result).
-    """
-    if not mesh or any(not isinstance(n, str) or not isinstance(s, int) or s < 1
-                       for n, s in mesh.items()):
-        raise ValueError(f"mesh must map axis names to positive sizes, got {mesh!r}")
-    for name, shape in zip(input_names, shapes):
-        if any(n < 0 for n in shape):  # a dynamic dimension (dynamic_shapes)
-            raise ValueError(
-                f"argument '{name}' has a dynamic dimension "
-                f"({[n if n >= 0 else -1 for n in shape]}, -1 dynamic): a "
-                "program on a mesh has static shapes (each call would run on one device, "
-                "its shardings not checked); compile one program per shape")
-    specs = {}
-    for name, entries in (shardings or {}).items():
-        if name not in input_names:
-            raise ValueError(f"shardings names '{name}', which is not an argument; "
-                             f"the arguments are {input_names}")
-        index = input_names.index(name)
-        shape = shapes[index]
-        if len(entries) != len(shape):
-            raise ValueError(f"the spec of '{name}' has {len(entries)} entries, "
-                             f"its shape {shape} has {len(shape)} dimensions")
-        spec, used = [], set()
-        for dim, entry in enumerate(entries):
-            axes = () if entry is None else (entry,) if isinstance(entry, str) \
-                else tuple(entry)
-            for axis in axes:
-                if axis not in mesh:
-                    raise ValueError(f"the spec of '{name}' names axis '{axis}', "
-                                     f"not in the mesh {list(mesh)}")
-                if axis in used:
-                    raise ValueError(f"the spec of '{name}' uses axis '{axis}' twice")
-                used.add(axis)
-            parts = math.prod(mesh[a] for a in axes)
-            if shape[dim] % parts:
-                raise ValueError(f"dimension {dim} of '{name}' ({shape[dim]}) does not "
-                                 f"split into {parts} equal shards over {axes}")
-            spec.append(axes)
-        if used:
-            specs[index] = tuple(spec)
-    return specs
-
-
+from .registry import register_pass
 def hlo_sharding(mesh: dict[str, int], spec: Spec | None) -> str:
     """The HloSharding text of `spec` on `mesh`, devices numbered row-major over the mesh.
 
@@ -212,23 +167,44 @@ def _scatter_without_merged_dims(main: Any) -> None:
             operand.owner.erase()
 
 
-def returned_state(main: Any, io_map: dict[int, int]) -> dict[int, int]:
-    """Result index -> the argument whose new value it is: the aliased results, and any
-    other result returning the same value (`return cache` after `cache[...] = k`)."""
-    block = main.regions[0].blocks[0]
-    values = list(block.operations[len(block.operations) - 1].operands)
-    state = {}
-    for arg, result in io_map.items():
-        for index, value in enumerate(values):
-            if value == values[result]:
-                state[index] = arg
-    return state
+def _read_placement(module: ir.Operation) -> tuple[dict[str, int], dict[int, Spec]] | None:
+    """The mesh and the argument specs frontend/device_mesh.py wrote on the module (and
+    taken off it), or None."""
+    attributes = module.attributes
+    if MESH_AXES not in attributes:
+        return None
+    axes = [ir.StringAttr(a).value for a in ir.ArrayAttr(attributes[MESH_AXES])]
+    mesh = dict(zip(axes, ir.DenseI64ArrayAttr(attributes[MESH_SHAPE])))
+    specs = {}
+    for index, entry in enumerate(ir.ArrayAttr(attributes[SHARDINGS])):
+        spec = tuple(tuple(ir.StringAttr(a).value for a in ir.ArrayAttr(dim))
+                     for dim in ir.ArrayAttr(entry))
+        if spec:
+            specs[index] = spec
+    for name in (MESH_AXES, MESH_SHAPE, SHARDINGS):
+        del attributes[name]
+    return mesh, specs
 
 
-def annotate(module: ir.Module, mesh: dict[str, int], specs: dict[int, Spec],
-             io_map: dict[int, int]) -> None:
-    """Adds the mesh size, every argument's and result's sharding, and the clamps."""
-    main = main_function(module)
+@register_pass(
+    "outofplace-sharding",
+    "Shard main over the device mesh the module names",
+    "with a mesh (the module's `outofplace.mesh_axes`, `outofplace.mesh_shape` and "
+    "`outofplace.shardings`, one spec per argument, written by frontend/device_mesh.py): "
+    "`mhlo.num_partitions`, an `mhlo.sharding` on every argument (`{replicated}` where "
+    "unnamed) and result (an aliased result its argument's, the others `{replicated}`), "
+    "each runtime start of a `dynamic_update_slice` clamped to where the update fits, a "
+    "scatter into a reshape merging the state's leading dimensions made one into the "
+    "state, scatter and gather indices narrowed to 32 bits: what XLA's SPMD partitioner "
+    "reads (backends/spmd.py); nothing without the attributes")
+def sharding(module: ir.Operation) -> None:
+    placement = _read_placement(module)
+    if placement is None:
+        return
+    mesh, specs = placement
+    main = next(op for op in module.regions[0].blocks[0].operations
+                if op.operation.name == "func.func" and
+                ir.StringAttr(op.attributes["sym_name"]).value == "main").opview
     context = module.context
     i32 = ir.IntegerType.get_signless(32, context)
     module.operation.attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(
@@ -238,7 +214,7 @@ def annotate(module: ir.Module, mesh: dict[str, int], specs: dict[int, Spec],
     results = ir.FunctionType(main.type).results
     argument_shardings = [hlo_sharding(mesh, specs.get(i)) for i in range(len(arguments))]
     result_shardings = ["{replicated}"] * len(results)
-    for result, arg in returned_state(main, io_map).items():
+    for result, arg in returned_state(main, io_map_of(main)).items():
         result_shardings[result] = argument_shardings[arg]
     for attr, shardings in (("arg_attrs", argument_shardings),
                             ("res_attrs", result_shardings)):

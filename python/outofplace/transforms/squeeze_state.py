@@ -37,7 +37,7 @@ from torch_mlir._mlir_libs import _stablehlo
 from torch_mlir.dialects import func as func_d
 
 from ..ir_utils import all_operations, operations
-from .inplace_to_outofplace import io_map_of
+from ..signature import io_map_of
 from .registry import register_pass
 
 

@@ -87,7 +87,7 @@ def compile(stablehlo: str, io_map: dict[int, int], options: dict[str, Any]
     """The engine contract: `stablehlo` compiled for IREE, as an `Executable` whose call
     runs `main` on a list of tensors and leaves each written argument's new value in the
     caller's tensor. `io_map` is the module's `tf.aliasing_output`s ({argument: result});
-    `options["result_dtypes"]` the torch dtype of each result of main.
+    `options["results"]` the (shape, dtype) of each result of main (backends/engines.py).
 
     A written argument the legalization leaves without its alias (IREE 3.13 would update
     it wrongly in place) is updated by a copy, and `Executable.alias_problems` says so,
@@ -98,7 +98,8 @@ def compile(stablehlo: str, io_map: dict[int, int], options: dict[str, Any]
     problems = [f"argument {argument}: compiled without its alias (IREE 3.13 would "
                 "update it wrongly in place)"
                 for argument in sorted(io_map.keys() - aliased.keys())] + problems
-    return Executable(vmfb, io_map, options["result_dtypes"], problems, passthrough, copied)
+    dtypes = [dtype for _, dtype in options["results"]]
+    return Executable(vmfb, io_map, dtypes, problems, passthrough, copied)
 
 
 def legalize_for_iree(stablehlo: str, io_map: dict[int, int]

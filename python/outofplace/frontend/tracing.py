@@ -1,0 +1,217 @@
+"""Tracing: a torch program to an ExportedProgram with its mutations and views kept.
+
+`export` runs torch.export in training IR (no functionalization, no decompositions,
+strict=False) with our modes entered by forward hooks, inside the trace: runtime positions
+(`x[pos]`), masked values, `.data`, `.item()` as a 0-d tensor, input shape changes, the
+regions of torch.cond and while_loop, and the optimizer's traced steps. What torch.export
+raises for a program outofplace cannot compile becomes an `UnsupportedMutationError` at
+the user's line. A plain function and a torch.compile graph are traced as modules.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch.fx.experimental.symbolic_shapes import (GuardOnDataDependentSymNode,
+                                                   PendingUnbackedSymbolNotFound)
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                           DynamicOutputShapeException)
+from torch.export import ExportedProgram
+
+from . import control_flow, cumulative_batch_norm, meta_state, training
+from ..errors import UnsupportedMutationError
+from .masked_values import MaskedValues
+from .runtime_positions import RuntimePositions, user_line
+from .shape_changes import InputShapeChanges
+from .tensor_data import DataAsDetach
+
+
+def function_module(fn: Callable) -> torch.nn.Module:
+    """A module whose forward is `fn` itself, for torch.export to trace a plain function.
+
+    Its placeholders then take the names of fn's parameters, and registering fn as a
+    stack-trace anchor keeps fn's own lines in the FX stack traces, which export would
+    otherwise cut down to frames named `forward`.
+    """
+    torch.fx.proxy._register_stack_trace_anchor(fn)
+    name = getattr(fn, "__name__", "function")
+    module = type(name, (torch.nn.Module,), {"forward": staticmethod(fn)})()
+    # Modules the function names are its submodules: their parameters and buffers are
+    # arguments read at every call (an optimizer step writes them), not constants.
+    for attr, value in training.program_roots(fn).items():
+        if isinstance(value, torch.nn.Module):
+            module.add_module(attr, value)
+    return module
+
+
+def _graph_module_with_hooks(gm: torch.fx.GraphModule) -> torch.nn.Module:
+    """A module running `gm`'s own code, for torch.export to trace a GraphModule (a
+    torch.compile graph) as it traces any module.
+
+    torch.export runs a GraphModule with an fx.Interpreter, which runs no forward hooks:
+    the modes `export` enters through them (runtime positions, `.data`, masked values,
+    `.item()` as a tensor, the optimizer's traced parameters) would not see the graph's
+    ops. This module shares gm's parameters, buffers and submodules (so their names and
+    tensors are gm's) and its forward runs gm's nodes with gm's argument names, each op
+    recorded with its node's stack trace (the user's lines, not gm's generated code)."""
+    module = torch.nn.Module()
+    module._parameters, module._buffers, module._modules = \
+        gm._parameters, gm._buffers, gm._modules
+
+    @functools.wraps(gm.forward)  # (torch.export names the inputs from its signature)
+    def forward(*args: Any) -> Any:
+        with torch.fx.traceback.preserve_node_meta():
+            return torch.fx.Interpreter(gm).run(*args)
+
+    module.forward = forward
+    return module
+
+
+# What torch.export raises when a value computed from tensor data is needed as a Python
+# value (`.item()` in a shape, `if x.sum() > 0:`, the bounds check of a runtime index,
+# `x.narrow(0, pos, 1)` with a 0-d tensor `pos`).
+_DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
+                   DynamicOutputShapeException, PendingUnbackedSymbolNotFound)
+
+
+# What tracing raises for a write into an expanded view that eager let through (a copy
+# of a tensor onto itself returns early in eager).
+_INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a single memory"
+
+
+def _distinct_tensors(tree: Any) -> Any:
+    """The tree with each tensor that shares memory with an earlier one (`f(x, t, t)`,
+    `f(x[2], x)`) traced as a copy in the same layout (strides, storage offset).
+    torch.export makes one input of one tensor object given twice, and makes the sizes
+    of a tensor another input views symbolic: separate arguments of the compiled program,
+    they are separate values (a written one sharing memory is refused, at compiling and
+    at every call)."""
+    storages: set[int] = set()
+
+    def distinct(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor) or leaf.is_meta:
+            return leaf
+        storage = leaf.untyped_storage()._cdata
+        if storage not in storages:
+            storages.add(storage)
+            return leaf
+        extent = sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride())) + 1 \
+            if leaf.numel() else 0
+        with torch.no_grad():  # the elements the layout reaches, expanded ones too
+            memory = torch.empty(0, dtype=leaf.dtype, device=leaf.device).set_(
+                leaf.untyped_storage())[:leaf.storage_offset() + extent].clone()
+        copy = memory.as_strided(leaf.shape, leaf.stride(), leaf.storage_offset())
+        return copy.requires_grad_(leaf.requires_grad)
+
+    return pytree.tree_map(distinct, tree)
+
+
+def export(f: Any, args: tuple, kwargs: dict | None = None,
+           steps: training.OptimizerSteps | None = None,
+           dynamic_shapes: Any = None) -> ExportedProgram:
+    """Traces `f` to ATen with its mutations and views kept. Gradients are traced as
+    eager computes them (`torch.autograd.grad`, `backward()`); `steps` is told where
+    the traced forward starts and ends. `dynamic_shapes` is torch.export's spec."""
+    if isinstance(f, ExportedProgram):
+        return f
+    module = f if isinstance(f, torch.nn.Module) else function_module(f)
+    steps = steps or training.OptimizerSteps(module)
+    if isinstance(module, torch.fx.GraphModule):
+        module = _graph_module_with_hooks(module)
+    # Tracing may run small ops on real buffers it does not see as module state (a 0-d
+    # counter held by a plain Python object): compiling must leave the model as it was.
+    saved = training.Snapshot(list(module.buffers()),
+                              training.uncopied_state(module, steps.roots))
+    # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
+    # before export's own handler of __getitem__ (which calls .item() on a position).
+    positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
+    data, regions = DataAsDetach(), control_flow.region_mode()
+
+    items = steps.items_as_tensors()
+    saved_tensors = training.SavedTensors()
+
+    def enter(module: Any, args: tuple, kwargs: dict) -> None:
+        shapes.watch(module, args, kwargs)
+        steps.enter()
+        if torch.is_grad_enabled() and any(  # autograd records: gradients may be taken
+                t.requires_grad for t in (*module.parameters(), *pytree.tree_leaves(
+                    (args, kwargs))) if isinstance(t, torch.Tensor)):
+            saved_tensors.__enter__()
+        items.__enter__()
+        shapes.__enter__()
+        data.__enter__()
+        positions.__enter__()
+        masked.__enter__()
+        regions.__enter__()
+
+    def leave(module: Any, inputs: Any, output: Any) -> None:
+        regions.__exit__(None, None, None)
+        masked.__exit__(None, None, None)
+        positions.__exit__(None, None, None)
+        data.__exit__(None, None, None)
+        shapes.__exit__(None, None, None)
+        items.__exit__(None, None, None)
+        saved_tensors.__exit__(None, None, None)
+        if sys.exc_info()[0] is None:  # not on the way out of a forward that raised
+            masked.refuse_escaping(output)
+            steps.leave()
+
+    hooks = [module.register_forward_pre_hook(enter, with_kwargs=True),
+             module.register_forward_hook(leave, always_call=True)]
+    modes = torch._C._len_torch_function_stack()
+    args, kwargs = _distinct_tensors((tuple(args), kwargs or {}))
+    try:
+        with steps, cumulative_batch_norm.traced(module), meta_state.traced_as_cpu(), \
+                control_flow.traced(module):
+            return torch.export.export(module, args, kwargs, strict=False,
+                                       dynamic_shapes=dynamic_shapes)
+    except _DATA_DEPENDENT as error:
+        frames = traceback.extract_tb(error.__traceback__)
+        raise UnsupportedMutationError(
+            "torch.export", "a value read from a tensor's data decides a shape, an index "
+            f"or a branch here ({type(error).__name__}); outofplace compiles programs "
+            "whose shapes and control flow do not depend on the data",
+            location=user_line(frames)) from error
+    except TypeError as error:
+        if not items.lines:
+            raise
+        raise UnsupportedMutationError(
+            "Tensor.item", "the value read with .item() stays a 0-d tensor (a Python number "
+            "would be baked in, and differ at the next call), and something here needs a "
+            f"Python number ({error})", location=items.lines[-1]) from error
+    except NotImplementedError as error:
+        if "Storage" not in str(error):
+            raise
+        frames = traceback.extract_tb(error.__traceback__)
+        line = user_line(frames)
+        text = next((f.line or "" for f in reversed(frames)
+                     if line == f"{f.filename}:{f.lineno}"), "")
+        raise UnsupportedMutationError(
+            "torch.aten.set_.source_Storage" if "set_" in text else "a storage operand",
+            "it takes a storage (`x.set_(y.untyped_storage())`), which torch.export cannot "
+            "trace; take the view of the tensor that owns it (`y.view(-1)`, "
+            "`y.as_strided(...)`)", location=line) from error
+    except RuntimeError as error:
+        meta_state.refuse_meta_device(error)
+        if _INTERNAL_OVERLAP not in str(error):
+            raise
+        frames = traceback.extract_tb(error.__traceback__)
+        raise UnsupportedMutationError(
+            "torch.export", "writing into a tensor whose elements share memory (an "
+            "expanded view), which tracing refuses as eager refuses most such writes",
+            location=user_line(frames)) from error
+    finally:
+        # An error raised inside the trace can leave modes of ours or of torch.export's
+        # on the stack, which would change the next trace.
+        while torch._C._len_torch_function_stack() > modes:
+            torch._C._pop_torch_function_stack()
+        saved_tensors.release()
+        for hook in hooks:
+            hook.remove()
+        saved.restore()
