@@ -17,7 +17,7 @@ from torch_mlir import ir
 
 from . import bounds, compile_cache, progress
 from .backends import (custom_calls, distributed, engines, export, foreign_targets,
-                       hlo_proto, spmd, xla)
+                       hlo_proto, iree, spmd, xla)
 from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context

@@ -150,7 +150,7 @@ def test_iree_updates_the_dynamic_cache_in_its_own_memory():
     f, args, spec = CASES["kv_write"]
     compiled = _compile(f, args, spec, engine="iree")
     inputs = [torch.zeros(7, 8, 4), torch.randn(7, 4), torch.tensor(3)]
-    results = compiled._iree_executable()(inputs)
+    results = compiled._executable("iree")(inputs)
     assert results[1] is inputs[0] and torch.equal(inputs[0][:, 3], inputs[1])
 
 

@@ -40,7 +40,7 @@ def test_kv_step_is_in_place_on_iree() -> None:
     compiled = outofplace.compile(kv_step, kv_args())
     assert compiled.alias_problems("iree") == []
     cache, pos, k = kv_args(3)
-    results = compiled._iree_executable()([cache, pos, k])
+    results = compiled._executable("iree")([cache, pos, k])
     assert results[compiled.io_map[0]] is cache  # written in the caller's own memory
     expected = torch.zeros(4, 16, 8)
     kv_step(expected, pos, k)

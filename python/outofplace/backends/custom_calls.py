@@ -12,22 +12,25 @@
   (foreign_targets.py).
 - The XLA engine's legalization makes large convolutions calls of `aten::convolution`
   (`CONVOLUTION`, transforms/convolutions_as_kernel_calls.py) that the same handler runs:
-  the pass registers it (`register`), Compiled too before loading a cached executable.
+  the XLA engine registers it (`register`) before its legalization runs the pass, and
+  Compiled before loading a cached executable.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 
 from torch_mlir import ir
 
 from ..errors import UnsupportedMutationError
+from ..transforms import convolutions_as_kernel_calls
 from ..ir_utils import all_operations
 
 OP_NAME = "outofplace.op"  # transforms/kernel_calls.py's backend_config entries: the op
 # The target of the convolutions the XLA engine runs through eager's kernel
 # (transforms/convolutions_as_kernel_calls.py)
-CONVOLUTION = "aten::convolution"
+CONVOLUTION = convolutions_as_kernel_calls.TARGET
 
 _registered: set[str] = set()
 _lock = threading.Lock()
@@ -81,9 +84,8 @@ def prepare(module: ir.Module, engine: str, mesh: object = None) -> None:
     calls = kernel_calls(module)
     if not calls:
         return
-    from . import xla  # (the engine that can)
-    if engine == "auto":
-        engine = "xla" if xla.available() else "interpreter"
+    if engine == "auto":  # xla when jax is installed, as Compiled.run picks it
+        engine = "xla" if importlib.util.find_spec("jax") else "interpreter"
     refuse_engine(calls, engine, mesh)
     handler = extension()
     if handler is None:
@@ -103,8 +105,9 @@ def register(name: str) -> bool:
         return False
     with _lock:
         if name not in _registered:
-            from . import xla
-            xla.load_jax().ffi.register_ffi_target(name, handler.handler(), platform="cpu")
+            import jax  # (registering needs no more of jax than its FFI registry)
+
+            jax.ffi.register_ffi_target(name, handler.handler(), platform="cpu")
             _registered.add(name)
     return True
 

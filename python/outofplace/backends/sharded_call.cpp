@@ -1,5 +1,5 @@
 // A planned call of a sharded program, in C++: `Compiled.__call__` with a mesh after its
-// first checked call (backends/spmd.py, docs/sharding.md "Running").
+// first checked call (backends/spmd/executable.py, docs/sharding.md "Running").
 //
 // The work of `ShardedExecutable.__call__` that is the same every call, out of Python:
 // the arguments are compared with the layouts of the call the plan was made from (as

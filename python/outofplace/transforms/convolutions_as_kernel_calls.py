@@ -38,8 +38,9 @@ Only the XLA engine runs this pass (its legalization, `LEGALIZE_FOR_CPU` in
 backends/xla/compiler.py), on the module it compiles and nothing else: exports (`save`,
 `hlo_module_proto`, `portable_artifact`), the interpreter and IREE take the StableHLO
 before it and carry XLA's convolutions; a mesh's legalization (`LEGALIZE_FOR_MESH`,
-backends/spmd) does not run it (kernels are not called on a mesh). The pass registers the handler for the target
-(backends/custom_calls.py) and rewrites nothing when the C++ extension is not built.
+backends/spmd) does not run it (kernels are not called on a mesh). The XLA engine runs it
+only where the C++ handler is built, after registering it for `TARGET`
+(backends/custom_calls.py).
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ import math
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..backends import custom_calls
 from ..ir_utils import stablehlo_splat
+from . import kernel_calls
 from .registry import register_pass
 
-TARGET = custom_calls.CONVOLUTION
+TARGET = "aten::convolution"  # the op the kernel handler calls
 # Below this many FLOPs (2 x multiply-adds, counting an input dilation's zeros) XLA keeps
 # the convolution. A call costs a few us (the GIL, the dispatcher: 3.4 us more than XLA's
 # own for a [1, 4, 8, 8] 3x3 convolution, one core) plus the copy of its result into
@@ -205,7 +206,7 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
                  *numbers.output_spatial_dimensions]
         i64 = ir.IntegerType.get_signless(64)
         config = {
-            custom_calls.OP_NAME: ir.StringAttr.get(TARGET),
+            kernel_calls.OP_NAME: ir.StringAttr.get(TARGET),
             "outofplace.tensors": ir.DenseI64ArrayAttr.get([0, 1]),
             "outofplace.operands": ir.DenseI64ArrayAttr.get([0, 1]),
             "outofplace.results": ir.DenseI64ArrayAttr.get([-1, -1]),
@@ -244,8 +245,6 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     "back: XLA:CPU's convolutions are ~3x slower than oneDNN's (the XLA engine's "
     "legalization only, backends/xla; exports keep XLA's convolutions)")
 def convolutions_as_kernel_calls(module: ir.Operation) -> None:
-    if not custom_calls.register(TARGET):
-        return  # no handler (the C++ extension not built): XLA's convolutions stay
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("stablehlo.convolution", _rewrite)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())

@@ -196,7 +196,7 @@ def _read_placement(module: ir.Operation) -> tuple[dict[str, int], dict[int, Spe
     "each runtime start of a `dynamic_update_slice` clamped to where the update fits, a "
     "scatter into a reshape merging the state's leading dimensions made one into the "
     "state, scatter and gather indices narrowed to 32 bits: what XLA's SPMD partitioner "
-    "reads (backends/spmd.py); nothing without the attributes")
+    "reads (backends/spmd); nothing without the attributes")
 def sharding(module: ir.Operation) -> None:
     placement = _read_placement(module)
     if placement is None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .errors import IreeCompileError
+
 
 def _walk(op: Any):
     for region in op.regions:
@@ -43,8 +45,6 @@ def _storage(value: Any) -> Any:
 def _entry_point(module: Any) -> tuple[Any, list[Any], list[Any]]:
     """(the public function, its ops, the resource each result is exported from; an
     argument returned as it came counts as its imported resource)."""
-    from .compiler import IreeCompileError  # (compiler.py imports this module)
-
     functions = [op.operation for op in module.regions[0].blocks[0].operations
                  if op.operation.name == "util.func" and
                  "iree.abi.stub" in op.operation.attributes]

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from .alias_check import alias_problems
+from .errors import IreeCompileError
 from .executable import Executable
 
 FLAGS = [
@@ -39,10 +40,6 @@ def available() -> bool:
     except ImportError:
         return False
     return True
-
-
-class IreeCompileError(RuntimeError):
-    """IREE rejected the module; the message holds its diagnostics."""
 
 
 _DIAGNOSTIC = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
