@@ -2,7 +2,7 @@
 XLA:CPU, the collectives crossing the processes (docs/sharding.md, "Tensor-parallel
 programs with collectives"). Run it with
 
-    torchrun --nproc-per-node 2 examples/tensor_parallel.py
+    torchrun --nproc-per-node 2 examples/tensor_parallel_decode.py
 """
 
 import torch
