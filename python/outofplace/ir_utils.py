@@ -135,3 +135,21 @@ def tensor_literal(tensor: torch.Tensor, loc: ir.Location | None = None,
     vtensor = torch_types.TensorType(tuple(data.shape), tensor.dtype, True).to_ir()
     return ir.Operation.create("torch.vtensor.literal", results=[vtensor],
                                attributes={"value": value}, loc=loc, ip=ip).result
+
+
+def ranked_shape(value: ir.Value) -> list[int]:
+    """The sizes of a ranked tensor value."""
+    return list(ir.RankedTensorType(value.type).shape)
+
+
+def i64_array(op: ir.Operation, name: str, default: list[int]) -> list[int]:
+    """An op's `DenseI64ArrayAttr` attribute as ints, `default` when it has none."""
+    return list(ir.DenseI64ArrayAttr(op.attributes[name])) if name in op.attributes \
+        else default
+
+
+def create_ranked(name: str, operands: list[ir.Value], shape: list[int], element: ir.Type,
+                  **attributes: ir.Attribute) -> ir.Value:
+    """The result of a new op `name` of one ranked tensor result, at the insertion point."""
+    return ir.Operation.create(name, results=[ir.RankedTensorType.get(shape, element)],
+                               operands=operands, attributes=attributes).result

@@ -50,7 +50,7 @@ import math
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import stablehlo_splat
+from ..ir_utils import create_ranked, i64_array, ranked_shape, stablehlo_splat
 from . import kernel_calls
 from .registry import register_pass
 
@@ -66,38 +66,23 @@ MIN_FLOPS = 10_000_000
 ELEMENT_TYPES = ("f32", "f64", "bf16")  # what eager's CPU convolution takes
 
 
-def _shape(value: ir.Value) -> list[int]:
-    return list(ir.RankedTensorType(value.type).shape)
-
-
-def _ints(op: ir.Operation, name: str, default: list[int]) -> list[int]:
-    return list(ir.DenseI64ArrayAttr(op.attributes[name])) if name in op.attributes \
-        else default
-
-
-def _create(name: str, operands: list[ir.Value], shape: list[int], element: ir.Type,
-            **attributes: ir.Attribute) -> ir.Value:
-    return ir.Operation.create(name, results=[ir.RankedTensorType.get(shape, element)],
-                               operands=operands, attributes=attributes).result
-
-
 def _transpose(value: ir.Value, permutation: list[int]) -> ir.Value:
     if permutation == list(range(len(permutation))):
         return value
-    shape, element = _shape(value), ir.RankedTensorType(value.type).element_type
-    return _create("stablehlo.transpose", [value], [shape[p] for p in permutation], element,
+    shape, element = ranked_shape(value), ir.RankedTensorType(value.type).element_type
+    return create_ranked("stablehlo.transpose", [value], [shape[p] for p in permutation], element,
                    permutation=ir.DenseI64ArrayAttr.get(permutation))
 
 
 def _reshape(value: ir.Value, shape: list[int]) -> ir.Value:
-    return _create("stablehlo.reshape", [value], shape,
+    return create_ranked("stablehlo.reshape", [value], shape,
                    ir.RankedTensorType(value.type).element_type)
 
 
 def _reverse(value: ir.Value, dimensions: list[int]) -> ir.Value:
     if not dimensions:
         return value
-    return _create("stablehlo.reverse", [value], _shape(value),
+    return create_ranked("stablehlo.reverse", [value], ranked_shape(value),
                    ir.RankedTensorType(value.type).element_type,
                    dimensions=ir.DenseI64ArrayAttr.get(dimensions))
 
@@ -124,15 +109,15 @@ def _plan(op: ir.Operation) -> dict | None:
     if ir.IntegerAttr(op.attributes["batch_group_count"]).value != 1:
         return None
     groups = ir.IntegerAttr(op.attributes["feature_group_count"]).value
-    w_shape, out_shape = _shape(w), _shape(op.result)
+    w_shape, out_shape = ranked_shape(w), ranked_shape(op.result)
     kernel = [w_shape[d] for d in numbers.kernel_spatial_dimensions]
     flops = 2 * math.prod(out_shape) * w_shape[numbers.kernel_input_feature_dimension] * \
         math.prod(kernel)
     if flops == 0 or flops < MIN_FLOPS:  # (an empty tensor: no buffer to hand aten)
         return None
-    strides = _ints(op, "window_strides", [1] * rank)
-    lhs_dilation = _ints(op, "lhs_dilation", [1] * rank)
-    rhs_dilation = _ints(op, "rhs_dilation", [1] * rank)
+    strides = i64_array(op, "window_strides", [1] * rank)
+    lhs_dilation = i64_array(op, "lhs_dilation", [1] * rank)
+    rhs_dilation = i64_array(op, "rhs_dilation", [1] * rank)
     flat = [int(p) for p in ir.DenseIntElementsAttr(op.attributes["padding"])] \
         if "padding" in op.attributes else [0] * (2 * rank)
     padding = [flat[2 * i:2 * i + 2] for i in range(rank)]
@@ -179,8 +164,8 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
             low = [0, 0, *(lo for lo, _ in plan["excess"])]
             high = [0, 0, *(hi for _, hi in plan["excess"])]
             zero = stablehlo_splat(ir.RankedTensorType.get([], element), 0)
-            x = _create("stablehlo.pad", [x, zero],
-                        [n + lo + hi for n, lo, hi in zip(_shape(x), low, high)], element,
+            x = create_ranked("stablehlo.pad", [x, zero],
+                        [n + lo + hi for n, lo, hi in zip(ranked_shape(x), low, high)], element,
                         edge_padding_low=ir.DenseI64ArrayAttr.get(low),
                         edge_padding_high=ir.DenseI64ArrayAttr.get(high),
                         interior_padding=ir.DenseI64ArrayAttr.get([0] * (rank + 2)))
@@ -191,7 +176,7 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
                            *numbers.kernel_spatial_dimensions])
         reverse = plan["reversed"]
         if plan["transposed"]:
-            o, i, *kernel = _shape(w)
+            o, i, *kernel = ranked_shape(w)
             if groups == 1:
                 w = _transpose(w, [1, 0, *range(2, rank + 2)])
             else:
@@ -201,7 +186,7 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
             reverse = [not r for r in reverse]
         w = _reverse(w, [2 + d for d, r in enumerate(reverse) if r])
         # the call, its result N, C, spatial...
-        out_shape = _shape(op.result)
+        out_shape = ranked_shape(op.result)
         order = [numbers.output_batch_dimension, numbers.output_feature_dimension,
                  *numbers.output_spatial_dimensions]
         i64 = ir.IntegerType.get_signless(64)

@@ -34,33 +34,29 @@ from __future__ import annotations
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import all_operations, erase_unused
+from ..ir_utils import all_operations, erase_unused, ranked_shape
 from .registry import register_pass
-
-
-def _shape(value: ir.Value) -> list[int]:
-    return list(ir.RankedTensorType(value.type).shape)
 
 
 def _root(value: ir.Value) -> tuple[ir.Value, list[int | None]]:
     """The tensor `value` starts from through transposes and broadcasts that move no
     element, and, per dimension of `value`, the dimension of that tensor it is (None: a
     unit dimension the chain added)."""
-    dims: list[int | None] = list(range(len(_shape(value))))
+    dims: list[int | None] = list(range(len(ranked_shape(value))))
     while isinstance(value, ir.OpResult):
         op = value.owner
         if op.name == "stablehlo.transpose":
             perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
             dims = [None if d is None else perm[d] for d in dims]
         elif op.name == "stablehlo.broadcast_in_dim":
-            source, result = _shape(op.operands[0]), _shape(op.result)
+            source, result = ranked_shape(op.operands[0]), ranked_shape(op.result)
             placed = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
             if any(source[j] != result[r] for j, r in enumerate(placed)):
                 break  # it repeats elements
             where = {r: j for j, r in enumerate(placed)}
             dims = [None if d is None else where.get(d) for d in dims]
         elif op.name == "stablehlo.reshape":
-            source, result = _shape(op.operands[0]), _shape(op.result)
+            source, result = ranked_shape(op.operands[0]), ranked_shape(op.result)
             long_source = [j for j, n in enumerate(source) if n != 1]
             long_result = [r for r, n in enumerate(result) if n != 1]
             if [source[j] for j in long_source] != [result[r] for r in long_result]:
@@ -105,7 +101,7 @@ def _fold(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     # The root dimensions the dot names; the rest are free, in the root's order.
     named = [{a for pair in pairs.values() for a, _ in pair},
              {b for pair in pairs.values() for _, b in pair}]
-    free = [[d for d in range(len(_shape(side.root))) if d not in named[n]]
+    free = [[d for d in range(len(ranked_shape(side.root))) if d not in named[n]]
             for n, side in enumerate((lhs, rhs))]
     # The old result's dimensions as root dimensions, and the new one's, each tagged with
     # its side: the same sequence once the unit dimensions are left out. A batch pair
@@ -116,8 +112,8 @@ def _fold(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
         [("l", d) for d in lhs.free] + [("r", d) for d in rhs.free]
     new = [("l", a) for a, _ in pairs["batch"]] + [("l", d) for d in free[0]] + \
         [("r", d) for d in free[1]]
-    sizes = {"l": _shape(lhs.root), "r": _shape(rhs.root)}
-    if any(d is None and n != 1 for (_, d), n in zip(old, _shape(op.result))):
+    sizes = {"l": ranked_shape(lhs.root), "r": ranked_shape(rhs.root)}
+    if any(d is None and n != 1 for (_, d), n in zip(old, ranked_shape(op.result))):
         return True  # a result dimension both sides broadcast: the dot repeats elements
 
     def long(dims: list) -> list:
@@ -137,7 +133,7 @@ def _fold(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
             "stablehlo.dot_general", results=[ir.RankedTensorType.get(new_shape, element)],
             operands=[lhs.root, rhs.root], attributes=attributes, loc=op.location)
         result = dot
-        if new_shape != _shape(op.result):
+        if new_shape != ranked_shape(op.result):
             result = ir.Operation.create("stablehlo.reshape", results=[op.result.type],
                                          operands=[dot.result], loc=op.location)
     rewriter.replace_op(op, result)

@@ -31,23 +31,8 @@ import math
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import stablehlo_splat
+from ..ir_utils import create_ranked, i64_array, ranked_shape, stablehlo_splat
 from .registry import register_pass
-
-
-def _shape(value: ir.Value) -> list[int]:
-    return list(ir.RankedTensorType(value.type).shape)
-
-
-def _ints(op: ir.Operation, name: str, default: list[int]) -> list[int]:
-    return list(ir.DenseI64ArrayAttr(op.attributes[name])) if name in op.attributes \
-        else default
-
-
-def _create(name: str, operands: list[ir.Value], shape: list[int], element: ir.Type,
-            **attributes: ir.Attribute) -> ir.Value:
-    return ir.Operation.create(name, results=[ir.RankedTensorType.get(shape, element)],
-                               operands=operands, attributes=attributes).result
 
 
 def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
@@ -56,18 +41,18 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     if not (ir.RankedTensorType(x.type).has_static_shape and
             ir.RankedTensorType(w.type).has_static_shape):
         return True
-    x_shape, w_shape = _shape(x), _shape(w)
+    x_shape, w_shape = ranked_shape(x), ranked_shape(w)
     spatial = list(numbers.input_spatial_dimensions)
     kernel = list(numbers.kernel_spatial_dimensions)
     rank = len(spatial)
-    strides = _ints(op, "window_strides", [1] * rank)
-    dilations = _ints(op, "rhs_dilation", [1] * rank)
+    strides = i64_array(op, "window_strides", [1] * rank)
+    dilations = i64_array(op, "rhs_dilation", [1] * rank)
     flat = [int(p) for p in ir.DenseIntElementsAttr(op.attributes["padding"])] \
         if "padding" in op.attributes else [0] * (2 * rank)
     padding = [flat[2 * i:2 * i + 2] for i in range(rank)]
     groups = [ir.IntegerAttr(op.attributes[n]).value
               for n in ("feature_group_count", "batch_group_count")]
-    if groups != [1, 1] or _ints(op, "lhs_dilation", [1] * rank) != [1] * rank:
+    if groups != [1, 1] or i64_array(op, "lhs_dilation", [1] * rank) != [1] * rank:
         return True
     if "window_reversal" in op.attributes and any(
             ir.DenseBoolArrayAttr(op.attributes["window_reversal"])):
@@ -77,7 +62,7 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     extents = [(w_shape[k] - 1) * d + 1 for k, d in zip(kernel, dilations)]
     if all(e <= x_shape[s] for e, s in zip(extents, spatial)):
         return True  # the window fits the input: XLA:CPU's convolution is fast there
-    out_shape = _shape(op.result)
+    out_shape = ranked_shape(op.result)
     out_spatial = [out_shape[d] for d in numbers.output_spatial_dimensions]
     element = ir.RankedTensorType(x.type).element_type
     with rewriter.ip, op.location:
@@ -87,7 +72,7 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
             low[s], high[s] = lo, hi
         padded_shape = [n + lo + hi for n, lo, hi in zip(x_shape, low, high)]
         zero = stablehlo_splat(ir.RankedTensorType.get([], element), 0)
-        padded = _create("stablehlo.pad", [x, zero], padded_shape, element,
+        padded = create_ranked("stablehlo.pad", [x, zero], padded_shape, element,
                          edge_padding_low=ir.DenseI64ArrayAttr.get(low),
                          edge_padding_high=ir.DenseI64ArrayAttr.get(high),
                          interior_padding=ir.DenseI64ArrayAttr.get([0] * len(x_shape)))
@@ -100,25 +85,25 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
             start, limit, step = [0] * len(x_shape), list(padded_shape), [1] * len(x_shape)
             for s, o, d, st, n in zip(spatial, offsets, dilations, strides, out_spatial):
                 start[s], limit[s], step[s] = o * d, o * d + (n - 1) * st + 1, st
-            part = _create("stablehlo.slice", [padded], sliced_shape, element,
+            part = create_ranked("stablehlo.slice", [padded], sliced_shape, element,
                            start_indices=ir.DenseI64ArrayAttr.get(start),
                            limit_indices=ir.DenseI64ArrayAttr.get(limit),
                            strides=ir.DenseI64ArrayAttr.get(step))
-            slices.append(_create("stablehlo.reshape", [part], sliced_shape + [1], element))
+            slices.append(create_ranked("stablehlo.reshape", [part], sliced_shape + [1], element))
         window = math.prod(w_shape[k] for k in kernel)
-        patches = _create("stablehlo.concatenate", slices, sliced_shape + [window], element,
+        patches = create_ranked("stablehlo.concatenate", slices, sliced_shape + [window], element,
                           dimension=ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                                        len(x_shape)))
         # the kernel as [output features, input features, window]
         order = [numbers.kernel_output_feature_dimension,
                  numbers.kernel_input_feature_dimension, *kernel]
         w_element = ir.RankedTensorType(w.type).element_type
-        w_t = w if order == list(range(len(w_shape))) else _create(
+        w_t = w if order == list(range(len(w_shape))) else create_ranked(
             "stablehlo.transpose", [w], [w_shape[d] for d in order], w_element,
             permutation=ir.DenseI64ArrayAttr.get(order))
         features = [w_shape[numbers.kernel_output_feature_dimension],
                     w_shape[numbers.kernel_input_feature_dimension]]
-        w_flat = w_t if _shape(w_t) == features + [window] else _create(
+        w_flat = w_t if ranked_shape(w_t) == features + [window] else create_ranked(
             "stablehlo.reshape", [w_t], features + [window], w_element)
         # the product: the input's batch and spatial dimensions (its order), then features
         kept = [d for d in range(len(x_shape)) if d != numbers.input_feature_dimension]
@@ -138,7 +123,7 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
         position = {where[d]: i for i, d in enumerate(kept)}
         position[numbers.output_feature_dimension] = len(kept)
         permutation = [position[d] for d in range(len(out_shape))]
-        result = dot if permutation == list(range(len(out_shape))) else _create(
+        result = dot if permutation == list(range(len(out_shape))) else create_ranked(
             "stablehlo.transpose", [dot], out_shape,
             ir.RankedTensorType(op.result.type).element_type,
             permutation=ir.DenseI64ArrayAttr.get(permutation))

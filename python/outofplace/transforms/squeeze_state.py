@@ -36,13 +36,9 @@ from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 from torch_mlir.dialects import func as func_d
 
-from ..ir_utils import all_operations, operations
+from ..ir_utils import all_operations, operations, ranked_shape
 from ..signature import io_map_of
 from .registry import register_pass
-
-
-def _shape(value: ir.Value) -> list[int]:
-    return list(ir.RankedTensorType(value.type).shape)
 
 
 def inserted_unit_dims(source: list[int], result: list[int]) -> list[int] | None:
@@ -76,7 +72,7 @@ def _unsqueezed_operand(op: ir.Operation) -> tuple[ir.Value, list[int]] | None:
     if not isinstance(operand, ir.OpResult) or operand.owner.name != "stablehlo.reshape":
         return None
     source = operand.owner.operands[0]
-    inserted = inserted_unit_dims(_shape(source), _shape(operand))
+    inserted = inserted_unit_dims(ranked_shape(source), ranked_shape(operand))
     return (source, inserted) if inserted else None
 
 
@@ -96,7 +92,7 @@ def _squeeze_update(op: ir.Operation) -> bool:
     loc, ip = op.location, ir.InsertionPoint(op)
     if op.name == "stablehlo.dynamic_update_slice":
         update = op.operands[1]
-        update_shape = _shape(update)
+        update_shape = ranked_shape(update)
         if any(update_shape[d] != 1 for d in removed):
             return False
         starts = [s for d, s in enumerate(list(op.operands)[2:]) if d not in removed]
@@ -104,7 +100,7 @@ def _squeeze_update(op: ir.Operation) -> bool:
         new = ir.Operation.create(
             "stablehlo.dynamic_update_slice", results=[source.type], loc=loc, ip=ip,
             operands=[source, _reshape(update, kept, ip, loc), *starts])
-        op.result.replace_all_uses_with(_reshape(new.result, _shape(op.result), ip, loc))
+        op.result.replace_all_uses_with(_reshape(new.result, ranked_shape(op.result), ip, loc))
         op.erase()
         return True
     if op.name != "stablehlo.scatter" or len(op.operands) != 3:
@@ -115,11 +111,11 @@ def _squeeze_update(op: ir.Operation) -> bool:
     indexed = list(numbers.scattered_dims_to_operand_dims)
     if any(d in indexed or d in batching for d in removed):
         return False  # an index there may be out of bounds, where the scatter writes nothing
-    rank = len(_shape(op.operands[0]))
+    rank = len(ranked_shape(op.operands[0]))
     windows = [d for d in range(rank) if d not in inserted and d not in batching]
     window_dims = list(numbers.update_window_dims)
     update = op.operands[2]
-    update_shape = _shape(update)
+    update_shape = ranked_shape(update)
     gone = [window_dims[windows.index(d)] for d in removed if d in windows]
     if any(update_shape[u] != 1 for u in gone):
         return False
@@ -173,7 +169,7 @@ def _squeeze_argument(function: func_d.FuncOp, argument: int, result: int) -> bo
     they have none or differ in type."""
     block = function.entry_block
     value = block.arguments[argument]
-    shape = _shape(value)
+    shape = ranked_shape(value)
     squeezed = [n for n in shape if n != 1]
     ret = block.operations[len(block.operations) - 1]
     if len(squeezed) == len(shape) or ret.operands[result].type != value.type:
@@ -208,7 +204,7 @@ def _squeeze_carried(loop: ir.Operation) -> bool:
     ret = body.operations[len(body.operations) - 1]
     changed = False
     for i, value in enumerate(list(loop.operands)):
-        shape = _shape(value)
+        shape = ranked_shape(value)
         squeezed = [n for n in shape if n != 1]
         if len(squeezed) == len(shape) or ret.operands[i] == body.arguments[i]:
             continue
