@@ -21,7 +21,7 @@ from .backends import (custom_calls, distributed, engines, export, foreign_targe
 from .frontend import device_mesh, importer
 from . import torch_types
 from .context import make_context
-from .signature import Input, ProgramSignature, Result, io_map_of
+from .signature import Input, ProgramSignature, Result, io_map_of, state_tensor
 from .errors import EngineUnavailableError, OutOfBoundsPolicyWarning
 from .transforms.diagnostics import run_stage
 from .ir_utils import all_operations, main_function
@@ -88,23 +88,11 @@ def _take_views(tensor: torch.Tensor, views: tuple, inputs: list[torch.Tensor],
     return tensor
 
 
-def _state_tensor(owner: Any, target: str) -> torch.Tensor:
-    """A parameter or buffer of the compiled program, by its state-dict name."""
-    if isinstance(owner, ExportedProgram):
-        if target in owner.state_dict:
-            return owner.state_dict[target]
-        return owner.constants[target]
-    value = owner
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def _state_tensors(signature: ProgramSignature, owner: Any) -> list[torch.Tensor]:
     """The program's parameters and buffers, and the state it reaches through Python
     objects (optimizer state, `.grad`), as they are now."""
     held = signature.held
-    return [held[t]() if t in held else _state_tensor(owner, t)
+    return [held[t]() if t in held else state_tensor(owner, t)
             for t in signature.state_targets]
 
 

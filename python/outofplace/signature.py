@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 
@@ -234,3 +235,16 @@ class Result:
     computed (`ptr % T`) or an argument it writes, as it was when the view was read."""
 
     index: int
+
+
+def state_tensor(owner: Any, target: str) -> torch.Tensor:
+    """A parameter or buffer of the compiled program as the caller holds it now, by its
+    state-dict name: `owner` is the nn.Module or ExportedProgram compiled."""
+    if isinstance(owner, ExportedProgram):
+        if target in owner.state_dict:
+            return owner.state_dict[target]
+        return owner.constants[target]
+    value = owner
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value

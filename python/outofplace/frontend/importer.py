@@ -21,7 +21,7 @@ from . import (bounds_checks, collectives, input_views, meta_state, region_funct
                training)
 from .. import progress
 from ..ir_utils import tensor_literal
-from ..signature import ProgramSignature
+from ..signature import ProgramSignature, state_tensor
 from .graph_preparation import (prepare_graph, prepare_region,
                                 refuse_data_dependent_shapes, state_value)
 from .mutable_tensors import mark_mutable_tensors
@@ -98,7 +98,8 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     signature.cleared_grads = steps.cleared if steps is not None else []
     for view, (base, layout) in signature.state_views.items():
         signature.guards.append(input_views.StateView(
-            view, base, layout, _live_state(source, ep, view), _live_state(source, ep, base)))
+            view, base, layout, functools.partial(state_tensor, source, view),
+            functools.partial(state_tensor, source, base)))
     if steps is not None:
         signature.guards += steps.settings.values()
     state = [signature.held[target]() if target in signature.held else
@@ -108,8 +109,3 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     return module, signature
 
 
-def _live_state(source: Any, ep: ExportedProgram, target: str) -> Callable[[], Any]:
-    """The parameter or buffer `target` of the compiled program, as it is at a call."""
-    if isinstance(source, ExportedProgram):
-        return lambda: source.state_dict.get(target)
-    return lambda: functools.reduce(getattr, target.split("."), source)
