@@ -528,3 +528,30 @@ def test_outputs_viewing_another_output_are_its_views(path, dtype):
     for a, e in zip(ours, eager):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
     assert ours[1].data_ptr() == ours[0][1].data_ptr()
+
+
+def _contiguous_of_a_transposed_clone(x, pos):
+    t = x.clone()
+    t.transpose_(0, 1)
+    x[pos] += 1  # an int32 position: dynamo breaks the graph here, t an output
+    t.contiguous().relu_()  # eager's contiguous() copies the transposed t
+    return t, x.clone()[:, ::2], x.t().clone(memory_format=torch.preserve_format)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_outputs_keep_eager_strides(path, dtype):
+    """An output the program makes has eager's strides and storage offset: a transposed
+    clone returned contiguous made a later `contiguous()` (after a graph break) the
+    tensor itself, which `relu_` then wrote."""
+    torch._dynamo.reset()
+    x = torch.randn(4, 6, dtype=dtype)
+    pos = torch.tensor(2, dtype=torch.int32)
+    run = outofplace.compile(_contiguous_of_a_transposed_clone, (x.clone(), pos)) \
+        if path == "outofplace.compile" else \
+        torch.compile(_contiguous_of_a_transposed_clone, backend="outofplace", dynamic=False)
+    for _ in range(2):
+        ours, eager = run(x.clone(), pos), _contiguous_of_a_transposed_clone(x.clone(), pos)
+        for a, e in zip(ours, eager):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
+            assert (a.stride(), a.storage_offset()) == (e.stride(), e.storage_offset())

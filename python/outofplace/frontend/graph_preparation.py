@@ -36,6 +36,24 @@ def _constant_output(node: Any) -> bool:
     return not isinstance(node, torch.fx.Node)
 
 
+def _eager_layout(node: torch.fx.Node) -> tuple | None:
+    """How eager lays out an output the program makes, when it is not the contiguous
+    tensor a result of main is: (strides, storage offset, storage size in elements).
+    A graph's next graph (after a graph break) and the caller see it as eager has it: a
+    transposed clone's `contiguous()` copies, a view of it steps as eager's does. None
+    for a contiguous output, and where the layout is symbolic (dynamic sizes)."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor) or complex_pairs.is_complex(value):
+        return None
+    numbers = (*value.shape, *value.stride(), value.storage_offset())
+    if any(not isinstance(n, int) for n in numbers):
+        return None
+    if value.is_contiguous() and value.storage_offset() == 0:
+        return None
+    return (tuple(value.stride()), value.storage_offset(),
+            value.untyped_storage().nbytes() // value.element_size())
+
+
 def state_value(ep: ExportedProgram, target: str) -> torch.Tensor | None:
     return ep.state_dict[target] if target in ep.state_dict else ep.constants.get(target)
 
@@ -155,7 +173,7 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
         elif base is not None:
             leaves.append(("output", base[0], _position_results(base[1], graph, kept)))
         else:
-            leaves.append(("result", kept.setdefault(value, len(kept))))
+            leaves.append(("result", kept.setdefault(value, len(kept)), _eager_layout(value)))
     region = next((n for n in graph.nodes if n.op == "call_function" and
                    control_flow.is_region_op(n.target)), None)
     if check_bounds and region is not None:  # (the flags see main's ops, not a region's)
