@@ -555,3 +555,30 @@ def test_outputs_keep_eager_strides(path, dtype):
         for a, e in zip(ours, eager):
             torch.testing.assert_close(a, e, rtol=0, atol=0)
             assert (a.stride(), a.storage_offset()) == (e.stride(), e.storage_offset())
+
+
+def _out_into_a_view_of_the_argument(x, w, pos):
+    v = x.unsqueeze(-1)
+    r = torch.add(w, 1, out=v)  # returns v: a view of x
+    v[pos, torch.tensor([2, 0])] = -w[0, :2]  # an int32 position: a graph break first
+    return r, x * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_output_of_an_out_op_is_the_view_it_wrote(path, dtype):
+    """An `out=` op returns the tensor it writes: returned (or handed to the next graph
+    after a graph break), it is the view of the caller's tensor, as in eager, not a copy
+    (the write after the graph break was lost)."""
+    torch._dynamo.reset()
+    def arguments():
+        return (torch.zeros(2, 4, dtype=dtype), torch.arange(-4, 4, dtype=dtype).view(2, 4, 1),
+                torch.tensor(-2, dtype=torch.int32))
+    run = outofplace.compile(_out_into_a_view_of_the_argument, arguments()) \
+        if path == "outofplace.compile" else \
+        torch.compile(_out_into_a_view_of_the_argument, backend="outofplace", dynamic=False)
+    ours, eager = arguments(), arguments()
+    out, expected = run(*ours), _out_into_a_view_of_the_argument(*eager)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(ours[0], eager[0], rtol=0, atol=0)
+    assert out[0].data_ptr() == ours[0].data_ptr()

@@ -27,8 +27,8 @@ from . import (bounds_checks, complex_pairs, control_flow, fx_rewrites, higher_o
 from .. import op_registry
 from ..errors import UnsupportedMutationError
 from ..signature import Input, ProgramSignature, Result
-from .fx_graph import (call, is_position_view, op_effects, source_line, storage_of,
-                       view_roots)
+from .fx_graph import (call, is_position_view, op_effects, operand_at, source_line,
+                       storage_of, view_roots)
 from ..symbolic_sizes import SymbolicSizes
 
 
@@ -369,15 +369,19 @@ def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int],
             value = value.args[0]
             continue
         effects = op_effects(value) if isinstance(value, torch.fx.Node) else None
-        if effects is None or effects.result_views != 0:
+        if effects is None or effects.result_views is None:
             return None
-        if not effects.written:  # a view op: taken again on the caller's tensor
-            rest = (value.args[1:], value.kwargs)
-            if any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)) or \
-                    storage_of(value.meta.get("val")) != storage_of(
-                        value.args[0].meta.get("val")):
-                return None  # `reshape`, `contiguous`, `to` that copied when traced
-            views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
+        if effects.written:  # an in-place or out= op returns the tensor it writes
+            value = operand_at(value, effects.result_views)
+            if not isinstance(value, torch.fx.Node):
+                return None
+            continue
+        rest = (value.args[1:], value.kwargs)  # a view op: taken again on the caller's
+        if effects.result_views != 0 or \
+                any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)) or \
+                storage_of(value.meta.get("val")) != storage_of(value.args[0].meta.get("val")):
+            return None  # `reshape`, `contiguous`, `to` that copied when traced
+        views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
         value = value.args[0]
     return arguments[value], tuple(reversed(views))
 
