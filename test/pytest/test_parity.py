@@ -582,3 +582,31 @@ def test_output_of_an_out_op_is_the_view_it_wrote(path, dtype):
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     torch.testing.assert_close(ours[0], eager[0], rtol=0, atol=0)
     assert out[0].data_ptr() == ours[0].data_ptr()
+
+
+def _view_of_a_tensor_written_after_it(i, pos, w):
+    c = torch.tensor([[1.0, 0.0]], dtype=w.dtype)
+    c.neg_()
+    v = c.narrow(-1, 0, 2)
+    c[torch.tensor([0]), i] = v[0, None, -2] * 2  # the graph's c is this write's result
+    v.view(-1)[pos] = w  # an int32 position: the graph ends with v.view(-1) and c
+    return c, v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_output_viewing_an_output_written_in_place_is_its_view(path, dtype):
+    """A graph returning a view of a tensor it made and, after it, that tensor as an
+    in-place op's result: the view is still the tensor's (the write into the view after
+    the graph break was lost)."""
+    torch._dynamo.reset()
+    def arguments():
+        return torch.tensor([0]), torch.tensor(1, dtype=torch.int32), \
+            torch.tensor(3.0, dtype=dtype)
+    run = outofplace.compile(_view_of_a_tensor_written_after_it, arguments()) \
+        if path == "outofplace.compile" else \
+        torch.compile(_view_of_a_tensor_written_after_it, backend="outofplace", dynamic=False)
+    for _ in range(2):
+        out, expected = run(*arguments()), _view_of_a_tensor_written_after_it(*arguments())
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+        assert out[1].data_ptr() == out[0].data_ptr()

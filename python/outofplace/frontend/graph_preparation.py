@@ -28,7 +28,7 @@ from .. import op_registry
 from ..errors import UnsupportedMutationError
 from ..signature import Input, ProgramSignature, Result
 from .fx_graph import (call, is_position_view, op_effects, operand_at, source_line,
-                       storage_of, view_roots)
+                       storage_of, tensor_identity, view_roots)
 from ..symbolic_sizes import SymbolicSizes
 
 
@@ -161,11 +161,13 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     # Outputs the program makes (not the caller's tensors): one viewing another
     # (`return t, t.select(1, 0)`) is that one's view, as in eager, where a write into
     # either shows in the other (dynamo writes into such a view after a graph break).
-    made = {value: i for i, (value, alias) in enumerate(zip(output.args[0], aliases))
+    made = {tensor_identity(value): i
+            for i, (value, alias) in enumerate(zip(output.args[0], aliases))
             if alias is None and not _constant_output(value)}
     for value, alias in zip(output.args[0], aliases):
-        base = _argument_alias(value, {n: i for n, i in made.items() if n is not value},
-                               frozenset(written)) if value in made else None
+        identity = None if _constant_output(value) else tensor_identity(value)
+        base = _argument_alias(value, {n: i for n, i in made.items() if n is not identity},
+                               frozenset(written)) if identity in made else None
         if _constant_output(value):
             leaves.append(("constant", value))
         elif alias is not None:
