@@ -610,3 +610,29 @@ def test_output_viewing_an_output_written_in_place_is_its_view(path, dtype):
         out, expected = run(*arguments()), _view_of_a_tensor_written_after_it(*arguments())
         torch.testing.assert_close(out, expected, rtol=0, atol=0)
         assert out[1].data_ptr() == out[0].data_ptr()
+
+
+def _copies_one_element_of_itself(x, pos, j):
+    x[pos] = x[j]  # 0-d positions: x[j] is a view of one element of x
+    x.unsqueeze(1)[pos + 2, ::1] = x[j + 1]
+    return x * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_one_element_copied_within_a_tensor(path, dtype):
+    """Writing one element of a tensor into it (`x[pos] = x[j]`) is the same in any
+    order: compiled on both paths (torch.compile's trace keeps x[j] a view, and the
+    write was refused as reading memory it writes)."""
+    torch._dynamo.reset()
+    def arguments():
+        return (torch.arange(6, dtype=dtype), torch.tensor(1),
+                torch.tensor(-2, dtype=torch.int32))
+    run = outofplace.compile(_copies_one_element_of_itself, arguments()) \
+        if path == "outofplace.compile" else \
+        torch.compile(_copies_one_element_of_itself, backend="outofplace", dynamic=False)
+    ours, eager = arguments(), arguments()
+    torch.testing.assert_close(run(*ours), _copies_one_element_of_itself(*eager),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(ours[0], eager[0], rtol=0, atol=0)
+
