@@ -106,3 +106,24 @@ def test_reduced_self_with_a_wider_operand_computes_in_the_wider_dtype(dtype, pa
     result = _run(_add_float64_scaled, path, args)
     torch.testing.assert_close(result, expected, rtol=0, atol=0)
     torch.testing.assert_close(args[0], eager_args[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", REDUCED)
+def test_float64_rounds_into_reduced_precision_through_float32(dtype, path):
+    """Eager casts float64 to float16 and bfloat16 through float32 (c10's 16-bit types
+    are built from a float): two roundings, where one differs on a tie of the 16-bit
+    type. Values whose float64 results round differently once (3.4951171853 → float16
+    3.494140625 in one rounding, 3.49609375 through float32), and random ones."""
+    torch.manual_seed(0)
+    b = torch.cat([torch.tensor([6.37890625]), torch.randn(4000) * 10]).to(dtype)
+    s = torch.cat([torch.tensor([-3.2042100718540207], dtype=torch.float64),
+                   torch.randn(4000, dtype=torch.float64) * 10])
+    eager_args, args = (b.clone(), s.clone()), (b.clone(), s.clone())
+    expected = _add_float64_scaled(*eager_args)
+    torch.testing.assert_close(_run(_add_float64_scaled, path, args), expected,
+                               rtol=0, atol=0)
+    torch.testing.assert_close(args[0], eager_args[0], rtol=0, atol=0)
+    if dtype == torch.float16:  # the data holds a case one rounding (numpy's) gets wrong
+        once = torch.from_numpy((b.double() + 0.9 * s).numpy().astype("float16"))
+        assert (expected != once).any()

@@ -16,7 +16,8 @@ from . import (collectives, control_flow, convolutions_as_kernel_calls,  # noqa:
                decompose_diagonal, dynamic_broadcasts,
                dynamic_shapes, fold_constants, fold_empty_tensors,
                fold_transposes_into_dots, inplace_to_outofplace, kernel_calls,
-               lower_updates, narrow_indices, refuse_unknown_shapes, scatter_barriers, sharding,
+               lower_updates, narrow_indices, refuse_unknown_shapes, round_through_float32,
+               scatter_barriers, sharding,
                small_convolutions_as_dots, split_bounds_check, squeeze_state,
                stablehlo_constants,
                verify_stablehlo)  # (they register passes)
@@ -44,7 +45,7 @@ register_pipeline(
      "outofplace-shield-constants",
      TORCH_TO_STABLEHLO[0], "outofplace-refuse-unknown-shapes",
      TORCH_TO_STABLEHLO[1],
-     "outofplace-stablehlo-constants",
+     "outofplace-stablehlo-constants", "outofplace-round-through-float32",
      # dynamic dimensions: shape computations as StableHLO (get_dimension_size)
      "outofplace-dynamic-shapes", "func.func(shape-legalize-to-stablehlo)",
      "reconcile-unrealized-casts",
