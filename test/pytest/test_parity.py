@@ -615,6 +615,8 @@ def test_output_viewing_an_output_written_in_place_is_its_view(path, dtype):
 def _copies_one_element_of_itself(x, pos, j):
     x[pos] = x[j]  # 0-d positions: x[j] is a view of one element of x
     x.unsqueeze(1)[pos + 2, ::1] = x[j + 1]
+    x[2:5].copy_(x[1])
+    x.masked_scatter_(torch.tensor([0, 0, 0, 1, 0, 0]).bool(), x[4:5])
     return x * 2
 
 

@@ -32,15 +32,19 @@ _READ_FIRST = {(torch.ops.aten.fill_.Tensor, "value"),
 # Ops whose written elements take a value of the operand, not one computed from the old
 # value (with `accumulate` false): an operand of one element overlapping what they write
 # is written into its own place unchanged, whatever the order (`x[pos] = x[j]` at 0-d
-# positions, where `x[j]` is a view).
+# positions, where `x[j]` is a view: eager's `copy_`, an `index_put_` in dynamo's
+# trace). (Eager raises for `index_copy_` and `scatter_` over their own memory.)
 _COPIES = {torch.ops.aten.copy_.default, torch.ops.aten.index_put_.default,
-           torch.ops.aten.index_copy_.default, torch.ops.aten.masked_scatter_.default,
-           torch.ops.aten.scatter_.src}
+           torch.ops.aten.masked_scatter_.default}
 
 
 def _copies_one_element(node: torch.fx.Node, read: torch.Tensor) -> bool:
-    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
-    return node.target in _COPIES and read.numel() == 1 and not accumulate
+    if node.target not in _COPIES or read.numel() != 1:
+        return False
+    if node.target is torch.ops.aten.index_put_.default:
+        return not (node.args[3] if len(node.args) > 3 else
+                    node.kwargs.get("accumulate", False))
+    return True
 
 
 def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
