@@ -255,11 +255,11 @@ def _assert_call_matches(actual: Any, expected: Any, compiled_inputs: Any,
 def count_planned_calls(compiled: outofplace.Compiled, taken: list[bool]) -> None:
     """Makes the compiled program's planned call note in `taken`, at each later call,
     whether it took the call (True) or handed it back to `Compiled.run` (False)."""
-    plan = compiled._plan
+    plan = compiled._planned
     assert plan is not None, "no planned call was made"
 
     def counting(inputs: Any) -> Any:
         results = plan(inputs)
         taken.append(results is not None)
         return results
-    compiled._plan = counting
+    compiled._planned = counting

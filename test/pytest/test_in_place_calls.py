@@ -40,7 +40,7 @@ def test_planned_call_extension_is_built(planned_call) -> None:
     compiled = outofplace.compile(step, step_args())
     cache, pos, k = step_args()
     compiled(cache, pos, k)
-    assert isinstance(compiled._plan, _planned_call.PlannedCall if planned_call == "C++"
+    assert isinstance(compiled._planned, _planned_call.PlannedCall if planned_call == "C++"
                       else xla.planned.PlannedCall)
 
 
@@ -367,8 +367,8 @@ def test_attention_after_the_write_at_batch_one_stays_in_place(batch) -> None:
 def test_bad_call_raises_named_error_before_changing_anything(call, error, words) -> None:
     compiled = outofplace.compile(step, step_args())
     cache, pos, k = step_args()
-    compiled(cache, pos, k)  # adopted, and the next calls planned (`Compiled._plan`)
-    assert compiled._plan is not None
+    compiled(cache, pos, k)  # adopted, and the next calls planned (`Compiled._planned`)
+    assert compiled._planned is not None
     before = cache.clone()
     with pytest.raises(error) as raised:
         call(compiled, cache, torch.tensor(5), k + 1)
@@ -380,7 +380,7 @@ def test_bad_call_raises_named_error_before_changing_anything(call, error, words
 
 
 def test_planned_calls_match_eager_as_arguments_change() -> None:
-    """Calls after the first go straight to XLA (`Compiled._plan`) while they look like
+    """Calls after the first go straight to XLA (`Compiled._planned`) while they look like
     it; a new cache (adopted then), a read-only argument in another layout or one with
     torch's lazy negation, a cache reassigned in a module, each match eager."""
     compiled = outofplace.compile(step, step_args())

@@ -48,9 +48,9 @@ def test_sharded_planned_call_is_built(planned_call):
                                   shardings={"cache": SPECS["heads"]})
     compiled(cache, k, pos, idx)
     if planned_call == "Python":
-        assert compiled._plan is None
+        assert compiled._planned is None
         return
-    assert isinstance(compiled._plan, _planned_call.ShardedCall)
+    assert isinstance(compiled._planned, _planned_call.ShardedCall)
     taken = []
     count_planned_calls(compiled, taken)
     compiled(cache, k, torch.tensor(4), idx)
