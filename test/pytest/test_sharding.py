@@ -18,7 +18,8 @@ from outofplace.backends import spmd
 from outofplace.ir_utils import all_operations, main_function
 from outofplace.transforms.sharding import hlo_sharding
 from torch_mlir import ir
-from differential import assert_same, assert_same_tree, count_planned_calls
+from differential import (assert_refused_alike, assert_same, assert_same_tree,
+                          count_planned_calls)
 
 jax = pytest.importorskip("jax")
 pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWarning")
@@ -55,6 +56,32 @@ def test_sharded_planned_call_is_built(planned_call):
     count_planned_calls(compiled, taken)
     compiled(cache, k, torch.tensor(4), idx)
     assert taken == [True]  # taken by the plan, not handed back
+
+
+@pytest.mark.parametrize("bad", [
+    lambda cache, k, pos, idx: (cache, k, pos),  # too few
+    lambda cache, k, pos, idx: (cache, k[:, :1], pos, idx),  # another shape
+    lambda cache, k, pos, idx: (cache, k.double(), pos, idx),  # another dtype
+    lambda cache, k, pos, idx: (cache, k, 3, idx),  # not a tensor
+    lambda cache, k, pos, idx: (cache.requires_grad_(), k, pos, idx),  # written, grad
+    lambda cache, k, pos, idx: (cache[:1].expand(cache.shape), k, pos, idx),  # overlapping
+    lambda cache, k, pos, idx: (cache, cache[:, :, 0], pos, idx),  # sharing memory
+], ids=["count", "shape", "dtype", "type", "grad", "overlap", "sharing"])
+def test_bad_calls_are_refused_alike_by_the_sharded_planned_call_and_python(bad):
+    """One predicate decides a refusal (call_checks.py): each bad call raises the same
+    error through the sharded planned call (without it: Python's) as through Python's
+    checked path, and leaves the caller's cache as it was."""
+    cache, k, pos, idx = _cache_calls([3])[0]
+    compiled = outofplace.compile(writes, (cache, k, pos, idx), mesh={"x": 2},
+                                  shardings={"cache": SPECS["heads"]})
+    compiled(cache, k, pos, idx)  # the state left on the devices; the next calls planned
+    before = cache.clone()
+    assert_refused_alike(compiled, bad(cache, k, torch.tensor(4), idx))
+    cache.requires_grad_(False)
+    assert_same(cache, before, "cache")
+    expected = before.clone()
+    assert_same(compiled(cache, k, pos, idx), writes(expected, k, pos, idx), "a good call")
+    assert_same(cache, expected, "cache after a good call")
 
 
 def writes(cache, k, pos, idx):
