@@ -60,8 +60,9 @@ class PlannedCall {
     holders_get_ = plan.attr("holder_at");
   }
 
-  // The call's results (None for a result aliased with an argument), or None when the
-  // call is not like the planned one: nothing is changed then.
+  // The call's results (a written argument's the caller's tensor itself, as the engine
+  // contract of backends/engines.py says), or None when the call is not like the planned
+  // one: nothing is changed then.
   py::object call(py::sequence inputs) {
     auto laid = laid_out(inputs, layouts_);
     if (!laid) return py::none();
@@ -126,6 +127,8 @@ class PlannedCall {
         torch::autograd::impl::bump_version(tensors[i]);
       }
       py::list out(results.size());
+      for (size_t d = 0; d < donated_.size(); ++d)  // the engine contract: the caller's tensor
+        out[aliased_[d]] = inputs[donated_[d]];
       for (const Result& result : results_)
         out[result.index] = wrap(tensor_over(results[result.index], result));
       return std::move(out);
