@@ -9,7 +9,9 @@
 // executable runs, each donated buffer comes back at its address, written arguments bump
 // their version, and the other results become tensors over XLA's buffers. Anything else
 // (a first call, another layout, a buffer XLA moved, a failure) is Python's: `__call__`
-// returns None before anything is changed, or calls back into CpuExecutable. The Python
+// returns None before anything is changed, or calls back into CpuExecutable. It refuses
+// no call itself: what it checks comes from the plan (call_checks.planned), and a call it
+// hands back is refused, or not, by call_checks.arguments, the one predicate. The Python
 // twin of this file is `xla.planned.PlannedCall`; the tests run both. The extension also holds
 // the sharded planned call (sharded_call.cpp).
 #include "calls.h"
