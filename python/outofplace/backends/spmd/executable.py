@@ -48,7 +48,7 @@ def compile(stablehlo: str, io_map: dict[int, int], options: dict[str, Any]
 class ShardedPlan:
     """Everything a sharded planned call reads of a ShardedExecutable, built once by
     Python (`ShardedExecutable.planned_call`): sharded_call.cpp reads these fields by
-    name and nothing else of outofplace's (test_sharding.py checks each name it reads
+    name and nothing else of outofplace's (test_in_place_calls.py checks each name it reads
     is a field here)."""
 
     # From call_checks.planned (the one predicate of a refusal): per argument, (dtype,

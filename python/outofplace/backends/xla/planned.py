@@ -18,7 +18,7 @@ from .executable import CpuExecutable
 class CallPlan:
     """Everything a planned call reads of a CpuExecutable, built once by Python
     (`call_plan`): planned_call.cpp reads these fields by name and nothing else of
-    outofplace's (test_xla.py checks each name it reads is a field here), so a rename
+    outofplace's (test_in_place_calls.py checks each name it reads is a field here), so a rename
     in Python fails that test, not the first planned call."""
 
     executable: Any  # the CpuExecutable; its `executable.execute_sharded` is read per call
