@@ -84,6 +84,26 @@ def test_bad_calls_are_refused_alike_by_the_sharded_planned_call_and_python(bad)
     assert_same(cache, expected, "cache after a good call")
 
 
+def add_one_then_sum(cache, x):
+    cache.add_(1)
+    return x.sum(dim=0)
+
+
+def test_read_argument_overlapping_the_resident_state_is_refused_alike():
+    """A read-only argument that starts before the written state's memory and runs into
+    it shares memory with it: Python refuses the call, and the sharded planned call,
+    which had looked only at where arguments start, ran it; it hands it back now."""
+    big = torch.zeros(5, 4)
+    cache, x = big[1:], torch.randn(5, 4)
+    compiled = outofplace.compile(add_one_then_sum, (cache, x), mesh={"x": 2},
+                                  shardings={"cache": ("x", None)})
+    compiled(cache, x)  # the state left on the devices; the next calls planned
+    before = big.clone()
+    error = assert_refused_alike(compiled, (cache, big))
+    assert "shares memory" in str(error)
+    assert_same(big, before, "big")
+
+
 def writes(cache, k, pos, idx):
     """Every kind of cache write at once: int, slice, runtime position, index_copy_."""
     cache[:, :, 0] = k
