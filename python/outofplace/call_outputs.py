@@ -29,6 +29,13 @@ def as_complex(pairs: torch.Tensor) -> torch.Tensor:
         return torch.view_as_complex(pairs.contiguous())
 
 
+def _laid_out(result: torch.Tensor, strides: tuple, offset: int, storage: int
+              ) -> torch.Tensor:
+    """A result of main (contiguous) in the layout eager gives that output."""
+    tensor = torch.empty(storage, dtype=result.dtype, device=result.device)
+    return tensor.as_strided(result.shape, strides, offset).copy_(result)
+
+
 def _take_views(tensor: torch.Tensor, views: tuple, inputs: list[torch.Tensor],
                 results: list[Any]) -> torch.Tensor:
     """The view of `tensor` that `views` take ((view op, its other arguments, kwargs),
@@ -59,11 +66,16 @@ class Outputs:
         complex_results = signature.complex_results
         leaves: list[Any] = []
         output_views = []
+        laid_out: dict[int, torch.Tensor] = {}  # a result given twice is one tensor
         for kind, value, *views in signature.output_leaves:
             if kind == "result":
                 leaves.append(inputs[written[value]] if value in written else results[value])
                 if value in complex_results:
                     leaves[-1] = as_complex(leaves[-1])
+                elif views[0] is not None and value not in written:
+                    if value not in laid_out:
+                        laid_out[value] = _laid_out(leaves[-1], *views[0])
+                    leaves[-1] = laid_out[value]
             elif kind == "argument":
                 tensor = inputs[value]
                 if value in signature.complex_arguments:

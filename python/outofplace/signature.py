@@ -90,8 +90,9 @@ class ProgramSignature:
     # The pytree of the program's output; None when it is the flat list of leaves.
     out_spec: pytree.TreeSpec | None
     # length = # leaves of the output. Each leaf is one of:
-    #   ("result", i): main's result i (the caller's own tensor where i is the new value
-    #     of a written argument);
+    #   ("result", i, layout): main's result i (the caller's own tensor where i is the
+    #     new value of a written argument), laid out as eager lays it out when `layout`
+    #     is not None: (strides, storage offset, storage size in elements);
     #   ("constant", value): a Python value the trace returned as is;
     #   ("argument", i, views): main's argument i itself, or the view of it that `views`
     #     take (tuples (view op, its other arguments, kwargs), innermost first); an

@@ -179,3 +179,26 @@ def test_graph_break_passing_an_empty_view_beside_its_base(dtype):
         pos = torch.tensor(position, dtype=torch.int32)
         torch.testing.assert_close(run(x, pos), _empty_read_then_a_graph_break(x, pos),
                                    rtol=0, atol=0)
+
+
+def _writes_views_of_neighbours(a, b, pos):
+    b[pos].abs_()  # an int32 position breaks the graph: `b[pos]` is passed beside b
+    a[0, pos] = 1
+    b.unbind(0)[0][...] = 2
+    return a * 2, b + 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_graph_break_passing_a_view_of_one_of_two_neighbours_in_a_buffer(dtype):
+    """Arguments side by side in one buffer (not views of each other) and, after a graph
+    break, a view of the smaller one: the view's base is the argument holding its
+    elements, not the largest of the buffer, which does not. The view was refused as
+    sharing memory with its own base."""
+    def arguments():
+        buffer = torch.arange(-8.0, 12.0, dtype=dtype)
+        return buffer[:16].view(4, 4), buffer[16:], torch.tensor(2, dtype=torch.int32)
+
+    assert_matches_eager(_writes_views_of_neighbours, *arguments())
+    by_dynamo(_writes_views_of_neighbours, _writes_views_of_neighbours, arguments(), {})
+    a, b, _ = arguments()
+    assert input_views.views_of_inputs([a, b, b[2], a[1:], b]) == {2: 1, 3: 0, 4: 1}

@@ -528,3 +528,111 @@ def test_outputs_viewing_another_output_are_its_views(path, dtype):
     for a, e in zip(ours, eager):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
     assert ours[1].data_ptr() == ours[0][1].data_ptr()
+
+
+def _contiguous_of_a_transposed_clone(x, pos):
+    t = x.clone()
+    t.transpose_(0, 1)
+    x[pos] += 1  # an int32 position: dynamo breaks the graph here, t an output
+    t.contiguous().relu_()  # eager's contiguous() copies the transposed t
+    return t, x.clone()[:, ::2], x.t().clone(memory_format=torch.preserve_format)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_outputs_keep_eager_strides(path, dtype):
+    """An output the program makes has eager's strides and storage offset: a transposed
+    clone returned contiguous made a later `contiguous()` (after a graph break) the
+    tensor itself, which `relu_` then wrote."""
+    torch._dynamo.reset()
+    x = torch.randn(4, 6, dtype=dtype)
+    pos = torch.tensor(2, dtype=torch.int32)
+    run = outofplace.compile(_contiguous_of_a_transposed_clone, (x.clone(), pos)) \
+        if path == "outofplace.compile" else \
+        torch.compile(_contiguous_of_a_transposed_clone, backend="outofplace", dynamic=False)
+    for _ in range(2):
+        ours, eager = run(x.clone(), pos), _contiguous_of_a_transposed_clone(x.clone(), pos)
+        for a, e in zip(ours, eager):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
+            assert (a.stride(), a.storage_offset()) == (e.stride(), e.storage_offset())
+
+
+def _out_into_a_view_of_the_argument(x, w, pos):
+    v = x.unsqueeze(-1)
+    r = torch.add(w, 1, out=v)  # returns v: a view of x
+    v[pos, torch.tensor([2, 0])] = -w[0, :2]  # an int32 position: a graph break first
+    return r, x * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_output_of_an_out_op_is_the_view_it_wrote(path, dtype):
+    """An `out=` op returns the tensor it writes: returned (or handed to the next graph
+    after a graph break), it is the view of the caller's tensor, as in eager, not a copy
+    (the write after the graph break was lost)."""
+    torch._dynamo.reset()
+    def arguments():
+        return (torch.zeros(2, 4, dtype=dtype), torch.arange(-4, 4, dtype=dtype).view(2, 4, 1),
+                torch.tensor(-2, dtype=torch.int32))
+    run = outofplace.compile(_out_into_a_view_of_the_argument, arguments()) \
+        if path == "outofplace.compile" else \
+        torch.compile(_out_into_a_view_of_the_argument, backend="outofplace", dynamic=False)
+    ours, eager = arguments(), arguments()
+    out, expected = run(*ours), _out_into_a_view_of_the_argument(*eager)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(ours[0], eager[0], rtol=0, atol=0)
+    assert out[0].data_ptr() == ours[0].data_ptr()
+
+
+def _view_of_a_tensor_written_after_it(i, pos, w):
+    c = torch.tensor([[1.0, 0.0]], dtype=w.dtype)
+    c.neg_()
+    v = c.narrow(-1, 0, 2)
+    c[torch.tensor([0]), i] = v[0, None, -2] * 2  # the graph's c is this write's result
+    v.view(-1)[pos] = w  # an int32 position: the graph ends with v.view(-1) and c
+    return c, v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_output_viewing_an_output_written_in_place_is_its_view(path, dtype):
+    """A graph returning a view of a tensor it made and, after it, that tensor as an
+    in-place op's result: the view is still the tensor's (the write into the view after
+    the graph break was lost)."""
+    torch._dynamo.reset()
+    def arguments():
+        return torch.tensor([0]), torch.tensor(1, dtype=torch.int32), \
+            torch.tensor(3.0, dtype=dtype)
+    run = outofplace.compile(_view_of_a_tensor_written_after_it, arguments()) \
+        if path == "outofplace.compile" else \
+        torch.compile(_view_of_a_tensor_written_after_it, backend="outofplace", dynamic=False)
+    for _ in range(2):
+        out, expected = run(*arguments()), _view_of_a_tensor_written_after_it(*arguments())
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+        assert out[1].data_ptr() == out[0].data_ptr()
+
+
+def _copies_one_element_of_itself(x, pos, j):
+    x[pos] = x[j]  # 0-d positions: x[j] is a view of one element of x
+    x.unsqueeze(1)[pos + 2, ::1] = x[j + 1]
+    return x * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_one_element_copied_within_a_tensor(path, dtype):
+    """Writing one element of a tensor into it (`x[pos] = x[j]`) is the same in any
+    order: compiled on both paths (torch.compile's trace keeps x[j] a view, and the
+    write was refused as reading memory it writes)."""
+    torch._dynamo.reset()
+    def arguments():
+        return (torch.arange(6, dtype=dtype), torch.tensor(1),
+                torch.tensor(-2, dtype=torch.int32))
+    run = outofplace.compile(_copies_one_element_of_itself, arguments()) \
+        if path == "outofplace.compile" else \
+        torch.compile(_copies_one_element_of_itself, backend="outofplace", dynamic=False)
+    ours, eager = arguments(), arguments()
+    torch.testing.assert_close(run(*ours), _copies_one_element_of_itself(*eager),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(ours[0], eager[0], rtol=0, atol=0)
+

@@ -35,3 +35,20 @@ def write_through_as_strided(x):
 def test_matches_eager_on_both_paths(f, shape, dtype):
     torch.manual_seed(0)
     both_paths(f, torch.randn(shape, dtype=dtype))
+
+
+def write_through_as_strided_of_a_strided_argument(column, m):
+    column.as_strided((2,), (3,), column.storage_offset() + 3).mul_(2)  # rows 1 and 2
+    column.as_strided((1,), (1,)).view(-1)[m] = -1  # the storage's first element
+    return column * 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_write_through_as_strided_of_a_strided_argument(dtype):
+    """The as_strided of an argument that is itself strided (a column of the caller's
+    matrix, or a view a graph break passes): its elements are found among the
+    argument's by storage offset. A write through it was refused, as not in one
+    contiguous tensor."""
+    matrix = torch.arange(12, dtype=dtype).view(4, 3)
+    both_paths(write_through_as_strided_of_a_strided_argument, matrix[:, 0],
+               torch.tensor([True]))

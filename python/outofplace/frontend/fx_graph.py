@@ -182,10 +182,11 @@ def viewed_before(base: torch.fx.Node, node: torch.fx.Node,
 
 
 def tensor_identity(node: torch.fx.Node) -> torch.fx.Node:
-    """The node that made the tensor object `node` is: an in-place op returns its self."""
+    """The node that made the tensor object `node` is: an in-place op returns its self,
+    an out= op its `out`."""
     while True:
         effects = op_effects(node)
-        if effects is None or not effects.written or effects.result_views != 0 or \
-                not isinstance(node.args[0], torch.fx.Node):
+        if effects is None or not effects.written or effects.result_views is None or \
+                not isinstance(operand_at(node, effects.result_views), torch.fx.Node):
             return node
-        node = node.args[0]
+        node = operand_at(node, effects.result_views)

@@ -27,13 +27,31 @@ from . import (bounds_checks, complex_pairs, control_flow, fx_rewrites, higher_o
 from .. import op_registry
 from ..errors import UnsupportedMutationError
 from ..signature import Input, ProgramSignature, Result
-from .fx_graph import (call, is_position_view, op_effects, source_line, storage_of,
-                       view_roots)
+from .fx_graph import (call, is_position_view, op_effects, operand_at, source_line,
+                       storage_of, tensor_identity, view_roots)
 from ..symbolic_sizes import SymbolicSizes
 
 
 def _constant_output(node: Any) -> bool:
     return not isinstance(node, torch.fx.Node)
+
+
+def _eager_layout(node: torch.fx.Node) -> tuple | None:
+    """How eager lays out an output the program makes, when it is not the contiguous
+    tensor a result of main is: (strides, storage offset, storage size in elements).
+    A graph's next graph (after a graph break) and the caller see it as eager has it: a
+    transposed clone's `contiguous()` copies, a view of it steps as eager's does. None
+    for a contiguous output, and where the layout is symbolic (dynamic sizes)."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor) or complex_pairs.is_complex(value):
+        return None
+    numbers = (*value.shape, *value.stride(), value.storage_offset())
+    if any(not isinstance(n, int) for n in numbers):
+        return None
+    if value.is_contiguous() and value.storage_offset() == 0:
+        return None
+    return (tuple(value.stride()), value.storage_offset(),
+            value.untyped_storage().nbytes() // value.element_size())
 
 
 def state_value(ep: ExportedProgram, target: str) -> torch.Tensor | None:
@@ -143,11 +161,13 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     # Outputs the program makes (not the caller's tensors): one viewing another
     # (`return t, t.select(1, 0)`) is that one's view, as in eager, where a write into
     # either shows in the other (dynamo writes into such a view after a graph break).
-    made = {value: i for i, (value, alias) in enumerate(zip(output.args[0], aliases))
+    made = {tensor_identity(value): i
+            for i, (value, alias) in enumerate(zip(output.args[0], aliases))
             if alias is None and not _constant_output(value)}
     for value, alias in zip(output.args[0], aliases):
-        base = _argument_alias(value, {n: i for n, i in made.items() if n is not value},
-                               frozenset(written)) if value in made else None
+        identity = None if _constant_output(value) else tensor_identity(value)
+        base = _argument_alias(value, {n: i for n, i in made.items() if n is not identity},
+                               frozenset(written)) if identity in made else None
         if _constant_output(value):
             leaves.append(("constant", value))
         elif alias is not None:
@@ -155,7 +175,7 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
         elif base is not None:
             leaves.append(("output", base[0], _position_results(base[1], graph, kept)))
         else:
-            leaves.append(("result", kept.setdefault(value, len(kept))))
+            leaves.append(("result", kept.setdefault(value, len(kept)), _eager_layout(value)))
     region = next((n for n in graph.nodes if n.op == "call_function" and
                    control_flow.is_region_op(n.target)), None)
     if check_bounds and region is not None:  # (the flags see main's ops, not a region's)
@@ -351,15 +371,19 @@ def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int],
             value = value.args[0]
             continue
         effects = op_effects(value) if isinstance(value, torch.fx.Node) else None
-        if effects is None or effects.result_views != 0:
+        if effects is None or effects.result_views is None:
             return None
-        if not effects.written:  # a view op: taken again on the caller's tensor
-            rest = (value.args[1:], value.kwargs)
-            if any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)) or \
-                    storage_of(value.meta.get("val")) != storage_of(
-                        value.args[0].meta.get("val")):
-                return None  # `reshape`, `contiguous`, `to` that copied when traced
-            views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
+        if effects.written:  # an in-place or out= op returns the tensor it writes
+            value = operand_at(value, effects.result_views)
+            if not isinstance(value, torch.fx.Node):
+                return None
+            continue
+        rest = (value.args[1:], value.kwargs)  # a view op: taken again on the caller's
+        if effects.result_views != 0 or \
+                any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)) or \
+                storage_of(value.meta.get("val")) != storage_of(value.args[0].meta.get("val")):
+            return None  # `reshape`, `contiguous`, `to` that copied when traced
+        views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
         value = value.args[0]
     return arguments[value], tuple(reversed(views))
 

@@ -127,7 +127,9 @@ def views_of_inputs(inputs: list[Any]) -> dict[int, int]:
     """The inputs that are views of another input's memory, each with that input (its
     base): {view: base}. A graph break hands the next graph a view of a tensor beside
     the tensor itself (`stack0 = x[:, pos]` computed eagerly, then `x[:, 0] = stack0`).
-    A base is the largest input of a storage whose elements include the view's."""
+    A view's base is the largest input of its storage whose elements include the view's
+    (so itself no view of another): inputs side by side in one buffer are each the base
+    of their own views."""
     groups: dict[int, list[int]] = {}
     for i, tensor in enumerate(inputs):
         if isinstance(tensor, torch.Tensor) and tensor.numel():
@@ -136,9 +138,16 @@ def views_of_inputs(inputs: list[Any]) -> dict[int, int]:
     for members in groups.values():
         if len(members) < 2:
             continue
-        base = max(members, key=lambda i: (inputs[i].numel(), inputs[i].is_contiguous()))
-        views.update({i: base for i in members
-                      if i != base and view_layout(inputs[i], inputs[base]) is not None})
+        largest_first = sorted(members, key=lambda i: (-inputs[i].numel(),
+                                                     not inputs[i].is_contiguous(), i))
+        roots: list[int] = []  # the bases: larger inputs come first
+        for i in largest_first:
+            base = next((b for b in roots if view_layout(inputs[i], inputs[b]) is not None),
+                        None)
+            if base is None:
+                roots.append(i)
+            else:
+                views[i] = base
     return views
 
 

@@ -29,13 +29,28 @@ _READ_FIRST = {(torch.ops.aten.fill_.Tensor, "value"),
                (torch.ops.aten.index_fill_.int_Tensor, "value")}
 
 
+# Ops whose written elements take a value of the operand, not one computed from the old
+# value (with `accumulate` false): an operand of one element overlapping what they write
+# is written into its own place unchanged, whatever the order (`x[pos] = x[j]` at 0-d
+# positions, where `x[j]` is a view).
+_COPIES = {torch.ops.aten.copy_.default, torch.ops.aten.index_put_.default,
+           torch.ops.aten.index_copy_.default, torch.ops.aten.masked_scatter_.default,
+           torch.ops.aten.scatter_.src}
+
+
+def _copies_one_element(node: torch.fx.Node, read: torch.Tensor) -> bool:
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    return node.target in _COPIES and read.numel() == 1 and not accumulate
+
+
 def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
     """Refuses an in-place op that reads memory it writes through another view:
     `x[:, 1:] += x[:, :-1]`, `x.index_put_(i, x.t())`. Eager then runs element by element
     over shared memory, so its result depends on the order it visits elements in (or it
     raises, when it can tell); value semantics would read every operand before writing.
-    A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`)
-    and a fill value read before the fill (`x.fill_(x[0, 0])`) have a single meaning."""
+    A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`),
+    a fill value read before the fill (`x.fill_(x[0, 0])`) and one element copied
+    (`x[i] = x[j]`) have a single meaning."""
     for node in graph.nodes:
         effects = op_effects(node)
         if effects is None or effects.rebinds_view:
@@ -53,7 +68,8 @@ def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
                         not overlaps(written, read):
                     continue
                 if elementwise and _same_layout(written, read) or \
-                        (node.target, _argument_name(node, operand)) in _READ_FIRST:
+                        (node.target, _argument_name(node, operand)) in _READ_FIRST or \
+                        _copies_one_element(node, read):
                     continue
                 raise UnsupportedMutationError(
                     op_registry.mlir_name(node.target),

@@ -34,16 +34,25 @@ def _view_closure(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 
 def _positions_in_root(view: torch.fx.Node, root: torch.fx.Node) -> torch.Tensor:
-    """The position of each element of `view` in its flattened root, or an error when
+    """The position of each element of `view` in its root flattened in the root's own
+    order (`root.reshape(-1)`), or an error when an element is none of the root's or
     elements overlap (eager's result would depend on the order it writes them)."""
     view_val, root_val = view.meta["val"], root.meta["val"]
-    positions = element_offsets(view_val) - root_val.storage_offset()
     name = op_registry.mlir_name(view.target)
-    if storage_of(view_val) != storage_of(root_val) or not root_val.is_contiguous() or (
-            positions.numel() and not 0 <= int(positions.min()) <= int(positions.max())
-            < root_val.numel()):
+    offsets, root_offsets = element_offsets(view_val), element_offsets(root_val)
+    if root_val.is_contiguous():
+        positions = offsets - root_val.storage_offset()
+        inside = not positions.numel() or 0 <= int(positions.min()) <= \
+            int(positions.max()) < root_val.numel()
+    else:  # a strided root (an argument as the caller laid it out): found by offset
+        ordered, order = root_offsets.sort()
+        found = torch.searchsorted(ordered, offsets).clamp(max=max(ordered.numel() - 1, 0))
+        inside = ordered.unique().numel() == ordered.numel() and bool(
+            (ordered[found] == offsets).all()) if ordered.numel() else not offsets.numel()
+        positions = order[found] if ordered.numel() else offsets
+    if storage_of(view_val) != storage_of(root_val) or not inside:
         raise UnsupportedMutationError(name, "writing into it: its elements are not "
-                                       "elements of one contiguous tensor",
+                                       "elements of the tensor it views",
                                        location=source_line(view))
     if positions.unique().numel() != positions.numel():
         if view.meta.get(_VIEW_OP) == "unfold":
@@ -53,6 +62,18 @@ def _positions_in_root(view: torch.fx.Node, root: torch.fx.Node) -> torch.Tensor
         raise UnsupportedMutationError(name, "writing into an as_strided view whose "
                                        "elements overlap", location=source_line(view))
     return positions.reshape(view_val.shape)
+
+
+def _at_positions(graph: torch.fx.Graph, root: torch.fx.Node,
+                  positions: torch.Tensor) -> tuple[torch.fx.Node, list[torch.fx.Node]]:
+    """The root as indexed by `positions` (in its own order): a flat view of a
+    contiguous root and the positions, else the root and the positions as an index of
+    each of its dimensions."""
+    if root.meta["val"].is_contiguous():
+        return call(graph, torch.ops.aten.view.default, root, [-1]), \
+            [_constant(graph, positions)]
+    return root, [_constant(graph, index) for index in
+                  torch.unravel_index(positions, tuple(root.meta["val"].shape))]
 
 
 def _constant(graph: torch.fx.Graph, value: torch.Tensor) -> torch.fx.Node:
@@ -167,8 +188,7 @@ def writes_through_strided_views(graph: torch.fx.Graph) -> None:
                 positions = _positions_in_root(node, root)
             with graph.inserting_before(user):
                 gathered = call(graph, torch.ops.aten.index.Tensor,
-                                call(graph, torch.ops.aten.view.default, root, [-1]),
-                                [_constant(graph, positions)])
+                                *_at_positions(graph, root, positions))
                 copies = {node: gathered}
 
                 def copy(original: torch.fx.Node) -> torch.fx.Node:
@@ -184,8 +204,7 @@ def writes_through_strided_views(graph: torch.fx.Graph) -> None:
             with graph.inserting_before(user.next):
                 flat = call(graph, torch.ops.aten.view.default, gathered, [-1])
                 store = call(graph, torch.ops.aten.index_put_.default,
-                             call(graph, torch.ops.aten.view.default, root, [-1]),
-                             [_constant(graph, positions.reshape(-1))], flat)
+                             *_at_positions(graph, root, positions.reshape(-1)), flat)
             store.meta["stack_trace"] = user.meta.get("stack_trace")
 
 
