@@ -1,7 +1,8 @@
 """A call's output built from main's results as the program's signature says: the
 program's pytree of results of main, the caller's own tensors where main's result is the
 new value of a written argument, views of arguments taken of the caller's tensors as eager
-takes them, complex outputs as complex tensors."""
+takes them, complex outputs as complex tensors, other results laid out as eager lays
+them out (strides, storage offset)."""
 
 from __future__ import annotations
 
