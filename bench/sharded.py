@@ -123,7 +123,7 @@ def run(shape: tuple[int, int, int, int]) -> dict:
     python_cache = torch.zeros(shape)
     python(python_cache, args[1], args[2])
     python._make_plan = lambda inputs: None
-    python._plan = None
+    python._planned = None
 
     def python_call(_):
         python(python_cache, args[1], positions[next(steps) % S])

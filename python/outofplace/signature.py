@@ -2,9 +2,10 @@
 to the Python program, and the checks a call makes against it.
 
 The frontend fills a `ProgramSignature` when it traces and imports the program
-(frontend/importer.py); `Compiled` (compiled.py) reads it at every call: to gather main's
+(frontend/importer.py); `Compiled` (program.py) reads it at every call: to gather main's
 arguments from the call's (state first, then the user's tensors), to refuse a call the
-program was not compiled for, and to build the output from main's results. Nothing here
+program was not compiled for (call_checks.py), and to build the output from main's
+results (call_outputs.py). Nothing here
 traces or compiles.
 """
 

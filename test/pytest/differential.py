@@ -19,6 +19,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                " --xla_force_host_platform_device_count=8").strip()
 
+import pytest
 import torch
 import torch.utils._pytree as pytree
 
@@ -255,11 +256,38 @@ def _assert_call_matches(actual: Any, expected: Any, compiled_inputs: Any,
 def count_planned_calls(compiled: outofplace.Compiled, taken: list[bool]) -> None:
     """Makes the compiled program's planned call note in `taken`, at each later call,
     whether it took the call (True) or handed it back to `Compiled.run` (False)."""
-    plan = compiled._plan
+    plan = compiled._planned
     assert plan is not None, "no planned call was made"
 
     def counting(inputs: Any) -> Any:
         results = plan(inputs)
         taken.append(results is not None)
         return results
-    compiled._plan = counting
+    compiled._planned = counting
+
+
+def assert_refused_alike(compiled: outofplace.Compiled, args: tuple, kwargs: dict | None = None
+                         ) -> BaseException:
+    """Makes one bad call both ways a call goes: through the planned call
+    (`Compiled.__call__` once `compiled._planned` is made: C++ or its Python twin) and
+    through Python's checked path alone (`Compiled.run`, which no planned call sees).
+    Both must raise, with the same error type and message (call_checks.py decides every
+    refusal), and the planned call, when the call reached it, must have handed it back
+    rather than run it. Returns the error."""
+    kwargs = kwargs or {}
+    taken: list[bool] = []
+    planned = compiled._planned
+    if planned is not None:
+        count_planned_calls(compiled, taken)
+    try:
+        with pytest.raises(Exception) as through_plan:
+            compiled(*args, **kwargs)
+        assert True not in taken, "the planned call ran a call Python refuses"
+        with pytest.raises(Exception) as through_python:
+            compiled.run(args, kwargs, compiled.engine)
+    finally:
+        compiled._planned = planned
+    assert type(through_plan.value) is type(through_python.value), \
+        f"{through_plan.value!r} against {through_python.value!r}"
+    assert str(through_plan.value) == str(through_python.value)
+    return through_plan.value

@@ -1,5 +1,5 @@
 """`torch.cond` and `while_loop` whose branches and bodies write tensors in place
-(frontend/control_flow.py, transforms/control_flow.py), against eager, on both paths.
+(frontend/control_flow.py, transforms/lower_regions.py), against eager, on both paths.
 
 Eager PyTorch itself refuses most of these programs (its HOPs go through dynamo, which
 refuses a write in a region with gradients enabled, and `cache[start + i] = h` in a

@@ -15,8 +15,8 @@ import outofplace
 from outofplace import UnsupportedMutationError
 from outofplace.backends import xla
 
-from differential import (assert_matches_eager, assert_same, assert_same_tree,
-                          count_planned_calls)
+from differential import (assert_matches_eager, assert_refused_alike, assert_same,
+                          assert_same_tree, count_planned_calls)
 
 pytest.importorskip("jax")
 pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWarning")
@@ -40,7 +40,7 @@ def test_planned_call_extension_is_built(planned_call) -> None:
     compiled = outofplace.compile(step, step_args())
     cache, pos, k = step_args()
     compiled(cache, pos, k)
-    assert isinstance(compiled._plan, _planned_call.PlannedCall if planned_call == "C++"
+    assert isinstance(compiled._planned, _planned_call.PlannedCall if planned_call == "C++"
                       else xla.planned.PlannedCall)
 
 
@@ -367,8 +367,8 @@ def test_attention_after_the_write_at_batch_one_stays_in_place(batch) -> None:
 def test_bad_call_raises_named_error_before_changing_anything(call, error, words) -> None:
     compiled = outofplace.compile(step, step_args())
     cache, pos, k = step_args()
-    compiled(cache, pos, k)  # adopted, and the next calls planned (`Compiled._plan`)
-    assert compiled._plan is not None
+    compiled(cache, pos, k)  # adopted, and the next calls planned (`Compiled._planned`)
+    assert compiled._planned is not None
     before = cache.clone()
     with pytest.raises(error) as raised:
         call(compiled, cache, torch.tensor(5), k + 1)
@@ -379,8 +379,86 @@ def test_bad_call_raises_named_error_before_changing_anything(call, error, words
     assert_same(cache.detach(), before, "cache")
 
 
+def _expanded(cache):
+    return cache[:, :1].expand(cache.shape)
+
+
+# A call of step(cache, pos, k) made bad one way each: (cache, pos, k) -> (args, kwargs),
+# `cache` the tensor the first call adopted, so that a call laid out as planned reaches
+# the planned call's own checks (a written argument XLA's already, requiring grad or
+# sharing its memory with another argument).
+BAD_CALLS = {
+    "too few": lambda cache, pos, k: ((cache, pos), {}),
+    "too many": lambda cache, pos, k: ((cache, pos, k, k), {}),
+    "unknown keyword": lambda cache, pos, k: ((cache, pos, k), {"v": k}),
+    "another shape": lambda cache, pos, k: ((cache, pos, k[:, :1]), {}),
+    "another dtype": lambda cache, pos, k: ((cache.double(), pos, k), {}),
+    "an index's dtype": lambda cache, pos, k: ((cache, pos.float(), k), {}),
+    "not a tensor": lambda cache, pos, k: ((cache, 3, k), {}),
+    "on meta": lambda cache, pos, k: ((cache.to("meta"), pos, k), {}),
+    "a written leaf requiring grad": lambda cache, pos, k: (
+        (cache.requires_grad_(), pos, k), {}),
+    "a written non-leaf requiring grad": lambda cache, pos, k: (
+        (cache.clone().requires_grad_() * 1, pos, k), {}),
+    "written with overlapping elements": lambda cache, pos, k: ((_expanded(cache), pos, k), {}),
+    "written sharing memory": lambda cache, pos, k: (
+        (cache, pos, cache.view(-1)[:64].view(k.shape)), {}),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_CALLS)
+def test_bad_calls_are_refused_alike_by_the_planned_call_and_python(bad) -> None:
+    """One predicate decides a refusal (call_checks.py): each bad call raises the same
+    error through the planned call (C++ or its Python twin, by the fixture) as through
+    Python's checked path, the planned call handing it back untouched; the caller's
+    tensors keep their values."""
+    compiled = outofplace.compile(step, step_args())
+    cache, pos, k = step_args()
+    compiled(cache, pos, k)  # adopted, and the next calls planned
+    assert compiled._planned is not None
+    before = cache.clone()
+    args, kwargs = BAD_CALLS[bad](cache, torch.tensor(5), k + 1)
+    assert_refused_alike(compiled, args, kwargs)
+    cache.requires_grad_(False)
+    assert_same(cache, before, "cache")
+    assert_same(compiled(cache, pos, k), step(before, pos, k), "a good call after")
+    assert_same(cache, before, "cache after a good call")
+
+
+def test_written_inference_tensor_is_refused_alike() -> None:
+    """The planned call made inside inference mode hands a call outside it back, and
+    Python refuses it the same way as when no planned call was made."""
+    compiled = outofplace.compile(step, step_args())
+    with torch.inference_mode():
+        cache, pos, k = step_args()
+        compiled(cache, pos, k)  # adopted, and the next calls planned
+    assert compiled._planned is not None
+    before = cache.clone()
+    error = assert_refused_alike(compiled, (cache, pos, k))
+    assert "inference tensor" in str(error)
+    assert_same(cache, before, "cache")
+
+
+def test_another_layout_of_an_exported_program_is_refused_alike() -> None:
+    """An ExportedProgram cannot be traced again: another layout is refused, the same
+    way through the planned call as through Python's path."""
+    exported = torch.export.export(Scale(), (torch.randn(4, 3), torch.randn(4, 3)))
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    compiled = outofplace.compile(exported, (x, y))
+    compiled(x, y)
+    assert compiled._planned is not None
+    error = assert_refused_alike(compiled, (torch.randn(3, 4).t(), y))
+    assert "cannot be traced again" in str(error)
+
+
+class Scale(torch.nn.Module):
+    def forward(self, x, y):
+        x.mul_(y)
+        return y.sum()
+
+
 def test_planned_calls_match_eager_as_arguments_change() -> None:
-    """Calls after the first go straight to XLA (`Compiled._plan`) while they look like
+    """Calls after the first go straight to XLA (`Compiled._planned`) while they look like
     it; a new cache (adopted then), a read-only argument in another layout or one with
     torch's lazy negation, a cache reassigned in a module, each match eager."""
     compiled = outofplace.compile(step, step_args())

@@ -1,8 +1,9 @@
 """The package reads as the pipeline: stage folders, data flowing one way.
 
 frontend (torch program -> mutable torch IR) -> transforms (MLIR passes) -> backends
-(engines and exports). The modules at the top are the public API (compiled, dynamo) and
-what every stage shares (compile_cache, context, errors, indexing, ir_utils, memory,
+(engines and exports). The modules at the top are the public API and what runs it
+(compiled, program, call_checks, call_outputs, bounds, families, dynamo) and what every
+stage shares (compile_cache, context, errors, indexing, ir_utils, memory,
 op_registry, progress, signature (the runtime contract), symbolic_sizes, torch_types).
 """
 

@@ -18,7 +18,8 @@ from outofplace.backends import spmd
 from outofplace.ir_utils import all_operations, main_function
 from outofplace.transforms.sharding import hlo_sharding
 from torch_mlir import ir
-from differential import assert_same, assert_same_tree, count_planned_calls
+from differential import (assert_refused_alike, assert_same, assert_same_tree,
+                          count_planned_calls)
 
 jax = pytest.importorskip("jax")
 pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWarning")
@@ -48,13 +49,59 @@ def test_sharded_planned_call_is_built(planned_call):
                                   shardings={"cache": SPECS["heads"]})
     compiled(cache, k, pos, idx)
     if planned_call == "Python":
-        assert compiled._plan is None
+        assert compiled._planned is None
         return
-    assert isinstance(compiled._plan, _planned_call.ShardedCall)
+    assert isinstance(compiled._planned, _planned_call.ShardedCall)
     taken = []
     count_planned_calls(compiled, taken)
     compiled(cache, k, torch.tensor(4), idx)
     assert taken == [True]  # taken by the plan, not handed back
+
+
+@pytest.mark.parametrize("bad", [
+    lambda cache, k, pos, idx: (cache, k, pos),  # too few
+    lambda cache, k, pos, idx: (cache, k[:, :1], pos, idx),  # another shape
+    lambda cache, k, pos, idx: (cache, k.double(), pos, idx),  # another dtype
+    lambda cache, k, pos, idx: (cache, k, 3, idx),  # not a tensor
+    lambda cache, k, pos, idx: (cache.requires_grad_(), k, pos, idx),  # written, grad
+    lambda cache, k, pos, idx: (cache[:1].expand(cache.shape), k, pos, idx),  # overlapping
+    lambda cache, k, pos, idx: (cache, cache[:, :, 0], pos, idx),  # sharing memory
+], ids=["count", "shape", "dtype", "type", "grad", "overlap", "sharing"])
+def test_bad_calls_are_refused_alike_by_the_sharded_planned_call_and_python(bad):
+    """One predicate decides a refusal (call_checks.py): each bad call raises the same
+    error through the sharded planned call (without it: Python's) as through Python's
+    checked path, and leaves the caller's cache as it was."""
+    cache, k, pos, idx = _cache_calls([3])[0]
+    compiled = outofplace.compile(writes, (cache, k, pos, idx), mesh={"x": 2},
+                                  shardings={"cache": SPECS["heads"]})
+    compiled(cache, k, pos, idx)  # the state left on the devices; the next calls planned
+    before = cache.clone()
+    assert_refused_alike(compiled, bad(cache, k, torch.tensor(4), idx))
+    cache.requires_grad_(False)
+    assert_same(cache, before, "cache")
+    expected = before.clone()
+    assert_same(compiled(cache, k, pos, idx), writes(expected, k, pos, idx), "a good call")
+    assert_same(cache, expected, "cache after a good call")
+
+
+def add_one_then_sum(cache, x):
+    cache.add_(1)
+    return x.sum(dim=0)
+
+
+def test_read_argument_overlapping_the_resident_state_is_refused_alike():
+    """A read-only argument that starts before the written state's memory and runs into
+    it shares memory with it: Python refuses the call, and the sharded planned call,
+    which had looked only at where arguments start, ran it; it hands it back now."""
+    big = torch.zeros(5, 4)
+    cache, x = big[1:], torch.randn(5, 4)
+    compiled = outofplace.compile(add_one_then_sum, (cache, x), mesh={"x": 2},
+                                  shardings={"cache": ("x", None)})
+    compiled(cache, x)  # the state left on the devices; the next calls planned
+    before = big.clone()
+    error = assert_refused_alike(compiled, (cache, big))
+    assert "shares memory" in str(error)
+    assert_same(big, before, "big")
 
 
 def writes(cache, k, pos, idx):

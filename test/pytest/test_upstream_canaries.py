@@ -31,7 +31,7 @@ def test_comparison_folder_reads_float_storage_as_int() -> None:
     """comparisonScaleFolder: `gt.Scalar` of a float literal and an int scalar takes the
     integer path and reads the float elements as an APInt: a segfault here (for a splat,
     an address-dependent answer). torch-mlir's decompositions of trunc and sgn create
-    this pattern. Workaround: transforms/upstream/constant_shields.py (no literal reaches the
+    this pattern. Workaround: transforms/upstream/shield_constants.py (no literal reaches the
     folders) and `_FACTORIES_LIKE` in transforms/fold_constants.py."""
     result = _canonicalize("""
 func.func @f() -> !torch.vtensor<[3],i1> {
@@ -46,7 +46,7 @@ func.func @f() -> !torch.vtensor<[3],i1> {
 
 def test_div_tensor_mode_folder_divides_as_unsigned() -> None:
     """AtenDivTensorModeOp::fold divides int64 as uint64: `arange(5) // -2` folds to
-    zeros (eager: [0, -1, -1, -2, -2]). Workaround: transforms/upstream/constant_shields.py, and
+    zeros (eager: [0, -1, -1, -2, -2]). Workaround: transforms/upstream/shield_constants.py, and
     fold_constants.py folding `NumToTensor` scalars and `torch.constant.str` modes."""
     result = _canonicalize("""
 func.func @f() -> !torch.vtensor<[5],si64> {

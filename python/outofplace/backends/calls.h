@@ -52,16 +52,27 @@ inline std::optional<std::vector<at::Tensor>> laid_out(const py::sequence& input
   return tensors;
 }
 
-// Whether `tensors[i]` is the only argument starting in its own memory.
+// The bytes from a tensor's first element to just past its last (torch's strides are
+// not negative); empty for a tensor without elements.
+inline std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& tensor) {
+  auto start = reinterpret_cast<uintptr_t>(tensor.data_ptr());
+  if (tensor.numel() == 0) return {start, start};
+  int64_t last = 0;
+  for (int64_t d = 0; d < tensor.dim(); ++d) last += (tensor.size(d) - 1) * tensor.stride(d);
+  return {start, start + static_cast<uintptr_t>((last + 1) * tensor.element_size())};
+}
+
+// Whether no other argument's bytes meet `tensors[i]`'s. Conservative: a call where they
+// meet is handed back to Python, whose one predicate (call_checks.arguments) decides
+// whether they share elements, so the planned call never runs a call Python refuses.
 inline bool alone_in_its_memory(const std::vector<at::Tensor>& tensors, size_t i) {
-  auto start = reinterpret_cast<uintptr_t>(tensors[i].data_ptr());
-  uintptr_t end = start + tensors[i].nbytes();
-  int starting = 0;
-  for (const at::Tensor& other : tensors) {
-    auto at = reinterpret_cast<uintptr_t>(other.data_ptr());
-    starting += at >= start && at < end;
+  auto [start, end] = byte_span(tensors[i]);
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    if (j == i) continue;
+    auto [other_start, other_end] = byte_span(tensors[j]);
+    if (other_start < end && start < other_end) return false;
   }
-  return starting == 1;
+  return true;
 }
 
 // Attribute names read on every call, made once.

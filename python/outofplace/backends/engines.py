@@ -9,10 +9,13 @@ An `Executable` is called on main's arguments, the caller's tensors:
     results = executable(inputs)  # runs main; every written argument holds its new value
 
 It writes each written argument's new value into the caller's tensor itself (in place
-where the engine can, else a copy), so that the result it returns for a written argument
-is only informative (XLA returns None there). `Compiled.run` looks the engine up here;
-the mesh engine (backends/spmd, which also takes "mesh" and "specs") keeps the same
-contract.
+where the engine can, else a copy) and returns one entry per result of main, where the
+result holding a written argument's new value (`io_map[argument]`) is that caller's
+tensor itself (`results[io_map[a]] is inputs[a]`), never a copy or None; every other
+result is a tensor of its own. Every engine keeps it: the interpreter, xla (and its
+planned call, backends/planned_call.cpp), iree, and the mesh engine (backends/spmd,
+which also takes "mesh" and "specs"; its planned call, sharded_call.cpp);
+test_engines.py checks it. `Compiled.run` looks the engine up here.
 """
 
 from __future__ import annotations

@@ -129,4 +129,5 @@ class Executable:
         with torch.no_grad():
             for arg, result in self.io_map.items():
                 inputs[arg].copy_(results[result])
+                results[result] = inputs[arg]  # the engine contract: the caller's tensor
         return results

@@ -9,7 +9,9 @@
 // executable runs, each donated buffer comes back at its address, written arguments bump
 // their version, and the other results become tensors over XLA's buffers. Anything else
 // (a first call, another layout, a buffer XLA moved, a failure) is Python's: `__call__`
-// returns None before anything is changed, or calls back into CpuExecutable. The Python
+// returns None before anything is changed, or calls back into CpuExecutable. It refuses
+// no call itself: what it checks comes from the plan (call_checks.planned), and a call it
+// hands back is refused, or not, by call_checks.arguments, the one predicate. The Python
 // twin of this file is `xla.planned.PlannedCall`; the tests run both. The extension also holds
 // the sharded planned call (sharded_call.cpp).
 #include "calls.h"
@@ -60,8 +62,9 @@ class PlannedCall {
     holders_get_ = plan.attr("holder_at");
   }
 
-  // The call's results (None for a result aliased with an argument), or None when the
-  // call is not like the planned one: nothing is changed then.
+  // The call's results (a written argument's the caller's tensor itself, as the engine
+  // contract of backends/engines.py says), or None when the call is not like the planned
+  // one: nothing is changed then.
   py::object call(py::sequence inputs) {
     auto laid = laid_out(inputs, layouts_);
     if (!laid) return py::none();
@@ -126,6 +129,8 @@ class PlannedCall {
         torch::autograd::impl::bump_version(tensors[i]);
       }
       py::list out(results.size());
+      for (size_t d = 0; d < donated_.size(); ++d)  // the engine contract: the caller's tensor
+        out[aliased_[d]] = inputs[donated_[d]];
       for (const Result& result : results_)
         out[result.index] = wrap(tensor_over(results[result.index], result));
       return std::move(out);

@@ -12,7 +12,10 @@
 // is not such a chain, all of it. A state written otherwise (a scatter at indices the
 // program returns, a reshape) is handed to Python (`ShardedExecutable._keep`). Anything else (a first call, another layout, a state not
 // on the devices, a negated view) returns None before anything is changed, and
-// `Compiled.run` takes the call. Without the extension every call is Python's.
+// `Compiled.run` takes the call. It refuses no call itself: the layouts and written
+// arguments it checks come from the plan (call_checks.planned), and a call it hands back
+// is refused, or not, by call_checks.arguments, the one predicate. Without the extension
+// every call is Python's.
 #include "calls.h"
 
 #include <torch/csrc/autograd/variable.h>

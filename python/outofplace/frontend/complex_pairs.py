@@ -4,7 +4,7 @@ torch-mlir's lowering to StableHLO has no complex element types (docs/reliabilit
 the FX graph is rewritten before import: a complex argument becomes the real tensor
 `torch.view_as_real` makes of the caller's tensor at each call (no copy, written in
 place), a complex result is returned as `view_as_complex` of the real one
-(compiled.py), and each op on a complex value becomes real ops on its pair.
+(call_outputs.py), and each op on a complex value becomes real ops on its pair.
 
 Views keep aliasing: a view of a complex tensor is the same view of its pair on the
 leading dimensions (the trailing 2 stays whole), `view_as_real` a view of all the pair,

@@ -17,7 +17,7 @@ so the region is functional, and the write after it an ordinary `copy_` of the r
 view the region closes over beside its base (`layer = cache[1]`) is taken again inside
 from the base's operand, so writes through either reach one value.
 The region's graphs are kept in `REGIONS` under `id`; the importer imports each as a
-private function (torch IR) that transforms/control_flow.py lowers and splices in as
+private function (torch IR) that transforms/lower_regions.py lowers and splices in as
 `stablehlo.if` / `stablehlo.while`.
 """
 

@@ -8,7 +8,7 @@ functions of the module, beside `main`, and their ops annotated with them:
     %k2, %c2 = torch.prim.ListUnpack %r
 
 Each function is mutable torch IR like main (its writes of its arguments in place);
-transforms/control_flow.py lowers it and splices it in as a StableHLO region.
+transforms/lower_regions.py lowers it and splices it in as a StableHLO region.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from torch.export import ExportedProgram
 from . import control_flow, cumulative_batch_norm, meta_state, training
 from ..errors import UnsupportedMutationError
 from .masked_values import MaskedValues
+from .saved_tensors import SavedTensors
 from .runtime_positions import RuntimePositions, user_line
 from .shape_changes import InputShapeChanges
 from .tensor_data import DataAsDetach
@@ -134,7 +135,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     data, regions = DataAsDetach(), control_flow.region_mode()
 
     items = steps.items_as_tensors()
-    saved_tensors = training.SavedTensors()
+    saved_tensors = SavedTensors()
 
     def enter(module: Any, args: tuple, kwargs: dict) -> None:
         shapes.watch(module, args, kwargs)

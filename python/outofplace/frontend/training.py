@@ -17,6 +17,9 @@ parameters of a model only the optimizer holds) are lifted by torch.export as co
 `.grad` or an optimizer's, becomes an argument read at every call by its path and
 written back like a buffer. The param groups' Python values (`lr`) are the trace's
 constants: `OptimizerSettings` refuses a call after they changed.
+
+The modes a step's Python numbers are traced under are in scalar_tensors.py, the
+backward's saved tensors the tracer missed in saved_tensors.py.
 """
 
 from __future__ import annotations
@@ -26,17 +29,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-import torch.fx
 from torch._subclasses import fake_tensor
-from torch.fx.experimental import proxy_tensor
 from torch.multiprocessing.reductions import StorageWeakRef
-import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
-from torch.utils.weak import WeakTensorKeyDictionary
 
-from .. import op_registry
 from ..errors import UnsupportedMutationError
 from .runtime_positions import user_line
+from .scalar_tensors import ItemAsTensor, ScalarTensorLists
 
 
 def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -220,7 +218,7 @@ class OptimizerSteps:
 
     def _before(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.settings.setdefault(id(opt), OptimizerSettings(opt))
-        self.scalar_lists = _ScalarTensorLists()
+        self.scalar_lists = ScalarTensorLists()
         self.scalar_lists.__enter__()
         # torch.export sets the flag, and torch.optim then computes its step counts and
         # bias corrections as tensors of the step's dtype (float32), where eager reads
@@ -283,208 +281,6 @@ class OptimizerSettings:
             f"[{i}][{key!r}] = {self.groups[i][key]!r}, and it is "
             f"{groups[i].get(key, 'missing')!r} now: the compiled step keeps the value it "
             "was traced with; compile again for the new value")
-
-
-class SavedTensors(TorchDispatchMode):
-    """Gradients in torch.export's training IR: the backward reads tensors autograd saved
-    in the forward, and some of them the pre-dispatch tracer never saw: a saved output is
-    kept as a shallow copy (`tensor_data()`, a `detach`), a composite op saves what its
-    decomposition made (`linear` saves `weight.t()`). Looked up in the backward, such a
-    tensor would become a constant of the graph, a fake one ("a fake tensor in the
-    exported program's constants").
-
-    While entered, every op below autograd is recorded with its operands and the graph's
-    last node at the time; when the tracer looks up a tensor it has not seen, the op that
-    made it is traced from its operands at that point of the graph, so the backward reads
-    the values the forward computed. Ops drawing random numbers are not replayed (a
-    second draw would differ): their saved values stay unsupported."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.made: Any = None  # tensor -> (op, args, kwargs, results, last node then)
-        self.tracer: Any = None
-
-    def __enter__(self) -> "SavedTensors":
-        mode = proxy_tensor.get_proxy_mode()
-        self.tracer = mode.tracer if mode is not None else None
-        if self.tracer is not None:
-            self.made = WeakTensorKeyDictionary()
-            self.tracker = self.tracer.tensor_tracker
-            self.tracker.__class__ = _ReplayingTracker
-            self.tracker.replay = self._replay
-        return super().__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self in _get_current_dispatch_mode_stack():
-            super().__exit__(*exc)
-        self.release()
-
-    def release(self) -> None:
-        """Gives the tracer its own table back and leaves the mode stack (also after a
-        trace that raised, whose forward hook may not have run)."""
-        while self in _get_current_dispatch_mode_stack():
-            torch._C._pop_torch_dispatch_stack(None)
-        if self.tracer is not None:
-            self.tracker.__class__ = WeakTensorKeyDictionary
-            del self.tracker.replay
-            self.made = self.tracer = None
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        results = func(*args, **kwargs)
-        if self.made is None or torch.Tag.nondeterministic_seeded in func.tags:
-            return results
-        replay = _functional_variant(func) if func._schema.is_mutable else func
-        if replay is not None:
-            last = self.tracer.graph._root.prev
-            for result in pytree.tree_leaves(results):
-                if isinstance(result, torch.Tensor):
-                    self.made[result] = (func, replay, args, kwargs, results, last)
-        return results
-
-    def _replay(self, tensor: torch.Tensor) -> Any:
-        """The proxy of `tensor`, traced again from the op that made it, or None."""
-        record = self.made.pop(tensor, None) if self.made is not None else None
-        if record is None:
-            return None
-        func, replay, args, kwargs, results, last = record
-        tracker = self.tracker
-        leaves, spec = pytree.tree_flatten((args, kwargs))
-        proxies = []
-        for leaf in leaves:
-            if isinstance(leaf, torch.Tensor):
-                proxy = tracker.get(leaf)
-                if proxy is None:
-                    return None
-                proxies.append(proxy.proxy)
-            elif isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-                return None
-            else:
-                proxies.append(leaf)
-        # At the point of the forward where the op ran (after its operands' nodes): the
-        # operands' values then, whatever the program wrote into them later.
-        order = {node: i for i, node in enumerate(self.tracer.graph.nodes)}
-        after = max([last] + [p.node for p in proxies if isinstance(p, torch.fx.Proxy)],
-                    key=lambda node: order.get(node, -1))
-        proxy_args, proxy_kwargs = pytree.tree_unflatten(proxies, spec)
-        with self.tracer.graph.inserting_after(after):
-            proxy = self.tracer.create_proxy("call_function", replay, proxy_args,
-                                             proxy_kwargs)
-        if replay is not func:
-            # The functional variant returns the op's results, then the new values of
-            # the operands the op writes.
-            written = [kwargs[a.name] if a.name in kwargs else args[i]
-                       for i, a in enumerate(func._schema.arguments)
-                       if a.alias_info is not None and a.alias_info.is_write]
-            firsts = results if isinstance(results, tuple) else (results,)
-            proxy.node.meta["val"] = (*firsts, *written)
-            if isinstance(results, tuple):
-                proxy = tuple(proxy[i] for i in range(len(results)))
-        proxy_tensor.track_tensor_tree(results, proxy, constant=None, tracer=self.tracer)
-        for result in pytree.tree_leaves(results):
-            if isinstance(result, torch.Tensor):
-                self.made.pop(result, None)
-        return tracker.get(tensor)
-
-
-def _functional_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """The op that computes what `op` does without writing its operands: its out-of-place
-    twin (`add_` -> `add`), or the `_functional` variant of an op that writes other
-    operands (`_batch_norm_with_update` -> `_batch_norm_with_update_functional`, whose
-    results are the op's, then the written operands' new values)."""
-    effects = op_registry.effects(op_registry.mlir_name(op))
-    if effects is not None and effects.twin is not None:
-        return effects.twin
-    namespace, name = op._schema.name.split("::")
-    packet = getattr(getattr(torch.ops, namespace), f"{name}_functional", None)
-    return getattr(packet, op._overloadname, None) if packet is not None else None
-
-
-class _ReplayingTracker(WeakTensorKeyDictionary):
-    """The tracer's tensor -> proxy table, which traces a tensor it has not seen from the
-    op that made it (SavedTensors)."""
-
-    replay: Callable[[torch.Tensor], Any]
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        value = super().get(key)
-        if value is None and isinstance(key, torch.Tensor):
-            value = self.replay(key)
-        return default if value is None else value
-
-
-class ItemAsTensor(torch.overrides.TorchFunctionMode):
-    """`t.item()` while tracing is the 0-d tensor itself, as wide as the Python number
-    (float64, int64, bool): arithmetic on it stays tensor arithmetic read at every call,
-    where tracing would bake in the value it had. An op that needs a Python number then
-    fails the trace; `lines` keeps where each `.item()` was, to name it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        if func is torch.Tensor.item and not kwargs and len(args) == 1:
-            value = args[0]
-            self.lines.append(user_line(traceback.extract_stack()))
-            wide = torch.float64 if value.is_floating_point() else \
-                torch.bool if value.dtype == torch.bool else \
-                torch.complex128 if value.is_complex() else torch.int64
-            # prims' convert marks the number for optimizer_ops.numbers_at_their_ops_dtype
-            return torch.ops.prims.convert_element_type.default(value.reshape(()), wide)
-        return func(*args, **kwargs)
-
-
-class _ScalarTensorLists(torch.overrides.TorchFunctionMode):
-    """`torch._foreach_addcdiv_(p, a, b, scalars)` with one scalar per tensor in a 1-d
-    tensor (Adam's foreach step when traced) as `p + scalars[i] * a / b` with lists of 0-d
-    tensors: tracing the op itself fails ("Expected scalars to be on CPU, got meta").
-
-    Eager's foreach steps pass Python numbers computed from steps read with `.item()`,
-    which stay 0-d tensors here: a list of tensors is no `Scalar[]`, and the call fails
-    parsing its arguments, before any mode sees it. While entered, `torch._foreach_addc*`
-    stack such a list into the 1-d tensor this mode takes."""
-
-    _OPS = {torch._foreach_addcdiv_: (torch._foreach_div_, True),
-            torch._foreach_addcdiv: (torch._foreach_div_, False),
-            torch._foreach_addcmul_: (torch._foreach_mul_, True),
-            torch._foreach_addcmul: (torch._foreach_mul_, False)}
-
-    def __enter__(self) -> "_ScalarTensorLists":
-        self.originals = {op.__name__: op for op in self._OPS}
-        for name, op in self.originals.items():
-            setattr(torch, name, _stacking_scalars(op))
-        return super().__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        for name, op in self.originals.items():
-            setattr(torch, name, op)
-        if self in torch.overrides._get_current_function_mode_stack():
-            super().__exit__(*exc)
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        if func in self._OPS and len(args) == 4 and isinstance(args[3], torch.Tensor):
-            combine, inplace = self._OPS[func]
-            terms = torch._foreach_mul(args[1], list(args[3].unbind()))
-            combine(terms, args[2])
-            if inplace:
-                return torch._foreach_add_(args[0], terms)
-            return torch._foreach_add(args[0], terms)
-        return func(*args, **kwargs)
-
-
-def _stacking_scalars(op: Callable[..., Any]) -> Callable[..., Any]:
-    def stacking(*args: Any, **kwargs: Any) -> Any:
-        if len(args) == 4 and isinstance(args[3], (list, tuple)) and args[3] and \
-                all(isinstance(s, torch.Tensor) for s in args[3]):
-            args = (*args[:3], torch.stack([s.reshape(()) for s in args[3]]))
-        return op(*args, **kwargs)
-    return stacking
 
 
 # A path from a root object to a tensor: ("attr", name), ("item", key) or ("grad", None).

@@ -39,7 +39,7 @@ from ..context import load_torch_conversion
 from ..errors import UnsupportedMutationError
 from ..ir_utils import constant_bool, operations, terminator, torch_constant
 from ..signature import ALIASING_OUTPUT
-from . import control_flow  # (regions read their operands' values: functional)
+from . import lower_regions  # (regions read their operands' values: functional)
 from .registry import register_pass
 
 @dataclass
@@ -189,7 +189,7 @@ class _FunctionRewriter:
     def visit_reader(self, op: ir.Operation, fresh: list[ir.Value]) -> None:
         """Any other op reads the current values; a tensor it makes may be mutated later."""
         if op.name == "torch.operator" and op_registry.aten_name(op) not in \
-                op_registry.OPERATOR_TWINS and not control_flow.is_region(op) or \
+                op_registry.OPERATOR_TWINS and not lower_regions.is_region(op) or \
                 any(len(r.blocks) for r in op.regions):
             raise UnsupportedMutationError.at(
                 op, "a mutated tensor is used by an op outofplace cannot see into")

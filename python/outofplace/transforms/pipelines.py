@@ -12,17 +12,17 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (collectives, control_flow, convolutions_as_kernel_calls,  # noqa: F401
+from . import (collectives, convolutions_as_kernel_calls,  # noqa: F401
                decompose_diagonal, dynamic_broadcasts,
                dynamic_shapes, fold_constants, fold_empty_tensors,
                fold_transposes_into_dots, inplace_to_outofplace, kernel_calls,
-               lower_updates, narrow_indices, refuse_unknown_shapes, round_through_float32,
-               scatter_barriers, sharding,
+               lower_regions, lower_updates, narrow_indices, refuse_unknown_shapes,
+               round_through_float32, scatter_barriers, sharding,
                small_convolutions_as_dots, split_bounds_check, squeeze_state,
                stablehlo_constants,
                verify_stablehlo)  # (they register passes)
-from .upstream import (constant_shields, fill_tensor, negative_indices,  # noqa: F401
-                       static_slices, unsigned_integers)
+from .upstream import (fill_tensor, negative_indices, shield_constants,  # noqa: F401
+                       static_slices, strip_constant_shields, unsigned_integers)
 from .upstream import iree as iree_workarounds
 from .. import progress
 from ..context import load_torch_conversion

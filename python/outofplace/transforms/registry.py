@@ -55,7 +55,7 @@ PASSES: dict[str, Pass] = {}
 PIPELINES: dict[str, Pipeline] = {}
 # Runs a textual pipeline on a module: pipelines.run_pipeline, set when pipelines.py is
 # imported, for a pass that lowers a part of the module as a program of its own
-# (control_flow.py) without importing pipelines.py, which imports every pass.
+# (lower_regions.py) without importing pipelines.py, which imports every pass.
 run_pipeline: Callable[[ir.Module, str], None] | None = None
 
 

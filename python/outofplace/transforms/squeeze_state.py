@@ -18,7 +18,7 @@ and the output, the update stays in place:
       %s' = stablehlo.dot_general %q, %u, batching_dims = [1] x [0], ...
 
 A value a `stablehlo.while` carries and its body changes (a cache written in a decode
-loop, transforms/control_flow.py) loses them the same way, in the loop's regions too.
+loop, transforms/lower_regions.py) loses them the same way, in the loop's regions too.
 
 The argument and its aliased result lose their unit dimensions (the caller's buffer
 holds the same bytes), a `reshape` gives the old type back at the top, and each

@@ -51,13 +51,13 @@ class Executable:
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """Runs `main` and leaves each written argument's new value in the caller's
         tensor (IREE's update in place, else a copy back). A written argument's result is
-        that tensor itself when IREE updated it in place; every other result owns its
-        memory."""
+        that tensor itself (backends/engines.py); every other result owns its memory."""
         results = self._run(inputs)
         with torch.no_grad():
             for argument, result in self.io_map.items():
                 if results[result] is not inputs[argument]:
                     inputs[argument].copy_(results[result])
+                    results[result] = inputs[argument]
         return results
 
     def _run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:

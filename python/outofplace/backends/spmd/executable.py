@@ -48,11 +48,14 @@ def compile(stablehlo: str, io_map: dict[int, int], options: dict[str, Any]
 class ShardedPlan:
     """Everything a sharded planned call reads of a ShardedExecutable, built once by
     Python (`ShardedExecutable.planned_call`): sharded_call.cpp reads these fields by
-    name and nothing else of outofplace's (test_sharding.py checks each name it reads
+    name and nothing else of outofplace's (test_in_place_calls.py checks each name it reads
     is a field here)."""
 
-    layouts: tuple  # per argument, (dtype, shape, strides, storage offset) of the plan
-    written: tuple[int, ...]  # the caller's written arguments: none may require grad
+    # From call_checks.planned (the one predicate of a refusal): per argument, (dtype,
+    # shape, strides, storage offset) of a call it accepted, and the caller's written
+    # arguments, none of which may require grad; any other call is handed back (None).
+    layouts: tuple
+    written: tuple[int, ...]
     results: int  # how many results the program has (the engine's module may return more)
     regions: dict  # per written argument, its writes' regions (`_regions`), or None
     compiled: Any  # the jax executable

@@ -25,8 +25,8 @@ def compile(stablehlo: str, io_map: dict[int, int], options: dict[str, Any]
     tensor itself (`io_map`: written argument -> its result). `options`: "names" (one
     per argument), "inputs" and "results" ((shape, dtype) each), and optionally "cache"
     (the compile cache, compile_cache.py) and "xla" (XLA's options, default
-    `COMPILE_OPTIONS`). A call returns one entry per result, None for a result aliased
-    with an argument (the caller's tensor is that result)."""
+    `COMPILE_OPTIONS`). A call returns one entry per result, a written argument's the
+    caller's tensor itself (backends/engines.py)."""
     return CpuExecutable(stablehlo, options["names"], io_map, options["inputs"],
                          options["results"], options.get("xla", COMPILE_OPTIONS),
                          cache=options.get("cache"))
@@ -126,10 +126,9 @@ class CpuExecutable:
         return self.executable.execute_sharded(arguments).consume_with_handlers(
             self._handlers)
 
-    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """Runs the program: written arguments hold their new values after it. Returns
-        one entry per result, None for a result aliased with an argument (the caller's
-        tensor is that result)."""
+        one entry per result, a written argument's the caller's tensor itself."""
         with LOCK:
             return self._run(inputs)
 
@@ -222,6 +221,8 @@ class CpuExecutable:
                     inputs[i].copy_(self._viewers[r](results[r]))
                 done.append(i)
             out: list[torch.Tensor | None] = [None] * len(results)
+            for i in self.donated:  # the engine contract: the caller's tensor
+                out[self.io_map[i]] = inputs[i]
             for r in self._unaliased:
                 out[r] = self._viewers[r](results[r])
             return out

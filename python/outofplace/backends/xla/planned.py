@@ -18,12 +18,16 @@ from .executable import CpuExecutable
 class CallPlan:
     """Everything a planned call reads of a CpuExecutable, built once by Python
     (`call_plan`): planned_call.cpp reads these fields by name and nothing else of
-    outofplace's (test_xla.py checks each name it reads is a field here), so a rename
+    outofplace's (test_in_place_calls.py checks each name it reads is a field here), so a rename
     in Python fails that test, not the first planned call."""
 
     executable: Any  # the CpuExecutable; its `executable.execute_sharded` is read per call
-    layouts: tuple  # per argument, (dtype, shape, strides, storage offset) of the plan
-    written: tuple[int, ...]  # arguments the program writes: none may require grad
+    # What the call checks (call_checks.planned, from the one predicate of a refusal): per
+    # argument, (dtype, shape, strides, storage offset) of a call that predicate accepted,
+    # and the written user arguments, none of which may require grad. Any other call is
+    # handed back (None) for Python to check.
+    layouts: tuple
+    written: tuple[int, ...]
     donated: tuple[int, ...]  # written arguments whose XLA buffers are donated
     aliased: tuple[int, ...]  # per donated argument, the result it comes back as
     stages: tuple  # (argument, Stage): a small read-only argument's kept buffer
@@ -57,11 +61,13 @@ def call_plan(executable: CpuExecutable, layouts: list[tuple], written: list[int
 def planned_call(executable: CpuExecutable, layouts: list[tuple], written: list[int]
                  ) -> Callable[[Any], list[torch.Tensor | None] | None]:
     """A call of `executable` for arguments in `layouts` ((dtype, shape, strides, storage
-    offset) each), `written` ones not requiring grad: it returns the results as
-    `executable(inputs)` does, or None, having changed nothing, when the arguments do
-    not look like that, a written one is not XLA's already (`run_adopted`) or is an
-    inference tensor outside inference mode. In C++ (planned_call.cpp) when the
-    extension is built, else its Python twin; both read the `CallPlan` only."""
+    offset) each), `written` ones not requiring grad (both from call_checks.planned): it
+    returns the results as `executable(inputs)` does, or None, having changed nothing,
+    when the arguments do not look like that, a written one is not XLA's already
+    (`run_adopted`) or is an inference tensor outside inference mode. It refuses
+    nothing itself: a call it hands back is checked by call_checks.arguments. In C++
+    (planned_call.cpp) when the extension is built, else its Python twin; both read the
+    `CallPlan` only."""
     plan = call_plan(executable, layouts, written)
     built = extension()
     if built is None:  # not built: the same checks in Python

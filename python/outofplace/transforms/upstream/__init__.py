@@ -8,7 +8,8 @@ module, its pass from the pipeline and its canary.
 
 | module | pass | torch-mlir's fault |
 |---|---|---|
-| `constant_shields.py` | outofplace-shield-constants, outofplace-strip-constant-shields | folders misread constants (float storage read as int, int64 divided as unsigned) |
+| `shield_constants.py` | outofplace-shield-constants | folders misread constants (float storage read as int, int64 divided as unsigned): literals hidden from them |
+| `strip_constant_shields.py` | outofplace-strip-constant-shields | (the same) the literals bared again after torch-mlir's pipelines, moves of constants folded |
 | `static_slices.py` | outofplace-upstream-static-slices | the folder of a strided slice of a constant reads out of bounds (a crash) |
 | `negative_indices.py` | outofplace-upstream-wrap-negative-indices | the StableHLO lowering of `index.Tensor` gathers at a negative index as given (clamped to 0) |
 | `fill_tensor.py` | outofplace-upstream-fill-tensor | no StableHLO lowering of `aten.fill.Tensor` |

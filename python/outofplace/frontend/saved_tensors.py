@@ -1,0 +1,145 @@
+"""Gradients traced in torch.export's training IR: tensors autograd saved in the forward
+that the pre-dispatch tracer never saw, replayed from the ops that made them
+(`SavedTensors`, entered for the trace by tracing.py; docs/training.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch.fx.experimental import proxy_tensor
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+from torch.utils.weak import WeakTensorKeyDictionary
+
+from .. import op_registry
+
+
+class SavedTensors(TorchDispatchMode):
+    """Gradients in torch.export's training IR: the backward reads tensors autograd saved
+    in the forward, and some of them the pre-dispatch tracer never saw: a saved output is
+    kept as a shallow copy (`tensor_data()`, a `detach`), a composite op saves what its
+    decomposition made (`linear` saves `weight.t()`). Looked up in the backward, such a
+    tensor would become a constant of the graph, a fake one ("a fake tensor in the
+    exported program's constants").
+
+    While entered, every op below autograd is recorded with its operands and the graph's
+    last node at the time; when the tracer looks up a tensor it has not seen, the op that
+    made it is traced from its operands at that point of the graph, so the backward reads
+    the values the forward computed. Ops drawing random numbers are not replayed (a
+    second draw would differ): their saved values stay unsupported."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: Any = None  # tensor -> (op, args, kwargs, results, last node then)
+        self.tracer: Any = None
+
+    def __enter__(self) -> "SavedTensors":
+        mode = proxy_tensor.get_proxy_mode()
+        self.tracer = mode.tracer if mode is not None else None
+        if self.tracer is not None:
+            self.made = WeakTensorKeyDictionary()
+            self.tracker = self.tracer.tensor_tracker
+            self.tracker.__class__ = _ReplayingTracker
+            self.tracker.replay = self._replay
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self in _get_current_dispatch_mode_stack():
+            super().__exit__(*exc)
+        self.release()
+
+    def release(self) -> None:
+        """Gives the tracer its own table back and leaves the mode stack (also after a
+        trace that raised, whose forward hook may not have run)."""
+        while self in _get_current_dispatch_mode_stack():
+            torch._C._pop_torch_dispatch_stack(None)
+        if self.tracer is not None:
+            self.tracker.__class__ = WeakTensorKeyDictionary
+            del self.tracker.replay
+            self.made = self.tracer = None
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        results = func(*args, **kwargs)
+        if self.made is None or torch.Tag.nondeterministic_seeded in func.tags:
+            return results
+        replay = _functional_variant(func) if func._schema.is_mutable else func
+        if replay is not None:
+            last = self.tracer.graph._root.prev
+            for result in pytree.tree_leaves(results):
+                if isinstance(result, torch.Tensor):
+                    self.made[result] = (func, replay, args, kwargs, results, last)
+        return results
+
+    def _replay(self, tensor: torch.Tensor) -> Any:
+        """The proxy of `tensor`, traced again from the op that made it, or None."""
+        record = self.made.pop(tensor, None) if self.made is not None else None
+        if record is None:
+            return None
+        func, replay, args, kwargs, results, last = record
+        tracker = self.tracker
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        proxies = []
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                proxy = tracker.get(leaf)
+                if proxy is None:
+                    return None
+                proxies.append(proxy.proxy)
+            elif isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                return None
+            else:
+                proxies.append(leaf)
+        # At the point of the forward where the op ran (after its operands' nodes): the
+        # operands' values then, whatever the program wrote into them later.
+        order = {node: i for i, node in enumerate(self.tracer.graph.nodes)}
+        after = max([last] + [p.node for p in proxies if isinstance(p, torch.fx.Proxy)],
+                    key=lambda node: order.get(node, -1))
+        proxy_args, proxy_kwargs = pytree.tree_unflatten(proxies, spec)
+        with self.tracer.graph.inserting_after(after):
+            proxy = self.tracer.create_proxy("call_function", replay, proxy_args,
+                                             proxy_kwargs)
+        if replay is not func:
+            # The functional variant returns the op's results, then the new values of
+            # the operands the op writes.
+            written = [kwargs[a.name] if a.name in kwargs else args[i]
+                       for i, a in enumerate(func._schema.arguments)
+                       if a.alias_info is not None and a.alias_info.is_write]
+            firsts = results if isinstance(results, tuple) else (results,)
+            proxy.node.meta["val"] = (*firsts, *written)
+            if isinstance(results, tuple):
+                proxy = tuple(proxy[i] for i in range(len(results)))
+        proxy_tensor.track_tensor_tree(results, proxy, constant=None, tracer=self.tracer)
+        for result in pytree.tree_leaves(results):
+            if isinstance(result, torch.Tensor):
+                self.made.pop(result, None)
+        return tracker.get(tensor)
+
+
+def _functional_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The op that computes what `op` does without writing its operands: its out-of-place
+    twin (`add_` -> `add`), or the `_functional` variant of an op that writes other
+    operands (`_batch_norm_with_update` -> `_batch_norm_with_update_functional`, whose
+    results are the op's, then the written operands' new values)."""
+    effects = op_registry.effects(op_registry.mlir_name(op))
+    if effects is not None and effects.twin is not None:
+        return effects.twin
+    namespace, name = op._schema.name.split("::")
+    packet = getattr(getattr(torch.ops, namespace), f"{name}_functional", None)
+    return getattr(packet, op._overloadname, None) if packet is not None else None
+
+
+class _ReplayingTracker(WeakTensorKeyDictionary):
+    """The tracer's tensor -> proxy table, which traces a tensor it has not seen from the
+    op that made it (SavedTensors)."""
+
+    replay: Callable[[torch.Tensor], Any]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = super().get(key)
+        if value is None and isinstance(key, torch.Tensor):
+            value = self.replay(key)
+        return default if value is None else value
