@@ -290,8 +290,14 @@ class Compiled:
         return self._executable("xla")
 
     def _executable(self, engine: str) -> engines.Executable:
-        """The program compiled for `engine` (backends/engines.py), on first use."""
+        """The program compiled for `engine` (backends/engines.py), on first use; a
+        program with collectives or kernels refused on another engine than xla."""
         if engine not in self._executables:
+            if engine != "xla" and distributed.replicas(self.module) > 1:
+                raise ValueError(f"a program with collectives runs on the xla engine, not "
+                                 f"'{engine}' (docs/sharding.md)")
+            if engine != "xla" and self._kernels:  # refused, by name
+                custom_calls.refuse_engine(self.module, engine)
             with self._engines:
                 if engine not in self._executables:
                     if engine == "xla":
@@ -322,15 +328,9 @@ class Compiled:
             self.bounds_check(inputs, engine)
         if engine == "xla" and self.dynamic:  # XLA compiles static shapes: one per shape
             return self.specialized([tuple(t.shape) for t in inputs]).run(args, kwargs, engine)
-        if self.mesh is not None:  # aliased shards are written into the caller's tensors
-            results = self._sharded()(inputs)
-        elif engine != "xla" and distributed.replicas(self.module) > 1:
-            raise ValueError(f"a program with collectives runs on the xla engine, not "
-                             f"'{engine}' (docs/sharding.md)")
-        elif engine != "xla" and self._kernels:  # refused, by name
-            custom_calls.refuse_engine(self.module, engine)
-        else:  # each writes the written arguments' new values into them
-            results = self._executable(engine)(inputs)
+        # each writes the written arguments' new values into them (engines.py)
+        results = (self._sharded() if self.mesh is not None else
+                   self._executable(engine))(inputs)
         if self._planned is None and (engine == "xla" or self.mesh is not None):
             self._make_plan(inputs)
         return self._finish(inputs, results)
