@@ -638,3 +638,27 @@ def test_one_element_copied_within_a_tensor(path, dtype):
                                rtol=0, atol=0)
     torch.testing.assert_close(ours[0], eager[0], rtol=0, atol=0)
 
+
+
+def _detached_clone_read_after_a_graph_break(x):
+    t = x.clone()
+    r = t.detach().to(x.dtype)  # t itself, as eager gives it
+    k = t.to(x.dtype).mean().item()  # a graph break; torch.export returns `t.to(...)` for t
+    t.reshape(6).mul_(1 - 0.5 ** (k + 1))
+    return r, t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_output_that_is_another_in_all_but_name_is_its_view(path, dtype):
+    """Two outputs that are one tensor (`t`, exported as `t.to(its dtype)`, and
+    `t.detach().to(its dtype)`) are returned as one: the write after the graph break shows in
+    both (the second was a copy)."""
+    torch._dynamo.reset()
+    x = torch.arange(-3.0, 3.0, dtype=dtype).view(2, 3)
+    program = _detached_clone_read_after_a_graph_break
+    run = outofplace.compile(program, (x,)) if path == "outofplace.compile" else \
+        torch.compile(program, backend="outofplace", dynamic=False)
+    out, expected = run(x), program(x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert out[0].data_ptr() == out[1].data_ptr()

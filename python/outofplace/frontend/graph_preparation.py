@@ -32,6 +32,25 @@ from .fx_graph import (call, is_position_view, op_effects, operand_at, source_li
 from ..symbolic_sizes import SymbolicSizes
 
 
+def _same_tensor(node: torch.fx.Node) -> torch.fx.Node:
+    """The node whose tensor `node` is in all but name: through in-place and out= ops
+    (`tensor_identity`) and views that change nothing of it (`detach`, `alias`, a `to`
+    of its own dtype: torch.export returns `t.float()` of a float32 `t` for `t`)."""
+    while True:
+        node = tensor_identity(node)
+        effects = op_effects(node)
+        if effects is None or not effects.is_view or effects.result_views != 0 or \
+                not isinstance(node.args[0], torch.fx.Node):
+            return node
+        value, base = node.meta.get("val"), node.args[0].meta.get("val")
+        if not (isinstance(value, torch.Tensor) and isinstance(base, torch.Tensor)) or \
+                storage_of(value) != storage_of(base) or value.dtype != base.dtype or \
+                value.shape != base.shape or value.stride() != base.stride() or \
+                value.storage_offset() != base.storage_offset():
+            return node
+        node = node.args[0]
+
+
 def _constant_output(node: Any) -> bool:
     return not isinstance(node, torch.fx.Node)
 
@@ -161,13 +180,20 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     # Outputs the program makes (not the caller's tensors): one viewing another
     # (`return t, t.select(1, 0)`) is that one's view, as in eager, where a write into
     # either shows in the other (dynamo writes into such a view after a graph break).
-    made = {tensor_identity(value): i
-            for i, (value, alias) in enumerate(zip(output.args[0], aliases))
-            if alias is None and not _constant_output(value)}
-    for value, alias in zip(output.args[0], aliases):
-        identity = None if _constant_output(value) else tensor_identity(value)
-        base = _argument_alias(value, {n: i for n, i in made.items() if n is not identity},
-                               frozenset(written)) if identity in made else None
+    # Outputs that are one tensor in all but name (`t` and `t.detach()`) are one base.
+    made: dict[torch.fx.Node, int] = {}
+    for i, (value, alias) in enumerate(zip(output.args[0], aliases)):
+        if alias is None and not _constant_output(value):
+            made.setdefault(_same_tensor(value), i)
+    for i, (value, alias) in enumerate(zip(output.args[0], aliases)):
+        identity = None if _constant_output(value) else _same_tensor(value)
+        if identity not in made:
+            base = None
+        elif made[identity] != i:  # the tensor of an earlier output
+            base = _argument_alias(value, {identity: made[identity]}, frozenset(written))
+        else:
+            base = _argument_alias(value, {n: j for n, j in made.items() if n is not identity},
+                                   frozenset(written))
         if _constant_output(value):
             leaves.append(("constant", value))
         elif alias is not None:
