@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
@@ -54,7 +56,8 @@ from ..ir_utils import create_ranked, i64_array, ranked_shape, stablehlo_splat
 from . import kernel_calls
 from .registry import register_pass
 
-TARGET = "aten::convolution"  # the op the kernel handler calls
+TARGET = "aten::convolution"  # the custom call target of every call this pass makes
+BACKWARD = "aten::convolution_backward"  # the op of a weight gradient's (`outofplace.op`)
 # Below this many FLOPs (2 x multiply-adds, counting an input dilation's zeros) XLA keeps
 # the convolution. A call costs a few us (the GIL, the dispatcher: 3.4 us more than XLA's
 # own for a [1, 4, 8, 8] 3x3 convolution, one core) plus the copy of its result into
@@ -85,6 +88,57 @@ def _reverse(value: ir.Value, dimensions: list[int]) -> ir.Value:
     return create_ranked("stablehlo.reverse", [value], ranked_shape(value),
                    ir.RankedTensorType(value.type).element_type,
                    dimensions=ir.DenseI64ArrayAttr.get(dimensions))
+
+
+def _fold_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """A slice of a convolution's spatial outputs (JAX's transpose rule cuts its
+    gradients out of larger convolutions: the input's of the full transposed convolution,
+    the weight's of one over the batch) is the convolution with less padding, computing
+    only the outputs kept: the slice of outputs [a, b) starts a window stride `a` times
+    later and ends after `b - a` outputs. Where the padding would turn negative (which
+    aten cannot take) the slice stays."""
+    conv = op.operands[0].owner
+    if not isinstance(conv, (ir.Operation, ir.OpView)) or \
+            conv.operation.name != "stablehlo.convolution" or \
+            len(list(conv.result.uses)) != 1 or \
+            not ir.RankedTensorType(conv.result.type).has_static_shape:
+        return True
+    conv = conv.operation
+    numbers = _stablehlo.ConvDimensionNumbers(conv.attributes["dimension_numbers"])
+    spatial = list(numbers.output_spatial_dimensions)
+    rank = len(spatial)
+    starts, limits = i64_array(op, "start_indices", []), i64_array(op, "limit_indices", [])
+    shape = ranked_shape(conv.result)
+    if i64_array(op, "strides", []) != [1] * len(shape) or any(
+            (starts[d], limits[d]) != (0, shape[d]) for d in range(len(shape))
+            if d not in spatial):
+        return True
+    x_shape, w_shape = ranked_shape(conv.operands[0]), ranked_shape(conv.operands[1])
+    strides = i64_array(conv, "window_strides", [1] * rank)
+    lhs_dilation = i64_array(conv, "lhs_dilation", [1] * rank)
+    rhs_dilation = i64_array(conv, "rhs_dilation", [1] * rank)
+    flat = [int(p) for p in ir.DenseIntElementsAttr(conv.attributes["padding"])] \
+        if "padding" in conv.attributes else [0] * (2 * rank)
+    padding = []
+    for i in range(rank):
+        a, b = starts[spatial[i]], limits[spatial[i]]
+        dilated = (x_shape[numbers.input_spatial_dimensions[i]] - 1) * lhs_dilation[i] + 1
+        window = (w_shape[numbers.kernel_spatial_dimensions[i]] - 1) * rhs_dilation[i] + 1
+        low = flat[2 * i] - a * strides[i]
+        high = (b - a - 1) * strides[i] + window - dilated - low
+        if low < 0 or high < 0:
+            return True
+        padding += [low, high]
+    with rewriter.ip, conv.location:
+        attributes = {name: conv.attributes[name] for name in conv.attributes}
+        attributes["padding"] = ir.DenseIntElementsAttr.get(
+            np.array(padding, dtype=np.int64).reshape(rank, 2))
+        folded = ir.Operation.create("stablehlo.convolution", results=[op.result.type],
+                                     operands=list(conv.operands),
+                                     attributes=attributes).result
+    rewriter.replace_op(op, [folded])
+    rewriter.erase_op(conv)
+    return False
 
 
 def _row_major(rank: int) -> ir.Attribute:
@@ -125,7 +179,27 @@ def _plan(op: ir.Operation) -> dict | None:
         return None
     reversed_ = [bool(r) for r in ir.DenseBoolArrayAttr(op.attributes["window_reversal"])] \
         if "window_reversal" in op.attributes else [False] * rank
-    plan = dict(numbers=numbers, groups=groups, dilation=rhs_dilation, reversed=reversed_)
+    plan = dict(numbers=numbers, groups=groups, dilation=rhs_dilation, reversed=reversed_,
+                backward=False)
+    x_shape = ranked_shape(x)
+    inputs = [x_shape[d] for d in numbers.input_spatial_dimensions]
+    outputs = [out_shape[d] for d in numbers.output_spatial_dimensions]
+    if lhs_dilation == [1] * rank and groups == 1 and not any(reversed_) and \
+            math.prod(kernel) > math.prod(outputs):
+        # a window larger than its outputs: a weight's gradient (JAX's transpose rule, the
+        # batch contracted as the features), where oneDNN's backward-weights kernel is
+        # faster than its convolution with this window (2x at [8, 64, 16, 16], 5x with a
+        # 112x112 window). It is that of the convolution of the input (the batch its
+        # features) with stride `rhs_dilation`, dilation `window_strides` and the low
+        # padding on both sides, where that convolution's output is `kernel`'s size.
+        low = [lo for lo, _ in padding]
+        sizes = [(n + 2 * p - dilation * (k - 1) - 1) // stride + 1 for n, p, dilation, k, stride
+                 in zip(inputs, low, strides, outputs, rhs_dilation)]
+        if sizes == kernel:
+            plan.update(backward=True, stride=rhs_dilation, padding=low, dilation=strides,
+                        transposed=False, output_padding=[0] * rank,
+                        excess=[(0, 0)] * rank)
+            return plan
     if lhs_dilation == [1] * rank:  # a convolution: the excess padding before it
         symmetric = [min(lo, hi) for lo, hi in padding]
         plan.update(transposed=False, stride=strides, padding=symmetric,
@@ -156,6 +230,8 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     x, w = op.operands
     rank = len(plan["stride"])
     element = ir.RankedTensorType(x.type).element_type
+    if plan["backward"]:
+        return _rewrite_weight_gradient(op, plan, rewriter)
     with rewriter.ip, op.location:
         # the input as N, C, spatial..., its asymmetric padding's excess added
         x = _transpose(x, [numbers.input_batch_dimension, numbers.input_feature_dimension,
@@ -202,19 +278,67 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
             "output_padding": ir.DenseI64ArrayAttr.get(plan["output_padding"]),
             "groups": ir.IntegerAttr.get(i64, groups),
         }
-        layout = _row_major(rank + 2)
-        call = ir.Operation.create(
-            "stablehlo.custom_call",
-            results=[ir.RankedTensorType.get([out_shape[d] for d in order], element)],
-            operands=[x, w], attributes={
-                "call_target_name": ir.StringAttr.get(TARGET),
-                "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
-                "backend_config": ir.DictAttr.get(config),
-                "has_side_effect": ir.BoolAttr.get(False),
-                "operand_layouts": ir.ArrayAttr.get([layout, layout]),
-                "result_layouts": ir.ArrayAttr.get([layout]),
-            }).result
+        call = _call([x, w], [out_shape[d] for d in order], element, config)
         # to the convolution's output layout
+        result = _transpose(call, [order.index(d) for d in range(rank + 2)])
+    rewriter.replace_op(op, [result])
+    return False
+
+
+def _call(operands: list[ir.Value], shape: list[int], element: ir.Type,
+          config: dict[str, ir.Attribute]) -> ir.Value:
+    """The custom call the kernel handler runs, operands and result dense row-major."""
+    layout = _row_major(len(shape))
+    return ir.Operation.create(
+        "stablehlo.custom_call",
+        results=[ir.RankedTensorType.get(shape, element)],
+        operands=operands, attributes={
+            "call_target_name": ir.StringAttr.get(TARGET),
+            "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
+            "backend_config": ir.DictAttr.get(config),
+            "has_side_effect": ir.BoolAttr.get(False),
+            "operand_layouts": ir.ArrayAttr.get([layout] * len(operands)),
+            "result_layouts": ir.ArrayAttr.get([layout]),
+        }).result
+
+
+def _rewrite_weight_gradient(op: ir.Operation, plan: dict,
+                             rewriter: rewrite.PatternRewriter) -> bool:
+    """`op` as `aten::convolution_backward(grad_output, input, weight, ...)`'s weight gradient
+    (`output_mask = [False, True, False]`): the input is `op`'s lhs with its batch and
+    features swapped ([N, C, ...]), the gradient its rhs ([N, O, ...]), the weight only
+    sizes (`outofplace.unread.2`: aten reads none of its elements), the result [O, C, ...]."""
+    numbers = plan["numbers"]
+    x, g = op.operands
+    rank = len(plan["stride"])
+    element = ir.RankedTensorType(x.type).element_type
+    out_shape = ranked_shape(op.result)
+    order = [numbers.output_feature_dimension, numbers.output_batch_dimension,
+             *numbers.output_spatial_dimensions]
+    shape = [out_shape[d] for d in order]
+    with rewriter.ip, op.location:
+        x = _transpose(x, [numbers.input_feature_dimension, numbers.input_batch_dimension,
+                           *numbers.input_spatial_dimensions])
+        g = _transpose(g, [numbers.kernel_input_feature_dimension,
+                           numbers.kernel_output_feature_dimension,
+                           *numbers.kernel_spatial_dimensions])
+        i64 = ir.IntegerType.get_signless(64)
+        config = {
+            kernel_calls.OP_NAME: ir.StringAttr.get(BACKWARD),
+            "outofplace.tensors": ir.DenseI64ArrayAttr.get([0, 1]),
+            "outofplace.operands": ir.DenseI64ArrayAttr.get([0, 1]),
+            "outofplace.results": ir.DenseI64ArrayAttr.get([-1, -1]),
+            "outofplace.unread.2": ir.DenseI64ArrayAttr.get(shape),
+            "outofplace.returns": ir.DenseI64ArrayAttr.get([1]),
+            "stride": ir.DenseI64ArrayAttr.get(plan["stride"]),
+            "padding": ir.DenseI64ArrayAttr.get(plan["padding"]),
+            "dilation": ir.DenseI64ArrayAttr.get(plan["dilation"]),
+            "transposed": ir.BoolAttr.get(False),
+            "output_padding": ir.DenseI64ArrayAttr.get(plan["output_padding"]),
+            "groups": ir.IntegerAttr.get(i64, 1),
+            "output_mask": ir.DenseI64ArrayAttr.get([0, 1, 0]),
+        }
+        call = _call([g, x], shape, element, config)
         result = _transpose(call, [order.index(d) for d in range(rank + 2)])
     rewriter.replace_op(op, [result])
     return False
@@ -230,6 +354,9 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     "back: XLA:CPU's convolutions are ~3x slower than oneDNN's (the XLA engine's "
     "legalization only, backends/xla; exports keep XLA's convolutions)")
 def convolutions_as_kernel_calls(module: ir.Operation) -> None:
+    slices = rewrite.RewritePatternSet(module.context)
+    slices.add("stablehlo.slice", _fold_slice)
+    rewrite.walk_and_apply_patterns(module, slices.freeze())
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("stablehlo.convolution", _rewrite)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
