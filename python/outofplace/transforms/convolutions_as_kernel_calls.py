@@ -171,6 +171,8 @@ def _fold_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
         window = (w_shape[numbers.kernel_spatial_dimensions[i]] - 1) * rhs_dilation[i] + 1
         low = flat[2 * i] - a * strides[i]
         high = (b - a - 1) * strides[i] + window - dilated - low
+        if -strides[i] < high < 0:  # (the last window ends before the input does: up to a
+            high = 0                # stride more padding makes no more outputs)
         if low < 0 or high < 0:
             return True
         padding += [low, high]
