@@ -69,13 +69,14 @@ MIN_FLOPS = 10_000_000
 ELEMENT_TYPES = ("f32", "f64", "bf16")  # what eager's CPU convolution takes
 # A convolution whose window has at least this many elements and more than its output
 # runs as aten::convolution_backward's weight gradient (see _plan). Measured on one
-# thread, the weight gradient of a 3x3 convolution, batch 8, f32: as a backward-weights
-# kernel 0.86 ms against 1.56 as a convolution with its 8x8 window (128 channels), 0.79
-# against 1.70 (16x16, 64 channels), 14.9 against 79.9 (a 7x7/2 stem at 224x224: a
-# 112x112 window); but 2.15 against 1.22 with a 2x2 window (256 -> 512 channels at 4x4)
-# and 8.19 against 5.40 (512 channels at 2x2). f64 the same way (2.5 against 9.8 at 16x16,
-# 10.2 against 4.6 at 2x2).
-MIN_GRADIENT_WINDOW = 64
+# thread, the weight gradient of a 3x3 convolution, batch 8, f32, as a backward-weights
+# kernel against a convolution with the forward's output as its window: 14.9 against
+# 79.9 ms (a 7x7/2 stem at 224x224: a 112x112 window), 0.79 against 1.70 (16x16, 64
+# channels), 16.9 against 24.3 (7x7, 512 channels), 0.73 against 1.13 and 9.6 against
+# 9.4 (4x4: the break-even), but 2.15 against 1.22 and 8.19 against 5.40 with a 2x2
+# window. f64 the same way (26.7 against 39.9 at 7x7, 10.1 against 12.3 at 4x4, 10.2
+# against 4.6 at 2x2).
+MIN_GRADIENT_WINDOW = 16
 
 
 def _transpose(value: ir.Value, permutation: list[int]) -> ir.Value:
