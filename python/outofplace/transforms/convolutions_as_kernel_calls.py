@@ -29,6 +29,13 @@ input dilation, frontend/decompositions.py):
   features swapped within each group, `padding = dilation * (k - 1) - low` and
   `output_padding = high - low`; where that is not aten's (a stride besides, a negative
   padding, an output padding outside [0, max(stride, dilation))) it stays XLA's;
+- a slice of a convolution's spatial outputs (how JAX's rule cuts its gradients out of
+  larger convolutions) is first folded into the convolution's padding (`_fold_slice`);
+- a weight's gradient, a window of at least `MIN_GRADIENT_WINDOW` elements larger than its
+  output, is `aten::convolution_backward`'s weight gradient (`_rewrite_weight_gradient`:
+  oneDNN's backward-weights kernel); an input's gradient at stride 1 is aten's
+  transposed convolution where that reads the weight as the program holds it; every
+  operand is read through the transposes and reverses that made it (`_compact`);
 - `feature_group_count` is aten's `groups`; a `batch_group_count` other than 1, negative
   padding, no spatial dimension or more than three, an element type other than f32, f64
   or bf16, dynamic shapes: XLA's convolution stays;
@@ -414,7 +421,9 @@ def _rewrite_weight_gradient(op: ir.Operation, plan: dict,
     "outofplace-convolutions-as-kernel-calls",
     "Large convolutions as calls of eager's kernel (aten::convolution) inside XLA:CPU",
     "`stablehlo.convolution` of at least `MIN_FLOPS` (f32, f64, bf16; groups, strides, "
-    "dilations, asymmetric padding, an input dilation as aten's transposed convolution) → "
+    "dilations, asymmetric padding, an input dilation as aten's transposed convolution, "
+    "a weight gradient's large window as aten::convolution_backward; slices folded into "
+    "the padding first) → "
     "transposes to NC.../OI..., `stablehlo.custom_call @\"aten::convolution\"` that the "
     "kernel handler (backends/kernel_call.cpp) runs through the c10 dispatcher, transpose "
     "back: XLA:CPU's convolutions are ~3x slower than oneDNN's (the XLA engine's "
