@@ -79,3 +79,48 @@ func.func @kept(%x: tensor<1x4x8x8xf32>, %w: tensor<4x4x3x3xf32>, %big: tensor<8
   %6 = stablehlo.convolution(%i, %iw) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x64x16x16xi32>, tensor<64x64x3x3xi32>) -> tensor<8x64x14x14xi32>
   return %0, %1, %2, %3, %4, %5, %6 : tensor<1x4x8x8xf32>, tensor<32x64x14x14xf32>, tensor<8x64x14x14xf32>, tensor<8x64x17x17xf32>, tensor<8x64x35x35xf32>, tensor<8x64x35x35xf32>, tensor<8x64x14x14xi32>
 }
+
+// A slice of a convolution's spatial outputs (how JAX's rule cuts a gradient out of a
+// larger convolution) is folded into its padding: outputs [2, 16) of 18 start two rows
+// later, low padding 2 - 2 = 0, and end 2 rows sooner, high 0: no slice left.
+// CHECK-LABEL: func.func @slice_folded(
+// CHECK-SAME:    %[[X:.*]]: tensor<8x64x16x16xf32>, %[[W:.*]]: tensor<64x64x3x3xf32>
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"(%[[X]], %[[W]]) {{{.*}}padding = array<i64: 0, 1>, stride = array<i64: 1, 1>, transposed = false}{{.*}} -> tensor<8x64x14x16xf32>
+// CHECK-NEXT:    return %[[Y]]
+func.func @slice_folded(%x: tensor<8x64x16x16xf32>, %w: tensor<64x64x3x3xf32>) -> tensor<8x64x14x16xf32> {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[2, 2], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x64x16x16xf32>, tensor<64x64x3x3xf32>) -> tensor<8x64x18x16xf32>
+  %1 = stablehlo.slice %0 [0:8, 0:64, 2:16, 0:16] : (tensor<8x64x18x16xf32>) -> tensor<8x64x14x16xf32>
+  return %1 : tensor<8x64x14x16xf32>
+}
+
+// A weight's gradient (JAX's rule: the input's batch as the features, the output's
+// gradient as an 8x8 window, the stride as its dilation): aten::convolution_backward's
+// weight gradient on the gradient and the input as the program holds them (the transposes
+// read through), the weight only sizes, return 1.
+// CHECK-LABEL: func.func @weight_gradient(
+// CHECK-SAME:    %[[X:.*]]: tensor<8x64x16x16xf32>, %[[G:.*]]: tensor<8x32x8x8xf32>
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"(%[[G]], %[[X]]) {{{.*}}backend_config = {dilation = array<i64: 1, 1>, groups = 1 : i64, outofplace.op = "aten::convolution_backward", {{.*}}outofplace.returns = array<i64: 1>, {{.*}}outofplace.unread.2 = array<i64: 32, 64, 3, 3>, output_mask = array<i64: 0, 1, 0>, output_padding = array<i64: 0, 0>, padding = array<i64: 1, 1>, stride = array<i64: 2, 2>, transposed = false}{{.*}} : (tensor<8x32x8x8xf32>, tensor<8x64x16x16xf32>) -> tensor<32x64x3x3xf32>
+// CHECK-NEXT:    %[[T:.*]] = stablehlo.transpose %[[Y]], dims = [1, 0, 2, 3]
+// CHECK-NEXT:    %[[U:.*]] = stablehlo.transpose %[[T]], dims = [1, 0, 2, 3]
+// CHECK-NEXT:    return %[[U]]
+func.func @weight_gradient(%x: tensor<8x64x16x16xf32>, %g: tensor<8x32x8x8xf32>) -> tensor<32x64x3x3xf32> {
+  %xt = stablehlo.transpose %x, dims = [1, 0, 2, 3] : (tensor<8x64x16x16xf32>) -> tensor<64x8x16x16xf32>
+  %gt = stablehlo.transpose %g, dims = [1, 0, 2, 3] : (tensor<8x32x8x8xf32>) -> tensor<32x8x8x8xf32>
+  %0 = stablehlo.convolution(%xt, %gt) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[1, 0], [1, 0]], rhs_dilate = [2, 2]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<64x8x16x16xf32>, tensor<32x8x8x8xf32>) -> tensor<64x32x3x3xf32>
+  %1 = stablehlo.transpose %0, dims = [1, 0, 2, 3] : (tensor<64x32x3x3xf32>) -> tensor<32x64x3x3xf32>
+  return %1 : tensor<32x64x3x3xf32>
+}
+
+// An input's gradient at stride 1 (JAX's rule: the weight's features swapped and its
+// window reversed): aten's transposed convolution of stride 1 of the weight itself, no
+// transpose or reverse of it left.
+// CHECK-LABEL: func.func @input_gradient_stride_1(
+// CHECK-SAME:    %[[G:.*]]: tensor<8x64x16x16xf32>, %[[W:.*]]: tensor<64x32x3x3xf32>
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"(%[[G]], %[[W]]) {{{.*}}output_padding = array<i64: 0, 0>, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>, transposed = true}{{.*}} -> tensor<8x32x16x16xf32>
+// CHECK-NEXT:    return %[[Y]]
+func.func @input_gradient_stride_1(%g: tensor<8x64x16x16xf32>, %w: tensor<64x32x3x3xf32>) -> tensor<8x32x16x16xf32> {
+  %0 = stablehlo.transpose %w, dims = [2, 3, 1, 0] : (tensor<64x32x3x3xf32>) -> tensor<3x3x32x64xf32>
+  %1 = stablehlo.reverse %0, dims = [0, 1] : tensor<3x3x32x64xf32>
+  %2 = stablehlo.convolution(%g, %1) dim_numbers = [b, f, 0, 1]x[0, 1, o, i]->[b, f, 0, 1], window = {pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x64x16x16xf32>, tensor<3x3x32x64xf32>) -> tensor<8x32x16x16xf32>
+  return %2 : tensor<8x32x16x16xf32>
+}

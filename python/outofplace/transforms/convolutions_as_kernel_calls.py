@@ -59,7 +59,7 @@ import numpy as np
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import create_ranked, i64_array, ranked_shape, stablehlo_splat
+from ..ir_utils import all_operations, create_ranked, i64_array, ranked_shape, stablehlo_splat
 from . import kernel_calls
 from .registry import register_pass
 
@@ -111,8 +111,7 @@ def _chain(value: ir.Value) -> tuple[ir.Value, list[int], set[int]]:
     """The first value before the chain of transposes and reverses that made `value`,
     and how: `value` is `transpose(reverse(root, flipped), permutation)`."""
     root, permutation, flipped = value, list(range(len(ranked_shape(value)))), set()
-    while isinstance(root.owner, (ir.Operation, ir.OpView)) and \
-            root.owner.operation.name in ("stablehlo.transpose", "stablehlo.reverse"):
+    while _layout_op(root):
         op = root.owner.operation
         if op.name == "stablehlo.transpose":
             inner = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
@@ -130,9 +129,15 @@ def _compact(value: ir.Value) -> ir.Value:
     an input's gradient is the forward's, transposed and reversed by JAX's rule, then
     transposed and reversed back into aten's layout here: no copy of it at all)."""
     root, permutation, flipped = _chain(value)
-    if root == value:
-        return value
+    if root == value or not _layout_op(value.owner.operation.operands[0]):
+        return value  # (one op: as compact as it gets)
     return _transpose(_reverse(root, sorted(flipped)), permutation)
+
+
+def _layout_op(value: ir.Value) -> bool:
+    """Whether `value` is a transpose's or a reverse's."""
+    return isinstance(value.owner, (ir.Operation, ir.OpView)) and \
+        value.owner.operation.name in ("stablehlo.transpose", "stablehlo.reverse")
 
 
 def _is_root(value: ir.Value, permutation: list[int], flipped: list[int]) -> bool:
@@ -435,3 +440,16 @@ def convolutions_as_kernel_calls(module: ir.Operation) -> None:
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("stablehlo.convolution", _rewrite)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
+    # the transposes and reverses `_compact` read through, when nothing else reads them
+    dead = [op for op in all_operations(module) if op.name in (
+        "stablehlo.transpose", "stablehlo.reverse") and not _used(op)]
+    while dead:
+        op = dead.pop()
+        operand = op.operands[0]
+        op.erase()
+        if _layout_op(operand) and not _used(operand.owner.operation):
+            dead.append(operand.owner.operation)
+
+
+def _used(op: ir.Operation) -> bool:
+    return any(True for _ in op.result.uses)
