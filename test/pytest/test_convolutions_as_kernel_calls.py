@@ -403,3 +403,32 @@ def test_cache_key_says_whether_the_handler_is_registered(tmp_path, monkeypatch)
     torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
     assert compile_cache.stats["xla hit"] == before
     assert "aten::convolution" not in legalize_for_cpu(compiled.stablehlo)[0]
+
+
+@torch.library.custom_op("oop_conv_test::channel_sums", mutates_args=())
+def channel_sums(x: torch.Tensor) -> torch.Tensor:
+    """A Python kernel (it needs the GIL, which the handler does not hold)."""
+    return x.sum((2, 3))
+
+
+@channel_sums.register_fake
+def _(x):
+    return x.new_empty(x.shape[:2])
+
+
+def test_python_kernels_beside_convolutions_on_xlas_threads():
+    """The handler calls kernels without the GIL: Python ones (which take it themselves)
+    beside eager's convolutions, independent of each other, so XLA's two threads may run
+    them at once; every call as eager's."""
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 32, 32, 32), torch.randn(32, 32, 3, 3)
+
+    def f(x, w):
+        ys = [F.conv2d(x * (i + 1), w, padding=1) for i in range(3)]
+        return [channel_sums(x * (i + 1)) for i in range(3)] + ys
+
+    compiled = outofplace.compile(f, (x, w), cache=False)
+    assert len(custom_calls.kernel_calls(legalized_calls(compiled)[0])) == 6
+    for _ in range(5):
+        for got, expected in zip(compiled(x, w), f(x, w)):
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3)
