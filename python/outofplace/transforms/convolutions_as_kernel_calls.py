@@ -66,13 +66,14 @@ from .registry import register_pass
 TARGET = "aten::convolution"  # the custom call target of every call this pass makes
 BACKWARD = "aten::convolution_backward"  # the op of a weight gradient's (`outofplace.op`)
 # Below this many FLOPs (2 x multiply-adds, counting an input dilation's zeros) XLA keeps
-# the convolution. A call costs a few us (the GIL, the dispatcher: 3.4 us more than XLA's
-# own for a [1, 4, 8, 8] 3x3 convolution, one core) plus the copy of its result into
-# XLA's buffer, and eager's kernel gains a fraction of the convolution's time, which
-# XLA runs at some 20-50 GFLOP/s: at 10 MFLOP (0.2-0.5 ms) the gain outweighs the cost
-# with room to spare. Chosen, not tuned; every convolution of a ResNet-18 at 64x64,
-# batch 8, is above it (its smallest, 151 MFLOP).
-MIN_FLOPS = 10_000_000
+# the convolution: measured, a 3x3 convolution, 32 channels at 16x16, in its own program
+# (2 threads): at batch 2 (9.4 MFLOP) XLA's 0.075 ms against the call's 0.109, at batch 4
+# (18.9 MFLOP) 0.137 against 0.141, at batch 8 (37.7) 0.234 against 0.185. And oneDNN
+# runs on OpenMP's threads, whose barriers collapse on a loaded machine (these small
+# convolutions took 8-20 ms through the call and in eager, XLA's 0.04-0.12): a small one
+# is XLA's. Every convolution of a ResNet-18 at 64x64, batch 8, is above it (the
+# smallest, 151 MFLOP) but its three 1x1 shortcuts (8.4 MFLOP each, and their gradients).
+MIN_FLOPS = 20_000_000
 ELEMENT_TYPES = ("f32", "f64", "bf16")  # what eager's CPU convolution takes
 # A convolution whose window has at least this many elements and more than its output
 # runs as aten::convolution_backward's weight gradient (see _plan). Measured on one
