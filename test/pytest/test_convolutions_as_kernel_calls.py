@@ -51,12 +51,12 @@ def rewritten(monkeypatch) -> list:
 
 
 FORWARD = [  # input shape, weight shape, stride, padding, dilation, groups
-    ((2, 16, 24, 24), (32, 16, 3, 3), 1, 1, 1, 1),
-    ((2, 16, 48, 48), (32, 16, 3, 3), 2, 1, 1, 1),
-    ((2, 16, 48, 30), (32, 16, 3, 3), (2, 1), (0, 2), (2, 1), 1),
-    ((4, 32, 24, 24), (32, 8, 3, 3), 1, 1, 1, 4),  # grouped
-    ((4, 64, 32, 32), (64, 1, 5, 5), 1, 2, 1, 64),  # depthwise
-    ((8, 32, 256), (32, 32, 7), 2, 3, 2, 1),  # 1-d
+    ((4, 16, 24, 24), (32, 16, 3, 3), 1, 1, 1, 1),
+    ((4, 16, 48, 48), (32, 16, 3, 3), 2, 1, 1, 1),
+    ((4, 16, 48, 30), (32, 16, 3, 3), (2, 1), (0, 2), (2, 1), 1),
+    ((8, 32, 24, 24), (32, 8, 3, 3), 1, 1, 1, 4),  # grouped
+    ((8, 64, 32, 32), (64, 1, 5, 5), 1, 2, 1, 64),  # depthwise
+    ((16, 32, 256), (32, 32, 7), 2, 3, 2, 1),  # 1-d
 ]
 
 
@@ -80,7 +80,7 @@ def test_forward_matches_eager(case, dtype):
 def test_asymmetric_padding_matches_eager(rewritten):
     """F.pad's asymmetric padding folded into the convolution: the excess is a pad."""
     torch.manual_seed(0)
-    x, w = torch.randn(2, 16, 48, 48), torch.randn(32, 16, 3, 3)
+    x, w = torch.randn(4, 16, 48, 48), torch.randn(32, 16, 3, 3)
 
     def f(x, w):
         return F.conv2d(F.pad(x, (0, 1, 2, 0)), w, stride=2)
@@ -138,13 +138,14 @@ def test_training_step_matches_eager(path, dtype, rewritten, monkeypatch):
     # none), the strided ones transposed convolutions
     assert len(rewritten) == 11, len(rewritten)
     assert any(plan["transposed"] for plan in rewritten)
+    assert any(plan["backward"] for plan in rewritten)  # the 16x16 and 8x8 windows
 
 
 def test_exports_and_other_engines_keep_xla_convolutions():
     """The pass runs in the XLA engine's legalization only: the StableHLO the exports,
     the interpreter and IREE take has XLA's convolutions."""
     torch.manual_seed(0)
-    x, w = torch.randn(2, 16, 24, 24), torch.randn(32, 16, 3, 3)
+    x, w = torch.randn(4, 16, 24, 24), torch.randn(32, 16, 3, 3)
     compiled = outofplace.compile(lambda x, w: F.conv2d(x, w, padding=1), (x, w),
                                   cache=False)
     assert "stablehlo.convolution" in compiled.stablehlo
@@ -167,7 +168,7 @@ def test_small_convolutions_stay_xla():
 def test_bfloat16_is_eagers_kernel():
     """bf16: the call is eager's kernel on the same operands, so the same bits."""
     torch.manual_seed(0)
-    x = torch.randn(2, 16, 48, 48, dtype=torch.bfloat16)
+    x = torch.randn(4, 16, 48, 48, dtype=torch.bfloat16)
     w = torch.randn(32, 16, 3, 3, dtype=torch.bfloat16)
 
     def f(x, w):
@@ -206,7 +207,7 @@ CACHED = """
 import torch, torch.nn.functional as F, outofplace
 from outofplace import compile_cache
 torch.manual_seed(0)
-x, w = torch.randn(2, 16, 24, 24), torch.randn(32, 16, 3, 3)
+x, w = torch.randn(4, 16, 24, 24), torch.randn(32, 16, 3, 3)
 f = lambda x, w: F.conv2d(x, w, padding=1)
 compiled = outofplace.compile(f, (x, w), cache=True)
 torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
@@ -225,3 +226,211 @@ def test_cached_executable_calls_the_kernel_in_a_new_process(tmp_path):
     hits = [subprocess.run([sys.executable, "-c", CACHED], env=env, capture_output=True,
                            text=True, check=True).stdout.split()[-1] for _ in range(2)]
     assert hits == ["0", "1"]
+
+
+def block(dtype: torch.dtype) -> nn.Module:
+    """A ResNet basic block at 16x16 (stride 2, then stride 1) and a 1x1 shortcut."""
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(16, 32, 3, 2, 1, bias=False)
+            self.conv2 = nn.Conv2d(32, 32, 3, 1, 1, bias=False)
+            self.down = nn.Conv2d(16, 32, 1, 2, bias=False)
+
+        def forward(self, x):
+            return torch.relu(self.conv2(torch.relu(self.conv1(x))) + self.down(x))
+    return Block().to(dtype)
+
+
+def legalized_calls(compiled) -> list:
+    """The legalized XLA module (parsed) and its kernel calls, through the bindings."""
+    from torch_mlir import ir
+
+    from outofplace.context import make_context
+
+    module = ir.Module.parse(legalize_for_cpu(compiled.stablehlo)[0], context=make_context())
+    return module, custom_calls.kernel_calls(module)
+
+
+def live_ops(module, name: str) -> list:
+    """The ops named `name` that main's results depend on (the pass leaves dead ones for
+    XLA to drop)."""
+    from torch_mlir import ir
+
+    from outofplace.ir_utils import main_function
+
+    block = main_function(module).regions[0].blocks[0]
+    pending, live = [list(block.operations)[-1]], []
+    while pending:
+        op = pending.pop()
+        if any(op == seen for seen in live):
+            continue
+        live.append(op)
+        pending += [v.owner.operation for v in op.operands
+                    if not isinstance(v.owner, ir.Block)]
+    return [op for op in live if op.name == name]
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gradients_as_eagers_kernels_match_eager(path, dtype, rewritten, monkeypatch):
+    """A training step of a ResNet block: the weights' gradients with windows of 64
+    elements or more are aten::convolution_backward's (its weight only sizes, its first
+    and last returns not computed), the stride-1 input gradient is a transposed
+    convolution of the weight as the program holds it, the strided one's slice is folded
+    into its padding; the losses and parameters as eager's."""
+    monkeypatch.setattr(pass_module, "MIN_FLOPS", 0)
+    torch.manual_seed(0)
+    model = block(dtype)
+    x = torch.randn(4, 16, 16, 16, dtype=dtype)
+    eager_model, compiled_model = copy.deepcopy(model), copy.deepcopy(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+            for m in (eager_model, compiled_model)]
+
+    def step_of(m, opt):
+        def step(x):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+    eager, step = step_of(eager_model, opts[0]), step_of(compiled_model, opts[1])
+    eager(x), step(x)
+    compiled = outofplace.compile(step, (x,), cache=False) if path == "compile" else \
+        torch.compile(step, backend="outofplace", options={"cache": False})
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), eager(x), **tolerance(dtype))
+    for got, expected in zip(compiled_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(got, expected, **tolerance(dtype))
+    # forward 3, weight gradients 3 (8x8 windows: every one), input gradients 2 (conv2's
+    # at stride 1, conv1's... and the shortcut's, summed: x needs none)
+    backward = [plan for plan in rewritten if plan["backward"]]
+    assert len(backward) == 3, rewritten
+    assert any(plan["transposed"] and plan["stride"] == [1, 1] for plan in rewritten)
+
+
+def test_weight_gradient_call_and_its_attributes():
+    """The weight gradient's call, read through the bindings: aten::convolution_backward
+    on (gradient, input) only, the weight given as sizes, one result (return 1)."""
+    from torch_mlir import ir
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 32, 16, 16, requires_grad=True)
+    w = torch.randn(32, 32, 3, 3, requires_grad=True)
+
+    def f(x, w):
+        return torch.autograd.grad(F.conv2d(x, w, padding=1).square().sum(), w)[0]
+
+    compiled = outofplace.compile(f, (x, w), cache=False)
+    torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-3)
+    module, calls = legalized_calls(compiled)
+    config = [ir.DictAttr(op.attributes["backend_config"]) for op in calls]
+    gradients = [c for c in config if ir.StringAttr(c["outofplace.op"]).value ==
+                 pass_module.BACKWARD]
+    assert len(gradients) == 1
+    (c,) = gradients
+    assert list(ir.DenseI64ArrayAttr(c["outofplace.unread.2"])) == [32, 32, 3, 3]
+    assert list(ir.DenseI64ArrayAttr(c["outofplace.returns"])) == [1]
+    assert list(ir.DenseI64ArrayAttr(c["output_mask"])) == [0, 1, 0]
+
+
+def test_weight_of_a_stride_1_input_gradient_is_not_copied():
+    """The input's gradient at stride 1: the call reads the weight argument itself (JAX's
+    rule transposes and reverses it; aten's transposed convolution takes it as it is), so
+    no transpose or reverse of it is left for XLA to compute."""
+    from torch_mlir import ir
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 32, 16, 16, requires_grad=True)
+    w = torch.randn(32, 32, 3, 3, requires_grad=True)
+
+    def f(x, w):
+        return torch.autograd.grad(F.conv2d(x, w, padding=1).square().sum(), x)[0]
+
+    compiled = outofplace.compile(f, (x, w), cache=False)
+    torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-3)
+    module, calls = legalized_calls(compiled)
+    transposed = [op for op in calls if ir.BoolAttr(
+        ir.DictAttr(op.attributes["backend_config"])["transposed"]).value]
+    assert len(transposed) == 1
+    weight = transposed[0].operands[1]
+    assert isinstance(weight.owner, ir.Block), weight.owner  # the argument w itself
+    assert live_ops(module, "stablehlo.reverse") == []
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_slices_of_convolutions_fold_into_their_padding(dtype, monkeypatch):
+    """A slice of a convolution's spatial outputs is the convolution with less padding
+    (no slice left); one that would need a negative padding stays a slice. Both as
+    eager's."""
+    monkeypatch.setattr(pass_module, "MIN_FLOPS", 0)
+    torch.manual_seed(0)
+    x = torch.randn(2, 16, 24, 24, dtype=dtype)
+    w = torch.randn(32, 16, 3, 3, dtype=dtype)
+
+    def folded(x, w):
+        return F.conv2d(x, w, stride=2, padding=2)[:, :, 1:-1, 1:]
+
+    def kept(x, w):  # starts 3 outputs in: the low padding, 1, would be -2
+        return F.conv2d(x, w, padding=1)[:, :, 3:, :]
+
+    for f, slices in ((folded, 0), (kept, 1)):
+        compiled = outofplace.compile(f, (x, w), cache=False)
+        torch.testing.assert_close(compiled(x, w), f(x, w), **tolerance(dtype))
+        module, calls = legalized_calls(compiled)
+        assert len(calls) == 1
+        assert len(live_ops(module, "stablehlo.slice")) == slices, f.__name__
+
+
+def test_cache_key_says_whether_the_handler_is_registered(tmp_path, monkeypatch):
+    """An executable compiled with the handler calls it: a process without the handler
+    (the extension absent or not loading) must not load it from the cache, and compiles
+    XLA's convolutions instead."""
+    from outofplace import compile_cache
+
+    monkeypatch.setenv("OUTOFPLACE_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 16, 24, 24), torch.randn(32, 16, 3, 3)
+
+    def f(x, w):
+        return F.conv2d(x, w, padding=1)
+
+    assert "aten::convolution" in legalize_for_cpu(
+        outofplace.compile(f, (x, w), cache=False).stablehlo)[0]  # (with the handler)
+    outofplace.compile(f, (x, w), cache=True)(x, w)
+    monkeypatch.setattr(custom_calls, "extension", lambda: None)
+    before = compile_cache.stats["xla hit"]
+    compiled = outofplace.compile(f, (x, w), cache=True)
+    torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+    assert compile_cache.stats["xla hit"] == before
+    assert "aten::convolution" not in legalize_for_cpu(compiled.stablehlo)[0]
+
+
+@torch.library.custom_op("oop_conv_test::channel_sums", mutates_args=())
+def channel_sums(x: torch.Tensor) -> torch.Tensor:
+    """A Python kernel (it needs the GIL, which the handler does not hold)."""
+    return x.sum((2, 3))
+
+
+@channel_sums.register_fake
+def _(x):
+    return x.new_empty(x.shape[:2])
+
+
+def test_python_kernels_beside_convolutions_on_xlas_threads():
+    """The handler calls kernels without the GIL: Python ones (which take it themselves)
+    beside eager's convolutions, independent of each other, so XLA's two threads may run
+    them at once; every call as eager's."""
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 32, 32, 32), torch.randn(32, 32, 3, 3)
+
+    def f(x, w):
+        ys = [F.conv2d(x * (i + 1), w, padding=1) for i in range(3)]
+        return [channel_sums(x * (i + 1)) for i in range(3)] + ys
+
+    compiled = outofplace.compile(f, (x, w), cache=False)
+    assert len(custom_calls.kernel_calls(legalized_calls(compiled)[0])) == 6
+    for _ in range(5):
+        for got, expected in zip(compiled(x, w), f(x, w)):
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3)

@@ -7,13 +7,19 @@
 // arguments viewing one root are one operand) and where it lies in it
 // (`outofplace.view.<position>`), the result aliasing each operand
 // (`outofplace.results`), and each non-tensor argument under its schema name.
+// transforms/convolutions_as_kernel_calls.py adds two: a tensor argument the op reads
+// only the sizes of (`outofplace.unread.<position>` = its sizes: an uninitialized tensor,
+// no operand), and which of the op's returns are the call's results
+// (`outofplace.returns`, default: every return that aliases no argument).
 // This one handler, registered for every such target, wraps XLA's buffers as CPU tensors
-// (from_blob, no copy) and calls the op through the c10 dispatcher with the GIL held (a
-// Python kernel needs it; a C++ one does not mind). Results: the op's own tensor results
-// (copied into XLA's result buffers), then one per argument it writes, which aliases
-// that operand (`output_operand_aliases`): XLA hands the operand's buffer as the result
-// buffer, so the kernel writes it in place; where XLA gave another buffer (it kept the
-// operand for a later read), the operand is copied into it first and that is written.
+// (from_blob, no copy) and calls the op through the c10 dispatcher, without the GIL: a
+// Python kernel takes it itself (torch's PythonKernelHolder, as on autograd's threads),
+// a C++ one runs without it, so two calls on XLA's threads run at once. Results: the
+// op's own tensor results (copied into XLA's result buffers), then one per argument it
+// writes, which aliases that operand (`output_operand_aliases`): XLA hands the operand's
+// buffer as the result buffer, so the kernel writes it in place; where XLA gave another
+// buffer (it kept the operand for a later read), the operand is copied into it first and
+// that is written.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -100,6 +106,12 @@ c10::IValue attribute(const ffi::Dictionary& attrs, const c10::Argument& argumen
         auto span = need(attrs.get<ffi::Span<const int64_t>>(name), name);
         return std::vector<int64_t>(span.begin(), span.end());
       }
+      if (element == c10::TypeKind::BoolType) {  // (given as integers)
+        auto span = need(attrs.get<ffi::Span<const int64_t>>(name), name);
+        c10::List<bool> flags;
+        for (int64_t flag : span) flags.push_back(flag != 0);
+        return flags;
+      }
       if (element == c10::TypeKind::FloatType) {
         auto span = need(attrs.get<ffi::Span<const double>>(name), name);
         return std::vector<double>(span.begin(), span.end());
@@ -125,7 +137,7 @@ ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
   std::string op_name;
   torch::jit::Stack stack;
   std::optional<c10::OperatorHandle> handle;
-  size_t fresh = 0;
+  std::vector<int64_t> returned;  // the returns that are XLA's results, in order
   try {
     op_name = std::string(need(attrs.get<std::string_view>("outofplace.op"), "outofplace.op"));
     auto tensors = need(attrs.get<ffi::Span<const int64_t>>("outofplace.tensors"),
@@ -139,7 +151,14 @@ ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
     std::string overload = dot == std::string::npos ? "" : op_name.substr(dot + 1);
     handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
     const auto& schema = handle->schema();
-    for (const auto& ret : schema.returns()) fresh += ret.alias_info() == nullptr;
+    if (attrs.contains("outofplace.returns")) {
+      auto chosen = need(attrs.get<ffi::Span<const int64_t>>("outofplace.returns"),
+                         "outofplace.returns");
+      returned.assign(chosen.begin(), chosen.end());
+    } else {
+      for (size_t i = 0; i < schema.returns().size(); ++i)
+        if (schema.returns()[i].alias_info() == nullptr) returned.push_back(i);
+    }
     // Each operand as a tensor over XLA's memory: a written one over its result's buffer,
     // which XLA makes the operand's own (the alias), or a copy of it where XLA kept the
     // operand for a later read.
@@ -162,7 +181,14 @@ ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
     for (size_t position = 0; position < schema.arguments().size(); ++position) {
       const auto& argument = schema.arguments()[position];
       if (next_tensor >= tensors.size() || tensors[next_tensor] != int64_t(position)) {
-        stack.emplace_back(attribute(attrs, argument));
+        std::string unread = "outofplace.unread." + std::to_string(position);
+        if (attrs.contains(unread)) {  // only its sizes are read: no memory written
+          auto sizes = need(attrs.get<ffi::Span<const int64_t>>(unread), unread);
+          stack.emplace_back(at::empty(std::vector<int64_t>(sizes.begin(), sizes.end()),
+                                       bases.at(0).options()));
+        } else {
+          stack.emplace_back(attribute(attrs, argument));
+        }
         continue;
       }
       at::Tensor base = bases.at(operand_of[next_tensor++]);
@@ -182,27 +208,27 @@ ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
                                 error.what());
   }
   try {
-    {
-      pybind11::gil_scoped_acquire gil;  // a Python kernel (torch.library) needs it
-      try {
-        handle->callBoxed(stack);
-      } catch (pybind11::error_already_set& error) {
-        throw std::runtime_error(error.what());
-      }
+    try {
+      handle->callBoxed(stack);  // (no GIL: see the top of this file)
+    } catch (pybind11::error_already_set& error) {  // (what() takes the GIL)
+      throw std::runtime_error(error.what());
     }
-    const auto& returns = handle->schema().returns();
-    size_t result = 0;
-    for (size_t i = 0; i < returns.size() && i < stack.size(); ++i) {
-      if (returns[i].alias_info() != nullptr) continue;
-      auto out = need(rets.get<ffi::AnyBuffer>(result++), "a result");
-      over(*out, out->untyped_data()).copy_(stack[i].toTensor());
+    for (size_t result = 0; result < returned.size(); ++result) {
+      auto out = need(rets.get<ffi::AnyBuffer>(result), "a result");
+      const at::Tensor& value = stack.at(returned[result]).toTensor();
+      at::Tensor target = over(*out, out->untyped_data());
+      if (value.is_contiguous() && value.scalar_type() == target.scalar_type() &&
+          value.sizes() == target.sizes())  // (copy_ would split it into OpenMP's threads)
+        std::memcpy(out->untyped_data(), value.data_ptr(), out->size_bytes());
+      else
+        target.copy_(value);
     }
   } catch (const std::exception& error) {
     {
       std::lock_guard<std::mutex> lock(failure_mutex);
       if (failure.empty()) failure = "the kernel " + op_name + " failed: " + error.what();
     }
-    for (size_t i = 0; i < fresh; ++i) {  // its own results: zeros
+    for (size_t i = 0; i < returned.size(); ++i) {  // its own results: zeros
       auto out = rets.get<ffi::AnyBuffer>(i);
       if (out.has_value()) std::memset((*out)->untyped_data(), 0, (*out)->size_bytes());
     }

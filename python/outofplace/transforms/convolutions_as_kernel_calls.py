@@ -29,6 +29,13 @@ input dilation, frontend/decompositions.py):
   features swapped within each group, `padding = dilation * (k - 1) - low` and
   `output_padding = high - low`; where that is not aten's (a stride besides, a negative
   padding, an output padding outside [0, max(stride, dilation))) it stays XLA's;
+- a slice of a convolution's spatial outputs (how JAX's rule cuts its gradients out of
+  larger convolutions) is first folded into the convolution's padding (`_fold_slice`);
+- a weight's gradient, a window of at least `MIN_GRADIENT_WINDOW` elements larger than its
+  output, is `aten::convolution_backward`'s weight gradient (`_rewrite_weight_gradient`:
+  oneDNN's backward-weights kernel); an input's gradient at stride 1 is aten's
+  transposed convolution where that reads the weight as the program holds it; every
+  operand is read through the transposes and reverses that made it (`_compact`);
 - `feature_group_count` is aten's `groups`; a `batch_group_count` other than 1, negative
   padding, no spatial dimension or more than three, an element type other than f32, f64
   or bf16, dynamic shapes: XLA's convolution stays;
@@ -47,23 +54,37 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import create_ranked, i64_array, ranked_shape, stablehlo_splat
+from ..ir_utils import all_operations, create_ranked, i64_array, ranked_shape, stablehlo_splat
 from . import kernel_calls
 from .registry import register_pass
 
-TARGET = "aten::convolution"  # the op the kernel handler calls
+TARGET = "aten::convolution"  # the custom call target of every call this pass makes
+BACKWARD = "aten::convolution_backward"  # the op of a weight gradient's (`outofplace.op`)
 # Below this many FLOPs (2 x multiply-adds, counting an input dilation's zeros) XLA keeps
-# the convolution. A call costs a few us (the GIL, the dispatcher: 3.4 us more than XLA's
-# own for a [1, 4, 8, 8] 3x3 convolution, one core) plus the copy of its result into
-# XLA's buffer, and eager's kernel gains a fraction of the convolution's time, which
-# XLA runs at some 20-50 GFLOP/s: at 10 MFLOP (0.2-0.5 ms) the gain outweighs the cost
-# with room to spare. Chosen, not tuned; every convolution of a ResNet-18 at 64x64,
-# batch 8, is above it (its smallest, 151 MFLOP).
-MIN_FLOPS = 10_000_000
+# the convolution: measured, a 3x3 convolution, 32 channels at 16x16, in its own program
+# (2 threads): at batch 2 (9.4 MFLOP) XLA's 0.075 ms against the call's 0.109, at batch 4
+# (18.9 MFLOP) 0.137 against 0.141, at batch 8 (37.7) 0.234 against 0.185. And oneDNN
+# runs on OpenMP's threads, whose barriers collapse on a loaded machine (these small
+# convolutions took 8-20 ms through the call and in eager, XLA's 0.04-0.12): a small one
+# is XLA's. Every convolution of a ResNet-18 at 64x64, batch 8, is above it (the
+# smallest, 151 MFLOP) but its three 1x1 shortcuts (8.4 MFLOP each, and their gradients).
+MIN_FLOPS = 20_000_000
 ELEMENT_TYPES = ("f32", "f64", "bf16")  # what eager's CPU convolution takes
+# A convolution whose window has at least this many elements and more than its output
+# runs as aten::convolution_backward's weight gradient (see _plan). Measured on one
+# thread, the weight gradient of a 3x3 convolution, batch 8, f32, as a backward-weights
+# kernel against a convolution with the forward's output as its window: 14.9 against
+# 79.9 ms (a 7x7/2 stem at 224x224: a 112x112 window), 0.79 against 1.70 (16x16, 64
+# channels), 16.9 against 24.3 (7x7, 512 channels), 0.73 against 1.13 and 9.6 against
+# 9.4 (4x4: the break-even), but 2.15 against 1.22 and 8.19 against 5.40 with a 2x2
+# window. f64 the same way (26.7 against 39.9 at 7x7, 10.1 against 12.3 at 4x4, 10.2
+# against 4.6 at 2x2).
+MIN_GRADIENT_WINDOW = 16
 
 
 def _transpose(value: ir.Value, permutation: list[int]) -> ir.Value:
@@ -85,6 +106,100 @@ def _reverse(value: ir.Value, dimensions: list[int]) -> ir.Value:
     return create_ranked("stablehlo.reverse", [value], ranked_shape(value),
                    ir.RankedTensorType(value.type).element_type,
                    dimensions=ir.DenseI64ArrayAttr.get(dimensions))
+
+
+def _chain(value: ir.Value) -> tuple[ir.Value, list[int], set[int]]:
+    """The first value before the chain of transposes and reverses that made `value`,
+    and how: `value` is `transpose(reverse(root, flipped), permutation)`."""
+    root, permutation, flipped = value, list(range(len(ranked_shape(value)))), set()
+    while _layout_op(root):
+        op = root.owner.operation
+        if op.name == "stablehlo.transpose":
+            inner = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+            permutation = [inner[p] for p in permutation]
+            flipped = {inner[d] for d in flipped}
+        else:
+            flipped ^= set(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+        root = op.operands[0]
+    return root, permutation, flipped
+
+
+def _compact(value: ir.Value) -> ir.Value:
+    """`value` read from the root of its chain of transposes and reverses (`_chain`)
+    through one reverse and one transpose at most, none where they cancel (the weight of
+    an input's gradient is the forward's, transposed and reversed by JAX's rule, then
+    transposed and reversed back into aten's layout here: no copy of it at all)."""
+    root, permutation, flipped = _chain(value)
+    if root == value or not _layout_op(value.owner.operation.operands[0]):
+        return value  # (one op: as compact as it gets)
+    return _transpose(_reverse(root, sorted(flipped)), permutation)
+
+
+def _layout_op(value: ir.Value) -> bool:
+    """Whether `value` is a transpose's or a reverse's."""
+    return isinstance(value.owner, (ir.Operation, ir.OpView)) and \
+        value.owner.operation.name in ("stablehlo.transpose", "stablehlo.reverse")
+
+
+def _is_root(value: ir.Value, permutation: list[int], flipped: list[int]) -> bool:
+    """Whether `transpose(reverse(value, flipped), permutation)` is the root of
+    `value`'s chain as it is: no transpose or reverse left to compute."""
+    _, inner, inner_flipped = _chain(value)
+    return all(inner[p] == j for j, p in enumerate(permutation)) and \
+        not inner_flipped ^ {inner[d] for d in flipped}
+
+
+def _fold_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """A slice of a convolution's spatial outputs (JAX's transpose rule cuts its
+    gradients out of larger convolutions: the input's of the full transposed convolution,
+    the weight's of one over the batch) is the convolution with less padding, computing
+    only the outputs kept: the slice of outputs [a, b) starts a window stride `a` times
+    later and ends after `b - a` outputs. Where the padding would turn negative (which
+    aten cannot take) the slice stays."""
+    conv = op.operands[0].owner
+    if not isinstance(conv, (ir.Operation, ir.OpView)) or \
+            conv.operation.name != "stablehlo.convolution" or \
+            len(list(conv.result.uses)) != 1 or \
+            not ir.RankedTensorType(conv.result.type).has_static_shape:
+        return True
+    conv = conv.operation
+    numbers = _stablehlo.ConvDimensionNumbers(conv.attributes["dimension_numbers"])
+    spatial = list(numbers.output_spatial_dimensions)
+    rank = len(spatial)
+    starts, limits = i64_array(op, "start_indices", []), i64_array(op, "limit_indices", [])
+    shape = ranked_shape(conv.result)
+    if i64_array(op, "strides", []) != [1] * len(shape) or any(
+            (starts[d], limits[d]) != (0, shape[d]) for d in range(len(shape))
+            if d not in spatial):
+        return True
+    x_shape, w_shape = ranked_shape(conv.operands[0]), ranked_shape(conv.operands[1])
+    strides = i64_array(conv, "window_strides", [1] * rank)
+    lhs_dilation = i64_array(conv, "lhs_dilation", [1] * rank)
+    rhs_dilation = i64_array(conv, "rhs_dilation", [1] * rank)
+    flat = [int(p) for p in ir.DenseIntElementsAttr(conv.attributes["padding"])] \
+        if "padding" in conv.attributes else [0] * (2 * rank)
+    padding = []
+    for i in range(rank):
+        a, b = starts[spatial[i]], limits[spatial[i]]
+        dilated = (x_shape[numbers.input_spatial_dimensions[i]] - 1) * lhs_dilation[i] + 1
+        window = (w_shape[numbers.kernel_spatial_dimensions[i]] - 1) * rhs_dilation[i] + 1
+        low = flat[2 * i] - a * strides[i]
+        high = (b - a - 1) * strides[i] + window - dilated - low
+        if -strides[i] < high < 0:  # (the last window ends before the input does: up to a
+            high = 0                # stride more padding makes no more outputs)
+        if low < 0 or high < 0:
+            return True
+        padding += [low, high]
+    with rewriter.ip, conv.location:
+        attributes = {name: conv.attributes[name] for name in conv.attributes}
+        attributes["padding"] = ir.DenseIntElementsAttr.get(
+            np.array(padding, dtype=np.int64).reshape(rank, 2))
+        folded = ir.Operation.create("stablehlo.convolution", results=[op.result.type],
+                                     operands=list(conv.operands),
+                                     attributes=attributes).result
+    rewriter.replace_op(op, [folded])
+    rewriter.erase_op(conv)
+    return False
 
 
 def _row_major(rank: int) -> ir.Attribute:
@@ -125,7 +240,43 @@ def _plan(op: ir.Operation) -> dict | None:
         return None
     reversed_ = [bool(r) for r in ir.DenseBoolArrayAttr(op.attributes["window_reversal"])] \
         if "window_reversal" in op.attributes else [False] * rank
-    plan = dict(numbers=numbers, groups=groups, dilation=rhs_dilation, reversed=reversed_)
+    plan = dict(numbers=numbers, groups=groups, dilation=rhs_dilation, reversed=reversed_,
+                backward=False)
+    x_shape = ranked_shape(x)
+    inputs = [x_shape[d] for d in numbers.input_spatial_dimensions]
+    outputs = [out_shape[d] for d in numbers.output_spatial_dimensions]
+    if lhs_dilation == [1] * rank and groups == 1 and not any(reversed_) and \
+            math.prod(kernel) >= MIN_GRADIENT_WINDOW and math.prod(kernel) > math.prod(outputs):
+        # a window larger than its outputs: a weight's gradient (JAX's transpose rule, the
+        # batch contracted as the features), where oneDNN's backward-weights kernel is
+        # faster than its convolution with this window. It is that of the convolution of
+        # the input (the batch its features) with stride `rhs_dilation`, dilation
+        # `window_strides` and the low padding on both sides, where that convolution's
+        # output is `kernel`'s size.
+        low = [lo for lo, _ in padding]
+        sizes = [(n + 2 * p - dilation * (k - 1) - 1) // stride + 1 for n, p, dilation, k, stride
+                 in zip(inputs, low, strides, outputs, rhs_dilation)]
+        if sizes == kernel:
+            plan.update(backward=True, stride=rhs_dilation, padding=low, dilation=strides,
+                        transposed=False, output_padding=[0] * rank,
+                        excess=[(0, 0)] * rank)
+            return plan
+    if lhs_dilation == [1] * rank and strides == [1] * rank and groups == 1:
+        # an input's gradient at stride 1 (JAX's rule: the weight's features swapped and
+        # its window reversed) is aten's transposed convolution of stride 1 of the weight
+        # as it is: no copy of it where that is the weight the program holds
+        w_numbers = [numbers.kernel_input_feature_dimension,
+                     numbers.kernel_output_feature_dimension,
+                     *numbers.kernel_spatial_dimensions]
+        aten_padding = [d * (k - 1) - lo for d, k, (lo, _) in zip(rhs_dilation, kernel, padding)]
+        output_padding = [hi - lo for lo, hi in padding]
+        if all(p >= 0 for p in aten_padding) and \
+                all(0 <= o < d for o, d in zip(output_padding, rhs_dilation)) and \
+                _is_root(w, w_numbers, [numbers.kernel_spatial_dimensions[d]
+                                        for d, r in enumerate(reversed_) if not r]):
+            plan.update(transposed=True, stride=strides, padding=aten_padding,
+                        output_padding=output_padding, excess=[(0, 0)] * rank)
+            return plan
     if lhs_dilation == [1] * rank:  # a convolution: the excess padding before it
         symmetric = [min(lo, hi) for lo, hi in padding]
         plan.update(transposed=False, stride=strides, padding=symmetric,
@@ -156,10 +307,13 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     x, w = op.operands
     rank = len(plan["stride"])
     element = ir.RankedTensorType(x.type).element_type
+    if plan["backward"]:
+        return _rewrite_weight_gradient(op, plan, rewriter)
     with rewriter.ip, op.location:
         # the input as N, C, spatial..., its asymmetric padding's excess added
-        x = _transpose(x, [numbers.input_batch_dimension, numbers.input_feature_dimension,
-                           *numbers.input_spatial_dimensions])
+        x = _compact(_transpose(x, [numbers.input_batch_dimension,
+                                    numbers.input_feature_dimension,
+                                    *numbers.input_spatial_dimensions]))
         if any(lo or hi for lo, hi in plan["excess"]):
             low = [0, 0, *(lo for lo, _ in plan["excess"])]
             high = [0, 0, *(hi for _, hi in plan["excess"])]
@@ -184,7 +338,7 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
                 w = _transpose(w, [0, 2, 1, *range(3, rank + 3)])
                 w = _reshape(w, [groups * i, o // groups, *kernel])
             reverse = [not r for r in reverse]
-        w = _reverse(w, [2 + d for d, r in enumerate(reverse) if r])
+        w = _compact(_reverse(w, [2 + d for d, r in enumerate(reverse) if r]))
         # the call, its result N, C, spatial...
         out_shape = ranked_shape(op.result)
         order = [numbers.output_batch_dimension, numbers.output_feature_dimension,
@@ -202,19 +356,68 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
             "output_padding": ir.DenseI64ArrayAttr.get(plan["output_padding"]),
             "groups": ir.IntegerAttr.get(i64, groups),
         }
-        layout = _row_major(rank + 2)
-        call = ir.Operation.create(
-            "stablehlo.custom_call",
-            results=[ir.RankedTensorType.get([out_shape[d] for d in order], element)],
-            operands=[x, w], attributes={
-                "call_target_name": ir.StringAttr.get(TARGET),
-                "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
-                "backend_config": ir.DictAttr.get(config),
-                "has_side_effect": ir.BoolAttr.get(False),
-                "operand_layouts": ir.ArrayAttr.get([layout, layout]),
-                "result_layouts": ir.ArrayAttr.get([layout]),
-            }).result
+        call = _call([x, w], [out_shape[d] for d in order], element, config)
         # to the convolution's output layout
+        result = _transpose(call, [order.index(d) for d in range(rank + 2)])
+    rewriter.replace_op(op, [result])
+    return False
+
+
+def _call(operands: list[ir.Value], shape: list[int], element: ir.Type,
+          config: dict[str, ir.Attribute]) -> ir.Value:
+    """The custom call the kernel handler runs, operands and result dense row-major."""
+    layout = _row_major(len(shape))
+    return ir.Operation.create(
+        "stablehlo.custom_call",
+        results=[ir.RankedTensorType.get(shape, element)],
+        operands=operands, attributes={
+            "call_target_name": ir.StringAttr.get(TARGET),
+            "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
+            "backend_config": ir.DictAttr.get(config),
+            "has_side_effect": ir.BoolAttr.get(False),
+            "operand_layouts": ir.ArrayAttr.get([layout] * len(operands)),
+            "result_layouts": ir.ArrayAttr.get([layout]),
+        }).result
+
+
+def _rewrite_weight_gradient(op: ir.Operation, plan: dict,
+                             rewriter: rewrite.PatternRewriter) -> bool:
+    """`op` as `aten::convolution_backward(grad_output, input, weight, ...)`'s weight gradient
+    (`output_mask = [False, True, False]`): the input is `op`'s lhs with its batch and
+    features swapped ([N, C, ...]), the gradient its rhs ([N, O, ...]), the weight only
+    sizes (`outofplace.unread.2`: aten reads none of its elements), the result [O, C, ...]."""
+    numbers = plan["numbers"]
+    x, g = op.operands
+    rank = len(plan["stride"])
+    element = ir.RankedTensorType(x.type).element_type
+    out_shape = ranked_shape(op.result)
+    order = [numbers.output_feature_dimension, numbers.output_batch_dimension,
+             *numbers.output_spatial_dimensions]
+    shape = [out_shape[d] for d in order]
+    with rewriter.ip, op.location:
+        x = _compact(_transpose(x, [numbers.input_feature_dimension,
+                                    numbers.input_batch_dimension,
+                                    *numbers.input_spatial_dimensions]))
+        g = _compact(_transpose(g, [numbers.kernel_input_feature_dimension,
+                                    numbers.kernel_output_feature_dimension,
+                                    *numbers.kernel_spatial_dimensions]))
+        i64 = ir.IntegerType.get_signless(64)
+        config = {
+            kernel_calls.OP_NAME: ir.StringAttr.get(BACKWARD),
+            "outofplace.tensors": ir.DenseI64ArrayAttr.get([0, 1]),
+            "outofplace.operands": ir.DenseI64ArrayAttr.get([0, 1]),
+            "outofplace.results": ir.DenseI64ArrayAttr.get([-1, -1]),
+            "outofplace.unread.2": ir.DenseI64ArrayAttr.get(shape),
+            "outofplace.returns": ir.DenseI64ArrayAttr.get([1]),
+            "stride": ir.DenseI64ArrayAttr.get(plan["stride"]),
+            "padding": ir.DenseI64ArrayAttr.get(plan["padding"]),
+            "dilation": ir.DenseI64ArrayAttr.get(plan["dilation"]),
+            "transposed": ir.BoolAttr.get(False),
+            "output_padding": ir.DenseI64ArrayAttr.get(plan["output_padding"]),
+            "groups": ir.IntegerAttr.get(i64, 1),
+            "output_mask": ir.DenseI64ArrayAttr.get([0, 1, 0]),
+        }
+        call = _call([g, x], shape, element, config)
         result = _transpose(call, [order.index(d) for d in range(rank + 2)])
     rewriter.replace_op(op, [result])
     return False
@@ -224,12 +427,30 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     "outofplace-convolutions-as-kernel-calls",
     "Large convolutions as calls of eager's kernel (aten::convolution) inside XLA:CPU",
     "`stablehlo.convolution` of at least `MIN_FLOPS` (f32, f64, bf16; groups, strides, "
-    "dilations, asymmetric padding, an input dilation as aten's transposed convolution) → "
+    "dilations, asymmetric padding, an input dilation as aten's transposed convolution, "
+    "a weight gradient's large window as aten::convolution_backward; slices folded into "
+    "the padding first) → "
     "transposes to NC.../OI..., `stablehlo.custom_call @\"aten::convolution\"` that the "
     "kernel handler (backends/kernel_call.cpp) runs through the c10 dispatcher, transpose "
     "back: XLA:CPU's convolutions are ~3x slower than oneDNN's (the XLA engine's "
     "legalization only, backends/xla; exports keep XLA's convolutions)")
 def convolutions_as_kernel_calls(module: ir.Operation) -> None:
+    slices = rewrite.RewritePatternSet(module.context)
+    slices.add("stablehlo.slice", _fold_slice)
+    rewrite.walk_and_apply_patterns(module, slices.freeze())
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("stablehlo.convolution", _rewrite)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
+    # the transposes and reverses `_compact` read through, when nothing else reads them
+    dead = [op for op in all_operations(module) if op.name in (
+        "stablehlo.transpose", "stablehlo.reverse") and not _used(op)]
+    while dead:
+        op = dead.pop()
+        operand = op.operands[0]
+        op.erase()
+        if _layout_op(operand) and not _used(operand.owner.operation):
+            dead.append(operand.owner.operation)
+
+
+def _used(op: ir.Operation) -> bool:
+    return any(True for _ in op.result.uses)

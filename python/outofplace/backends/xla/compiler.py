@@ -98,10 +98,16 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
     executable PJRT serialized then, deserialized, and the rest as they were."""
     import os
 
+    # (whether the kernel handler is there: an executable compiled with it calls it, one
+    # compiled without it has XLA's convolutions; its file's digest is in every key, but
+    # a file present may still fail to load)
+    handler = "kernel handler " + ("registered" if custom_calls.register(
+        custom_calls.CONVOLUTION) else "absent")
     entry = compile_cache.key(
         "xla", stablehlo, LEGALIZE_FOR_CPU, repr(sorted(options.items())),
-        os.environ.get("XLA_FLAGS", ""), client().platform_version, compile_cache.cpu()
-    ) if compile_cache.enabled(cache) and client_module.COLLECTIVES is None else None
+        os.environ.get("XLA_FLAGS", ""), client().platform_version, compile_cache.cpu(),
+        handler) if compile_cache.enabled(cache) and client_module.COLLECTIVES is None \
+        else None
     found = compile_cache.read("xla", entry) if entry is not None else None
     if found is not None:
         metadata, blob = found
