@@ -662,3 +662,28 @@ def test_output_that_is_another_in_all_but_name_is_its_view(path, dtype):
     out, expected = run(x), program(x)
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     assert out[0].data_ptr() == out[1].data_ptr()
+
+
+def _view_before_a_transpose_in_place(x):
+    c = x * 3
+    v = c.mT  # taken before c's own layout changes
+    c.transpose_(0, 1)
+    return v, c
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_view_taken_before_an_in_place_transpose_keeps_its_shape(path, dtype):
+    """An output viewing a tensor whose own shape an in-place op changed later
+    (`transpose_`) is a view of it as it was: it was taken again of the transposed
+    tensor, with the other shape (fuzz 10k run program 4509)."""
+    torch._dynamo.reset()
+    x = torch.arange(6.0, dtype=dtype).view(6, 1)
+    program = _view_before_a_transpose_in_place
+    run = outofplace.compile(program, (x,)) if path == "outofplace.compile" else \
+        torch.compile(program, backend="outofplace", dynamic=False)
+    out, expected = run(x), program(x)
+    for a, e in zip(out, expected):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+        steps = [[s for n, s in zip(t.shape, t.stride()) if n > 1] for t in (a, e)]
+        assert steps[0] == steps[1]

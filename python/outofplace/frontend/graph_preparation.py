@@ -28,21 +28,28 @@ from .. import op_registry
 from ..errors import UnsupportedMutationError
 from ..signature import Input, ProgramSignature, Result
 from .fx_graph import (call, is_position_view, op_effects, operand_at, source_line,
-                       storage_of, tensor_identity, view_roots)
+                       storage_of, view_roots)
 from ..symbolic_sizes import SymbolicSizes
 
 
 def _same_tensor(node: torch.fx.Node) -> torch.fx.Node:
     """The node whose tensor `node` is in all but name: through in-place and out= ops
-    (`tensor_identity`) and views that change nothing of it (`detach`, `alias`, a `to`
-    of its own dtype: torch.export returns `t.float()` of a float32 `t` for `t`)."""
+    that write its data (not `t_`, `squeeze_`, `resize_`: the tensor then has another
+    shape) and views that change nothing of it (`detach`, `alias`, a `to` of its own
+    dtype: torch.export returns `t.float()` of a float32 `t` for `t`)."""
     while True:
-        node = tensor_identity(node)
         effects = op_effects(node)
-        if effects is None or not effects.is_view or effects.result_views != 0 or \
-                not isinstance(node.args[0], torch.fx.Node):
+        if effects is None or effects.result_views is None or effects.rebinds_view:
             return node
-        value, base = node.meta.get("val"), node.args[0].meta.get("val")
+        base = operand_at(node, effects.result_views)
+        if not isinstance(base, torch.fx.Node):
+            return node
+        if effects.written:
+            node = base
+            continue
+        if effects.result_views != 0:
+            return node
+        value, base = node.meta.get("val"), base.meta.get("val")
         if not (isinstance(value, torch.Tensor) and isinstance(base, torch.Tensor)) or \
                 storage_of(value) != storage_of(base) or value.dtype != base.dtype or \
                 value.shape != base.shape or value.stride() != base.stride() or \
