@@ -11,7 +11,10 @@ logged as a crash by the runner, which starts a new worker after it. Nothing is 
 the reproducers are minimised by hand into regression tests. The counts go to
 summary.txt. Each passing program's record holds a digest of its StableHLO; `--recheck
 K` compiles the first K passing programs again in a fresh process (on a finished run
-too) and counts those whose StableHLO differs: compiling must not depend on the process.
+too) and counts those whose StableHLO differs: compiling must not depend on the process. With the engine "dynamo", a program outofplace.compile
+refuses goes through torch.compile(backend="outofplace") too: compiled there alone, it
+is a failure of the run ("one-path", issue 32: one behaviour on both paths);
+`--other-path-of-refused` does that for the refused programs of a run made before.
 """
 
 from __future__ import annotations
@@ -113,12 +116,43 @@ def check(program) -> dict:
     except outofplace.UnsupportedMutationError as error:
         outcome = {"outcome": "refused", "reason": refusal_reason(error),
                    "source": program.function_source()}
+        outcome.update(_other_path(f, args, kwargs, program))
     except Exception as error:  # noqa: BLE001 - every other exception is a finding
         outcome = {"outcome": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
                    "where": traceback.format_exc().splitlines()[-3:],
                    "reproducer": program.reproducer()}
     outcome["seconds"] = time.perf_counter() - start
     return outcome
+
+
+def _other_path(f, args, kwargs, program) -> dict:
+    """A program outofplace.compile refused, through torch.compile(backend="outofplace")
+    when the run checks that path (engine "dynamo"): refused there too ({}), compiled
+    there alone and matching eager ("one-path", with how many graph breaks dynamo made:
+    a graph break runs what lies between graphs eagerly), or a finding ("failed")."""
+    import torch._dynamo
+    import outofplace
+    from differential import ENGINES, by_dynamo
+
+    if "dynamo" not in ENGINES:
+        return {}
+    breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            by_dynamo(f, f, args, kwargs)
+    except Exception as error:  # noqa: BLE001 - sorted below
+        inner = getattr(error, "inner_exception", None) or error.__cause__
+        if isinstance(error, outofplace.UnsupportedMutationError) or \
+                isinstance(inner, outofplace.UnsupportedMutationError):
+            return {}
+        return {"outcome": "failed", "error": f"refused by outofplace.compile; torch.compile:"
+                f" {type(error).__name__}: {error}"[:2000],
+                "where": traceback.format_exc().splitlines()[-3:],
+                "reproducer": program.reproducer()}
+    return {"outcome": "one-path", "graph_breaks":
+            sum(torch._dynamo.utils.counters["graph_break"].values()) - breaks,
+            "reproducer": program.reproducer()}
 
 
 def worker(numbers: list[int], seed: int, log: Path) -> None:
@@ -209,20 +243,42 @@ def recheck(records: dict[int, dict], count: int, seed: int, directory: Path,
             if again.get(n, {}).get("digest") != records[n]["digest"]]
 
 
+def other_path_of_refused(records: dict[int, dict], seed: int, directory: Path,
+                          engines: str | None = None) -> dict[int, dict]:
+    """Checks again, in a fresh process, every program the run logged as refused, now
+    also through torch.compile (`_other_path`, engine "dynamo"): for a run made before
+    that check. Its records (worker-refused.jsonl) replace the refusals'."""
+    numbers = sorted(n for n, r in records.items() if r["outcome"] == "refused")
+    log = directory / "worker-refused.jsonl"
+    log.unlink(missing_ok=True)
+    subprocess.run([sys.executable, __file__, "--worker", ",".join(map(str, numbers)),
+                    "--seed", str(seed), "--out", str(log)], env=_environment(engines),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return _records(directory)
+
+
 def summary(records: dict[int, dict], seed: int) -> str:
     counts = collections.Counter(r["outcome"] for r in records.values())
     reasons = collections.Counter(r["reason"] for r in records.values()
                                   if r["outcome"] == "refused")
     seconds = [r["seconds"] for r in records.values() if "seconds" in r]
-    programs = sum(counts[k] for k in ("passed", "refused", "upstream", "failed", "crashed"))
+    programs = sum(counts[k] for k in ("passed", "refused", "one-path", "upstream",
+                                       "failed", "crashed"))
     lines = [f"{programs} programs (seeds {seed}..{seed + len(records) - 1}): "
              f"{counts['passed']} match eager, {counts['refused']} refused, "
+             f"{counts['one-path']} refused by outofplace.compile and compiled by "
+             "torch.compile alone, "
              f"{counts['upstream']} fail on torch's own aot_eager too (PyTorch's bugs), "
              f"{counts['failed']} failed, {counts['crashed']} crashed a worker, "
              f"{counts['eager-rejects']} rejected by eager and {counts['no-program']} "
              "seeds without a program (not counted); "
              f"{sum(seconds) / max(len(seconds), 1):.2f} s per program"]
     lines += [f"  {n:6d} refused  {reason}" for reason, n in reasons.most_common()]
+    one_path = collections.Counter(
+        (r["reason"], bool(r["graph_breaks"])) for r in records.values()
+        if r["outcome"] == "one-path")
+    lines += [f"  {n:6d} torch.compile alone ({'with' if breaks else 'without'} a graph "
+              f"break)  {reason}" for (reason, breaks), n in one_path.most_common()]
     for record in records.values():
         if record["outcome"] in ("failed", "crashed", "upstream"):
             lines += ["", f"--- program {record['number']}: {record['outcome']} "
@@ -254,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="nn.Modules with state, called several times, on both paths "
                         "(fuzz_modules.py) instead of functions")
     parser.add_argument("--only", type=int, help="check program ONLY and print it")
+    parser.add_argument("--other-path-of-refused", action="store_true",
+                        help="on a finished run: check every refused program again, also "
+                        "through torch.compile (with --engines including dynamo)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.optimizer:  # read by fuzz_programs in every worker (their environment)
@@ -275,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(options.out)
     records = run(options.programs, options.workers, options.seed, directory,
                   options.per_process, options.engines)
+    if options.other_path_of_refused:
+        records = other_path_of_refused(records, options.seed, directory, options.engines)
     text = summary(records, options.seed)
     if options.engines:
         text = f"engines: {options.engines}\n" + text
@@ -287,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                  + (f": {differing}" if differing else ""))
     (directory / "summary.txt").write_text(text + "\n")
     print(text)
-    bad = sum(r["outcome"] in ("failed", "crashed") for r in records.values())
+    bad = sum(r["outcome"] in ("failed", "crashed", "one-path") for r in records.values())
     return 1 if bad or differing else 0
 
 
