@@ -31,7 +31,7 @@ lit: $(STAMP)
 	status=$$?; echo "lit: $$(( $$(date +%s) - start )) s"; exit $$status
 
 # test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about two minutes and a
-# half), with optimizer-style programs and views at runtime positions drawn too, and 48
+# half), with optimizer-style programs and views at runtime positions drawn too, and 36
 # nn.Modules with state on both paths (test_fuzz_modules.py, about 50 s of it).
 pytest: $(STAMP)
 	@start=$$(date +%s); \

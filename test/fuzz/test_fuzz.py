@@ -40,7 +40,7 @@ import outofplace
 from outofplace.backends.iree import IreeCompileError
 from fuzz_programs import Program, assert_program_matches_eager, programs
 
-FIXED_PROGRAMS = 200  # the fixed-seed budget of `make test`: about half a second each
+FIXED_PROGRAMS = 150  # the fixed-seed budget of `make test`: about half a second each
 PROGRAMS_PER_SHARD = 25
 LONG_PROGRAMS_PER_SHARD = 100
 BUDGET = int(os.environ.get("OUTOFPLACE_FUZZ_EXAMPLES", "0") or 0)

@@ -52,3 +52,19 @@ def test_write_through_as_strided_of_a_strided_argument(dtype):
     matrix = torch.arange(12, dtype=dtype).view(4, 3)
     both_paths(write_through_as_strided_of_a_strided_argument, matrix[:, 0],
                torch.tensor([True]))
+
+
+def as_strided_of_a_view_at_a_runtime_position(x, pos):
+    v = x[pos, 0].view(-1)  # a view at a runtime position, traced as a copy
+    return v.as_strided((1,), (1,)) * 2
+
+
+def test_as_strided_of_a_view_at_a_runtime_position_is_refused_not_crashed():
+    """torch-mlir's as_strided of the traced copy of `x[pos, 0]` (0-d) indexed it with
+    no index tensors, which crashed its lowering (a segfault: fuzz 10k run program
+    1731); where such a view starts in storage is known only at the call: refused at its
+    line."""
+    import outofplace
+    with pytest.raises(outofplace.UnsupportedMutationError, match="runtime position"):
+        outofplace.compile(as_strided_of_a_view_at_a_runtime_position,
+                           (torch.randn(2, 2), torch.tensor(1)))

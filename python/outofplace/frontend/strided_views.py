@@ -14,8 +14,8 @@ import torch.fx
 from .. import op_registry
 from ..errors import UnsupportedMutationError
 from .fx_graph import (
-    call, element_offsets, fake_mode_of, is_list_view, source_line, storage_of,
-    view_base, view_roots, writes_root)
+    call, element_offsets, fake_mode_of, is_list_view, is_position_view, source_line,
+    storage_of, view_base, view_roots, writes_root)
 
 
 _READ_AT_USE = "outofplace_read_at_use"  # an as_strided placed right before its one use
@@ -67,9 +67,9 @@ def _positions_in_root(view: torch.fx.Node, root: torch.fx.Node) -> torch.Tensor
 def _at_positions(graph: torch.fx.Graph, root: torch.fx.Node,
                   positions: torch.Tensor) -> tuple[torch.fx.Node, list[torch.fx.Node]]:
     """The root as indexed by `positions` (in its own order): a flat view of a
-    contiguous root and the positions, else the root and the positions as an index of
-    each of its dimensions."""
-    if root.meta["val"].is_contiguous():
+    contiguous root (or of one with fewer than two dimensions) and the positions, else
+    the root and the positions as an index of each of its dimensions."""
+    if root.meta["val"].is_contiguous() or root.meta["val"].dim() < 2:
         return call(graph, torch.ops.aten.view.default, root, [-1]), \
             [_constant(graph, positions)]
     return root, [_constant(graph, index) for index in
@@ -99,6 +99,12 @@ def strided_views_of_roots(graph: torch.fx.Graph) -> None:
         val, root_val = node.meta["val"], root.meta["val"]
         base = node.args[0]
         while isinstance(base, torch.fx.Node) and base is not root:
+            if is_position_view(base):  # traced as a copy: torch-mlir's as_strided of it
+                # indexes the copy, not the storage eager reads (and crashes on a 0-d one)
+                raise UnsupportedMutationError(
+                    op_registry.mlir_name(node.target), "of a view at a runtime position "
+                    "(`x[pos]` with a 0-d tensor `pos`): where it starts in storage is "
+                    "known only at the call", location=source_line(node))
             if base.meta["val"].numel() == 0:  # tracing may place it elsewhere than eager
                 raise UnsupportedMutationError(
                     op_registry.mlir_name(node.target), "of a view without elements: "
