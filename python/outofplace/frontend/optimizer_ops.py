@@ -266,7 +266,9 @@ def numbers_at_their_ops_dtype(graph: torch.fx.Graph) -> None:
     tensor of the program, read at the dtype the op computes in with a Python number,
     as eager reads it. NAdam's `mu_product *= mu` multiplies a float32 state by a number
     computed in float64 from the step: eager by `mu` rounded to float32; two 0-d tensors
-    would compute in float64, then round (one unit in the last place off)."""
+    would compute in float64, then round (one unit in the last place off). With a
+    float16 or bfloat16 tensor, eager computes in float32 with the number: float32 here,
+    which reduced_precision.py then reads as the number it is."""
     from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
     numbers: set[torch.fx.Node] = set()
@@ -294,6 +296,8 @@ def numbers_at_their_ops_dtype(graph: torch.fx.Graph) -> None:
         _, dtype = elementwise_dtypes(
             *(a.meta["val"] for a in own), 1.0,
             type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        if dtype in (torch.float16, torch.bfloat16):  # eager's kernel computes in float32,
+            dtype = torch.float32  # the number in it (reduced_precision.py reads it so)
         for number in [a for a in inputs if a in numbers]:
             if number.meta["val"].dtype != dtype:
                 with graph.inserting_before(node):

@@ -41,8 +41,19 @@ def _is_reduced(value: object) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype in REDUCED
 
 
+def _scalar_tensor(value: object, dtype: torch.dtype) -> bool:
+    """A 0-d floating tensor of another dtype than the op's (a number `.item()` gave, a
+    step count): eager's kernel reads it as it reads a Python number (a CPU scalar's
+    `original_scalar_value`), so it is one here too."""
+    val = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+    return isinstance(val, torch.Tensor) and val.dim() == 0 and \
+        val.is_floating_point() and val.dtype != dtype
+
+
 def _reads_a_number(node: torch.fx.Node) -> bool:
-    return any(isinstance(value, (int, float)) and not isinstance(value, bool)
+    dtype = node.meta["val"].dtype
+    return any(isinstance(value, (int, float)) and not isinstance(value, bool) or
+               _scalar_tensor(value, dtype)
                for value in (*node.args, *node.kwargs.values()))
 
 
@@ -94,7 +105,11 @@ def _pointwise_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     def operand(value: object) -> object:
         if rounded and isinstance(value, (int, float)) and not isinstance(value, bool):
             return torch.tensor(value, dtype=dtype).item()
-        return _in_float32(graph, value)
+        if rounded and _scalar_tensor(value, dtype):  # rounded to the dtype, then widened
+            return call(graph, A._to_copy.default,
+                        call(graph, A._to_copy.default, value, dtype=dtype),
+                        dtype=torch.float32)
+        return _in_float32(graph, value)  # (a wider 0-d tensor stays: read as a number)
 
     if node.target is torch.ops.prims.fma.default:
         _product_in_float32(graph, node)
