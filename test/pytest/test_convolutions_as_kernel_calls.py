@@ -310,21 +310,28 @@ def test_gradients_as_eagers_kernels_match_eager(path, dtype, rewritten, monkeyp
     assert any(plan["transposed"] and plan["stride"] == [1, 1] for plan in rewritten)
 
 
-def test_weight_gradient_call_and_its_attributes():
-    """The weight gradient's call, read through the bindings: aten::convolution_backward
-    on (gradient, input) only, the weight given as sizes, one result (return 1)."""
-    from torch_mlir import ir
-
+def _gradient_calls(of_weight: bool) -> tuple:
+    """A 3x3 convolution's gradient of its weight (or its input), compiled and checked
+    against eager; the legalized module and its kernel calls."""
     torch.manual_seed(0)
     x = torch.randn(8, 32, 16, 16, requires_grad=True)
     w = torch.randn(32, 32, 3, 3, requires_grad=True)
 
     def f(x, w):
-        return torch.autograd.grad(F.conv2d(x, w, padding=1).square().sum(), w)[0]
+        return torch.autograd.grad(F.conv2d(x, w, padding=1).square().sum(),
+                                   w if of_weight else x)[0]
 
     compiled = outofplace.compile(f, (x, w), cache=False)
     torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-3)
-    module, calls = legalized_calls(compiled)
+    return legalized_calls(compiled)
+
+
+def test_weight_gradient_call_and_its_attributes():
+    """The weight gradient's call, read through the bindings: aten::convolution_backward
+    on (gradient, input) only, the weight given as sizes, one result (return 1)."""
+    from torch_mlir import ir
+
+    module, calls = _gradient_calls(of_weight=True)
     config = [ir.DictAttr(op.attributes["backend_config"]) for op in calls]
     gradients = [c for c in config if ir.StringAttr(c["outofplace.op"]).value ==
                  pass_module.BACKWARD]
@@ -341,16 +348,7 @@ def test_weight_of_a_stride_1_input_gradient_is_not_copied():
     no transpose or reverse of it is left for XLA to compute."""
     from torch_mlir import ir
 
-    torch.manual_seed(0)
-    x = torch.randn(8, 32, 16, 16, requires_grad=True)
-    w = torch.randn(32, 32, 3, 3, requires_grad=True)
-
-    def f(x, w):
-        return torch.autograd.grad(F.conv2d(x, w, padding=1).square().sum(), x)[0]
-
-    compiled = outofplace.compile(f, (x, w), cache=False)
-    torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-3)
-    module, calls = legalized_calls(compiled)
+    module, calls = _gradient_calls(of_weight=False)
     transposed = [op for op in calls if ir.BoolAttr(
         ir.DictAttr(op.attributes["backend_config"])["transposed"]).value]
     assert len(transposed) == 1

@@ -343,24 +343,30 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
         out_shape = ranked_shape(op.result)
         order = [numbers.output_batch_dimension, numbers.output_feature_dimension,
                  *numbers.output_spatial_dimensions]
-        i64 = ir.IntegerType.get_signless(64)
-        config = {
-            kernel_calls.OP_NAME: ir.StringAttr.get(TARGET),
-            "outofplace.tensors": ir.DenseI64ArrayAttr.get([0, 1]),
-            "outofplace.operands": ir.DenseI64ArrayAttr.get([0, 1]),
-            "outofplace.results": ir.DenseI64ArrayAttr.get([-1, -1]),
-            "stride": ir.DenseI64ArrayAttr.get(plan["stride"]),
-            "padding": ir.DenseI64ArrayAttr.get(plan["padding"]),
-            "dilation": ir.DenseI64ArrayAttr.get(plan["dilation"]),
-            "transposed": ir.BoolAttr.get(plan["transposed"]),
-            "output_padding": ir.DenseI64ArrayAttr.get(plan["output_padding"]),
-            "groups": ir.IntegerAttr.get(i64, groups),
-        }
+        config = _config(TARGET, plan, plan["transposed"], groups)
         call = _call([x, w], [out_shape[d] for d in order], element, config)
         # to the convolution's output layout
         result = _transpose(call, [order.index(d) for d in range(rank + 2)])
     rewriter.replace_op(op, [result])
     return False
+
+
+def _config(op: str, plan: dict, transposed: bool, groups: int
+            ) -> dict[str, ir.Attribute]:
+    """The handler's attributes of an aten convolution op `op` (both tensors read as
+    given, results written by the handler) with the convolution's `plan`."""
+    return {
+        kernel_calls.OP_NAME: ir.StringAttr.get(op),
+        "outofplace.tensors": ir.DenseI64ArrayAttr.get([0, 1]),
+        "outofplace.operands": ir.DenseI64ArrayAttr.get([0, 1]),
+        "outofplace.results": ir.DenseI64ArrayAttr.get([-1, -1]),
+        "stride": ir.DenseI64ArrayAttr.get(plan["stride"]),
+        "padding": ir.DenseI64ArrayAttr.get(plan["padding"]),
+        "dilation": ir.DenseI64ArrayAttr.get(plan["dilation"]),
+        "transposed": ir.BoolAttr.get(transposed),
+        "output_padding": ir.DenseI64ArrayAttr.get(plan["output_padding"]),
+        "groups": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), groups),
+    }
 
 
 def _call(operands: list[ir.Value], shape: list[int], element: ir.Type,
@@ -401,22 +407,10 @@ def _rewrite_weight_gradient(op: ir.Operation, plan: dict,
         g = _compact(_transpose(g, [numbers.kernel_input_feature_dimension,
                                     numbers.kernel_output_feature_dimension,
                                     *numbers.kernel_spatial_dimensions]))
-        i64 = ir.IntegerType.get_signless(64)
-        config = {
-            kernel_calls.OP_NAME: ir.StringAttr.get(BACKWARD),
-            "outofplace.tensors": ir.DenseI64ArrayAttr.get([0, 1]),
-            "outofplace.operands": ir.DenseI64ArrayAttr.get([0, 1]),
-            "outofplace.results": ir.DenseI64ArrayAttr.get([-1, -1]),
-            "outofplace.unread.2": ir.DenseI64ArrayAttr.get(shape),
-            "outofplace.returns": ir.DenseI64ArrayAttr.get([1]),
-            "stride": ir.DenseI64ArrayAttr.get(plan["stride"]),
-            "padding": ir.DenseI64ArrayAttr.get(plan["padding"]),
-            "dilation": ir.DenseI64ArrayAttr.get(plan["dilation"]),
-            "transposed": ir.BoolAttr.get(False),
-            "output_padding": ir.DenseI64ArrayAttr.get(plan["output_padding"]),
-            "groups": ir.IntegerAttr.get(i64, 1),
-            "output_mask": ir.DenseI64ArrayAttr.get([0, 1, 0]),
-        }
+        config = {**_config(BACKWARD, plan, False, 1),
+                  "outofplace.unread.2": ir.DenseI64ArrayAttr.get(shape),
+                  "outofplace.returns": ir.DenseI64ArrayAttr.get([1]),
+                  "output_mask": ir.DenseI64ArrayAttr.get([0, 1, 0])}
         call = _call([g, x], shape, element, config)
         result = _transpose(call, [order.index(d) for d in range(rank + 2)])
     rewriter.replace_op(op, [result])
