@@ -92,7 +92,8 @@ def arguments(signature: ProgramSignature, source: Any, io_map: dict[int, int],
         if i in io_map:
             check_writable(name, value, given[i], i >= len(state))
     signature.symbolic_sizes.check(names, inputs)
-    signature.refuse_written_inputs_sharing_memory(inputs)
+    if signature.shared_views(inputs) == signature.input_views:  # else traced again
+        signature.refuse_written_inputs_sharing_memory(inputs)
     return inputs
 
 
@@ -143,24 +144,35 @@ def check_count(signature: ProgramSignature, args: tuple, kwargs: dict) -> None:
                             f"arguments (tensors: {', '.join(user_names)}), got {got}")
 
 
-def relayout(names: list[str], traced: list[tuple], inputs: list[torch.Tensor],
+def relayout(signature: ProgramSignature, traced: list[tuple], inputs: list[torch.Tensor],
              retraceable: bool) -> tuple | None:
-    """None when the arguments (which passed `arguments`) have the traced layouts, else
-    their layouts, for which the program is traced again (with a warning): eager's
-    `reshape`, `contiguous` and `as_strided` may alias for one layout and copy for
-    another, so a program traced for one is not run on another. A program that cannot
-    be traced again (an ExportedProgram) refuses another layout."""
+    """None when the arguments (which passed `arguments`) have the traced layouts and
+    view each other as traced (`signature.input_views`), else their layouts and views,
+    for which the program is traced again (with a warning): eager's `reshape`,
+    `contiguous` and `as_strided` may alias for one layout and copy for another, and a
+    write through an argument shows through those viewing it, so a program traced for
+    one is not run on another. A program that cannot be traced again (an
+    ExportedProgram) refuses another layout."""
+    names = signature.input_names
     layouts = [layout(t) for t in inputs]
-    if layouts == traced:
+    views = signature.shared_views(inputs)
+    if layouts == traced and views == signature.input_views:
         return None
-    i, name = next((i, n) for i, n in enumerate(names) if layouts[i] != traced[i])
-    what = (f"argument '{name}' has {_describe_layout(layouts[i])}; the program was "
-            f"traced with {_describe_layout(traced[i])}")
+    if layouts != traced:
+        i, name = next((i, n) for i, n in enumerate(names) if layouts[i] != traced[i])
+        what = (f"argument '{name}' has {_describe_layout(layouts[i])}; the program was "
+                f"traced with {_describe_layout(traced[i])}")
+    else:
+        def described(views: dict[int, tuple[int, tuple]]) -> str:
+            return ", ".join(f"'{names[i]}' a view of '{names[base]}'"
+                             for i, (base, _) in views.items()) or "no views"
+        what = (f"the arguments share memory otherwise than when traced: "
+                f"{described(views)} (traced: {described(signature.input_views)})")
     if not retraceable:
         raise ValueError(f"{what}, and an ExportedProgram cannot be traced again: pass "
                          "tensors with the traced layout (for example .contiguous())")
     warnings.warn(f"{what}: compiling it again for this layout", stacklevel=5)
-    return tuple(layouts)
+    return tuple(layouts), tuple(views.items())
 
 
 def planned(state: int, io_map: dict[int, int], inputs: list[torch.Tensor]

@@ -25,7 +25,8 @@ import torch
 
 from .compiled import Compiled
 from .compiled import compile as compile_program
-from .frontend.input_views import take_view, view_layout, views_of_inputs
+from .frontend.input_views import take_view
+from .memory import view_layout, views_of_inputs
 
 # Programs kept per graph with symbolic sizes; past this the least recently used goes.
 SHAPE_CACHE_SIZE = 16

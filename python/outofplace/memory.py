@@ -1,11 +1,14 @@
-"""Which bytes of its storage a tensor, real or fake, covers, and whether two tensors
-share one: read by the frontend on fake values (what aliases what in the trace) and by
-every call on the caller's tensors (signature.py: a written argument sharing memory with
-another is refused).
+"""Which bytes of its storage a tensor, real or fake, covers, whether two tensors share
+one and whether one views the other's elements: read by the frontend on fake values
+(what aliases what in the trace) and by every call on the caller's tensors (signature.py:
+arguments viewing another are taken from it, a written argument sharing memory otherwise
+is refused).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import torch
@@ -48,3 +51,76 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.itemsize != b.itemsize or a.numel() + b.numel() > _OVERLAP_TEST_LIMIT:
         return True
     return bool(torch.isin(element_offsets(a), element_offsets(b)).any())
+
+
+def _symbolic(tensor: torch.Tensor) -> bool:
+    return any(isinstance(d, torch.SymInt) for d in (*tensor.shape, *tensor.stride()))
+
+
+def view_layout(view: Any, base: Any) -> tuple | None:
+    """Where `view` sits in `base`'s memory, (size, stride, storage offset, base's size,
+    stride and storage offset), when base is of view's dtype and each element of view is
+    an element of base; else None."""
+    if not (isinstance(view, torch.Tensor) and isinstance(base, torch.Tensor)) or \
+            _symbolic(view) or _symbolic(base) or not view.numel() or \
+            view.dtype != base.dtype or \
+            view.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
+        return None
+    layout = (tuple(view.shape), view.stride(), view.storage_offset(),
+              tuple(base.shape), base.stride(), base.storage_offset())
+    return layout if within(layout) else None
+
+
+@functools.lru_cache(maxsize=256)
+def within(layout: tuple) -> bool:
+    """Whether every element of the first strided layout (size, stride, offset) is an
+    element of the second."""
+    def extent(size: tuple, stride: tuple, offset: int) -> tuple[int, int]:
+        return offset, offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
+
+    def offsets(size: tuple, stride: tuple, offset: int) -> torch.Tensor:
+        addresses = torch.tensor(offset)
+        for dim, (n, s) in enumerate(zip(size, stride)):
+            shape = [1] * len(size)
+            shape[dim] = n
+            addresses = addresses + torch.arange(n).view(shape) * s
+        return addresses.reshape(-1)
+
+    view, base = layout[:3], layout[3:]
+    (start, end), (first, last) = extent(*base), extent(*view)
+    if min(view[1], default=0) < 0 or min(base[1], default=0) < 0 or \
+            not start <= first <= last <= end:
+        return False
+    if math.prod(base[0]) == end - start:  # base covers its extent: contiguous
+        return True
+    if math.prod(view[0]) + math.prod(base[0]) > 1 << 22:
+        return False  # too large to test element by element
+    return bool(torch.isin(offsets(*view), offsets(*base)).all())
+
+
+def views_of_inputs(inputs: list[Any]) -> dict[int, int]:
+    """The inputs that are views of another input's memory, each with that input (its
+    base): {view: base}. A graph break hands the next graph a view of a tensor beside
+    the tensor itself (`stack0 = x[:, pos]` computed eagerly, then `x[:, 0] = stack0`).
+    A view's base is the largest input of its storage whose elements include the view's
+    (so itself no view of another): inputs side by side in one buffer are each the base
+    of their own views."""
+    groups: dict[int, list[int]] = {}
+    for i, tensor in enumerate(inputs):
+        if isinstance(tensor, torch.Tensor) and tensor.numel():
+            groups.setdefault(tensor.untyped_storage()._cdata, []).append(i)
+    views = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        largest_first = sorted(members, key=lambda i: (-inputs[i].numel(),
+                                                     not inputs[i].is_contiguous(), i))
+        roots: list[int] = []  # the bases: larger inputs come first
+        for i in largest_first:
+            base = next((b for b in roots if view_layout(inputs[i], inputs[b]) is not None),
+                        None)
+            if base is None:
+                roots.append(i)
+            else:
+                views[i] = base
+    return views

@@ -228,13 +228,14 @@ class Compiled:
         """The program compiled for the arguments' layouts, when they are not the traced
         ones (call_checks.relayout), else None."""
         strides = [(t.stride(), t.storage_offset()) for t in inputs]
-        if strides == self._traced_strides:  # checked before: the traced layouts
-            return None
+        views = self.signature.shared_views(inputs)
+        if strides == self._traced_strides and views == self.signature.input_views:
+            return None  # checked before: the traced layouts
         layouts = [call_checks.layout(t) for t in inputs]
-        other = self._relaid.get(tuple(layouts))
+        other = self._relaid.get((tuple(layouts), tuple(views.items())))
         if other is not None:
             return other
-        key = call_checks.relayout(self.input_names, self.plan.layouts, inputs,
+        key = call_checks.relayout(self.signature, self.plan.layouts, inputs,
                                    self.plan.retrace is not None)
         if key is None:
             self._traced_strides = strides

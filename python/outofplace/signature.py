@@ -22,7 +22,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 
 from .errors import UnsupportedMutationError
-from .memory import overlaps
+from .memory import overlaps, view_layout, views_of_inputs
 from .symbolic_sizes import SymbolicSizes
 
 # On an argument of main: the index of the result holding its new value (the written
@@ -137,6 +137,11 @@ class ProgramSignature:
     # view another's elements (frontend/input_views.py), no arguments of main but taken
     # inside it from their base; a `StateView` guard checks each still views it there.
     state_views: dict[str, tuple[str, tuple]] = field(default_factory=dict)
+    # Argument index -> (its base's index, the view's layout): the user's tensors that
+    # viewed another argument's elements when traced (`f(x, x[0])`), taken inside main
+    # from that one (their own argument unread). A call whose arguments view each other
+    # otherwise (`shared_views`) is compiled again for them.
+    input_views: dict[int, tuple[int, tuple]] = field(default_factory=dict)
 
     @functools.cached_property
     def flat_tensors(self) -> tuple[int, tuple[str, ...]] | None:
@@ -202,10 +207,23 @@ class ProgramSignature:
     def _written_arguments(self) -> list[int]:
         return [i for i, name in enumerate(self.input_names) if name in self.first_writes]
 
+    def shared_views(self, inputs: list[torch.Tensor]) -> dict[int, tuple[int, tuple]]:
+        """For arguments (one per argument of main), the user's tensors among them that
+        view another's elements, as `input_views` records them."""
+        storages = [value.untyped_storage()._cdata for value in inputs]
+        if len(set(storages)) == len(storages):  # nothing shares memory (the usual call)
+            return {}
+        views = views_of_inputs(inputs)
+        state = len(self.state_targets)
+        return {i: (base, view_layout(inputs[i], inputs[base]))
+                for i, base in sorted(views.items())
+                if i >= state and not inputs[i].is_complex()}
+
     def refuse_written_inputs_sharing_memory(self, inputs: list[torch.Tensor]) -> None:
         """Refuses arguments (one per argument of main) of which one is written in place
-        and shares memory with another: eager's write shows through the other, which the
-        compiled program, taking them as separate values, cannot do."""
+        and shares memory with another that is no view main takes of it (`input_views`):
+        eager's write shows through the other, which the compiled program, taking them as
+        separate values, cannot do."""
         written = self._written_arguments
         if not written:
             return
@@ -214,7 +232,8 @@ class ProgramSignature:
         for i in written:
             name = self.input_names[i]
             for j, storage in enumerate(storages):
-                if storage == storages[i] and j != i and overlaps(inputs[i], inputs[j]):
+                if storage == storages[i] and j != i and j not in self.input_views and \
+                        overlaps(inputs[i], inputs[j]):
                     op, location = self.first_writes[name]
                     raise UnsupportedMutationError(
                         op, f"it writes argument `{name}`, which shares memory with "

@@ -489,27 +489,40 @@ def assert_sharing_refused(error, op: str, pair: tuple[str, str], line: int) -> 
     assert_error_at(error, op, _sharing_reason(written, other), line)
 
 
-@pytest.mark.parametrize("second", [lambda x: x, lambda x: x[1:], lambda x: x.view(2, 3)[0],
-                                    lambda x: x.view(2, 3).t()[1:]],
-                         ids=["same", "slice", "view", "transpose"])
+@pytest.mark.parametrize("second", [lambda x: x[3:], lambda x: x.view(2, 3).t()[1:]],
+                         ids=["overlapping a slice", "overlapping a transpose"])
 def test_written_argument_sharing_memory_with_another_is_refused(second) -> None:
-    x = torch.randn(6)
+    """Two arguments partly overlapping, neither viewing the other (a view of another
+    argument is taken from it: test_input_views.py)."""
+    x = torch.randn(8)
     with pytest.raises(outofplace.UnsupportedMutationError) as info:
-        outofplace.compile(scale_first_read_second, (x, second(x)))
+        outofplace.compile(scale_first_read_second, (x[:6], second(x[2:])))
     assert_sharing_refused(info.value, "torch.aten.mul_.Tensor", ("a", "b"),
                            scale_first_read_second.__code__.co_firstlineno + 1)
 
 
 def test_call_with_arguments_sharing_memory_is_refused() -> None:
-    """Compiled with separate tensors, called with one that views the other."""
+    """Compiled with separate tensors, called with two that overlap in part."""
     compiled = outofplace.compile(scale_first_read_second, (torch.randn(6), torch.randn(5)))
-    x = torch.randn(6)
+    x = torch.randn(9)
     before = x.clone()
     with pytest.raises(outofplace.UnsupportedMutationError) as info:
-        compiled(x, x[1:])
+        compiled(x[:6], x[4:])
     assert_error_at(info.value, "torch.aten.mul_.Tensor", _sharing_reason("a", "b"),
                     scale_first_read_second.__code__.co_firstlineno + 1)
     assert torch.equal(x, before)  # refused before anything ran
+
+
+@pytest.mark.parametrize("second", [lambda x: x, lambda x: x[1:], lambda x: x.view(2, 3)[0],
+                                    lambda x: x.view(2, 3).t()[1:]],
+                         ids=["same", "slice", "view", "transpose"])
+def test_written_argument_viewed_by_another_matches_eager(second) -> None:
+    """An argument viewing the written one is taken from it inside the program, so the
+    write shows through it as in eager (these were refused as sharing memory)."""
+    from differential import assert_matches_eager
+    x = torch.randn(6)
+    compiled = assert_matches_eager(scale_first_read_second, x, second(x))
+    assert compiled.signature.input_views
 
 
 def add_both(a, b):
@@ -534,12 +547,14 @@ class BufferAlsoPassed(torch.nn.Module):
         return x * 2
 
 
-def test_written_buffer_passed_as_an_argument_is_refused() -> None:
-    module = BufferAlsoPassed()
-    with pytest.raises(outofplace.UnsupportedMutationError) as info:
-        outofplace.compile(module, (module.total,))
-    assert_sharing_refused(info.value, "torch.aten.add_.Tensor", ("total", "x"),
-                           BufferAlsoPassed.forward.__code__.co_firstlineno + 1)
+def test_written_buffer_passed_as_an_argument_matches_eager() -> None:
+    """`m(m.total)`: the argument views the buffer the module writes, and is taken from
+    it inside the program (it was refused as sharing memory)."""
+    module, eager = BufferAlsoPassed(), BufferAlsoPassed()
+    compiled = outofplace.compile(module, (module.total,))
+    for _ in range(2):
+        assert torch.equal(compiled(module.total), eager(eager.total))
+        assert torch.equal(module.total, eager.total)
 
 
 def test_a_changed_non_tensor_argument_is_refused_at_the_call():

@@ -357,7 +357,7 @@ def test_attention_after_the_write_at_batch_one_stays_in_place(batch) -> None:
     (lambda c, cache, pos, k: c(cache, 3, k), TypeError, ["'pos'", "tensor", "int"]),
     (lambda c, cache, pos, k: c(cache.requires_grad_(), pos, k), ValueError,
      ["'cache'", "requires grad", "in place"]),
-    (lambda c, cache, pos, k: c(cache, pos, cache.view(-1)[:64].view(k.shape)),
+    (lambda c, cache, pos, k: c(*_partly_overlapping(cache, pos, k)),
      UnsupportedMutationError, ["`cache`", "shares memory with argument `k`"]),
     (lambda c, cache, pos, k: c(cache, pos, k, k), TypeError,
      ["3 positional arguments", "got 4"]),
@@ -383,6 +383,16 @@ def _expanded(cache):
     return cache[:, :1].expand(cache.shape)
 
 
+def _partly_overlapping(cache, pos, k):
+    """The cache laid out as planned and k in one buffer, k's first half the cache's last
+    elements, its second half beyond them: neither views the other (an argument viewing
+    another is taken from it, graph_preparation._take_input_views)."""
+    buffer = torch.cat([cache.reshape(-1), k.reshape(-1)])
+    start = cache.numel() - k.numel() // 2
+    return (buffer[:cache.numel()].view(cache.shape), pos,
+            buffer[start:start + k.numel()].view(k.shape))
+
+
 # A call of step(cache, pos, k) made bad one way each: (cache, pos, k) -> (args, kwargs),
 # `cache` the tensor the first call adopted, so that a call laid out as planned reaches
 # the planned call's own checks (a written argument XLA's already, requiring grad or
@@ -401,8 +411,7 @@ BAD_CALLS = {
     "a written non-leaf requiring grad": lambda cache, pos, k: (
         (cache.clone().requires_grad_() * 1, pos, k), {}),
     "written with overlapping elements": lambda cache, pos, k: ((_expanded(cache), pos, k), {}),
-    "written sharing memory": lambda cache, pos, k: (
-        (cache, pos, cache.view(-1)[:64].view(k.shape)), {}),
+    "written sharing memory": lambda cache, pos, k: (_partly_overlapping(cache, pos, k), {}),
 }
 
 

@@ -26,6 +26,7 @@ from . import (bounds_checks, complex_pairs, control_flow, fx_rewrites, higher_o
                input_views, meta_state, training)
 from .. import op_registry
 from ..errors import UnsupportedMutationError
+from ..memory import view_layout, views_of_inputs
 from ..signature import Input, ProgramSignature, Result
 from .fx_graph import (call, is_position_view, op_effects, operand_at, source_line,
                        storage_of, view_roots)
@@ -94,14 +95,15 @@ def _propagate_fake_values(gm: torch.fx.GraphModule) -> None:
 
 
 def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
-                   check_bounds: bool = False
+                   check_bounds: bool = False, leaves: list[Any] | None = None
                    ) -> tuple[torch.fx.GraphModule, ProgramSignature]:
     """A copy of the exported graph whose placeholders are exactly main's arguments.
 
     Tensor constants become module attributes (imported as literals), unless they are
     state the caller holds (training.py): then they are arguments found by their path
     from `roots` at every call. Constant user inputs are substituted, and constant
-    outputs are kept aside for the caller.
+    outputs are kept aside for the caller. `leaves` (of the user's (args, kwargs) as
+    traced) says which user tensors view another argument (`_take_input_views`).
     """
     graph = torch.fx.Graph()  # a copy: an ExportedProgram the user passed stays intact
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -170,7 +172,12 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
         else:
             raise UnsupportedMutationError(
                 str(spec.kind), f"input {spec.arg} of this kind is not supported")
-
+    values = {node: value for value, node in state}
+    values.update((arguments[len(state_targets) + k], leaves[position])
+                  for k, position in enumerate(user_input_leaves) if leaves is not None)
+    input_views = _take_input_views(graph, arguments, len(state_targets),
+                                    [values.get(node) for node in arguments])
+    redirected = redirected or bool(input_views)
     if redirected:  # storages of the fake values must agree with the new aliasing
         _propagate_fake_values(gm)
     _, written = view_roots(graph)
@@ -240,8 +247,32 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
                                  bounds_result=None if flags is None else kept[flags],
                                  complex_arguments=complex_arguments,
                                  complex_results=complex_results,
-                                 guards=read_constants, state_views=state_views)
+                                 guards=read_constants, state_views=state_views,
+                                 input_views=input_views)
     return gm, signature
+
+
+def _take_input_views(graph: torch.fx.Graph, arguments: list[torch.fx.Node], state: int,
+                      values: list[Any]) -> dict[int, tuple[int, tuple]]:
+    """Each user tensor that views the elements of another argument of main (`f(x,
+    x[0])`, `m(m.cache[1])`; `values` are the caller's tensors, None where unknown)
+    taken inside the program from that one (input_views.take_view): as separate
+    arguments, a write through one would not show through the other. The view's
+    argument stays, unread. Returns its index -> (its base's, the view's layout): a call
+    whose arguments are not laid out so is compiled again (call_checks.shared_views)."""
+    views = {i: base for i, base in views_of_inputs(values).items()
+             if i >= state and not values[i].is_complex()}
+    if not views:
+        return {}
+    body = next(n for n in graph.nodes if n.op != "placeholder")
+    taken = {}
+    with graph.inserting_before(body):
+        for i, base in sorted(views.items()):
+            layout = view_layout(values[i], values[base])
+            arguments[i].replace_all_uses_with(
+                input_views.take_view(graph, arguments[base], layout))
+            taken[i] = (base, layout)
+    return taken
 
 
 def _take_state_views(ep: ExportedProgram, graph: torch.fx.Graph,
@@ -254,14 +285,14 @@ def _take_state_views(ep: ExportedProgram, graph: torch.fx.Graph,
     target -> (its base's target, the view's layout)."""
     targets = [spec.target for spec in ep.graph_signature.input_specs
                if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
-    views = input_views.views_of_inputs([value for value, _ in state])
+    views = views_of_inputs([value for value, _ in state])
     if not views:
         return {}
     body = next(n for n in graph.nodes if n.op != "placeholder")
     taken = {}
     with graph.inserting_before(body):
         for i, base in views.items():
-            layout = input_views.view_layout(state[i][0], state[base][0])
+            layout = view_layout(state[i][0], state[base][0])
             view = input_views.take_view(graph, state[base][1], layout)
             state[i][1].replace_all_uses_with(view)
             graph.erase_node(state[i][1])

@@ -13,6 +13,7 @@ import functools
 from typing import Any, Callable
 
 import torch
+import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch_mlir import ir
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
@@ -43,13 +44,15 @@ class _InlineConstants(FxImporterHooks):
 
 
 def import_program(ep: ExportedProgram, context: ir.Context,
-                   roots: dict[str, Any] | None = None, check_bounds: bool = False
-                   ) -> tuple[ir.Module, ProgramSignature]:
+                   roots: dict[str, Any] | None = None, check_bounds: bool = False,
+                   leaves: list[Any] | None = None) -> tuple[ir.Module, ProgramSignature]:
     """Imports an exported program into mutable torch IR with named arguments; state it
     reaches through Python objects is looked for from `roots` (training.program_roots).
-    `check_bounds` adds the flags of frontend/bounds_checks.py as a result."""
+    `check_bounds` adds the flags of frontend/bounds_checks.py as a result. `leaves` are
+    those of the user's (args, kwargs) it was traced with (a user tensor viewing another
+    argument is taken from it)."""
     with torch.no_grad():  # fake values of the rewrites are values, not autograd steps
-        gm, signature = prepare_graph(ep, roots, check_bounds)
+        gm, signature = prepare_graph(ep, roots, check_bounds, leaves)
     refuse_data_dependent_shapes(gm.graph)
     importer = FxImporter(context=context, hooks=_InlineConstants())
     func_op = importer.import_stateless_graph(gm.graph, func_name="main")
@@ -66,6 +69,14 @@ def import_program(ep: ExportedProgram, context: ir.Context,
                 ir.IntegerType.get_signless(64), signature.bounds_result)
         module.operation.verify()
     return module, signature
+
+
+def _leaves(ep: ExportedProgram, args: tuple, kwargs: dict) -> list[Any]:
+    """The leaves of the user's (args, kwargs), keyword arguments in the program's order."""
+    spec = ep.call_spec.in_spec
+    if spec is not None and spec.num_children == 2 and kwargs:
+        kwargs = {k: kwargs[k] for k in spec.child(1).context if k in kwargs}
+    return pytree.tree_leaves((tuple(args), kwargs))
 
 
 def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Context,
@@ -85,7 +96,8 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     with progress.stage("trace"):
         ep = tracing.export(source, args, kwargs, steps, dynamic_shapes)
     with progress.stage("import"):
-        module, signature = import_program(ep, context, roots, check_bounds)
+        module, signature = import_program(ep, context, roots, check_bounds,
+                                           _leaves(ep, args, kwargs or {}))
         with context:  # the process groups of its collectives, if any
             collectives.annotate(module)
     if not isinstance(f, (torch.nn.Module, ExportedProgram)):
