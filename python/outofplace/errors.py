@@ -47,11 +47,15 @@ class UnsupportedMutationError(UserError):
     """
 
     def __init__(self, op: str, reason: str, *, index: str | None = None,
-                 location: str = "") -> None:
+                 location: str = "", shape_from_values: bool = False) -> None:
         self.op = op
         self.reason = reason
         self.index = index
         self.location = location
+        # The op's shape depends on tensor values (`x[mask]`), which one static-shape
+        # program cannot express: torch.compile's dynamo splits such a program there
+        # and runs the op eagerly between two graphs (docs/api.md).
+        self.shape_from_values = shape_from_values
         where = f"{location}: " if location else ""
         at = f" at index {index}" if index else ""
         super().__init__(f"{where}unsupported mutation by {op}{at}: {reason}")

@@ -268,10 +268,12 @@ class Compiled:
         the executable while they are laid out as these (call_checks.planned says what it
         re-checks); it returns None for any other call, which `run` then checks (raises,
         or compiles for another layout). Not made for calls needing more than that (a
-        bounds check, complex or non-tensor arguments, nested ones)."""
+        bounds check, complex or non-tensor arguments, nested ones), nor for a program
+        taking an argument from another it views (`signature.input_views`: the planned
+        call does not check which argument views which)."""
         if self.engine in ("auto", "xla") and self.bounds_check is None and \
                 self.signature.flat_tensors is not None and \
-                not self.signature.complex_arguments:
+                not self.signature.complex_arguments and not self.signature.input_views:
             layouts, written = call_checks.planned(len(self.signature.state_targets),
                                                    self.io_map, inputs)
             self._planned = xla.planned_call(self._xla, layouts, written) \

@@ -13,7 +13,9 @@ summary.txt. Each passing program's record holds a digest of its StableHLO; `--r
 K` compiles the first K passing programs again in a fresh process (on a finished run
 too) and counts those whose StableHLO differs: compiling must not depend on the process. With the engine "dynamo", a program outofplace.compile
 refuses goes through torch.compile(backend="outofplace") too: compiled there alone, it
-is a failure of the run ("one-path", issue 32: one behaviour on both paths);
+is a failure of the run ("one-path", issue 32: one behaviour on both paths), unless
+the refusal is of a shape that depends on values that dynamo cannot trace in one graph
+either and runs eagerly between two ("split", counted apart: `_other_path`);
 `--other-path-of-refused` does that for the refused programs of a run made before.
 """
 
@@ -116,7 +118,7 @@ def check(program) -> dict:
     except outofplace.UnsupportedMutationError as error:
         outcome = {"outcome": "refused", "reason": refusal_reason(error),
                    "source": program.function_source()}
-        outcome.update(_other_path(f, args, kwargs, program))
+        outcome.update(_other_path(f, args, kwargs, program, error))
     except Exception as error:  # noqa: BLE001 - every other exception is a finding
         outcome = {"outcome": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
                    "where": traceback.format_exc().splitlines()[-3:],
@@ -125,14 +127,19 @@ def check(program) -> dict:
     return outcome
 
 
-def _other_path(f, args, kwargs, program) -> dict:
+def _other_path(f, args, kwargs, program, refusal) -> dict:
     """A program outofplace.compile refused, through torch.compile(backend="outofplace")
     when the run checks that path (engine "dynamo"): refused there too ({}), compiled
     there alone and matching eager ("one-path", with how many graph breaks dynamo made:
-    a graph break runs what lies between graphs eagerly), or a finding ("failed")."""
+    a graph break runs what lies between graphs eagerly), or a finding ("failed").
+    A program refused for a shape that depends on tensor values (`x[mask]` returned:
+    `refusal.shape_from_values`) that dynamo cannot trace as one graph either
+    (`fullgraph=True` refuses it) is "split": dynamo ran that op eagerly between two
+    graphs, which a whole program compiled to one static-shape StableHLO cannot do
+    (docs/api.md), so it is no failure of the run; counted apart."""
     import torch._dynamo
     import outofplace
-    from differential import ENGINES, by_dynamo
+    from differential import ENGINES, _clone, by_dynamo
 
     if "dynamo" not in ENGINES:
         return {}
@@ -150,9 +157,20 @@ def _other_path(f, args, kwargs, program) -> dict:
                 f" {type(error).__name__}: {error}"[:2000],
                 "where": traceback.format_exc().splitlines()[-3:],
                 "reproducer": program.reproducer()}
-    return {"outcome": "one-path", "graph_breaks":
-            sum(torch._dynamo.utils.counters["graph_break"].values()) - breaks,
-            "reproducer": program.reproducer()}
+    breaks = sum(torch._dynamo.utils.counters["graph_break"].values()) - breaks
+    outcome = "one-path"
+    if breaks and refusal.shape_from_values:
+        torch._dynamo.reset()
+        whole = torch.compile(f, backend="outofplace", dynamic=False, fullgraph=True)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                whole(*_clone((args, kwargs))[0], **_clone((args, kwargs))[1])
+        except torch._dynamo.exc.Unsupported:
+            outcome = "split"
+        except Exception:  # noqa: BLE001 - compiled as one graph, or refused otherwise
+            pass
+    return {"outcome": outcome, "graph_breaks": breaks, "reproducer": program.reproducer()}
 
 
 def worker(numbers: list[int], seed: int, log: Path) -> None:
@@ -262,12 +280,14 @@ def summary(records: dict[int, dict], seed: int) -> str:
     reasons = collections.Counter(r["reason"] for r in records.values()
                                   if r["outcome"] == "refused")
     seconds = [r["seconds"] for r in records.values() if "seconds" in r]
-    programs = sum(counts[k] for k in ("passed", "refused", "one-path", "upstream",
+    programs = sum(counts[k] for k in ("passed", "refused", "one-path", "split", "upstream",
                                        "failed", "crashed"))
     lines = [f"{programs} programs (seeds {seed}..{seed + len(records) - 1}): "
              f"{counts['passed']} match eager, {counts['refused']} refused, "
              f"{counts['one-path']} refused by outofplace.compile and compiled by "
              "torch.compile alone, "
+             f"{counts['split']} refused for a shape that depends on values and run by "
+             "dynamo eagerly between two graphs (which it cannot trace as one either), "
              f"{counts['upstream']} fail on torch's own aot_eager too (PyTorch's bugs), "
              f"{counts['failed']} failed, {counts['crashed']} crashed a worker, "
              f"{counts['eager-rejects']} rejected by eager and {counts['no-program']} "
@@ -279,6 +299,9 @@ def summary(records: dict[int, dict], seed: int) -> str:
         if r["outcome"] == "one-path")
     lines += [f"  {n:6d} torch.compile alone ({'with' if breaks else 'without'} a graph "
               f"break)  {reason}" for (reason, breaks), n in one_path.most_common()]
+    split = collections.Counter(r["reason"] for r in records.values()
+                                if r["outcome"] == "split")
+    lines += [f"  {n:6d} split by dynamo  {reason}" for reason, n in split.most_common()]
     for record in records.values():
         if record["outcome"] in ("failed", "crashed", "upstream"):
             lines += ["", f"--- program {record['number']}: {record['outcome']} "

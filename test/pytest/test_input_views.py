@@ -299,3 +299,23 @@ def test_arguments_sharing_memory_otherwise_at_a_call_are_compiled_again(dtype):
     with pytest.raises(outofplace.UnsupportedMutationError, match="shares memory"):
         compiled(flat[:12].view(3, 4), flat[10:14])  # v overlaps x's last row in part
     torch.testing.assert_close(flat, before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_separate_arguments_laid_out_as_a_traced_view_are_not_taken_from_each_other(dtype):
+    """Compiled for `(x, x[1])` and called so, then called (the call XLA's planned call
+    would take) with two tensors of the same layouts in memory of their own: the
+    program read `x[1]` for the second; it is compiled again for them."""
+    x = torch.arange(12, dtype=dtype).reshape(3, 4)
+    shared, eager = x.clone(), x.clone()
+    compiled = outofplace.compile(_writes_both, (shared, shared[1]))
+    torch.testing.assert_close(compiled(shared, shared[1]), _writes_both(eager, eager[1]))
+    mine = (x.clone(), torch.arange(12, 24, dtype=dtype)[4:8])
+    for _ in range(3):  # the same tensors: adopted by the first call, then planned
+        theirs = (mine[0].clone(), mine[1].clone())
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            actual = compiled(*mine)
+        torch.testing.assert_close(actual, _writes_both(*theirs), rtol=0, atol=0)
+        for a, b in zip(mine, theirs):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -264,7 +264,7 @@ def _take_input_views(graph: torch.fx.Graph, arguments: list[torch.fx.Node], sta
              if i >= state and not values[i].is_complex()}
     if not views:
         return {}
-    body = next(n for n in graph.nodes if n.op != "placeholder")
+    body = graph.find_nodes(op="placeholder")[-1].next  # (constants' get_attrs are above)
     taken = {}
     with graph.inserting_before(body):
         for i, base in sorted(views.items()):

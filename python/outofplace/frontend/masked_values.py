@@ -111,7 +111,8 @@ def _refusal(items: list, reason: str, line: str | None = None
         "torch.aten.index.Tensor", f"reading x[mask] with a bool mask: its shape depends "
         f"on the mask's values; {reason}; only elementwise ops on it, stored back at the "
         "same mask, are compiled (x[m] *= 2, x[m] = y[m] + 1)",
-        index=describe_index(items), location=user_line() if line is None else line)
+        index=describe_index(items), location=user_line() if line is None else line,
+        shape_from_values=True)
 
 
 class MaskedValues(torch.overrides.TorchFunctionMode):

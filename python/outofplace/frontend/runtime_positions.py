@@ -102,7 +102,8 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
             raise UnsupportedMutationError(
                 op, "a runtime position (a 0-d integer tensor) in one index together "
                 f"with {_kind(item)}",
-                index=describe_index(items), location=user_line())
+                index=describe_index(items), location=user_line(),
+                shape_from_values=isinstance(item, torch.Tensor) and item.dtype == torch.bool)
     items = expand_ellipsis(items, rank)
     basic: list[Any] = []
     indices: list[Any] = []

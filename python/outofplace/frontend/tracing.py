@@ -178,7 +178,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
             "torch.export", "a value read from a tensor's data decides a shape, an index "
             f"or a branch here ({type(error).__name__}); outofplace compiles programs "
             "whose shapes and control flow do not depend on the data",
-            location=user_line(frames)) from error
+            location=user_line(frames), shape_from_values=True) from error
     except TypeError as error:
         if not items.lines:
             raise
