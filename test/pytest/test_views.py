@@ -752,3 +752,22 @@ def test_index_normaliser_is_eagers():
                     torch.arange(4)[index]
                 with pytest.raises(UserIndexError, match=f"index {index} is out of bounds"):
                     normalise_index(index, 4, op)
+
+
+def masks_the_program_spells(x, y):
+    a = x[torch.tensor([True, False, True])]
+    x[torch.tensor([False, True, True]), 1] = 5
+    b = x[:, torch.tensor([True, False])].sum()
+    x[..., torch.tensor([[True, False], [False, False], [True, True]])] *= y[0, 0]
+    return a * 2, b
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masks_the_program_spells_index_as_their_trues_on_both_paths(dtype) -> None:
+    """A mask written as a literal has known values, so its reads have a known shape:
+    returned, summed, stored at other positions (refused as "its shape depends on the
+    mask's values" by outofplace.compile; dynamo compiled them)."""
+    from differential import by_dynamo
+    args = (torch.randn(3, 2, dtype=dtype), torch.randn(2, 2, dtype=dtype))
+    assert_matches_eager(masks_the_program_spells, *args)
+    by_dynamo(masks_the_program_spells, masks_the_program_spells, args, {})

@@ -15,6 +15,11 @@ Elementwise means each result element depends only on the same element of each m
 operand; unmasked operands may only broadcast over the dimensions after the mask. Any
 other use of a masked value (a reduction, its shape, returning it) is refused: there the
 full-shape stand-in would differ from eager's compacted tensor.
+
+A mask the program spells (`x[torch.tensor([True, False, True])]`) has values known
+when tracing, so its shape is too: it indexes as the positions of its trues
+(`x[torch.tensor([0, 2])]`), which is what eager's indexing does with any mask, and
+what dynamo compiles it to.
 """
 
 from __future__ import annotations
@@ -115,12 +120,60 @@ def _refusal(items: list, reason: str, line: str | None = None
         shape_from_values=True)
 
 
+def _trues(data: Any, at: tuple) -> list[tuple] | None:
+    """The positions of the true elements of nested lists of Python scalars, in order
+    (row-major, as `nonzero`); None for anything else (a tensor among them)."""
+    if isinstance(data, (list, tuple)):
+        found: list[tuple] = []
+        for i, element in enumerate(data):
+            inner = _trues(element, (*at, i))
+            if inner is None:
+                return None
+            found += inner
+        return found
+    if isinstance(data, (bool, int, float)):
+        return [at] if data else []
+    return None
+
+
 class MaskedValues(torch.overrides.TorchFunctionMode):
     """While tracing: masked reads as full-shape stand-ins, stored back with a select."""
 
     def __init__(self) -> None:
         super().__init__()
         self.selections: dict[int, tuple[torch.Tensor, _Selection]] = {}
+        # masks the program spells: id -> (the traced tensor, its values)
+        self.spelled: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _spell(self, args: tuple, kwargs: dict) -> torch.Tensor:
+        """`torch.tensor(data)`: a bool one's trues are kept (`_as_positions`)."""
+        result = torch.tensor(*args, **kwargs)
+        if result.dtype == torch.bool and result.dim() and args and \
+                isinstance(args[0], (list, tuple)):
+            trues = _trues(args[0], ())
+            if trues is not None:
+                self.spelled[id(result)] = (result, trues)
+        return result
+
+    def _as_positions(self, index: Any) -> Any:
+        """The key with each mask the program spelled as the positions of its trues,
+        one int64 tensor per dimension it takes, as eager indexes with a mask. Not
+        beside another tensor (a runtime position: dynamo does not trace that pair as
+        one graph either)."""
+        items, changed = [], False
+        if any(isinstance(item, torch.Tensor) and (entry := self.spelled.get(id(item))) is
+               None or entry[0] is not item for item in key_items(index)
+               if isinstance(item, torch.Tensor)):
+            return index
+        for item in key_items(index):
+            entry = self.spelled.get(id(item)) if isinstance(item, torch.Tensor) else None
+            if entry is None or entry[0] is not item:
+                items.append(item)
+                continue
+            changed = True
+            items += [torch.tensor([t[d] for t in entry[1]], dtype=torch.int64,
+                                   device=item.device) for d in range(item.dim())]
+        return tuple(items) if changed else index
 
     def _selection(self, value: Any) -> _Selection | None:
         entry = self.selections.get(id(value))
@@ -132,6 +185,10 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if func is torch.tensor:
+            return self._spell(args, kwargs)
+        if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and self.spelled:
+            args = (args[0], self._as_positions(args[1]), *args[2:])
         if func is torch.Tensor.__getitem__ and self._selection(args[0]) is None:
             target, index = args
             split = _split(target, index)
