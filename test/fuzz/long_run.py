@@ -133,10 +133,12 @@ def _other_path(f, args, kwargs, program, refusal) -> dict:
     there alone and matching eager ("one-path", with how many graph breaks dynamo made:
     a graph break runs what lies between graphs eagerly), or a finding ("failed").
     A program refused for a shape that depends on tensor values (`x[mask]` returned:
-    `refusal.shape_from_values`) that dynamo cannot trace as one graph either
-    (`fullgraph=True` refuses it) is "split": dynamo ran that op eagerly between two
-    graphs, which a whole program compiled to one static-shape StableHLO cannot do
-    (docs/api.md), so it is no failure of the run; counted apart."""
+    `refusal.shape_from_values`) that torch.compile does not compile as one graph
+    either (with `fullgraph=True` dynamo refuses it, or traces it with symbolic sizes
+    that the backend refuses for the same reason) is "split": by default dynamo ran
+    that op eagerly between two graphs, which a whole program compiled to one
+    static-shape StableHLO cannot do (docs/api.md), so it is no failure of the run;
+    counted apart."""
     import torch._dynamo
     import outofplace
     from differential import ENGINES, _clone, by_dynamo
@@ -166,10 +168,12 @@ def _other_path(f, args, kwargs, program, refusal) -> dict:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 whole(*_clone((args, kwargs))[0], **_clone((args, kwargs))[1])
-        except torch._dynamo.exc.Unsupported:
-            outcome = "split"
-        except Exception:  # noqa: BLE001 - compiled as one graph, or refused otherwise
-            pass
+        except Exception as error:  # noqa: BLE001 - sorted here
+            inner = getattr(error, "inner_exception", None) or error.__cause__
+            if isinstance(error, (torch._dynamo.exc.Unsupported,
+                                  torch._dynamo.exc.UserError)) or \
+                    getattr(inner, "shape_from_values", False):
+                outcome = "split"
     return {"outcome": outcome, "graph_breaks": breaks, "reproducer": program.reproducer()}
 
 
