@@ -14,8 +14,8 @@ K` compiles the first K passing programs again in a fresh process (on a finished
 too) and counts those whose StableHLO differs: compiling must not depend on the process. With the engine "dynamo", a program outofplace.compile
 refuses goes through torch.compile(backend="outofplace") too: compiled there alone, it
 is a failure of the run ("one-path", issue 32: one behaviour on both paths), unless
-the refusal is of a shape that depends on values that dynamo cannot trace in one graph
-either and runs eagerly between two ("split", counted apart: `_other_path`);
+dynamo breaks the graph at the refused statement and runs it eagerly between two
+graphs ("split", counted apart);
 `--other-path-of-refused` does that for the refused programs of a run made before.
 """
 
@@ -127,18 +127,23 @@ def check(program) -> dict:
     return outcome
 
 
+def _statement(location: str) -> str:
+    """The source text at `file:line` (each build of a program is a file of its own)."""
+    import linecache
+    path, _, line = location.rpartition(":")
+    return linecache.getline(path, int(line)).strip() if line.isdigit() else ""
+
+
 def _other_path(f, args, kwargs, program, refusal) -> dict:
     """A program outofplace.compile refused, through torch.compile(backend="outofplace")
     when the run checks that path (engine "dynamo"): refused there too ({}), compiled
     there alone and matching eager ("one-path", with how many graph breaks dynamo made:
     a graph break runs what lies between graphs eagerly), or a finding ("failed").
-    A program refused for a shape that depends on tensor values (`x[mask]` returned:
-    `refusal.shape_from_values`) that torch.compile does not compile as one graph
-    either (with `fullgraph=True` dynamo refuses it, or traces it with symbolic sizes
-    that the backend refuses for the same reason) is "split": by default dynamo ran
-    that op eagerly between two graphs, which a whole program compiled to one
-    static-shape StableHLO cannot do (docs/api.md), so it is no failure of the run;
-    counted apart."""
+    A program whose graph dynamo breaks at the very statement outofplace.compile refused
+    (`torch._dynamo.explain`'s break reasons: `x[mask]` returned, a shape that depends
+    on values) is "split": dynamo ran that statement eagerly between two graphs, which
+    a whole program compiled to one StableHLO cannot do (docs/api.md); the backend was
+    never given it. No failure of the run; counted apart."""
     import torch._dynamo
     import outofplace
     from differential import ENGINES, _clone, by_dynamo
@@ -161,19 +166,16 @@ def _other_path(f, args, kwargs, program, refusal) -> dict:
                 "reproducer": program.reproducer()}
     breaks = sum(torch._dynamo.utils.counters["graph_break"].values()) - breaks
     outcome = "one-path"
-    if breaks and refusal.shape_from_values:
+    statement = _statement(refusal.location) if breaks else ""
+    if statement:
         torch._dynamo.reset()
-        whole = torch.compile(f, backend="outofplace", dynamic=False, fullgraph=True)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                whole(*_clone((args, kwargs))[0], **_clone((args, kwargs))[1])
-        except Exception as error:  # noqa: BLE001 - sorted here
-            inner = getattr(error, "inner_exception", None) or error.__cause__
-            if isinstance(error, (torch._dynamo.exc.Unsupported,
-                                  torch._dynamo.exc.UserError)) or \
-                    getattr(inner, "shape_from_values", False):
-                outcome = "split"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            explained = torch._dynamo.explain(f)(*_clone((args, kwargs))[0],
+                                                 **_clone((args, kwargs))[1])
+        if any((frame.line or "").strip() == statement
+               for reason in explained.break_reasons for frame in reason.user_stack or ()):
+            outcome = "split"
     return {"outcome": outcome, "graph_breaks": breaks, "reproducer": program.reproducer()}
 
 
@@ -290,8 +292,8 @@ def summary(records: dict[int, dict], seed: int) -> str:
              f"{counts['passed']} match eager, {counts['refused']} refused, "
              f"{counts['one-path']} refused by outofplace.compile and compiled by "
              "torch.compile alone, "
-             f"{counts['split']} refused for a shape that depends on values and run by "
-             "dynamo eagerly between two graphs (which it cannot trace as one either), "
+             f"{counts['split']} refused at a statement dynamo runs eagerly between two "
+             "graphs, "
              f"{counts['upstream']} fail on torch's own aot_eager too (PyTorch's bugs), "
              f"{counts['failed']} failed, {counts['crashed']} crashed a worker, "
              f"{counts['eager-rejects']} rejected by eager and {counts['no-program']} "

@@ -376,6 +376,7 @@ def test_masked_values_used_beyond_elementwise_are_refused(f, args, reason) -> N
     with pytest.raises(outofplace.UnsupportedMutationError) as info:
         outofplace.compile(f, args)
     assert reason in info.value.reason
+    assert info.value.shape_from_values  # what torch.compile's dynamo runs eagerly
     assert info.value.location.endswith(f"{THIS_FILE}:{f.__code__.co_firstlineno + 1}")
 
 
@@ -499,6 +500,7 @@ def test_written_argument_sharing_memory_with_another_is_refused(second) -> None
         outofplace.compile(scale_first_read_second, (x[:6], second(x[2:])))
     assert_sharing_refused(info.value, "torch.aten.mul_.Tensor", ("a", "b"),
                            scale_first_read_second.__code__.co_firstlineno + 1)
+    assert not info.value.shape_from_values
 
 
 def test_call_with_arguments_sharing_memory_is_refused() -> None:
@@ -654,3 +656,24 @@ def test_missing_extra_is_named_at_compile_time(engine, extra, kwargs, monkeypat
 def test_unknown_engine_is_refused_at_compile_time():
     with pytest.raises(outofplace.EngineUnavailableError, match="unknown engine 'xal'"):
         outofplace.compile(lambda x: x.add_(1), (torch.zeros(2),), engine="xal")
+
+
+def test_a_refusal_in_code_compiled_from_a_string_names_its_line_not_outofplace() -> None:
+    """Code compiled from a string the user registered in linecache (`<name>`) is named
+    as FX's stack traces name it; unregistered, the line is the caller's, never a file
+    of outofplace (it named compiled.py for a refusal made while tracing)."""
+    import linecache
+    source = "def f(x, m):\n    y = x.clone()\n    return y[m]\n"
+    for name, registered in (("<generated-f>", True), ("<string>", False)):
+        if registered:
+            linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+        namespace: dict = {}
+        exec(compile(source, name, "exec"), namespace)
+        with pytest.raises(outofplace.UnsupportedMutationError) as info:
+            outofplace.compile(namespace["f"], (torch.randn(3), torch.tensor([True, False,
+                                                                             True])))
+        location = info.value.location
+        if registered:
+            assert location == f"{name}:3"
+        else:  # the line calling outofplace.compile
+            assert os.path.basename(location.rsplit(":", 1)[0]) == THIS_FILE, location

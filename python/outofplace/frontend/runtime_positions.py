@@ -36,6 +36,7 @@ would alias and the trace copies.
 
 from __future__ import annotations
 
+import linecache
 import traceback
 import weakref
 from pathlib import Path
@@ -47,7 +48,7 @@ from .. import op_registry
 from ..errors import UnsupportedMutationError
 from ..indexing import expand_ellipsis, key_items
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent  # outofplace
 _TORCH = Path(torch.__file__).resolve().parent
 
 
@@ -62,15 +63,23 @@ def _is_int(item: Any) -> bool:
     return isinstance(item, int) and not isinstance(item, bool)
 
 
+def _users_generated_code(filename: str) -> bool:
+    return filename != "<string>" and not filename.startswith("<eval_with_key") and \
+        filename in linecache.cache
+
+
 def user_line(frames: traceback.StackSummary | None = None) -> str:
     """`file:line` of the innermost frame outside torch and outofplace (of the current
-    stack, or of `frames`), generated code (`<string>`, `<eval_with_key>`) skipped; else
-    of the innermost frame in torch.nn (the layer the user's model calls)."""
+    stack, or of `frames`), torch's generated code (`<string>`, `<eval_with_key>`)
+    skipped, code compiled from a string the user registered in linecache (`<name>`)
+    kept, as FX stack traces keep it; else of the innermost frame in torch.nn (the layer
+    the user's model calls)."""
     frames = list(reversed(frames if frames is not None else traceback.extract_stack()))
     paths = [None if f.filename.startswith("<") else Path(f.filename).resolve()
              for f in frames]
     for frame, path in zip(frames, paths):
-        if path is not None and _PACKAGE not in path.parents and _TORCH not in path.parents:
+        if path is None and _users_generated_code(frame.filename) or path is not None \
+                and _PACKAGE not in path.parents and _TORCH not in path.parents:
             return f"{frame.filename}:{frame.lineno}"
     for frame, path in zip(frames, paths):
         if path is not None and _TORCH / "nn" in path.parents:
