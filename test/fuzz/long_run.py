@@ -16,7 +16,9 @@ refuses goes through torch.compile(backend="outofplace") too: compiled there alo
 is a failure of the run ("one-path", issue 32: one behaviour on both paths), unless
 dynamo breaks the graph at the refused statement and runs it eagerly between two
 graphs ("split", counted apart);
-`--other-path-of-refused` does that for the refused programs of a run made before.
+`--other-path-of-refused` does that for the refused programs of a run made before. A
+program whose torch.compile path differs from eager under torch's own backends too
+("eager", "aot_eager") is PyTorch's ("upstream", counted apart).
 """
 
 from __future__ import annotations
@@ -123,8 +125,40 @@ def check(program) -> dict:
         outcome = {"outcome": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
                    "where": traceback.format_exc().splitlines()[-3:],
                    "reproducer": program.reproducer()}
+        if isinstance(error, AssertionError) and str(error).startswith("[dynamo") and \
+                _upstream(f, args, kwargs):
+            outcome["outcome"] = "upstream"
     outcome["seconds"] = time.perf_counter() - start
     return outcome
+
+
+def _upstream(f, args, kwargs) -> bool:
+    """Whether torch.compile with torch's own backends, no outofplace at all ("eager":
+    dynamo's graph run as is; "aot_eager" when gradients are taken: AOTAutograd's too),
+    differs from eager as well, two calls as `by_dynamo` makes: PyTorch's divergence,
+    counted apart as the module fuzzer counts it (fuzz_modules_check.UpstreamDivergence)."""
+    import torch
+    import torch._dynamo
+    from differential import _assert_call_matches, _clone
+
+    grads = any(isinstance(t, torch.Tensor) and t.requires_grad
+                for t in torch.utils._pytree.tree_leaves((args, kwargs)))
+    for backend in ("eager", "aot_eager") if grads else ("eager",):
+        torch._dynamo.reset()
+        run = torch.compile(f, backend=backend, dynamic=False)
+        for call in ("first", "second"):
+            (mine, my_kwargs), (theirs, their_kwargs) = _clone((args, kwargs)), \
+                _clone((args, kwargs))
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    actual = run(*mine, **my_kwargs)
+                    expected = f(*theirs, **their_kwargs)
+                _assert_call_matches(actual, expected, (mine, my_kwargs),
+                                     (theirs, their_kwargs), f"[{backend}]", "xla")
+            except Exception:  # noqa: BLE001 - torch's own backend differs from eager
+                return True
+    return False
 
 
 def _statement(location: str) -> str:
