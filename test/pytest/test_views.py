@@ -771,3 +771,33 @@ def test_masks_the_program_spells_index_as_their_trues_on_both_paths(dtype) -> N
     args = (torch.randn(3, 2, dtype=dtype), torch.randn(2, 2, dtype=dtype))
     assert_matches_eager(masks_the_program_spells, *args)
     by_dynamo(masks_the_program_spells, masks_the_program_spells, args, {})
+
+
+def masks_beside_runtime_positions(x, m, pos, w, y, m2):
+    x[m, 2:, pos] = w  # x[:, :, pos][m, 2:]
+    y[pos, m2] *= 2
+    y[:, pos, torch.tensor([True, False, True])] += 1
+    return y[pos, torch.tensor([False, True])].sum() + x.sum()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_mask_beside_runtime_positions_indexes_the_positions_view(dtype) -> None:
+    """Eager selects at a 0-d integer tensor as at an int, before it indexes with the
+    mask: `x[m, 2:, pos]` is `x[:, :, pos][m, 2:]`, a masked write through a view at a
+    runtime position (refused as "a runtime position ... together with a mask")."""
+    from differential import by_dynamo
+
+    def arguments():
+        return (torch.randn(4, 5, 3, dtype=dtype), torch.tensor([True, False, True, True]),
+                torch.tensor(1), torch.tensor(2.5, dtype=dtype),
+                torch.randn(3, 2, 3, dtype=dtype), torch.tensor([False, True]))
+    compiled = assert_matches_eager(masks_beside_runtime_positions, *arguments())
+    x, m, _, w, y, m2 = arguments()
+    for position in (0, 1, -1):  # one program for every position
+        mine, theirs = (x.clone(), y.clone()), (x.clone(), y.clone())
+        torch.testing.assert_close(
+            compiled(mine[0], m, torch.tensor(position), w, mine[1], m2),
+            masks_beside_runtime_positions(theirs[0], m, torch.tensor(position), w,
+                                           theirs[1], m2))  # (a sum: XLA's order)
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+    by_dynamo(masks_beside_runtime_positions, masks_beside_runtime_positions, arguments(), {})

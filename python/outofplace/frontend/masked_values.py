@@ -33,7 +33,7 @@ import torch.utils._pytree as pytree
 
 from ..errors import UnsupportedMutationError
 from ..indexing import expand_ellipsis, key_items
-from .runtime_positions import describe_index, user_line
+from .runtime_positions import describe_index, is_position, user_line
 
 # What Python names (`x.add_`, `torch.where`, `x.__iadd__`) are elementwise: a result
 # element depends only on the same element of each operand. PyTorch's pointwise ops
@@ -120,6 +120,32 @@ def _refusal(items: list, reason: str, line: str | None = None
         shape_from_values=True)
 
 
+def _positions_first(target: torch.Tensor, index: Any) -> tuple[tuple, tuple] | None:
+    """For a key with a bool mask and runtime positions (0-d integer tensors), the keys
+    (outer, inner) such that `target[index]` is `target[outer][inner]`: eager selects at
+    a 0-d integer tensor as at an int, before it indexes with the mask, so the positions
+    take a view (runtime_positions.py) that the mask then indexes (`x[m, 2:, pos]` is
+    `x[:, :, pos][m, 2:]`). None for another key."""
+    items = key_items(index)
+    if not any(isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.dim()
+               for i in items) or not any(is_position(i) for i in items) or \
+            any(isinstance(i, bool) or isinstance(i, torch.Tensor) and not is_position(i)
+                and i.dtype != torch.bool for i in items):
+        return None
+    outer: list[Any] = []
+    inner: list[Any] = []
+    for item in expand_ellipsis(items, target.dim()):
+        if isinstance(item, torch.Tensor) and item.dtype == torch.bool:
+            outer += [slice(None)] * max(item.dim(), 1)
+            inner.append(item)
+        elif is_position(item) or isinstance(item, int):
+            outer.append(item)  # its dimension is gone
+        else:  # a slice or None: a dimension of the view
+            outer.append(item)
+            inner.append(slice(None))
+    return tuple(outer), tuple(inner)
+
+
 def _trues(data: Any, at: tuple) -> list[tuple] | None:
     """The positions of the true elements of nested lists of Python scalars, in order
     (row-major, as `nonzero`); None for anything else (a tensor among them)."""
@@ -187,6 +213,12 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
         kwargs = kwargs or {}
         if func is torch.tensor:
             return self._spell(args, kwargs)
+        if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and \
+                self._selection(args[0]) is None:
+            keys = _positions_first(args[0], args[1])
+            if keys is not None:  # x[pos, m] is x[pos][m]
+                return self.__torch_function__(func, types,
+                                               (args[0][keys[0]], keys[1], *args[2:]), kwargs)
         if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and self.spelled:
             args = (args[0], self._as_positions(args[1]), *args[2:])
         if func is torch.Tensor.__getitem__ and self._selection(args[0]) is None:
