@@ -14,8 +14,8 @@ K` compiles the first K passing programs again in a fresh process (on a finished
 too) and counts those whose StableHLO differs: compiling must not depend on the process. With the engine "dynamo", a program outofplace.compile
 refuses goes through torch.compile(backend="outofplace") too: compiled there alone, it
 is a failure of the run ("one-path", issue 32: one behaviour on both paths), unless
-dynamo breaks the graph at the refused statement and runs it eagerly between two
-graphs ("split", counted apart);
+dynamo hands the backend no graph holding the refused statement (it runs it eagerly
+between two graphs: "split", counted apart);
 `--other-path-of-refused` does that for the refused programs of a run made before. A
 program whose torch.compile path differs from eager under torch's own backends too
 ("eager", "aot_eager") is PyTorch's ("upstream", counted apart).
@@ -168,16 +168,49 @@ def _statement(location: str) -> str:
     return linecache.getline(path, int(line)).strip() if line.isdigit() else ""
 
 
+def _statements_in_graphs(f, args, kwargs) -> set[tuple[str, bool]]:
+    """The source lines of the ops in the graphs dynamo makes of `f` (their FX stack
+    traces), each with False, and with True too for an indexing op (`x[...]`, `x[...] =
+    v`): the statements torch.compile hands its backend; the rest it runs eagerly."""
+    import operator
+
+    import torch
+    import torch._dynamo
+    from differential import _clone
+
+    seen: set[tuple[str, bool]] = set()
+    indexing = {operator.getitem, operator.setitem, "__getitem__", "__setitem__",
+                "index_put_", "index_put", torch.ops.aten.index.Tensor,
+                torch.ops.aten.index_put_.default, torch.ops.aten.index_put.default}
+
+    def recording(gm, inputs):
+        for node in gm.graph.nodes:
+            for line in (node.meta.get("stack_trace") or "").splitlines():
+                seen.add((line.strip(), False))
+                operand = node.args[0] if node.args else None
+                value = getattr(operand, "meta", {}).get(
+                    "example_value", getattr(operand, "meta", {}).get("val"))
+                if node.target in indexing and isinstance(value, torch.Tensor):
+                    seen.add((line.strip(), True))  # a tensor's, not a tuple's
+        return gm.forward
+
+    torch._dynamo.reset()
+    (mine, my_kwargs), = (_clone((args, kwargs)),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(f, backend=recording, dynamic=False)(*mine, **my_kwargs)
+    return seen
+
+
 def _other_path(f, args, kwargs, program, refusal) -> dict:
     """A program outofplace.compile refused, through torch.compile(backend="outofplace")
     when the run checks that path (engine "dynamo"): refused there too ({}), compiled
     there alone and matching eager ("one-path", with how many graph breaks dynamo made:
     a graph break runs what lies between graphs eagerly), or a finding ("failed").
-    A program whose graph dynamo breaks at the very statement outofplace.compile refused
-    (`torch._dynamo.explain`'s break reasons: `x[mask]` returned, a shape that depends
-    on values) is "split": dynamo ran that statement eagerly between two graphs, which
-    a whole program compiled to one StableHLO cannot do (docs/api.md); the backend was
-    never given it. No failure of the run; counted apart."""
+    A program whose refused statement is in none of the graphs dynamo hands the backend
+    (`x[mask]` returned, a shape that depends on values: dynamo breaks the graph there
+    and runs it eagerly, which a whole program compiled to one StableHLO cannot do;
+    docs/api.md) is "split": no failure of the run, counted apart."""
     import torch._dynamo
     import outofplace
     from differential import ENGINES, _clone, by_dynamo
@@ -200,16 +233,10 @@ def _other_path(f, args, kwargs, program, refusal) -> dict:
                 "reproducer": program.reproducer()}
     breaks = sum(torch._dynamo.utils.counters["graph_break"].values()) - breaks
     outcome = "one-path"
-    statement = _statement(refusal.location) if breaks else ""
-    if statement:
-        torch._dynamo.reset()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            explained = torch._dynamo.explain(f)(*_clone((args, kwargs))[0],
-                                                 **_clone((args, kwargs))[1])
-        if any((frame.line or "").strip() == statement
-               for reason in explained.break_reasons for frame in reason.user_stack or ()):
-            outcome = "split"
+    statement = _statement(refusal.location)
+    indexing = "index" in refusal.op  # x[mask]: the rest of its line may be in a graph
+    if statement and (statement, indexing) not in _statements_in_graphs(f, args, kwargs):
+        outcome = "split"
     return {"outcome": outcome, "graph_breaks": breaks, "reproducer": program.reproducer()}
 
 
