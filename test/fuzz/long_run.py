@@ -97,6 +97,8 @@ def check_module(program) -> dict:
 
 def check(program) -> dict:
     """One program against eager: what happened, as a JSON-able record."""
+    import both_paths
+    import differential
     import outofplace
     from fuzz_programs import assert_program_matches_eager
     from test_fuzz import refusal_reason
@@ -120,124 +122,18 @@ def check(program) -> dict:
     except outofplace.UnsupportedMutationError as error:
         outcome = {"outcome": "refused", "reason": refusal_reason(error),
                    "source": program.function_source()}
-        outcome.update(_other_path(f, args, kwargs, program, error))
+        if "dynamo" in differential.ENGINES:
+            outcome.update(both_paths.other_path(f, args, kwargs, error,
+                                                 program.reproducer))
     except Exception as error:  # noqa: BLE001 - every other exception is a finding
         outcome = {"outcome": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
                    "where": traceback.format_exc().splitlines()[-3:],
                    "reproducer": program.reproducer()}
         if isinstance(error, AssertionError) and str(error).startswith("[dynamo") and \
-                _upstream(f, args, kwargs):
+                both_paths.upstream(f, args, kwargs):
             outcome["outcome"] = "upstream"
     outcome["seconds"] = time.perf_counter() - start
     return outcome
-
-
-def _upstream(f, args, kwargs) -> bool:
-    """Whether torch.compile with torch's own backends, no outofplace at all ("eager":
-    dynamo's graph run as is; "aot_eager" when gradients are taken: AOTAutograd's too),
-    differs from eager as well, two calls as `by_dynamo` makes: PyTorch's divergence,
-    counted apart as the module fuzzer counts it (fuzz_modules_check.UpstreamDivergence)."""
-    import torch
-    import torch._dynamo
-    from differential import _assert_call_matches, _clone
-
-    grads = any(isinstance(t, torch.Tensor) and t.requires_grad
-                for t in torch.utils._pytree.tree_leaves((args, kwargs)))
-    for backend in ("eager", "aot_eager") if grads else ("eager",):
-        torch._dynamo.reset()
-        run = torch.compile(f, backend=backend, dynamic=False)
-        for call in ("first", "second"):
-            (mine, my_kwargs), (theirs, their_kwargs) = _clone((args, kwargs)), \
-                _clone((args, kwargs))
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    actual = run(*mine, **my_kwargs)
-                    expected = f(*theirs, **their_kwargs)
-                _assert_call_matches(actual, expected, (mine, my_kwargs),
-                                     (theirs, their_kwargs), f"[{backend}]", "xla")
-            except Exception:  # noqa: BLE001 - torch's own backend differs from eager
-                return True
-    return False
-
-
-def _statement(location: str) -> str:
-    """The source text at `file:line` (each build of a program is a file of its own)."""
-    import linecache
-    path, _, line = location.rpartition(":")
-    return linecache.getline(path, int(line)).strip() if line.isdigit() else ""
-
-
-def _statements_in_graphs(f, args, kwargs) -> set[tuple[str, bool]]:
-    """The source lines of the ops in the graphs dynamo makes of `f` (their FX stack
-    traces), each with False, and with True too for an indexing op (`x[...]`, `x[...] =
-    v`): the statements torch.compile hands its backend; the rest it runs eagerly."""
-    import operator
-
-    import torch
-    import torch._dynamo
-    from differential import _clone
-
-    seen: set[tuple[str, bool]] = set()
-    indexing = {operator.getitem, operator.setitem, "__getitem__", "__setitem__",
-                "index_put_", "index_put", torch.ops.aten.index.Tensor,
-                torch.ops.aten.index_put_.default, torch.ops.aten.index_put.default}
-
-    def recording(gm, inputs):
-        for node in gm.graph.nodes:
-            for line in (node.meta.get("stack_trace") or "").splitlines():
-                seen.add((line.strip(), False))
-                operand = node.args[0] if node.args else None
-                value = getattr(operand, "meta", {}).get(
-                    "example_value", getattr(operand, "meta", {}).get("val"))
-                if node.target in indexing and isinstance(value, torch.Tensor):
-                    seen.add((line.strip(), True))  # a tensor's, not a tuple's
-        return gm.forward
-
-    torch._dynamo.reset()
-    (mine, my_kwargs), = (_clone((args, kwargs)),)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.compile(f, backend=recording, dynamic=False)(*mine, **my_kwargs)
-    return seen
-
-
-def _other_path(f, args, kwargs, program, refusal) -> dict:
-    """A program outofplace.compile refused, through torch.compile(backend="outofplace")
-    when the run checks that path (engine "dynamo"): refused there too ({}), compiled
-    there alone and matching eager ("one-path", with how many graph breaks dynamo made:
-    a graph break runs what lies between graphs eagerly), or a finding ("failed").
-    A program whose refused statement is in none of the graphs dynamo hands the backend
-    (`x[mask]` returned, a shape that depends on values: dynamo breaks the graph there
-    and runs it eagerly, which a whole program compiled to one StableHLO cannot do;
-    docs/api.md) is "split": no failure of the run, counted apart."""
-    import torch._dynamo
-    import outofplace
-    from differential import ENGINES, _clone, by_dynamo
-
-    if "dynamo" not in ENGINES:
-        return {}
-    breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            by_dynamo(f, f, args, kwargs)
-    except Exception as error:  # noqa: BLE001 - sorted below
-        inner = getattr(error, "inner_exception", None) or error.__cause__
-        if isinstance(error, outofplace.UnsupportedMutationError) or \
-                isinstance(inner, outofplace.UnsupportedMutationError):
-            return {}
-        return {"outcome": "failed", "error": f"refused by outofplace.compile; torch.compile:"
-                f" {type(error).__name__}: {error}"[:2000],
-                "where": traceback.format_exc().splitlines()[-3:],
-                "reproducer": program.reproducer()}
-    breaks = sum(torch._dynamo.utils.counters["graph_break"].values()) - breaks
-    outcome = "one-path"
-    statement = _statement(refusal.location)
-    indexing = "index" in refusal.op  # x[mask]: the rest of its line may be in a graph
-    if statement and (statement, indexing) not in _statements_in_graphs(f, args, kwargs):
-        outcome = "split"
-    return {"outcome": outcome, "graph_breaks": breaks, "reproducer": program.reproducer()}
 
 
 def worker(numbers: list[int], seed: int, log: Path) -> None:
@@ -331,7 +227,7 @@ def recheck(records: dict[int, dict], count: int, seed: int, directory: Path,
 def other_path_of_refused(records: dict[int, dict], seed: int, directory: Path,
                           engines: str | None = None) -> dict[int, dict]:
     """Checks again, in a fresh process, every program the run logged as refused, now
-    also through torch.compile (`_other_path`, engine "dynamo"): for a run made before
+    also through torch.compile (`both_paths.other_path`, engine "dynamo"): for a run made before
     that check. Its records (worker-refused.jsonl) replace the refusals'."""
     numbers = sorted(n for n, r in records.items() if r["outcome"] == "refused")
     log = directory / "worker-refused.jsonl"

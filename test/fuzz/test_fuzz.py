@@ -5,7 +5,10 @@ differential.ENGINES; outputs and mutated inputs must equal eager's. A program t
 UnsupportedMutationError is a refusal: counted by reason, never a failure; so is a program
 IREE's compiler rejects (IreeCompileError, after the other engines matched eager). A
 mismatch, any other exception or a crash fails; hypothesis shrinks it and prints the
-shortest program it finds as a runnable reproducer.
+shortest program it finds as a runnable reproducer. A refused program goes through
+torch.compile(backend="outofplace") too: compiled there alone it fails, unless
+dynamo runs the refused statement eagerly between two graphs; a difference torch's own
+backends make too is PyTorch's, counted apart (both_paths.py).
 
 Budget: a fixed-seed run of FIXED_PROGRAMS programs when OUTOFPLACE_FUZZ_EXAMPLES is unset;
 `OUTOFPLACE_FUZZ_EXAMPLES=N` (`make fuzz N=...`) runs N programs from fresh seeds. The work
@@ -38,6 +41,7 @@ from hypothesis.internal.conjecture import engine as hypothesis_engine
 
 import outofplace
 from outofplace.backends.iree import IreeCompileError
+import both_paths
 from fuzz_programs import Program, assert_program_matches_eager, programs
 
 FIXED_PROGRAMS = 150  # the fixed-seed budget of `make test`: about half a second each
@@ -153,8 +157,12 @@ def check_program(program: Program) -> None:
             warnings.simplefilter("ignore", UserWarning)
             assert_program_matches_eager(program)
 
-    STATS.count(run, program.function_source,
-                (outofplace.UnsupportedMutationError, IreeCompileError))
+    def both() -> None:  # a refusal goes through torch.compile too (both_paths.py)
+        both_paths.check_both_paths(run, f, args, kwargs, program.reproducer)
+
+    STATS.count(both, program.function_source,
+                (outofplace.UnsupportedMutationError, IreeCompileError,
+                 both_paths.PyTorchDivergence))
 
 
 @pytest.mark.parametrize("shard", range(SHARDS))
