@@ -687,3 +687,40 @@ def test_view_taken_before_an_in_place_transpose_keeps_its_shape(path, dtype):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
         steps = [[s for n, s in zip(t.shape, t.stride()) if n > 1] for t in (a, e)]
         assert steps[0] == steps[1]
+
+
+def _masked_read_returned(x):
+    return x[None, :, :3][torch.tensor([False]), -4:3, 1].clone()  # eager: shape (0, 2)
+
+
+def _refusal(run, *args) -> outofplace.UnsupportedMutationError:
+    """The refusal compiling `run(*args)` raised, through either path."""
+    try:
+        run(*args)
+    except outofplace.UnsupportedMutationError as error:
+        return error
+    except torch._dynamo.exc.BackendCompilerFailed as error:
+        assert isinstance(error.inner_exception, outofplace.UnsupportedMutationError), error
+        return error.inner_exception
+    raise AssertionError(f"compiled, where eager gives {tuple(_masked_read_returned(*args).shape)}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_masked_read_returned_is_refused_inside_an_except_block(path, dtype):
+    """A read at a bool mask returned has a shape the mask's values decide: refused at its
+    line on both paths, also when the caller compiles inside an `except` block (tracing
+    took the exception being handled for one its forward raised and let the full-shape
+    stand-in out: shape (1, 2), eager's (0, 2); fuzz run programs 1044 and 3754)."""
+    torch._dynamo.reset()
+    x = torch.arange(20, dtype=dtype).view(5, 4)
+    run = (lambda x: outofplace.compile(_masked_read_returned, (x,))(x)) \
+        if path == "outofplace.compile" else \
+        torch.compile(_masked_read_returned, backend="outofplace", dynamic=False)
+    try:
+        raise KeyError("handled while compiling")
+    except KeyError:
+        error = _refusal(run, x)
+    assert "the masked values are returned" in str(error)
+    line = _masked_read_returned.__code__.co_firstlineno + 1
+    assert f"{__file__}:{line}" in str(error)
