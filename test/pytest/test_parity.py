@@ -693,16 +693,20 @@ def _masked_read_returned(x):
     return x[None, :, :3][torch.tensor([False]), -4:3, 1].clone()  # eager: shape (0, 2)
 
 
-def _refusal(run, *args) -> outofplace.UnsupportedMutationError:
-    """The refusal compiling `run(*args)` raised, through either path."""
+def _refusal(program, path, *args) -> outofplace.UnsupportedMutationError:
+    """The refusal compiling `program(*args)` on `path` and calling it raised."""
+    torch._dynamo.reset()
     try:
-        run(*args)
+        if path == "outofplace.compile":
+            outofplace.compile(program, args)(*args)
+        else:
+            torch.compile(program, backend="outofplace", dynamic=False)(*args)
     except outofplace.UnsupportedMutationError as error:
         return error
     except torch._dynamo.exc.BackendCompilerFailed as error:
         assert isinstance(error.inner_exception, outofplace.UnsupportedMutationError), error
         return error.inner_exception
-    raise AssertionError(f"compiled, where eager gives {tuple(_masked_read_returned(*args).shape)}")
+    raise AssertionError(f"{path} compiled {program.__name__}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -712,15 +716,64 @@ def test_masked_read_returned_is_refused_inside_an_except_block(path, dtype):
     line on both paths, also when the caller compiles inside an `except` block (tracing
     took the exception being handled for one its forward raised and let the full-shape
     stand-in out: shape (1, 2), eager's (0, 2); fuzz run programs 1044 and 3754)."""
-    torch._dynamo.reset()
     x = torch.arange(20, dtype=dtype).view(5, 4)
-    run = (lambda x: outofplace.compile(_masked_read_returned, (x,))(x)) \
-        if path == "outofplace.compile" else \
-        torch.compile(_masked_read_returned, backend="outofplace", dynamic=False)
+    assert _masked_read_returned(x).shape == (0, 2)
     try:
         raise KeyError("handled while compiling")
     except KeyError:
-        error = _refusal(run, x)
+        error = _refusal(_masked_read_returned, path, x)
     assert "the masked values are returned" in str(error)
     line = _masked_read_returned.__code__.co_firstlineno + 1
     assert f"{__file__}:{line}" in str(error)
+
+
+def _write_into_an_expansion_after_a_break(x):
+    v = x.expand(2, -1)
+    o = torch.empty(0, dtype=x.dtype)
+    torch.mul(x, 2, out=o)  # resizes o: dynamo breaks the graph, passing v alone
+    v[1, 2::2] = -1  # eager writes x[2], x[4]
+    return o
+
+
+def _write_into_an_expansion_beside_its_base(x):
+    t = x.clone()
+    t.expand(3, -1)[2::2, torch.tensor([False, True, True])] += 2.5  # a break at the mask
+    return t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+@pytest.mark.parametrize("program", [_write_into_an_expansion_after_a_break,
+                                     _write_into_an_expansion_beside_its_base])
+def test_write_into_an_expanded_tensor_is_refused_at_its_line(program, path, dtype):
+    """Eager writes the memory an expanded tensor's elements share; a compiled program
+    takes them as values of their own: refused at the write on both paths, where the
+    torch.compile path, given the expansion by a graph break (alone, or beside the tensor
+    it expands, which was taken as its view), raised a ValueError at the call (fuzz run
+    programs 718 and 2049)."""
+    x = torch.arange(7 if program is _write_into_an_expansion_after_a_break else 3,
+                     dtype=dtype)
+    program(x.clone())  # eager runs it
+    error = _refusal(program, path, x)
+    first = program.__code__.co_firstlineno  # the expansion's line or the write's
+    lines = (first + 1, first + 4) if "after" in program.__name__ else (first + 2,)
+    assert any(f"{__file__}:{line}:" in str(error) for line in lines), error
+
+
+def _write_into_a_column_of_an_expansion(x):
+    x.expand(2, -1, -1).select(2, 1)[-1, torch.tensor([True, False, True])] += 2
+    return x * 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_write_into_an_expansion_passed_beside_its_base_is_refused_at_its_line(path, dtype):
+    """A graph break (at the mask) passes an expansion's column beside the tensor it
+    expands: taken inside the next graph from that tensor, as its as_strided (no indexing
+    repeats an element: the indexing of it failed, "slice step must be positive"), and
+    the write into it refused at its line on both paths (fuzz run program 2646)."""
+    x = torch.arange(12, dtype=dtype).view(3, 4)
+    program = _write_into_a_column_of_an_expansion
+    program(x.clone())  # eager runs it
+    error = _refusal(program, path, x)
+    assert f"{__file__}:{program.__code__.co_firstlineno + 1}:" in str(error), error
