@@ -777,3 +777,47 @@ def test_write_into_an_expansion_passed_beside_its_base_is_refused_at_its_line(p
     program(x.clone())  # eager runs it
     error = _refusal(program, path, x)
     assert f"{__file__}:{program.__code__.co_firstlineno + 1}:" in str(error), error
+
+
+def _slices_from_slices_at_positions(x, pos, j):
+    x[:, pos] += x[:, j]  # an int32 position: a graph break, x[:, j] passed as a view
+    x[pos - 1, :] = x[j]
+    x[pos, 1:][0] = x[j, 1:][1]
+    return x * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_slice_written_from_a_slice_at_runtime_positions(path, dtype):
+    """A slice at runtime positions written from the slice of the same dimensions at
+    others (`x[:, pos] += x[:, j]`) is that slice or shares no element with it: order-free,
+    compiled on both paths with eager's values (torch.compile's trace keeps `x[:, j]` a view
+    of x, and the write was refused as reading memory it writes; fuzz run programs 4434,
+    8286, 8761)."""
+    torch._dynamo.reset()
+    program = _slices_from_slices_at_positions
+
+    def arguments(pos, j):
+        return (torch.arange(12, dtype=dtype).view(3, 4) ** 2,
+                torch.tensor(pos), torch.tensor(j, dtype=torch.int32))
+    run = outofplace.compile(program, arguments(2, 0)) if path == "outofplace.compile" \
+        else torch.compile(program, backend="outofplace", dynamic=False)
+    for pos, j in [(2, 0), (1, 1), (2, 1)]:
+        ours, eager = arguments(pos, j), arguments(pos, j)
+        torch.testing.assert_close(run(*ours), program(*eager), rtol=0, atol=0)
+        torch.testing.assert_close(ours[0], eager[0], rtol=0, atol=0)
+
+
+def _row_from_elements_across_rows(x, pos):
+    x[pos, :] = x.view(-1)[1:4]  # the end of row pos and the start of the next
+    return x * 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_row_written_from_part_of_itself_is_refused(path, dtype):
+    """Where the slice read is no slice of the same dimensions (here it overlaps row pos in
+    part), eager's result depends on the order it copies elements in: refused."""
+    x = torch.arange(12, dtype=dtype).view(4, 3)
+    error = _refusal(_row_from_elements_across_rows, path, x, torch.tensor(0))
+    assert "shares memory with the tensor it writes" in str(error), error
