@@ -162,12 +162,12 @@ def _refuse_written_overlapping(compiled: Compiled, example_inputs: tuple) -> No
     call would raise)."""
     signature = compiled.signature
     users = signature.user_input_leaves
-    names = signature.input_names[len(signature.input_names) - len(users):]
-    for leaf, name in zip(users, names):
-        example = example_inputs[leaf]
-        if name in signature.first_writes and isinstance(example, torch.Tensor) and \
+    first = len(signature.input_names) - len(users)  # main's first user argument
+    for k, leaf in enumerate(users):
+        example, name = example_inputs[leaf], signature.input_names[first + k]
+        if first + k in compiled.io_map and isinstance(example, torch.Tensor) and \
                 torch._debug_has_internal_overlap(example) == 1:
-            op, location = signature.first_writes[name]
+            op, location = signature.first_writes.get(name, ("an in-place op", ""))
             raise UnsupportedMutationError(
                 op, f"it writes `{name}`, whose elements share memory (an expanded tensor "
                 "a graph break passes without the tensor it expands): eager writes the "
