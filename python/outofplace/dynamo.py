@@ -25,6 +25,7 @@ import torch
 
 from .compiled import Compiled
 from .compiled import compile as compile_program
+from .errors import UnsupportedMutationError
 from .frontend.input_views import take_view
 from .memory import view_layout, views_of_inputs
 
@@ -76,6 +77,7 @@ class ShapeSpecializing:
             self.programs.move_to_end(key)
             return compiled
         compiled = compile_program(self.gm, args, **self.options)
+        _refuse_written_overlapping(compiled, args)
         self.compilations += 1
         if self.compilations == RECOMPILE_WARNING:
             warnings.warn(
@@ -144,11 +146,34 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any],
     key = None if key is None else (key, tuple(sorted(options.items())))
     compiled = _PROGRAMS.get(key) if key is not None else None
     if compiled is None:
-        compiled = compile_program(gm, tuple(_concrete(e) for e in example_inputs),
-                                   **options)
+        examples = tuple(_concrete(e) for e in example_inputs)
+        compiled = compile_program(gm, examples, **options)
+        _refuse_written_overlapping(compiled, examples)
         if key is not None:
             _PROGRAMS[key] = compiled
     return compiled
+
+
+def _refuse_written_overlapping(compiled: Compiled, example_inputs: tuple) -> None:
+    """A graph writing an input whose elements overlap (an expanded tensor a graph break
+    passes without the tensor it expands, `v = x.expand(2, -1)` then `v[1, 2:] = 0`) is
+    refused at the write: eager writes the memory the elements share, a compiled program
+    takes the input as a value of its own elements and could not write it back (the
+    call would raise)."""
+    signature = compiled.signature
+    users = signature.user_input_leaves
+    first = len(signature.input_names) - len(users)  # main's first user argument
+    for k, leaf in enumerate(users):
+        example, name = example_inputs[leaf], signature.input_names[first + k]
+        if first + k in compiled.io_map and isinstance(example, torch.Tensor) and \
+                torch._debug_has_internal_overlap(example) == 1:
+            op, location = signature.first_writes.get(name, ("an in-place op", ""))
+            raise UnsupportedMutationError(
+                op, f"it writes `{name}`, whose elements share memory (an expanded tensor "
+                "a graph break passes without the tensor it expands): eager writes the "
+                "memory they share, the compiled graph takes its elements as values of "
+                "their own; compute the expansion and the write in one graph, or write a "
+                "clone", location=location)
 
 
 # The programs compiled in this process, by graph (`_graph_key`), while dynamo holds them.
@@ -208,7 +233,16 @@ class ViewsOfInputs:
         body = next(n for n in gm.graph.nodes if n.op != "placeholder")
         with gm.graph.inserting_before(body):  # in order, after every placeholder
             for i, base, layout in layouts:
+                before = set(gm.graph.nodes)
                 view = take_view(gm.graph, placeholders[base], layout)
+                # eager took the view before the graph: a refusal of it names the line of
+                # its first use
+                trace = next((user.meta["stack_trace"] for user in gm.graph.nodes
+                              if user in placeholders[i].users and
+                              user.meta.get("stack_trace")), None)
+                for node in gm.graph.nodes:
+                    if node not in before and trace:
+                        node.meta["stack_trace"] = trace
                 placeholders[i].replace_all_uses_with(view)
                 gm.graph.erase_node(placeholders[i])
         gm.recompile()

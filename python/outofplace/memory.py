@@ -104,7 +104,8 @@ def views_of_inputs(inputs: list[Any]) -> dict[int, int]:
     the tensor itself (`stack0 = x[:, pos]` computed eagerly, then `x[:, 0] = stack0`).
     A view's base is the largest input of its storage whose elements include the view's
     (so itself no view of another): inputs side by side in one buffer are each the base
-    of their own views."""
+    of their own views. An input whose elements overlap (expanded) is a base last: the
+    tensor it expands, passed beside it, is its base."""
     groups: dict[int, list[int]] = {}
     for i, tensor in enumerate(inputs):
         if isinstance(tensor, torch.Tensor) and tensor.numel():
@@ -113,8 +114,9 @@ def views_of_inputs(inputs: list[Any]) -> dict[int, int]:
     for members in groups.values():
         if len(members) < 2:
             continue
-        largest_first = sorted(members, key=lambda i: (-inputs[i].numel(),
-                                                     not inputs[i].is_contiguous(), i))
+        largest_first = sorted(members, key=lambda i: (
+            torch._debug_has_internal_overlap(inputs[i]) == 1, -inputs[i].numel(),
+            not inputs[i].is_contiguous(), i))
         roots: list[int] = []  # the bases: larger inputs come first
         for i in largest_first:
             base = next((b for b in roots if view_layout(inputs[i], inputs[b]) is not None),

@@ -687,3 +687,140 @@ def test_view_taken_before_an_in_place_transpose_keeps_its_shape(path, dtype):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
         steps = [[s for n, s in zip(t.shape, t.stride()) if n > 1] for t in (a, e)]
         assert steps[0] == steps[1]
+
+
+def _masked_read_returned(x):
+    # a mask computed from constants: dynamo knows its values (no graph break), tracing
+    # does not (no mask the program spells)
+    return x[None, :, :3][~torch.tensor([True]), -4:3, 1].clone()  # eager: shape (0, 2)
+
+
+def _refusal(program, path, *args) -> outofplace.UnsupportedMutationError:
+    """The refusal compiling `program(*args)` on `path` and calling it raised."""
+    torch._dynamo.reset()
+    try:
+        if path == "outofplace.compile":
+            outofplace.compile(program, args)(*args)
+        else:
+            torch.compile(program, backend="outofplace", dynamic=False)(*args)
+    except outofplace.UnsupportedMutationError as error:
+        return error
+    except torch._dynamo.exc.BackendCompilerFailed as error:
+        assert isinstance(error.inner_exception, outofplace.UnsupportedMutationError), error
+        return error.inner_exception
+    raise AssertionError(f"{path} compiled {program.__name__}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_masked_read_returned_is_refused_inside_an_except_block(path, dtype):
+    """A read at a bool mask returned has a shape the mask's values decide: refused at its
+    line on both paths, also when the caller compiles inside an `except` block (tracing
+    took the exception being handled for one its forward raised and let the full-shape
+    stand-in out: shape (1, 2), eager's (0, 2); fuzz run programs 1044 and 3754, whose
+    spelled masks now compile)."""
+    x = torch.arange(20, dtype=dtype).view(5, 4)
+    assert _masked_read_returned(x).shape == (0, 2)
+    try:
+        raise KeyError("handled while compiling")
+    except KeyError:
+        error = _refusal(_masked_read_returned, path, x)
+    assert "the masked values are returned" in str(error)
+    line = _masked_read_returned.__code__.co_firstlineno + 3
+    assert f"{__file__}:{line}:" in str(error)
+
+
+def _write_into_an_expansion_after_a_break(x):
+    v = x.expand(2, -1)
+    o = torch.empty(0, dtype=x.dtype)
+    torch.mul(x, 2, out=o)  # resizes o: dynamo breaks the graph, passing v alone
+    v[1, 2::2] = -1  # eager writes x[2], x[4]
+    return o
+
+
+def _write_into_an_expansion_beside_its_base(x):
+    t = x.clone()
+    t.expand(3, -1)[2::2, torch.tensor([False, True, True])] += 2.5  # a break at the mask
+    return t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+@pytest.mark.parametrize("program", [_write_into_an_expansion_after_a_break,
+                                     _write_into_an_expansion_beside_its_base])
+def test_write_into_an_expanded_tensor_is_refused_at_its_line(program, path, dtype):
+    """Eager writes the memory an expanded tensor's elements share; a compiled program
+    takes them as values of their own: refused at the write on both paths, where the
+    torch.compile path, given the expansion by a graph break (alone, or beside the tensor
+    it expands, which was taken as its view), raised a ValueError at the call (fuzz run
+    programs 718 and 2049)."""
+    x = torch.arange(7 if program is _write_into_an_expansion_after_a_break else 3,
+                     dtype=dtype)
+    program(x.clone())  # eager runs it
+    error = _refusal(program, path, x)
+    first = program.__code__.co_firstlineno  # the expansion's line or the write's
+    lines = (first + 1, first + 4) if "after" in program.__name__ else (first + 2,)
+    assert any(f"{__file__}:{line}:" in str(error) for line in lines), error
+
+
+def _write_into_a_column_of_an_expansion(x):
+    x.expand(2, -1, -1).select(2, 1)[-1, torch.tensor([True, False, True])] += 2
+    return x * 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_write_into_an_expansion_passed_beside_its_base_is_refused_at_its_line(path, dtype):
+    """A graph break (at the mask) passes an expansion's column beside the tensor it
+    expands: taken inside the next graph from that tensor, as its as_strided (no indexing
+    repeats an element: the indexing of it failed, "slice step must be positive"), and
+    the write into it refused at its line on both paths (fuzz run program 2646)."""
+    x = torch.arange(12, dtype=dtype).view(3, 4)
+    program = _write_into_a_column_of_an_expansion
+    program(x.clone())  # eager runs it
+    error = _refusal(program, path, x)
+    assert f"{__file__}:{program.__code__.co_firstlineno + 1}:" in str(error), error
+
+
+def _slices_from_slices_at_positions(x, pos, j):
+    x[:, pos] += x[:, j]  # an int32 position: a graph break, x[:, j] passed as a view
+    x[pos - 1, :] = x[j]
+    x[pos, 1:][0] = x[j, 1:][1]
+    return x * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_slice_written_from_a_slice_at_runtime_positions(path, dtype):
+    """A slice at runtime positions written from the slice of the same dimensions at
+    others (`x[:, pos] += x[:, j]`) is that slice or shares no element with it: order-free,
+    compiled on both paths with eager's values (torch.compile's trace keeps `x[:, j]` a view
+    of x, and the write was refused as reading memory it writes; fuzz run programs 4434,
+    8286, 8761)."""
+    torch._dynamo.reset()
+    program = _slices_from_slices_at_positions
+
+    def arguments(pos, j):
+        return (torch.arange(12, dtype=dtype).view(3, 4) ** 2,
+                torch.tensor(pos), torch.tensor(j, dtype=torch.int32))
+    run = outofplace.compile(program, arguments(2, 0)) if path == "outofplace.compile" \
+        else torch.compile(program, backend="outofplace", dynamic=False)
+    for pos, j in [(2, 0), (1, 1), (2, 1)]:
+        ours, eager = arguments(pos, j), arguments(pos, j)
+        torch.testing.assert_close(run(*ours), program(*eager), rtol=0, atol=0)
+        torch.testing.assert_close(ours[0], eager[0], rtol=0, atol=0)
+
+
+def _row_from_elements_across_rows(x, pos):
+    x[pos, :] = x.view(-1)[1:4]  # the end of row pos and the start of the next
+    return x * 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_row_written_from_part_of_itself_is_refused(path, dtype):
+    """Where the slice read is no slice of the same dimensions (here it overlaps row pos in
+    part), eager's result depends on the order it copies elements in: refused."""
+    x = torch.arange(12, dtype=dtype).view(4, 3)
+    error = _refusal(_row_from_elements_across_rows, path, x, torch.tensor(0))
+    assert "shares memory with the tensor it writes" in str(error), error

@@ -39,6 +39,8 @@ def indexing(layout: tuple) -> tuple | None:
     for j in sorted(range(len(size)), key=lambda j: -stride[j]):
         if size[j] == 1:
             continue
+        if not stride[j]:  # expanded: no indexing repeats an element
+            return None
         for d in dims:
             if d in mapped or stride[j] % base_stride[d]:
                 continue

@@ -47,6 +47,39 @@ def _copies_one_element(node: torch.fx.Node, read: torch.Tensor) -> bool:
     return True
 
 
+def _reads_one_slice_it_writes(node: torch.fx.Node, operand: torch.fx.Node,
+                               written: torch.Tensor, read: torch.Tensor) -> bool:
+    """`index_put_` at 0-d positions only (`x[:, pos] = v`, `x[:, pos] += v`) whose
+    values are exactly the slice it would write at other positions (`x[:, 2]`, a view
+    torch.compile's trace keeps): the slice it writes at run time is that one, each
+    element written from (or added to) itself, or shares no element with it; in any
+    order the same values."""
+    if node.target is not torch.ops.aten.index_put_.default or \
+            _argument_name(node, operand) != "values" or read.dtype != written.dtype or \
+            torch._debug_has_internal_overlap(written) != 0:
+        return False
+    indices = list(node.args[1])
+    values = [i.meta.get("val") if isinstance(i, torch.fx.Node) else i
+              for i in indices if i is not None]
+    if not values or not all(isinstance(v, torch.Tensor) and v.dim() == 0 and
+                             v.dtype in op_registry.POSITION_DTYPES for v in values):
+        return False
+    at = {d for d, i in enumerate(indices) if i is not None}
+    kept = [d for d in range(written.dim()) if d not in at]
+    if list(read.shape) != [written.shape[d] for d in kept] or any(
+            read.shape[k] > 1 and read.stride(k) != written.stride(d)
+            for k, d in enumerate(kept)):
+        return False
+    # the read's first element as an index of the written tensor: 0 on the kept dims
+    rest, start = read.storage_offset() - written.storage_offset(), {}
+    for d in sorted(range(written.dim()), key=lambda d: -written.stride(d)):
+        if rest < 0 or written.shape[d] == 1 or not written.stride(d):
+            continue
+        start[d] = min(rest // written.stride(d), written.shape[d] - 1)
+        rest -= start[d] * written.stride(d)
+    return rest == 0 and all(start.get(d, 0) == 0 for d in kept)
+
+
 def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
     """Refuses an in-place op that reads memory it writes through another view:
     `x[:, 1:] += x[:, :-1]`, `x.index_put_(i, x.t())`. Eager then runs element by element
@@ -54,7 +87,8 @@ def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
     raises, when it can tell); value semantics would read every operand before writing.
     A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`),
     a fill value read before the fill (`x.fill_(x[0, 0])`) and one element copied
-    (`x[i] = x[j]`) have a single meaning."""
+    (`x[i] = x[j]`) have a single meaning, and so has a slice at runtime positions written
+    from another of the same dimensions (`x[:, i] += x[:, j]`): the same or disjoint."""
     for node in graph.nodes:
         effects = op_effects(node)
         if effects is None or effects.rebinds_view:
@@ -73,7 +107,8 @@ def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
                     continue
                 if elementwise and _same_layout(written, read) or \
                         (node.target, _argument_name(node, operand)) in _READ_FIRST or \
-                        _copies_one_element(node, read):
+                        _copies_one_element(node, read) or \
+                        _reads_one_slice_it_writes(node, operand, written, read):
                     continue
                 raise UnsupportedMutationError(
                     op_registry.mlir_name(node.target),

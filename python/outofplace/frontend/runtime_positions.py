@@ -37,6 +37,7 @@ would alias and the trace copies.
 from __future__ import annotations
 
 import linecache
+import re
 import traceback
 import weakref
 from pathlib import Path
@@ -50,6 +51,7 @@ from ..indexing import expand_ellipsis, key_items
 
 _PACKAGE = Path(__file__).resolve().parent.parent  # outofplace
 _TORCH = Path(torch.__file__).resolve().parent
+_FRAME = re.compile(r'File "([^"]+)", line ([0-9]+)')  # of an FX node's stack trace
 
 
 def is_position(item: Any) -> bool:
@@ -73,7 +75,14 @@ def user_line(frames: traceback.StackSummary | None = None) -> str:
     stack, or of `frames`), torch's generated code (`<string>`, `<eval_with_key>`)
     skipped, code compiled from a string the user registered in linecache (`<name>`)
     kept, as FX stack traces keep it; else of the innermost frame in torch.nn (the layer
-    the user's model calls)."""
+    the user's model calls). While a torch.compile graph runs (tracing.py runs its nodes
+    with their metadata), the current stack is its caller's: the line is the innermost of
+    the node's own stack trace."""
+    if frames is None:
+        node_frames = _FRAME.findall(
+            torch.fx.traceback.get_current_meta().get("stack_trace") or "")
+        if node_frames:
+            return f"{node_frames[-1][0]}:{node_frames[-1][1]}"
     frames = list(reversed(frames if frames is not None else traceback.extract_stack()))
     paths = [None if f.filename.startswith("<") else Path(f.filename).resolve()
              for f in frames]

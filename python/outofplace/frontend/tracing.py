@@ -136,8 +136,12 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
 
     items = steps.items_as_tensors()
     saved_tensors = SavedTensors()
+    # The exception being handled when the forward starts (the caller may compile inside
+    # an `except` block): at its end another one means the forward raised.
+    handled: list[BaseException | None] = []
 
     def enter(module: Any, args: tuple, kwargs: dict) -> None:
+        handled.append(sys.exc_info()[1])
         shapes.watch(module, args, kwargs)
         steps.enter()
         if torch.is_grad_enabled() and any(  # autograd records: gradients may be taken
@@ -159,7 +163,8 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         shapes.__exit__(None, None, None)
         items.__exit__(None, None, None)
         saved_tensors.__exit__(None, None, None)
-        if sys.exc_info()[0] is None:  # not on the way out of a forward that raised
+        entered = handled.pop() if handled else None
+        if sys.exc_info()[1] is entered:  # not on the way out of a forward that raised
             masked.refuse_escaping(output)
             steps.leave()
 
