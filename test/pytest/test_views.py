@@ -801,3 +801,22 @@ def test_a_mask_beside_runtime_positions_indexes_the_positions_view(dtype) -> No
                                            theirs[1], m2))  # (a sum: XLA's order)
         torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
     by_dynamo(masks_beside_runtime_positions, masks_beside_runtime_positions, arguments(), {})
+
+
+def masked_values_beside_unit_dimensions(x, m, w, z):
+    x[m, 3] *= w  # w: [1], broadcast against the masked values' count
+    x[m] -= z  # z: [1, 5]: a unit dimension, then the columns after the mask
+    return x * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masked_values_beside_an_operand_of_unit_dimensions(dtype) -> None:
+    """An operand of shape [1] (or [1, *after the mask]) broadcasts against the masked
+    values whatever their count: it was refused as "not broadcast over the dimensions
+    after the mask"."""
+    from differential import by_dynamo
+    args = (torch.randn(5, 5, dtype=dtype), torch.tensor([True, False, False, True, True]),
+            torch.tensor([2.0], dtype=dtype), torch.randn(1, 5, dtype=dtype))
+    assert_matches_eager(masked_values_beside_unit_dimensions, *args)
+    by_dynamo(masked_values_beside_unit_dimensions, masked_values_beside_unit_dimensions,
+              args, {})

@@ -267,12 +267,23 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
         inplace = name.startswith("__i") or name.endswith("_") and not name.endswith("__")
         if "out" in kwargs or inplace and self._selection(args[0]) is None:
             raise _refusal(list(selection.key), f"{name} writes it into another tensor")
-        for value in pytree.tree_leaves((args, kwargs)):
-            if isinstance(value, torch.Tensor) and self._selection(value) is None and \
-                    value.dim() > selection.trailing:
+        def unmasked(value: Any) -> Any:
+            """An operand not masked: it may only broadcast over the dimensions after the
+            mask, and have dimensions of size 1 before them (a `[1]` beside `x[m]`:
+            broadcast against the masked values' count, whatever the mask), which are
+            dropped, or it would meet the mask's own dimensions in the stand-in."""
+            if not isinstance(value, torch.Tensor) or self._selection(value) is not None \
+                    or value.dim() <= selection.trailing:
+                return value
+            extra = value.dim() - selection.trailing
+            if any(n != 1 for n in value.shape[:extra]) or \
+                    value.dim() > selection.first + 1 + selection.trailing:
                 raise _refusal(list(selection.key), f"{name} pairs it with a tensor of "
                                f"shape {list(value.shape)}, not broadcast over the "
                                "dimensions after the mask")
+            return value.reshape(value.shape[extra:])
+
+        args, kwargs = pytree.tree_map(unmasked, (args, kwargs))
         result = func(*args, **kwargs)
         for value in pytree.tree_leaves(result):
             if isinstance(value, torch.Tensor):
