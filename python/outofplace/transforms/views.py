@@ -33,7 +33,8 @@ from torch_mlir import ir
 
 from . import decompose_diagonal
 from .. import torch_types
-from ..errors import UnsupportedMutationError
+from ..errors import UnsupportedMutationError, source_line
+from ..op_registry import aten_name
 from ..indexing import (INT64_MAX, clamp_bound, clamp_slice, constant_bound, from_end,
                         inverse_permutation, normalise_index)
 from ..ir_utils import constant_int, int_list, size_int, torch_constant, unnamed
@@ -299,9 +300,11 @@ def _expand(view, base, src, loc, ip):
     if sizes is not None and sizes == torch_types.TensorType.of(view.result.type).sizes \
             and all(d >= 0 for d in sizes):
         return src
-    raise UnsupportedMutationError.at(
-        view, "writing into an expanded tensor: its elements share memory (eager refuses "
-        "most such writes)")
+    where = source_line(view.location)
+    raise UnsupportedMutationError(
+        aten_name(view), "writing into an expanded tensor: its elements share memory "
+        "(eager refuses most such writes)" + (f"; expanded at {where}" if where else ""),
+        location=source_line(loc) or where)
 
 
 def _unfold(view, base, src, loc, ip):
