@@ -27,7 +27,7 @@ from .compiled import Compiled
 from .compiled import compile as compile_program
 from .errors import UnsupportedMutationError
 from .frontend.input_views import take_view
-from .memory import view_layout, views_of_inputs
+from .memory import overlaps, view_layout, views_of_inputs
 
 # Programs kept per graph with symbolic sizes; past this the least recently used goes.
 SHAPE_CACHE_SIZE = 16
@@ -205,34 +205,89 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple | N
     return gm.code, tuple(inputs)
 
 
+def _spans(args: Any, views: dict[int, int]) -> list[tuple[list[int], int, int]]:
+    """Inputs in one storage that overlap in part, neither viewing the other (the bases
+    `views_of_inputs` left): each group with its views, and the span of the storage they
+    cover, [first element, end). They are taken from a tensor of that span (a synthetic
+    base, as AOTAutograd makes), as views are from their base. Groups of mixed dtypes,
+    complex ones or ones requiring grad are left (the call refuses them)."""
+    roots: dict[int, list[int]] = {}
+    for i, value in enumerate(args):
+        if isinstance(value, torch.Tensor) and value.numel() and i not in views:
+            roots.setdefault(value.untyped_storage()._cdata, []).append(i)
+    spans = []
+    for members in roots.values():
+        groups = [[i] for i in members]  # joined while two of them overlap
+        for i in members:
+            for j in members:
+                a = next(g for g in groups if i in g)
+                b = next(g for g in groups if j in g)
+                if a is not b and overlaps(args[i], args[j]):
+                    a += b
+                    groups.remove(b)
+        for group in groups:
+            tensors = [args[i] for i in group]
+            if len(group) < 2 or len({t.dtype for t in tensors}) > 1 or \
+                    tensors[0].is_complex() or any(t.requires_grad for t in tensors):
+                continue
+            group += [i for i, base in views.items() if base in group]
+            first = min(args[i].storage_offset() for i in group)
+            end = max(args[i].storage_offset() + sum(
+                (n - 1) * st for n, st in zip(args[i].shape, args[i].stride())) + 1
+                for i in group)
+            spans.append((sorted(group), first, end))
+    return spans
+
+
 class ViewsOfInputs:
-    """Runs a graph some of whose inputs are views of another input (`views_of_inputs`):
-    each such input is taken again inside the graph, as the `as_strided` of its base that
-    it is, so that a write through either shows through the other as in eager, where
-    separate arguments could not. The views' places in their bases are read at each call:
-    one program per layout (a view at a runtime position moves with the position), the
-    graph as it came for inputs that are no longer views."""
+    """Runs a graph some of whose inputs are views of another input (`views_of_inputs`)
+    or overlap another in part (`_spans`): each such input is taken again inside the
+    graph, as the `as_strided` of its base that it is (for overlapping ones, of a tensor
+    of the storage they span, passed as one more input), so that a write through either
+    shows through the other as in eager, where separate arguments could not. The views'
+    places in their bases are read at each call: one program per layout (a view at a
+    runtime position moves with the position), the graph as it came for inputs that are
+    no longer views."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
-                 views: dict[int, int], options: dict[str, Any]) -> None:
-        self.gm, self.views, self.options = gm, views, options
+                 options: dict[str, Any]) -> None:
+        self.gm, self.options = gm, options
         self.programs: collections.OrderedDict[tuple, Callable[..., Any]] = \
             collections.OrderedDict()
-        layouts = self._layouts(example_inputs)
-        self.programs[layouts] = self._compile(layouts, example_inputs)
+        layouts, inputs = self._layouts(example_inputs)
+        self.programs[layouts] = self._compile(layouts, inputs)
 
-    def _layouts(self, args: tuple) -> tuple:
-        return tuple((i, base, layout) for i, base in self.views.items()
-                     if (layout := view_layout(args[i], args[base])) is not None)
+    @staticmethod
+    def _layouts(args: Any) -> tuple[tuple, list[Any]]:
+        """(each view's (index, its base's, layout), spans), and the inputs with a
+        tensor of each span after them."""
+        views = views_of_inputs(args)
+        spans = _spans(args, views)
+        inputs = list(args)
+        for members, first, end in spans:
+            span = args[members[0]].as_strided((end - first,), (1,), first)
+            for i in members:
+                views[i] = len(inputs)
+            inputs.append(span)
+        return (tuple((i, base, layout) for i, base in sorted(views.items())
+                      if (layout := view_layout(inputs[i], inputs[base])) is not None),
+                len(spans)), inputs
 
     def _compile(self, layouts: tuple, inputs: Any) -> Callable[..., Any]:
         import copy
 
+        views, spans = layouts
         gm = copy.deepcopy(self.gm)  # dynamo passes the inputs of its own graph's placeholders
         placeholders = gm.graph.find_nodes(op="placeholder")
+        for k in range(spans):  # the synthetic bases, after dynamo's inputs
+            members = [placeholders[i].name for i, base, _ in views
+                       if base == len(placeholders)]
+            with gm.graph.inserting_after(placeholders[-1]):
+                placeholders.append(gm.graph.placeholder(
+                    "memory_of_" + "_".join(members)))
         body = next(n for n in gm.graph.nodes if n.op != "placeholder")
         with gm.graph.inserting_before(body):  # in order, after every placeholder
-            for i, base, layout in layouts:
+            for i, base, layout in views:
                 before = set(gm.graph.nodes)
                 view = take_view(gm.graph, placeholders[base], layout)
                 # eager took the view before the graph: a refusal of it names the line of
@@ -246,16 +301,16 @@ class ViewsOfInputs:
                 placeholders[i].replace_all_uses_with(view)
                 gm.graph.erase_node(placeholders[i])
         gm.recompile()
-        dropped = {i for i, _, _ in layouts}
+        dropped = {i for i, _, _ in views}
         kept = [i for i in range(len(inputs)) if i not in dropped]
         program = _compile_graph(gm, [inputs[i] for i in kept], options=self.options)
         return lambda *args: program(*[args[i] for i in kept])
 
     def __call__(self, *args: Any) -> Any:
-        layouts = self._layouts(args)
+        layouts, inputs = self._layouts(args)
         program = self.programs.get(layouts)
         if program is None:
-            program = self.programs[layouts] = self._compile(layouts, args)
+            program = self.programs[layouts] = self._compile(layouts, inputs)
             if len(self.programs) == RECOMPILE_WARNING:
                 warnings.warn(
                     f"outofplace compiled one torch.compile graph for {len(self.programs)} "
@@ -266,7 +321,7 @@ class ViewsOfInputs:
                 self.programs.popitem(last=False)
         else:
             self.programs.move_to_end(layouts)
-        return program(*args)
+        return program(*inputs)
 
 
 def _needs_gradients(example_inputs: list[Any]) -> bool:
@@ -334,6 +389,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
         return _training_backend(names, options)(gm, example_inputs)
     views = views_of_inputs(example_inputs)
-    if views:
-        return ViewsOfInputs(gm, example_inputs, views, options)
+    if views or _spans(example_inputs, views):
+        return ViewsOfInputs(gm, example_inputs, options)
     return _compile_graph(gm, example_inputs, options=options)

@@ -319,3 +319,30 @@ def test_separate_arguments_laid_out_as_a_traced_view_are_not_taken_from_each_ot
         torch.testing.assert_close(actual, _writes_both(*theirs), rtol=0, atol=0)
         for a, b in zip(mine, theirs):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _writes_one_of_two_overlapping_views_after_a_break(x, pos):
+    rows = x[0:2].unsqueeze(0).expand(2, -1, -1)  # rows 0 and 1, read after the break
+    x[1:3, pos].mul_(2)  # an int32 position breaks the graph: x[1:3, pos] is passed
+    return rows.sum(0) + 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_graph_break_passing_two_views_overlapping_in_part(dtype):
+    """A graph break passes two views of a tensor, not the tensor, which share elements
+    in part (row 1 of `x[:, pos]` and the expanded rows 0 and 1): neither is the other's
+    base, so both are taken from a tensor of the storage they span, passed as one more
+    input (a synthetic base, as AOTAutograd makes); the write was refused as sharing
+    memory (fuzz run program 4074)."""
+    torch._dynamo.reset()
+    run = torch.compile(_writes_one_of_two_overlapping_views_after_a_break,
+                        backend="outofplace", dynamic=False)
+    for position in (1, 2, 0):
+        x = torch.randn(4, 3, dtype=dtype)
+        theirs, pos = x.clone(), torch.tensor(position, dtype=torch.int32)
+        torch.testing.assert_close(
+            run(x, pos), _writes_one_of_two_overlapping_views_after_a_break(theirs, pos),
+            rtol=0, atol=0)
+        torch.testing.assert_close(x, theirs, rtol=0, atol=0)
+    assert_matches_eager(_writes_one_of_two_overlapping_views_after_a_break,
+                         torch.randn(4, 3, dtype=dtype), torch.tensor(2, dtype=torch.int32))

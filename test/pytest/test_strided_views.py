@@ -68,3 +68,20 @@ def test_as_strided_of_a_view_at_a_runtime_position_is_refused_not_crashed():
     with pytest.raises(outofplace.UnsupportedMutationError, match="runtime position"):
         outofplace.compile(as_strided_of_a_view_at_a_runtime_position,
                            (torch.randn(2, 2), torch.tensor(1)))
+
+
+def _writes_no_element_of_overlapping_elements(x, w):
+    x.as_strided((2, 3), (0, 1))[1:1] = w  # rows share their elements; the slice is empty
+    x.as_strided((3, 2), (1, 1))[:, 2:].mul_(2)
+    return x + 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_write_of_no_element_through_overlapping_elements(dtype):
+    """An as_strided view whose elements overlap, written at no element: nothing is
+    written, as in eager (it was refused as 'writing into an as_strided view whose
+    elements overlap'; fuzz run program 4074 on the torch.compile path)."""
+    args = (torch.randn(6, dtype=dtype), torch.empty(0, 3, dtype=dtype))
+    assert_matches_eager(_writes_no_element_of_overlapping_elements, *args)
+    by_dynamo(_writes_no_element_of_overlapping_elements,
+              _writes_no_element_of_overlapping_elements, args, {})

@@ -190,6 +190,10 @@ def writes_through_strided_views(graph: torch.fx.Graph) -> None:
             if not writes:
                 break
             user, member = writes[0]
+            if not member.meta["val"].numel():  # a write of no element writes nothing
+                user.replace_all_uses_with(member)
+                graph.erase_node(user)
+                continue
             if positions is None:
                 positions = _positions_in_root(node, root)
             with graph.inserting_before(user):
