@@ -71,7 +71,9 @@ def arguments(signature: ProgramSignature, source: Any, io_map: dict[int, int],
     for guard in signature.guards:
         guard.check()
     state = state_tensors(signature, source) if signature.state_targets else []
-    given = state + signature.user_inputs(args, kwargs)
+    given = signature.with_spans(state + signature.user_inputs(args, kwargs))
+    if len(given) != len(names):  # sharing memory otherwise than traced: traced again
+        return given  # (relayout)
     inputs = signature.real_views(given)  # complex tensors as their real pairs
     for i, (name, value, (shape, dtype)) in enumerate(zip(names, inputs, input_types)):
         if not isinstance(value, torch.Tensor):
@@ -92,7 +94,7 @@ def arguments(signature: ProgramSignature, source: Any, io_map: dict[int, int],
         if i in io_map:
             check_writable(name, value, given[i], i >= len(state))
     signature.symbolic_sizes.check(names, inputs)
-    if signature.shared_views(inputs) == signature.input_views:  # else traced again
+    if signature.shared_views(inputs)[0] == signature.input_views:  # else traced again
         signature.refuse_written_inputs_sharing_memory(inputs)
     return inputs
 
@@ -155,16 +157,17 @@ def relayout(signature: ProgramSignature, traced: list[tuple], inputs: list[torc
     ExportedProgram) refuses another layout."""
     names = signature.input_names
     layouts = [layout(t) for t in inputs]
-    views = signature.shared_views(inputs)
+    views = signature.shared_views(inputs)[0]
     if layouts == traced and views == signature.input_views:
         return None
-    if layouts != traced:
+    if len(layouts) == len(traced) and layouts != traced:
         i, name = next((i, n) for i, n in enumerate(names) if layouts[i] != traced[i])
         what = (f"argument '{name}' has {_describe_layout(layouts[i])}; the program was "
                 f"traced with {_describe_layout(traced[i])}")
     else:
         def described(views: dict[int, tuple[int, tuple]]) -> str:
-            return ", ".join(f"'{names[i]}' a view of '{names[base]}'"
+            return ", ".join(f"'{names[i]}' a view of '{names[base]}'" if base < len(names)
+                             else f"'{names[i]}' overlapping another in part"
                              for i, (base, _) in views.items()) or "no views"
         what = (f"the arguments share memory otherwise than when traced: "
                 f"{described(views)} (traced: {described(signature.input_views)})")

@@ -150,7 +150,7 @@ def compile(f: Any, args: tuple, kwargs: dict | None = None, *, engine: str = "a
     source = f if isinstance(f, (torch.nn.Module, ExportedProgram)) else None
     state = call_checks.state_tensors(signature, source)
     layouts = [call_checks.layout(t) for t in signature.real_views(
-        state + signature.user_inputs(args, kwargs or {}))]
+        signature.with_spans(state + signature.user_inputs(args, kwargs or {})))]
     shardings = {signature.input_names[i]: s for i, s in specs.items()}
 
     def retrace(args: tuple, kwargs: dict) -> Compiled:  # for another layout

@@ -27,7 +27,7 @@ from .compiled import Compiled
 from .compiled import compile as compile_program
 from .errors import UnsupportedMutationError
 from .frontend.input_views import take_view
-from .memory import overlaps, view_layout, views_of_inputs
+from .memory import shared_memory, span_tensor
 
 # Programs kept per graph with symbolic sizes; past this the least recently used goes.
 SHAPE_CACHE_SIZE = 16
@@ -205,43 +205,9 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple | N
     return gm.code, tuple(inputs)
 
 
-def _spans(args: Any, views: dict[int, int]) -> list[tuple[list[int], int, int]]:
-    """Inputs in one storage that overlap in part, neither viewing the other (the bases
-    `views_of_inputs` left): each group with its views, and the span of the storage they
-    cover, [first element, end). They are taken from a tensor of that span (a synthetic
-    base, as AOTAutograd makes), as views are from their base. Groups of mixed dtypes,
-    complex ones or ones requiring grad are left (the call refuses them)."""
-    roots: dict[int, list[int]] = {}
-    for i, value in enumerate(args):
-        if isinstance(value, torch.Tensor) and value.numel() and i not in views:
-            roots.setdefault(value.untyped_storage()._cdata, []).append(i)
-    spans = []
-    for members in roots.values():
-        groups = [[i] for i in members]  # joined while two of them overlap
-        for i in members:
-            for j in members:
-                a = next(g for g in groups if i in g)
-                b = next(g for g in groups if j in g)
-                if a is not b and overlaps(args[i], args[j]):
-                    a += b
-                    groups.remove(b)
-        for group in groups:
-            tensors = [args[i] for i in group]
-            if len(group) < 2 or len({t.dtype for t in tensors}) > 1 or \
-                    tensors[0].is_complex() or any(t.requires_grad for t in tensors):
-                continue
-            group += [i for i, base in views.items() if base in group]
-            first = min(args[i].storage_offset() for i in group)
-            end = max(args[i].storage_offset() + sum(
-                (n - 1) * st for n, st in zip(args[i].shape, args[i].stride())) + 1
-                for i in group)
-            spans.append((sorted(group), first, end))
-    return spans
-
-
 class ViewsOfInputs:
     """Runs a graph some of whose inputs are views of another input (`views_of_inputs`)
-    or overlap another in part (`_spans`): each such input is taken again inside the
+    or overlap another in part (`memory.spans_of_inputs`): each such input is taken again inside the
     graph, as the `as_strided` of its base that it is (for overlapping ones, of a tensor
     of the storage they span, passed as one more input), so that a write through either
     shows through the other as in eager, where separate arguments could not. The views'
@@ -259,19 +225,12 @@ class ViewsOfInputs:
 
     @staticmethod
     def _layouts(args: Any) -> tuple[tuple, list[Any]]:
-        """(each view's (index, its base's, layout), spans), and the inputs with a
-        tensor of each span after them."""
-        views = views_of_inputs(args)
-        spans = _spans(args, views)
-        inputs = list(args)
-        for members, first, end in spans:
-            span = args[members[0]].as_strided((end - first,), (1,), first)
-            for i in members:
-                views[i] = len(inputs)
-            inputs.append(span)
-        return (tuple((i, base, layout) for i, base in sorted(views.items())
-                      if (layout := view_layout(inputs[i], inputs[base])) is not None),
-                len(spans)), inputs
+        """(each view's (index, its base's, layout), the number of spans), and the
+        inputs with a tensor of each span after them (memory.shared_memory)."""
+        relation, spans = shared_memory(list(args))
+        inputs = list(args) + [span_tensor(list(args), span) for span in spans]
+        return (tuple((i, base, layout) for i, (base, layout) in relation.items()
+                      if layout is not None), len(spans)), inputs
 
     def _compile(self, layouts: tuple, inputs: Any) -> Callable[..., Any]:
         import copy
@@ -388,7 +347,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     if _needs_gradients(example_inputs):
         names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
         return _training_backend(names, options)(gm, example_inputs)
-    views = views_of_inputs(example_inputs)
-    if views or _spans(example_inputs, views):
+    if shared_memory(list(example_inputs))[0]:
         return ViewsOfInputs(gm, example_inputs, options)
     return _compile_graph(gm, example_inputs, options=options)

@@ -126,3 +126,64 @@ def views_of_inputs(inputs: list[Any]) -> dict[int, int]:
             else:
                 views[i] = base
     return views
+
+
+def spans_of_inputs(inputs: list[Any], views: dict[int, int], first: int = 0
+                    ) -> list[tuple[tuple[int, ...], int, int]]:
+    """Inputs (from `first`) in one storage that overlap in part, neither viewing the
+    other (the bases `views_of_inputs` left): each group with its views, and the span of
+    the storage they cover, [first element, end). They are taken from a tensor of that
+    span (`span_tensor`, a synthetic base, as AOTAutograd makes), as views are from their
+    base. Groups of mixed dtypes, complex ones or ones requiring grad are left out (a
+    write is refused)."""
+    roots: dict[int, list[int]] = {}
+    for i, value in enumerate(inputs):
+        if i >= first and isinstance(value, torch.Tensor) and value.numel() and \
+                i not in views:
+            roots.setdefault(value.untyped_storage()._cdata, []).append(i)
+    spans = []
+    for members in roots.values():
+        groups = [[i] for i in members]  # joined while two of them overlap
+        for i in members:
+            for j in members:
+                a = next(g for g in groups if i in g)
+                b = next(g for g in groups if j in g)
+                if a is not b and overlaps(inputs[i], inputs[j]):
+                    a += b
+                    groups.remove(b)
+        for group in groups:
+            tensors = [inputs[i] for i in group]
+            if len(group) < 2 or len({t.dtype for t in tensors}) > 1 or \
+                    tensors[0].is_complex() or any(t.requires_grad for t in tensors):
+                continue
+            group += [i for i, base in views.items() if base in group]
+            start = min(inputs[i].storage_offset() for i in group)
+            end = max(inputs[i].storage_offset() + sum(
+                (n - 1) * st for n, st in zip(inputs[i].shape, inputs[i].stride())) + 1
+                for i in group)
+            spans.append((tuple(sorted(group)), start, end))
+    return spans
+
+
+def span_tensor(inputs: list[Any], span: tuple[tuple[int, ...], int, int]
+                ) -> torch.Tensor:
+    """The 1-d tensor of the storage a span of `spans_of_inputs` covers (a view)."""
+    members, start, end = span
+    return inputs[members[0]].as_strided((end - start,), (1,), start)
+
+
+def shared_memory(inputs: list[Any], first: int = 0
+                  ) -> tuple[dict[int, tuple[int, tuple]], list[tuple]]:
+    """How the inputs from `first` share memory with the others: each that views
+    another's elements -> (that one's index, the view's layout); the members of the
+    spans (`spans_of_inputs`) -> (len(inputs) + k for the k-th span's tensor, the
+    layout in it); and the spans."""
+    views = {i: base for i, base in views_of_inputs(inputs).items()
+             if i >= first and not inputs[i].is_complex()}
+    spans = spans_of_inputs(inputs, views, first)
+    relation = {i: (base, view_layout(inputs[i], inputs[base])) for i, base in views.items()}
+    for k, span in enumerate(spans):
+        tensor = span_tensor(inputs, span)
+        for i in span[0]:
+            relation[i] = (len(inputs) + k, view_layout(inputs[i], tensor))
+    return dict(sorted(relation.items())), spans

@@ -228,7 +228,7 @@ class Compiled:
         """The program compiled for the arguments' layouts, when they are not the traced
         ones (call_checks.relayout), else None."""
         strides = [(t.stride(), t.storage_offset()) for t in inputs]
-        views = self.signature.shared_views(inputs)
+        views = self.signature.shared_views(inputs)[0]
         if strides == self._traced_strides and views == self.signature.input_views:
             return None  # checked before: the traced layouts
         layouts = [call_checks.layout(t) for t in inputs]

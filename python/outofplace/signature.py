@@ -22,7 +22,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 
 from .errors import UnsupportedMutationError
-from .memory import overlaps, view_layout, views_of_inputs
+from .memory import overlaps, shared_memory, span_tensor
 from .symbolic_sizes import SymbolicSizes
 
 # On an argument of main: the index of the result holding its new value (the written
@@ -142,6 +142,10 @@ class ProgramSignature:
     # from that one (their own argument unread). A call whose arguments view each other
     # otherwise (`shared_views`) is compiled again for them.
     input_views: dict[int, tuple[int, tuple]] = field(default_factory=dict)
+    # The members of each span (memory.spans_of_inputs): user tensors overlapping in
+    # part, taken from a tensor of the storage they span, the k-th of which is main's
+    # argument len(input_names) - len(input_spans) + k, made at each call (`with_spans`).
+    input_spans: list[tuple[int, ...]] = field(default_factory=list)
 
     @functools.cached_property
     def flat_tensors(self) -> tuple[int, tuple[str, ...]] | None:
@@ -207,17 +211,26 @@ class ProgramSignature:
     def _written_arguments(self) -> list[int]:
         return [i for i, name in enumerate(self.input_names) if name in self.first_writes]
 
-    def shared_views(self, inputs: list[torch.Tensor]) -> dict[int, tuple[int, tuple]]:
-        """For arguments (one per argument of main), the user's tensors among them that
-        view another's elements, as `input_views` records them."""
+    def shared_views(self, inputs: list[torch.Tensor]
+                     ) -> tuple[dict[int, tuple[int, tuple]], list[tuple]]:
+        """For main's arguments of a call (the spans' tensors, if there, not read), the
+        user's tensors among them that view another's elements or overlap one in part,
+        as `input_views` records them (memory.shared_memory), and the spans."""
+        inputs = inputs[:len(self.input_names) - len(self.input_spans)]
         storages = [value.untyped_storage()._cdata for value in inputs]
         if len(set(storages)) == len(storages):  # nothing shares memory (the usual call)
-            return {}
-        views = views_of_inputs(inputs)
-        state = len(self.state_targets)
-        return {i: (base, view_layout(inputs[i], inputs[base]))
-                for i, base in sorted(views.items())
-                if i >= state and not inputs[i].is_complex()}
+            return {}, []
+        return shared_memory(inputs, first=len(self.state_targets))
+
+    def with_spans(self, given: list[Any]) -> list[Any]:
+        """The state and user tensors of a call, with the tensor of each span after them
+        when they share memory as traced (else as given: the call is traced again)."""
+        if not self.input_spans:
+            return given
+        relation, spans = self.shared_views(given)
+        if relation != self.input_views:
+            return given
+        return [*given, *(span_tensor(given, span) for span in spans)]
 
     def refuse_written_inputs_sharing_memory(self, inputs: list[torch.Tensor]) -> None:
         """Refuses arguments (one per argument of main) of which one is written in place

@@ -487,24 +487,33 @@ def assert_sharing_refused(error, op: str, pair: tuple[str, str], line: int) -> 
 
 @pytest.mark.parametrize("second", [lambda x: x[3:], lambda x: x.view(2, 3).t()[1:]],
                          ids=["overlapping a slice", "overlapping a transpose"])
-def test_written_argument_sharing_memory_with_another_is_refused(second) -> None:
-    """Two arguments partly overlapping, neither viewing the other (a view of another
-    argument is taken from it: test_input_views.py)."""
+def test_written_argument_overlapping_another_in_part_matches_eager(second) -> None:
+    """Two arguments partly overlapping, neither viewing the other: both are taken from a
+    tensor of the storage they span, one more argument of main (they were refused)."""
+    from differential import assert_matches_eager
     x = torch.randn(8)
+    compiled = assert_matches_eager(scale_first_read_second, x[:6], second(x[2:]))
+    assert compiled.input_names == ["a", "b", "memory_of_a_b"]
+
+
+def test_written_argument_sharing_memory_in_another_dtype_is_refused() -> None:
+    """Arguments sharing memory in two dtypes: no tensor of one dtype holds both."""
+    x = torch.randn(6)
     with pytest.raises(outofplace.UnsupportedMutationError) as info:
-        outofplace.compile(scale_first_read_second, (x[:6], second(x[2:])))
+        outofplace.compile(scale_first_read_second, (x, x.view(torch.int32)))
     assert_sharing_refused(info.value, "torch.aten.mul_.Tensor", ("a", "b"),
                            scale_first_read_second.__code__.co_firstlineno + 1)
     assert not info.value.shape_from_values
 
 
 def test_call_with_arguments_sharing_memory_is_refused() -> None:
-    """Compiled with separate tensors, called with two that overlap in part."""
-    compiled = outofplace.compile(scale_first_read_second, (torch.randn(6), torch.randn(5)))
-    x = torch.randn(9)
+    """Compiled with separate tensors, called with two sharing memory in two dtypes."""
+    compiled = outofplace.compile(scale_first_read_second,
+                                  (torch.randn(6), torch.randn(6).view(torch.int32)))
+    x = torch.randn(6)
     before = x.clone()
     with pytest.raises(outofplace.UnsupportedMutationError) as info:
-        compiled(x[:6], x[4:])
+        compiled(x, x.view(torch.int32))
     assert_error_at(info.value, "torch.aten.mul_.Tensor", _sharing_reason("a", "b"),
                     scale_first_read_second.__code__.co_firstlineno + 1)
     assert torch.equal(x, before)  # refused before anything ran

@@ -358,7 +358,7 @@ def test_attention_after_the_write_at_batch_one_stays_in_place(batch) -> None:
     (lambda c, cache, pos, k: c(cache.requires_grad_(), pos, k), ValueError,
      ["'cache'", "requires grad", "in place"]),
     (lambda c, cache, pos, k: c(*_partly_overlapping(cache, pos, k)),
-     UnsupportedMutationError, ["`cache`", "shares memory with argument `k`"]),
+     UnsupportedMutationError, ["`values`", "shares memory with the tensor it writes"]),
     (lambda c, cache, pos, k: c(cache, pos, k, k), TypeError,
      ["3 positional arguments", "got 4"]),
     (lambda c, cache, pos, k: c(cache, pos.float(), k), ValueError,
@@ -385,8 +385,9 @@ def _expanded(cache):
 
 def _partly_overlapping(cache, pos, k):
     """The cache laid out as planned and k in one buffer, k's first half the cache's last
-    elements, its second half beyond them: neither views the other (an argument viewing
-    another is taken from it, graph_preparation._take_input_views)."""
+    elements, its second half beyond them: neither views the other. Both are taken from
+    the storage they span (graph_preparation._take_input_views), and the write of k into
+    the cache it overlaps is eager's order of writes: refused, when traced again."""
     buffer = torch.cat([cache.reshape(-1), k.reshape(-1)])
     start = cache.numel() - k.numel() // 2
     return (buffer[:cache.numel()].view(cache.shape), pos,

@@ -26,10 +26,10 @@ from . import (bounds_checks, complex_pairs, control_flow, fx_rewrites, higher_o
                input_views, meta_state, training)
 from .. import op_registry
 from ..errors import UnsupportedMutationError
-from ..memory import view_layout, views_of_inputs
+from ..memory import shared_memory, span_tensor, view_layout, views_of_inputs
 from ..signature import Input, ProgramSignature, Result
-from .fx_graph import (call, is_position_view, op_effects, operand_at, source_line,
-                       storage_of, view_roots)
+from .fx_graph import (call, fake_mode_of, is_position_view, op_effects, operand_at,
+                       source_line, storage_of, view_roots)
 from ..symbolic_sizes import SymbolicSizes
 
 
@@ -175,8 +175,9 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     values = {node: value for value, node in state}
     values.update((arguments[len(state_targets) + k], leaves[position])
                   for k, position in enumerate(user_input_leaves) if leaves is not None)
-    input_views = _take_input_views(graph, arguments, len(state_targets),
-                                    [values.get(node) for node in arguments])
+    input_views, spans = _take_input_views(graph, arguments, input_names,
+                                           len(state_targets),
+                                           [values.get(node) for node in arguments])
     redirected = redirected or bool(input_views)
     if redirected:  # storages of the fake values must agree with the new aliasing
         _propagate_fake_values(gm)
@@ -248,31 +249,41 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
                                  complex_arguments=complex_arguments,
                                  complex_results=complex_results,
                                  guards=read_constants, state_views=state_views,
-                                 input_views=input_views)
+                                 input_views=input_views, input_spans=spans)
     return gm, signature
 
 
-def _take_input_views(graph: torch.fx.Graph, arguments: list[torch.fx.Node], state: int,
-                      values: list[Any]) -> dict[int, tuple[int, tuple]]:
+def _take_input_views(graph: torch.fx.Graph, arguments: list[torch.fx.Node],
+                      input_names: list[str], state: int, values: list[Any]
+                      ) -> tuple[dict[int, tuple[int, tuple]], list[tuple[int, ...]]]:
     """Each user tensor that views the elements of another argument of main (`f(x,
     x[0])`, `m(m.cache[1])`; `values` are the caller's tensors, None where unknown)
     taken inside the program from that one (input_views.take_view): as separate
-    arguments, a write through one would not show through the other. The view's
-    argument stays, unread. Returns its index -> (its base's, the view's layout): a call
-    whose arguments are not laid out so is compiled again (call_checks.shared_views)."""
-    views = {i: base for i, base in views_of_inputs(values).items()
-             if i >= state and not values[i].is_complex()}
-    if not views:
-        return {}
-    body = graph.find_nodes(op="placeholder")[-1].next  # (constants' get_attrs are above)
-    taken = {}
+    arguments, a write through one would not show through the other. User tensors that
+    overlap in part, neither viewing the other (`f(x[:6], x[3:])`), are taken so from a
+    tensor of the storage they span, one more argument of main after the others
+    (`memory_of_a_b`, memory.span_tensor). The views' own arguments stay, unread.
+    Returns (index -> (its base's index, the view's layout), each span's members): a
+    call whose arguments are not laid out so is compiled again (call_checks.relayout)."""
+    relation, spans = shared_memory(values, first=state)
+    if not relation:
+        return {}, []
+    placeholders = graph.find_nodes(op="placeholder")
+    for span in spans:  # the synthetic bases, after every argument
+        with graph.inserting_after(placeholders[-1]):
+            node = graph.placeholder("memory_of_" + "_".join(input_names[i]
+                                                              for i in span[0]))
+        node.meta["val"] = fake_mode_of(graph).from_tensor(span_tensor(values, span),
+                                                           static_shapes=True)
+        placeholders.append(node)
+        arguments.append(node)
+        input_names.append(node.name)
+    body = placeholders[-1].next  # (constants' get_attrs are above)
     with graph.inserting_before(body):
-        for i, base in sorted(views.items()):
-            layout = view_layout(values[i], values[base])
+        for i, (base, layout) in relation.items():
             arguments[i].replace_all_uses_with(
                 input_views.take_view(graph, arguments[base], layout))
-            taken[i] = (base, layout)
-    return taken
+    return relation, [span[0] for span in spans]
 
 
 def _take_state_views(ep: ExportedProgram, graph: torch.fx.Graph,

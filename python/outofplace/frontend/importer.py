@@ -116,8 +116,8 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
         signature.guards += steps.settings.values()
     state = [signature.held[target]() if target in signature.held else
              state_value(ep, target) for target in signature.state_targets]
-    signature.refuse_written_inputs_sharing_memory(
-        signature.real_views(state + signature.user_inputs(args, kwargs or {})))
+    signature.refuse_written_inputs_sharing_memory(signature.real_views(
+        signature.with_spans(state + signature.user_inputs(args, kwargs or {}))))
     return module, signature
 
 
