@@ -16,7 +16,7 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
-from . import upstream
+from . import max_pool_gradient, upstream
 from .fx_graph import call, operand_at, source_line, view_roots
 from .inline import inline_call
 
@@ -42,7 +42,9 @@ def decompose(graph: torch.fx.Graph) -> None:
 
     A decomposition may decline a node by returning None."""
     for node in list(graph.nodes):
-        fn = _DECOMPOSITIONS.get(node.target) or upstream.DECOMPOSITIONS.get(node.target)
+        fn = _DECOMPOSITIONS.get(node.target) or \
+            max_pool_gradient.DECOMPOSITIONS.get(node.target) or \
+            upstream.DECOMPOSITIONS.get(node.target)
         if fn is None and isinstance(node.target, torch._ops.OpOverload):
             fn = upstream.DECOMPOSITIONS_BY_NAME.get(node.target._schema.name)
         if fn is None:

@@ -1,0 +1,142 @@
+"""Max pooling's gradient without its indices: `max_pool2d_with_indices_backward` of
+the indices a `max_pool2d_with_indices` of the same input and window computed (as
+autograd pairs them) becomes elementwise ops XLA fuses, and the indices are no longer
+computed.
+
+PyTorch's decomposition of the backward (which torch-mlir's path takes) scatters the
+gradient into zeros at the flattened indices, and the forward computes the int64
+indices beside the values, a variadic reduce_window over an iota of the input's size:
+XLA:CPU spent about 80 ms on the indices, their conversion to scatter indices, the zeros
+and the scatter of a ResNet-18 step at 224x224 (8 images), where eager's forward with
+indices and backward take about 35 ms. JAX's form (`select_and_scatter`) is slower still
+on XLA:CPU (120 ms for that backward alone). Here:
+
+  - each window's argmax is found again from the input and the pooled values (a
+    `max_pool2d` of the same operands, the forward's own): the window's position
+    `k = i * kw + j` (row-major, as eager's kernel walks it) of its first element equal
+    to the maximum, or of its last NaN when the maximum is NaN (eager takes `val > max
+    || isnan(val)`); padding is never picked (a mask, so a -inf element is still
+    found before padded -inf);
+  - the gradient of each input element is the sum of the gradients of the windows
+    whose argmax it is, gathered per residue of its position modulo the stride (the
+    windows reaching it are a shifted tile of the output), added in eager's order
+    (windows in row-major order), then the residues interleaved by a stack and a
+    reshape, the padding cut off.
+
+Eager's index is the first maximal element or the last NaN, so the gradients are
+eager's, bit for bit in the elements one window reaches (test_max_pool_gradient.py).
+Any other indices (given by the program, or of another operand or window) keep PyTorch's
+decomposition.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from .fx_graph import call
+from .inline import inline_call
+
+_FORWARD = torch.ops.aten.max_pool2d_with_indices.default
+_BACKWARD = torch.ops.aten.max_pool2d_with_indices_backward.default
+
+
+def _pair(value: Any) -> tuple[int, int] | None:
+    if isinstance(value, int):
+        return value, value
+    values = list(value)
+    if len(values) == 1:
+        return values[0], values[0]
+    return tuple(values) if len(values) == 2 and all(isinstance(v, int) for v in values) \
+        else None
+
+
+def _window(args: tuple, kwargs: dict) -> tuple | None:
+    """(kernel, stride, padding, dilation, ceil_mode) of max_pool2d_with_indices'
+    arguments after self, defaults filled in (an empty stride is the kernel's)."""
+    names = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
+    defaults = (None, [], 0, 1, False)
+    values = [args[i] if i < len(args) else kwargs.get(name, default)
+              for i, (name, default) in enumerate(zip(names, defaults))]
+    kernel, stride, padding, dilation, ceil_mode = values
+    kernel = _pair(kernel)
+    stride = kernel if stride == [] or stride == () else _pair(stride)
+    padding, dilation = _pair(padding), _pair(dilation)
+    if None in (kernel, stride, padding, dilation):
+        return None
+    return kernel, stride, padding, dilation, bool(ceil_mode)
+
+
+def _gradient(grad: torch.Tensor, indices: torch.Tensor, size: tuple, kernel: tuple,
+              stride: tuple, padding: tuple, dilation: tuple) -> torch.Tensor:
+    """max_pool2d_with_indices_backward(grad, x, ..., indices) for indices inside their
+    windows; `size` is x's (height, width)."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    height, width = size
+    rows, cols = grad.shape[-2:]
+    # the padded input every window lies in (ceil_mode's last window may pass its end),
+    # cut in tiles of the stride's size
+    padded = (max(height + 2 * padding[0], (rows - 1) * sh + (kh - 1) * dh + 1),
+              max(width + 2 * padding[1], (cols - 1) * sw + (kw - 1) * dw + 1))
+    tiles = (-(-padded[0] // sh), -(-padded[1] // sw))
+    lead = grad.shape[:-2]
+    # shifted by (i * dh // sh, j * dw // sw) tiles, as slices of one padded copy each
+    # (XLA fuses slices into their reader, and materialized a pad for every shift)
+    most = ((kh - 1) * dh // sh, (kw - 1) * dw // sw)
+    pads = [most[1], tiles[1] - cols, most[0], tiles[0] - rows]
+    indices, grad = F.pad(indices, pads, value=-2), F.pad(grad, pads)
+    residues = []
+    for r in range(sh):
+        row = []
+        for c in range(sw):
+            # the index into x of the element at (r, c) of each tile; -1 in the padding
+            h = torch.arange(tiles[0]) * sh + r - padding[0]
+            w = torch.arange(tiles[1]) * sw + c - padding[1]
+            inside = ((h >= 0) & (h < height))[:, None] & ((w >= 0) & (w < width))[None]
+            own = torch.where(inside, h[:, None] * width + w[None], -1)
+            total = grad.new_zeros((*lead, *tiles))
+            # the window at (oh, ow) reaches padded position (sh * oh + i * dh, ...): in
+            # tile (oh + i * dh // sh, ...) at residue (i * dh % sh, ...); the windows
+            # reaching one element in row-major order are its positions (i, j) backwards
+            for i in reversed(range(kh)):
+                for j in reversed(range(kw)):
+                    if (i * dh) % sh != r or (j * dw) % sw != c:
+                        continue
+                    at = (..., slice(most[0] - (i * dh) // sh,
+                                     most[0] - (i * dh) // sh + tiles[0]),
+                          slice(most[1] - (j * dw) // sw, most[1] - (j * dw) // sw + tiles[1]))
+                    total = total + torch.where(indices[at] == own, grad[at], 0)
+            row.append(total)
+        residues.append(torch.stack(row, dim=-1))
+    interleaved = torch.stack(residues, dim=-3).reshape(
+        *lead, tiles[0] * sh, tiles[1] * sw)
+    return interleaved[..., padding[0]:padding[0] + height, padding[1]:padding[1] + width]
+
+
+def _max_pool_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """max_pool2d_with_indices_backward(g, x, k, s, p, d, ceil, indices), the indices
+    those of max_pool2d_with_indices(x, k, s, p, d, ceil)  =>  `_gradient`, the pooled
+    values `max_pool2d(x, k, s, p, d, ceil)` (the forward's, shared by CSE). The forward
+    with indices is then read by nothing: torch-mlir and XLA drop it."""
+    grad, x = node.args[:2]
+    indices = node.args[7] if len(node.args) > 7 else node.kwargs.get("indices")
+    window = _window(node.args[2:], node.kwargs)
+    forward = indices.args[0] if isinstance(indices, torch.fx.Node) and \
+        indices.target is operator.getitem and indices.args[1] == 1 else None
+    if window is None or not isinstance(forward, torch.fx.Node) or \
+            forward.target is not _FORWARD or forward.args[0] is not x or \
+            _window(forward.args[1:], forward.kwargs) != window or \
+            x.meta["val"].dim() not in (3, 4) or \
+            not x.meta["val"].dtype.is_floating_point:
+        return None
+    kernel, stride, padding, dilation, _ = window
+    return inline_call(graph, node, _gradient, grad, indices,
+                       tuple(x.meta["val"].shape[-2:]), kernel, stride, padding, dilation)
+
+
+DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {_BACKWARD: _max_pool_backward}
