@@ -2,30 +2,37 @@
 // RUN:   | FileCheck %s
 
 // torch-mlir's max pooling with indices (this is its output for a 2x2 window): from the
-// init (-inf, 0), GE picks the value, EQ the lesser index. The body becomes eager's order
-// (NaN above every number, the last NaN's index; between equal numbers the lesser
-// index) and the init's index the greatest int64, which no window element loses to.
+// init (-inf, 0), GE picks the value, EQ the lesser index: a window of -inf got index
+// 0, a NaN was never the maximum. The pooling becomes one over values without NaN (a
+// NaN made +inf) and int32 keys (a NaN's index made -index - 2**30, below any index),
+// from (-inf, the greatest int32), with torch-mlir's body; its results read back.
 // CHECK-LABEL: func.func @max_pool_with_indices(
-// CHECK-DAG:     %[[NEG_INF:.*]] = stablehlo.constant dense<0xFF800000> : tensor<f32>
-// CHECK-DAG:     %[[LAST:.*]] = stablehlo.constant dense<9223372036854775807> : tensor<i64>
-// CHECK-NOT:     dense<0> : tensor<i64>
-// CHECK:         "stablehlo.reduce_window"(%{{.*}}, %{{.*}}, %[[NEG_INF]], %[[LAST]])
-// CHECK-NEXT:    ^bb0(%[[A:[^:]*]]: tensor<f32>, %[[IA:[^:]*]]: tensor<i64>, %[[B:[^:]*]]: tensor<f32>, %[[IB:[^:]*]]: tensor<i64>):
-// CHECK-NEXT:      %[[A_NAN:.*]] = stablehlo.compare NE, %[[A]], %[[A]], FLOAT
-// CHECK-NEXT:      %[[B_NAN:.*]] = stablehlo.compare NE, %[[B]], %[[B]], FLOAT
-// CHECK-NEXT:      %[[GT:.*]] = stablehlo.compare GT, %[[A]], %[[B]], FLOAT
+// CHECK-SAME:    %[[X:[^:]*]]: tensor<1x1x4x4xf32>
+// CHECK:         %[[NEG_INF:.*]] = stablehlo.constant dense<0xFF800000> : tensor<f32>
+// CHECK:         %[[IOTA:.*]] = stablehlo.reshape
+// CHECK:         %[[NAN:.*]] = stablehlo.compare NE, %[[X]], %[[X]], FLOAT
+// CHECK:         %[[INF:.*]] = stablehlo.constant dense<0x7F800000> : tensor<1x1x4x4xf32>
+// CHECK:         %[[POSITION:.*]] = stablehlo.convert %[[IOTA]] : (tensor<1x1x4x4xi64>) -> tensor<1x1x4x4xi32>
+// CHECK:         %[[BELOW:.*]] = stablehlo.subtract %{{.*}}, %[[POSITION]]
+// CHECK:         %[[KEY:.*]] = stablehlo.select %[[NAN]], %[[BELOW]], %[[POSITION]]
+// CHECK:         %[[LAST:.*]] = stablehlo.constant dense<2147483647> : tensor<i32>
+// CHECK:         %[[VALUE:.*]] = stablehlo.select %[[NAN]], %[[INF]], %[[X]]
+// CHECK:         %[[POOL:.*]]:2 = "stablehlo.reduce_window"(%[[VALUE]], %[[KEY]], %[[NEG_INF]], %[[LAST]])
+// CHECK-NEXT:    ^bb0(%[[A:[^:]*]]: tensor<f32>, %[[IA:[^:]*]]: tensor<i32>, %[[B:[^:]*]]: tensor<f32>, %[[IB:[^:]*]]: tensor<i32>):
+// CHECK-NEXT:      %[[GE:.*]] = stablehlo.compare GE, %[[A]], %[[B]], FLOAT
 // CHECK-NEXT:      %[[EQ:.*]] = stablehlo.compare EQ, %[[A]], %[[B]], FLOAT
-// CHECK-NEXT:      %[[NOT_B_NAN:.*]] = stablehlo.not %[[B_NAN]]
-// CHECK-NEXT:      %[[ONLY_A_NAN:.*]] = stablehlo.and %[[A_NAN]], %[[NOT_B_NAN]]
-// CHECK-NEXT:      %[[PICK_A:.*]] = stablehlo.or %[[GT]], %[[ONLY_A_NAN]]
-// CHECK-NEXT:      %[[BOTH_NAN:.*]] = stablehlo.and %[[A_NAN]], %[[B_NAN]]
-// CHECK-NEXT:      %[[VALUE:.*]] = stablehlo.select %[[PICK_A]], %[[A]], %[[B]]
-// CHECK-NEXT:      %[[MAX:.*]] = stablehlo.maximum %[[IA]], %[[IB]]
+// CHECK-NEXT:      %[[MAX:.*]] = stablehlo.select %[[GE]], %[[A]], %[[B]]
 // CHECK-NEXT:      %[[MIN:.*]] = stablehlo.minimum %[[IA]], %[[IB]]
-// CHECK-NEXT:      %[[PICKED:.*]] = stablehlo.select %[[PICK_A]], %[[IA]], %[[IB]]
-// CHECK-NEXT:      %[[IF_EQUAL:.*]] = stablehlo.select %[[EQ]], %[[MIN]], %[[PICKED]]
-// CHECK-NEXT:      %[[INDEX:.*]] = stablehlo.select %[[BOTH_NAN]], %[[MAX]], %[[IF_EQUAL]]
-// CHECK-NEXT:      stablehlo.return %[[VALUE]], %[[INDEX]]
+// CHECK-NEXT:      %[[PICKED:.*]] = stablehlo.select %[[GE]], %[[IA]], %[[IB]]
+// CHECK-NEXT:      %[[INDEX:.*]] = stablehlo.select %[[EQ]], %[[MIN]], %[[PICKED]]
+// CHECK-NEXT:      stablehlo.return %[[MAX]], %[[INDEX]]
+// CHECK:         %[[WAS_NAN:.*]] = stablehlo.compare LT, %[[POOL]]#1, %{{.*}}, SIGNED
+// CHECK:         %[[BACK:.*]] = stablehlo.subtract %{{.*}}, %[[POOL]]#1
+// CHECK:         %[[WHERE:.*]] = stablehlo.select %[[WAS_NAN]], %[[BACK]], %[[POOL]]#1
+// CHECK:         %[[WIDE:.*]] = stablehlo.convert %[[WHERE]] : (tensor<1x1x2x2xi32>) -> tensor<1x1x2x2xi64>
+// CHECK:         %[[NAN_VALUE:.*]] = stablehlo.constant dense<0x7FC00000> : tensor<1x1x2x2xf32>
+// CHECK:         %[[RESULT:.*]] = stablehlo.select %[[WAS_NAN]], %[[NAN_VALUE]], %[[POOL]]#0
+// CHECK:         return %[[RESULT]], %[[WIDE]]
 func.func @max_pool_with_indices(%arg0: tensor<1x1x4x4xf32>) -> (tensor<1x1x2x2xf32>, tensor<1x1x2x2xi64>) {
   %cst = stablehlo.constant dense<0xFF800000> : tensor<f32>
   %c = stablehlo.constant dense<0> : tensor<i64>
