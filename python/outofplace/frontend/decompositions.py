@@ -4,8 +4,13 @@ update their running statistics), or says in terms of memory (`put_` and
 `fill_diagonal_` write in row-major element order, `empty_strided` orders dimensions by
 strides, `_neg_view` is a view), or does not do (dropout in eval mode returns its input).
 
-`decompose` runs one table, op to function: these and the rewrites of
-frontend/upstream/ (ops torch-mlir lacks or mis-lowers, each with its issue and canary).
+Batch norm's statistics are computed as eager's CPU kernel computes them (`_statistics`),
+for the forward and for the statistics autograd saves, which the program then computes
+once.
+
+`decompose` runs one table, op to function: these, max_pool_gradient.py's (a pooling's
+gradient without a scatter) and the rewrites of frontend/upstream/ (ops torch-mlir lacks
+or mis-lowers, each with its issue and canary).
 """
 
 from __future__ import annotations
