@@ -135,8 +135,31 @@ def _max_pool_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.N
             not x.meta["val"].dtype.is_floating_point:
         return None
     kernel, stride, padding, dilation, _ = window
+    _share_values(graph, forward, window)
     return inline_call(graph, node, _gradient, grad, indices,
                        tuple(x.meta["val"].shape[-2:]), kernel, stride, padding, dilation)
+
+
+def _share_values(graph: torch.fx.Graph, forward: torch.fx.Node, window: tuple) -> None:
+    """The program's own `max_pool2d` of the same operand and window, right before the
+    pooling with indices autograd saved (replayed after it, frontend/saved_tensors.py)
+    with nothing written between: its values are the first result of that one, moved
+    before it. XLA:CPU ran the two reduce_windows (the pooling with indices alone gives
+    eager's values and indices, outofplace-upstream-max-pool-indices)."""
+    plain = forward.prev
+    while plain.op == "call_function" and plain.target is operator.getitem:
+        plain = plain.prev
+    if plain.op != "call_function" or \
+            plain.target is not torch.ops.aten.max_pool2d.default or \
+            plain.args[0] is not forward.args[0] or \
+            _window(plain.args[1:], plain.kwargs) != window:
+        return
+    plain.prepend(forward)
+    with graph.inserting_after(forward):
+        values = graph.call_function(operator.getitem, (forward, 0))
+    values.meta = dict(plain.meta)
+    plain.replace_all_uses_with(values)
+    graph.erase_node(plain)
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {_BACKWARD: _max_pool_backward}
