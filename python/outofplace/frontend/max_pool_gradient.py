@@ -1,37 +1,27 @@
-"""Max pooling's gradient without its indices: `max_pool2d_with_indices_backward` of
-the indices a `max_pool2d_with_indices` of the same input and window computed (as
-autograd pairs them) becomes elementwise ops XLA fuses, and the indices are no longer
-computed.
+"""Max pooling's gradient without a scatter: `max_pool2d_with_indices_backward` of the
+indices a `max_pool2d_with_indices` of the same input and window computed (as autograd
+pairs them: frontend/saved_tensors.py replays the pooling with indices beside the
+program's `max_pool2d`) becomes elementwise ops XLA fuses.
 
 PyTorch's decomposition of the backward (which torch-mlir's path takes) scatters the
-gradient into zeros at the flattened indices, and the forward computes the int64
-indices beside the values, a variadic reduce_window over an iota of the input's size:
-XLA:CPU spent about 80 ms on the indices, their conversion to scatter indices, the zeros
-and the scatter of a ResNet-18 step at 224x224 (8 images), where eager's forward with
-indices and backward take about 35 ms. JAX's form (`select_and_scatter`) is slower still
-on XLA:CPU (120 ms for that backward alone). Here:
-
-  - each window's argmax is found again from the input and the pooled values (a
-    `max_pool2d` of the same operands, the forward's own): the window's position
-    `k = i * kw + j` (row-major, as eager's kernel walks it) of its first element equal
-    to the maximum, or of its last NaN when the maximum is NaN (eager takes `val > max
-    || isnan(val)`); padding is never picked (a mask, so a -inf element is still
-    found before padded -inf);
-  - the gradient of each input element is the sum of the gradients of the windows
-    whose argmax it is, gathered per residue of its position modulo the stride (the
-    windows reaching it are a shifted tile of the output), added in eager's order
-    (windows in row-major order), then the residues interleaved by a stack and a
-    reshape, the padding cut off.
-
-Eager's index is the first maximal element or the last NaN, so the gradients are
-eager's, bit for bit in the elements one window reaches (test_max_pool_gradient.py).
-Any other indices (given by the program, or of another operand or window) keep PyTorch's
-decomposition.
+gradient into zeros at the flattened indices: XLA:CPU spent about 40 ms of a ResNet-18
+step at 224x224 (8 images) on the indices made scatter indices, the zeros and the
+scatter, where eager's backward takes 2-16 ms. JAX's form (`select_and_scatter`, no
+indices) is slower still on XLA:CPU (120 ms for that backward alone). Here the gradient
+of each input element is the sum of the gradients of the windows whose index is the
+element's own: per residue of its padded position modulo the stride, the windows
+reaching it are a shifted tile of the output (slices of one padded copy of the indices
+and of the gradient), added in eager's order (the windows in row-major order, so the
+sums are eager's bit for bit), then the residues interleaved by a stack and a reshape,
+the padding cut off. The program's `max_pool2d` of the same operands reads the values
+of the pooling with indices (`_share_values`: one reduce_window, not two), whose
+indices are eager's (outofplace-upstream-max-pool-indices: torch-mlir's gave a window
+of -inf index 0 and ignored NaN). Other indices (given by the program, or of another
+operand or window) keep PyTorch's decomposition. Tests: test_max_pool_gradient.py.
 """
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import Any, Callable
 
@@ -39,7 +29,6 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .fx_graph import call
 from .inline import inline_call
 
 _FORWARD = torch.ops.aten.max_pool2d_with_indices.default
@@ -120,9 +109,8 @@ def _gradient(grad: torch.Tensor, indices: torch.Tensor, size: tuple, kernel: tu
 
 def _max_pool_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """max_pool2d_with_indices_backward(g, x, k, s, p, d, ceil, indices), the indices
-    those of max_pool2d_with_indices(x, k, s, p, d, ceil)  =>  `_gradient`, the pooled
-    values `max_pool2d(x, k, s, p, d, ceil)` (the forward's, shared by CSE). The forward
-    with indices is then read by nothing: torch-mlir and XLA drop it."""
+    those of max_pool2d_with_indices(x, k, s, p, d, ceil)  =>  `_gradient(g, indices)`;
+    the program's `max_pool2d(x, k, s, p, d, ceil)` then reads that pooling's values."""
     grad, x = node.args[:2]
     indices = node.args[7] if len(node.args) > 7 else node.kwargs.get("indices")
     window = _window(node.args[2:], node.kwargs)
@@ -142,10 +130,10 @@ def _max_pool_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.N
 
 def _share_values(graph: torch.fx.Graph, forward: torch.fx.Node, window: tuple) -> None:
     """The program's own `max_pool2d` of the same operand and window, right before the
-    pooling with indices autograd saved (replayed after it, frontend/saved_tensors.py)
-    with nothing written between: its values are the first result of that one, moved
-    before it. XLA:CPU ran the two reduce_windows (the pooling with indices alone gives
-    eager's values and indices, outofplace-upstream-max-pool-indices)."""
+    pooling with indices autograd saved (replayed after it, frontend/saved_tensors.py;
+    only getitems between, which write nothing): its values are the first result of
+    that one, moved before it. XLA:CPU ran the two reduce_windows; the pooling with
+    indices gives eager's values too (outofplace-upstream-max-pool-indices)."""
     plain = forward.prev
     while plain.op == "call_function" and plain.target is operator.getitem:
         plain = plain.prev
