@@ -123,3 +123,28 @@ func.func @main(%a: !torch.vtensor<[5],ui8>, %b: !torch.vtensor<[5],ui8>) -> (!t
     assert "SIGNED" in result.stdout and "UNSIGNED" not in result.stdout and \
         "shift_right_arithmetic" in result.stdout and "dense<128> : tensor<ui8>" in \
         result.stdout, f"uint8 comparisons, shifts or max lower as unsigned now:\n{result.stdout}"
+
+
+def test_max_pool_indices_from_index_0_and_without_nan() -> None:
+    """torch-mlir lowers max_pool2d_with_indices to a reduce_window from the init (-inf,
+    index 0) whose body takes the lesser index between equal values and compares with GE
+    only: a window of -inf gets index 0, a NaN is not the maximum. Workaround:
+    transforms/upstream/max_pool_indices.py (outofplace-upstream-max-pool-indices)."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[1,1,4,4],f32>) -> (!torch.vtensor<[1,1,2,2],f32>, !torch.vtensor<[1,1,2,2],si64>) {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %false = torch.constant.bool false
+  %k = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %p = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %d = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %0, %1 = torch.aten.max_pool2d_with_indices %x, %k, %k, %p, %d, %false : !torch.vtensor<[1,1,4,4],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool -> !torch.vtensor<[1,1,2,2],f32>, !torch.vtensor<[1,1,2,2],si64>
+  return %0, %1 : !torch.vtensor<[1,1,2,2],f32>, !torch.vtensor<[1,1,2,2],si64>
+}""")
+    assert result.returncode == 0, result.stderr
+    body = result.stdout[result.stdout.index("stablehlo.reduce_window"):]
+    assert "compare  GE" in body or "compare GE" in body, body
+    assert "stablehlo.minimum" in body and "dense<0> : tensor<i64>" in result.stdout and \
+        "NE" not in body.split("stablehlo.return")[0], \
+        f"max pooling with indices lowers otherwise now:\n{result.stdout}"

@@ -4,8 +4,13 @@ update their running statistics), or says in terms of memory (`put_` and
 `fill_diagonal_` write in row-major element order, `empty_strided` orders dimensions by
 strides, `_neg_view` is a view), or does not do (dropout in eval mode returns its input).
 
-`decompose` runs one table, op to function: these and the rewrites of
-frontend/upstream/ (ops torch-mlir lacks or mis-lowers, each with its issue and canary).
+Batch norm's statistics are computed as eager's CPU kernel computes them (`_statistics`),
+for the forward and for the statistics autograd saves, which the program then computes
+once.
+
+`decompose` runs one table, op to function: these, max_pool_gradient.py's (a pooling's
+gradient without a scatter) and the rewrites of frontend/upstream/ (ops torch-mlir lacks
+or mis-lowers, each with its issue and canary).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
-from . import upstream
+from . import max_pool_gradient, upstream
 from .fx_graph import call, operand_at, source_line, view_roots
 from .inline import inline_call
 
@@ -42,7 +47,9 @@ def decompose(graph: torch.fx.Graph) -> None:
 
     A decomposition may decline a node by returning None."""
     for node in list(graph.nodes):
-        fn = _DECOMPOSITIONS.get(node.target) or upstream.DECOMPOSITIONS.get(node.target)
+        fn = _DECOMPOSITIONS.get(node.target) or \
+            max_pool_gradient.DECOMPOSITIONS.get(node.target) or \
+            upstream.DECOMPOSITIONS.get(node.target)
         if fn is None and isinstance(node.target, torch._ops.OpOverload):
             fn = upstream.DECOMPOSITIONS_BY_NAME.get(node.target._schema.name)
         if fn is None:
@@ -156,11 +163,9 @@ def _empty_strided(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node 
 
 
 def _normalize(graph: torch.fx.Graph, x: torch.fx.Node, mean: torch.fx.Node,
-               var: torch.fx.Node, eps: float, weight: Any, bias: Any,
+               invstd: torch.fx.Node, weight: Any, bias: Any,
                per_channel: list[int]) -> torch.fx.Node:
-    """(x - mean) * rsqrt(var + eps) * weight + bias, weight and bias per channel."""
-    invstd = call(graph, torch.ops.aten.rsqrt.default,
-                  call(graph, torch.ops.aten.add.Scalar, var, eps))
+    """(x - mean) * invstd * weight + bias, weight and bias per channel."""
     out = call(graph, torch.ops.aten.mul.Tensor,
                call(graph, torch.ops.aten.sub.Tensor, x, mean), invstd)
     if weight is not None:
@@ -170,6 +175,56 @@ def _normalize(graph: torch.fx.Graph, x: torch.fx.Node, mean: torch.fx.Node,
         out = call(graph, torch.ops.aten.add.Tensor, out,
                    call(graph, torch.ops.aten.view.default, bias, per_channel))
     return out
+
+
+def _rsqrt(graph: torch.fx.Graph, var: torch.fx.Node, eps: float) -> torch.fx.Node:
+    return call(graph, torch.ops.aten.rsqrt.default,
+                call(graph, torch.ops.aten.add.Scalar, var, eps))
+
+
+_WIDE = (torch.float32, torch.float64)  # what eager's CPU batch norm sums in float64
+
+
+def _statistics(graph: torch.fx.Graph, x: torch.fx.Node, dims: list[int], count: int
+                ) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node]:
+    """Batch norm's mean (x's dtype), biased variance and inverse standard deviation
+    (float64 for a float32 or float64 x, else x's dtype), kept dims.
+
+    A float32 or float64 x: as eager's CPU kernel computes them (batch_norm_kernel.cpp,
+    `batch_norm_cpu_collect_stats` and `_update_stats`): the elements summed in float64,
+    the mean rounded to x's dtype, the squares of the deviations from it computed in
+    x's dtype and summed in float64, the variance and `1 / sqrt(var + eps)` in float64.
+    Each sum widens its own terms, so XLA fuses the conversion into the reduction;
+    `var.correction` (which torch-mlir lowers as a float64 copy of the whole of x, both
+    sums reading it) cost more than the rest of the statistics. Other dtypes: `mean.dim`
+    and `var.correction`, which reduced_precision.py computes in float32."""
+    if x.meta["val"].dtype not in _WIDE:
+        mean = call(graph, torch.ops.aten.mean.dim, x, dims, True)
+        var = call(graph, torch.ops.aten.var.correction, x, dims, correction=0,
+                   keepdim=True)
+        return mean, var, None
+    wide = torch.float64
+    total = call(graph, torch.ops.aten.sum.dim_IntList, x, dims, True, dtype=wide)
+    mean = call(graph, torch.ops.prims.convert_element_type.default,
+                call(graph, torch.ops.aten.div.Scalar, total, count), x.meta["val"].dtype)
+    deviation = call(graph, torch.ops.aten.sub.Tensor, x, mean)
+    squares = call(graph, torch.ops.aten.mul.Tensor, deviation, deviation)
+    var = call(graph, torch.ops.aten.div.Scalar,
+               call(graph, torch.ops.aten.sum.dim_IntList, squares, dims, True, dtype=wide),
+               count)
+    return mean, var, var
+
+
+def _batch_statistics(graph: torch.fx.Graph, x: torch.fx.Node, dims: list[int],
+                      count: int, eps: float
+                      ) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node]:
+    """`_statistics` and the inverse standard deviation in x's dtype: mean, var, invstd."""
+    mean, var, wide = _statistics(graph, x, dims, count)
+    invstd = _rsqrt(graph, var, eps)
+    if wide is not None:
+        invstd = call(graph, torch.ops.prims.convert_element_type.default, invstd,
+                      x.meta["val"].dtype)
+    return mean, var, invstd
 
 
 def _update_running(graph: torch.fx.Graph, running: torch.fx.Node, batch: torch.fx.Node,
@@ -199,14 +254,51 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
     dims = [0, *range(2, x_val.dim())]
     per_channel = [1, channels] + [1] * (x_val.dim() - 2)
     count = x_val.numel() // channels
-    mean = call(graph, torch.ops.aten.mean.dim, x, dims, True)
-    var = call(graph, torch.ops.aten.var.correction, x, dims, correction=0, keepdim=True)
-    out = _normalize(graph, x, mean, var, eps, weight, bias, per_channel)
+    mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
+    out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
     for running, batch, scale in ((running_mean, mean, 1.0),
                                   (running_var, var, count / max(count - 1, 1))):
         batch = call(graph, torch.ops.aten.view.default, batch, [channels])
         _update_running(graph, running, batch, momentum, scale)
     return out
+
+
+@_decomposes(torch.ops.aten._native_batch_norm_legit_functional.default)
+def _batch_norm_functional(graph: torch.fx.Graph, node: torch.fx.Node
+                           ) -> tuple[torch.fx.Node, ...] | None:
+    """The functional batch norm autograd saves the statistics of (a training step's
+    backward reads its `save_mean`, `save_invstd`; frontend/saved_tensors.py replays it
+    beside the forward's `batch_norm`), with the statistics `batch_norm`'s decomposition
+    computes, so the compiled program computes them once (the same ops on the same
+    operand: torch-mlir's and XLA's CSE) and as eager does:
+
+        out, mean, invstd, running_mean * (1 - m) + mean * m,
+        running_var * (1 - m) + var * n / (n - 1) * m
+
+    Other dtypes than float32/float64, and eval mode, are left to PyTorch's
+    decomposition (frontend/upstream/unlowered_ops.py)."""
+    x, weight, bias, running_mean, running_var, training, momentum, eps = node.args[:8]
+    x_val = x.meta["val"]
+    if not training or x_val.dtype not in _WIDE or x_val.dim() < 2:
+        return None
+    channels = x_val.shape[1]
+    dims = [0, *range(2, x_val.dim())]
+    per_channel = [1, channels] + [1] * (x_val.dim() - 2)
+    count = x_val.numel() // channels
+    mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
+    out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
+    results: list[torch.fx.Node] = [out]
+    for value in (mean, invstd):
+        results.append(call(graph, torch.ops.aten.view.default, value, [channels]))
+    for running, batch, scale in ((running_mean, mean, 1.0),
+                                  (running_var, var, count / max(count - 1, 1))):
+        batch = call(graph, torch.ops.aten.view.default, batch, [channels])
+        update = call(graph, torch.ops.aten.add.Tensor,
+                      call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
+                      call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
+        results.append(call(graph, torch.ops.prims.convert_element_type.default, update,
+                            running.meta["val"].dtype))
+    return tuple(results)
 
 
 @_decomposes(torch.ops.aten.instance_norm.default)
@@ -238,7 +330,7 @@ def _instance_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     else:
         mean = call(graph, torch.ops.aten.view.default, running_mean, per_channel)
         var = call(graph, torch.ops.aten.view.default, running_var, per_channel)
-    out = _normalize(graph, x, mean, var, eps, weight, bias, per_channel)
+    out = _normalize(graph, x, mean, _rsqrt(graph, var, eps), weight, bias, per_channel)
     if use_input_stats and running_mean is not None and running_var is not None:
         for running, batch, scale in ((running_mean, mean, 1.0),
                                       (running_var, var, count / max(count - 1, 1))):

@@ -21,8 +21,9 @@ from . import (collectives, convolutions_as_kernel_calls,  # noqa: F401
                small_convolutions_as_dots, split_bounds_check, squeeze_state,
                stablehlo_constants,
                verify_stablehlo)  # (they register passes)
-from .upstream import (fill_tensor, negative_indices, shield_constants,  # noqa: F401
-                       static_slices, strip_constant_shields, unsigned_integers)
+from .upstream import (fill_tensor, max_pool_indices, negative_indices,  # noqa: F401
+                       shield_constants, static_slices, strip_constant_shields,
+                       unsigned_integers)
 from .upstream import iree as iree_workarounds
 from .. import progress
 from ..context import load_torch_conversion
@@ -52,6 +53,7 @@ register_pipeline(
      "outofplace-dynamic-broadcasts",
      "outofplace-strip-constant-shields",
      "outofplace-upstream-unsigned-integers",
+     "outofplace-upstream-max-pool-indices",
      "outofplace-name-kernel-results",
      "outofplace-verify-stablehlo",
      # where the module asks for them (its attributes): on the StableHLO

@@ -14,4 +14,5 @@ module, its pass from the pipeline and its canary.
 | `negative_indices.py` | outofplace-upstream-wrap-negative-indices | the StableHLO lowering of `index.Tensor` gathers at a negative index as given (clamped to 0) |
 | `fill_tensor.py` | outofplace-upstream-fill-tensor | no StableHLO lowering of `aten.fill.Tensor` |
 | `unsigned_integers.py` | outofplace-upstream-unsigned-integers | unsigned integers compared and right-shifted as signed |
+| `max_pool_indices.py` | outofplace-upstream-max-pool-indices | max pooling with indices: index 0 for a window of -inf, NaN ignored |
 """
