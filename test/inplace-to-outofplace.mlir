@@ -360,6 +360,26 @@ func.func @position$augmented(%x: !torch.tensor<[4,3],f32>, %pos: !torch.vtensor
 
 // -----
 
+// Index tensors without elements write no element (`x[torch.tensor([False])] = v`,
+// `index_copy_` at no index): both writes are dropped, x is not written.
+// CHECK-LABEL: func.func @position$no_index(
+// CHECK-SAME:    %[[X:[^:]*]]: !torch.vtensor<[4,3],f32>, %{{[^:]*}}: !torch.vtensor<[0],si64>, %{{[^:]*}}: !torch.vtensor<[0,3],f32>) -> !torch.vtensor<[4,3],f32> {
+// CHECK-NOT:     index_put
+// CHECK-NOT:     index_copy
+// CHECK:         return %[[X]] :
+func.func @position$no_index(%x: !torch.tensor<[4,3],f32>, %i: !torch.vtensor<[0],si64>, %v: !torch.vtensor<[0,3],f32>) -> !torch.vtensor<[4,3],f32> {
+  %int0 = torch.constant.int 0
+  %false = torch.constant.bool false
+  %t = torch.copy.to_tensor %v : !torch.tensor<[0,3],f32>
+  %0 = torch.prim.ListConstruct %i : (!torch.vtensor<[0],si64>) -> !torch.list<optional<vtensor>>
+  %1 = torch.aten.index_put_ %x, %0, %t, %false : !torch.tensor<[4,3],f32>, !torch.list<optional<vtensor>>, !torch.tensor<[0,3],f32>, !torch.bool -> !torch.tensor<[4,3],f32>
+  %2 = torch.operator "torch.aten.index_copy_"(%x, %int0, %i, %t) : (!torch.tensor<[4,3],f32>, !torch.int, !torch.vtensor<[0],si64>, !torch.tensor<[0,3],f32>) -> !torch.tensor<[4,3],f32>
+  %3 = torch.copy.to_vtensor %x : !torch.vtensor<[4,3],f32>
+  return %3 : !torch.vtensor<[4,3],f32>
+}
+
+// -----
+
 // Indices that are not all 0-d integer tensors make a copy, in eager too (a 1-d index
 // tensor here, a 0-d bool mask below): a plain read of x's value at that point.
 // CHECK-LABEL: func.func @position$not_a_view(

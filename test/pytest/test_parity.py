@@ -824,3 +824,34 @@ def test_row_written_from_part_of_itself_is_refused(path, dtype):
     x = torch.arange(12, dtype=dtype).view(4, 3)
     error = _refusal(_row_from_elements_across_rows, path, x, torch.tensor(0))
     assert "shares memory with the tensor it writes" in str(error), error
+
+
+def _writes_at_no_index(x):
+    x.clamp_(1, 1)
+    x.view(-1)[-2, None, None][:1, torch.tensor([False])] = 2.5  # a spelled mask, no true
+    x.index_copy_(1, torch.tensor([], dtype=torch.long), torch.ones(1, 0, dtype=x.dtype))
+    x.index_put_((torch.tensor([], dtype=torch.long),), torch.tensor(3, dtype=x.dtype),
+                 accumulate=True)
+    return x * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_writes_at_no_index_write_nothing(path, dtype):
+    """Index tensors without elements (the positions of a spelled mask's trues, none)
+    write no element: the writes are dropped, as a scatter of no updates made IREE's
+    compiler divide by zero (SIGFPE, the whole process)."""
+    x = torch.tensor([[2.0, -1.0, 1.0, -2.0, 0.0]], dtype=dtype)
+    expected = x.clone()
+    eager = _writes_at_no_index(expected)
+    torch._dynamo.reset()
+    if path == "torch.compile":
+        compiled = torch.compile(_writes_at_no_index, backend="outofplace", dynamic=False)
+    else:
+        compiled = outofplace.compile(_writes_at_no_index, (x.clone(),))
+    try:
+        result = compiled(x)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x, expected, rtol=0, atol=0)

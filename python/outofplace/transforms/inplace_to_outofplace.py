@@ -266,7 +266,7 @@ class _FunctionRewriter:
             raise UnsupportedMutationError.at(op, "it has no out-of-place twin")
         if twin._schema.name == "aten::copy" and self._same_tensor(self_value,
                                                                     op.operands[1]) or \
-                self._stores_itself(op):
+                self._stores_itself(op) or _writes_at_no_index(op):
             # b[2:5] += v traces to an add_ on b[2:5], then a copy_ of it into b[2:5];
             # x[pos] += v to an add_ on x[pos], then an index_put_ of it at pos.
             self.aliases[op.result] = self.aliases[self_value]
@@ -349,6 +349,26 @@ _HANDLERS: dict[str, Callable[[_FunctionRewriter, ir.Operation], None]] = {
     "torch.overwrite.tensor.contents": _FunctionRewriter.visit_overwrite,
     "func.return": _FunctionRewriter.visit_return,
 }
+
+
+def _writes_at_no_index(op: ir.Operation) -> bool:
+    """An indexed write whose index tensors have no element, so it writes none:
+    `x[:, torch.tensor([False])] = v`, `x.index_copy_(0, torch.tensor([], dtype=long), v)`.
+    Kept, it would be a scatter of no updates, which IREE's compiler divides by."""
+    name = op_registry.aten_name(op)
+    if name == "torch.aten.index_put_":
+        items = op.operands[1]
+        if not isinstance(items, ir.OpResult) or \
+                items.owner.name != "torch.prim.ListConstruct":
+            return False
+        indices = list(items.owner.operands)
+    elif name.startswith(("torch.aten.index_", "torch.aten.scatter")) and \
+            len(op.operands) > 2:
+        indices = [op.operands[2]]
+    else:
+        return False
+    return any(torch_types.is_tensor(i.type) and torch_types.TensorType.of(i.type).is_empty
+               for i in indices)
 
 
 def _same_argument(a: ir.Value, b: ir.Value) -> bool:
