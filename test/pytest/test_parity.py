@@ -855,3 +855,38 @@ def test_writes_at_no_index_write_nothing(path, dtype):
         torch._dynamo.reset()
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
     torch.testing.assert_close(x, expected, rtol=0, atol=0)
+
+
+def _masked_values_beside_no_element(x, m, n, w):
+    x[m] += w  # eager: valid when m selects none
+    y = x[:, n] * w.view(1, 0)  # a new tensor of no element
+    x[:, n] = y
+    return x * 2, x[m] - w
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_masked_values_paired_with_no_element_match_eager(path, dtype):
+    """Values at a runtime mask paired with an operand of no element (`x[m] += w`, w of
+    shape [0]), which eager runs only when the mask selects none: the op changes nothing
+    in place and makes eager's empty tensor out of place, on both paths (outofplace.compile
+    refused it as a shape from values; fuzz slice 0 of make test, programs 572 and 881)."""
+    x = torch.arange(12, dtype=dtype).view(3, 4)
+    args = (x, torch.zeros(3, 4, dtype=torch.bool), torch.zeros(4, dtype=torch.bool),
+            torch.empty(0, dtype=dtype))
+    program = _masked_values_beside_no_element
+    expected_x = x.clone()
+    eager = program(expected_x, *args[1:])
+    torch._dynamo.reset()
+    if path == "torch.compile":
+        compiled = torch.compile(program, backend="outofplace", dynamic=False)
+    else:
+        compiled = outofplace.compile(program, (x.clone(), *args[1:]))
+    try:
+        result = compiled(*args)
+    finally:
+        torch._dynamo.reset()
+    for a, e in zip(result, eager):
+        assert a.shape == e.shape
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    torch.testing.assert_close(x, expected_x, rtol=0, atol=0)

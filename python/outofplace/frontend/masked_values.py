@@ -267,6 +267,10 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
         inplace = name.startswith("__i") or name.endswith("_") and not name.endswith("__")
         if "out" in kwargs or inplace and self._selection(args[0]) is None:
             raise _refusal(list(selection.key), f"{name} writes it into another tensor")
+        if any(self._meets_the_count_with_none(value, selection)
+               for value in pytree.tree_leaves((args, kwargs))):
+            return self._on_no_element(func, args, kwargs, selection, inplace)
+
         def unmasked(value: Any) -> Any:
             """An operand not masked: it may only broadcast over the dimensions after the
             mask, and have dimensions of size 1 before them (a `[1]` beside `x[m]`:
@@ -289,6 +293,33 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
             if isinstance(value, torch.Tensor):
                 self._track(value, selection)
         return result
+
+    def _meets_the_count_with_none(self, value: Any, selection: _Selection) -> bool:
+        """An unmasked operand of size 0 in the dimension that meets the masked values'
+        count (`x[m] += torch.empty(0)`), of size 1 in any before it."""
+        if not isinstance(value, torch.Tensor) or self._selection(value) is not None or \
+                value.dim() <= selection.trailing:
+            return False
+        extra = value.dim() - selection.trailing
+        return value.shape[extra - 1] == 0 and all(n == 1 for n in value.shape[:extra - 1])
+
+    def _on_no_element(self, func: Any, args: tuple, kwargs: dict, selection: _Selection,
+                       inplace: bool) -> Any:
+        """An op pairing the masked values with an operand of no element there, which
+        eager broadcasts only when the mask selects none (or one, into a new tensor: of
+        no element either). In place, it changes nothing; out of place, it makes eager's
+        tensor of no element, computed on masked values of none (no longer masked)."""
+        if inplace:
+            return args[0]
+
+        def none_selected(value: Any) -> Any:
+            if self._selection(value) is None:
+                return value
+            shape = value.shape
+            return value.new_empty(shape[:selection.first] + (0,) +
+                                   shape[selection.first + selection.mask.dim():])
+        args, kwargs = pytree.tree_map(none_selected, (args, kwargs))
+        return func(*args, **kwargs)
 
     def refuse_escaping(self, output: Any) -> None:
         """A masked value in the program's output would have the wrong shape."""
