@@ -364,8 +364,8 @@ def mask_values_copied_elsewhere(x, y, m):
      "copy_ writes it into another tensor"),
     (mask_values_returned, (torch.randn(4), MASK), "the masked values are returned"),
     (mask_values_paired_with_masked_length, (torch.randn(4), MASK, torch.randn(3)),
-     "add_ pairs it with a tensor of shape [3], not broadcast over the dimensions after "
-     "the mask"),
+     "add_ pairs it with a tensor of shape [3], not broadcast over the masked values' "
+     "count"),
 ])
 def test_masked_values_used_beyond_elementwise_are_refused(f, args, reason) -> None:
     with pytest.raises(outofplace.UnsupportedMutationError) as info:

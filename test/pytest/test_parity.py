@@ -890,3 +890,37 @@ def test_masked_values_paired_with_no_element_match_eager(path, dtype):
         assert a.shape == e.shape
         torch.testing.assert_close(a, e, rtol=0, atol=0)
     torch.testing.assert_close(x, expected_x, rtol=0, atol=0)
+
+
+def _masked_values_beside_rows(x, m, w, y, n, e):
+    x[:, m] *= w  # w [3, 1]: a value per row, one for every masked column
+    y.permute(1, 2, 0)[::3, n, 0:-4] -= e  # e [2, 1, 0]: no element of y selected
+    return x + 1, y * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_masked_values_beside_an_operand_of_the_dimensions_before_the_mask(path, dtype):
+    """An operand whose dimensions before the one meeting the masked values' count meet
+    the dimensions before the mask (`x[:, m] *= w`, w [3, 1]) broadcasts as in eager: it
+    was refused unless those were 1 (fuzz run program 881)."""
+    x = torch.arange(12, dtype=dtype).view(3, 4)
+    m = torch.tensor([True, False, True, True])
+    y = torch.arange(36, dtype=dtype).view(3, 4, 3)
+    args = (x, m, torch.tensor([[2.0], [-1.0], [0.5]], dtype=dtype), y,
+            torch.tensor([False, False, True]), torch.empty(2, 1, 0, dtype=dtype))
+    program = _masked_values_beside_rows
+    expected_x, expected_y = x.clone(), y.clone()
+    eager = program(expected_x, m, args[2], expected_y, *args[4:])
+    torch._dynamo.reset()
+    if path == "torch.compile":
+        compiled = torch.compile(program, backend="outofplace", dynamic=False)
+    else:
+        compiled = outofplace.compile(program, (x.clone(), m, args[2], y.clone(), *args[4:]))
+    try:
+        result = compiled(*args)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x, expected_x, rtol=0, atol=0)
+    torch.testing.assert_close(y, expected_y, rtol=0, atol=0)

@@ -272,20 +272,21 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
             return self._on_no_element(func, args, kwargs, selection, inplace)
 
         def unmasked(value: Any) -> Any:
-            """An operand not masked: it may only broadcast over the dimensions after the
-            mask, and have dimensions of size 1 before them (a `[1]` beside `x[m]`:
-            broadcast against the masked values' count, whatever the mask), which are
-            dropped, or it would meet the mask's own dimensions in the stand-in."""
+            """An operand not masked: its dimension meeting the masked values' count must
+            be 1 (a `[1]` beside `x[m]`: broadcast against the count, whatever the mask),
+            made one per mask dimension of the stand-in; those before it meet the
+            dimensions before the mask, as in eager; those after, the ones after it."""
             if not isinstance(value, torch.Tensor) or self._selection(value) is not None \
                     or value.dim() <= selection.trailing:
                 return value
             extra = value.dim() - selection.trailing
-            if any(n != 1 for n in value.shape[:extra]) or \
+            if value.shape[extra - 1] != 1 or \
                     value.dim() > selection.first + 1 + selection.trailing:
                 raise _refusal(list(selection.key), f"{name} pairs it with a tensor of "
                                f"shape {list(value.shape)}, not broadcast over the "
-                               "dimensions after the mask")
-            return value.reshape(value.shape[extra:])
+                               "masked values' count")
+            return value.reshape(value.shape[:extra - 1] + (1,) * selection.mask.dim() +
+                                 value.shape[extra:])
 
         args, kwargs = pytree.tree_map(unmasked, (args, kwargs))
         result = func(*args, **kwargs)
@@ -296,30 +297,28 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
 
     def _meets_the_count_with_none(self, value: Any, selection: _Selection) -> bool:
         """An unmasked operand of size 0 in the dimension that meets the masked values'
-        count (`x[m] += torch.empty(0)`), of size 1 in any before it."""
+        count (`x[m] += torch.empty(0)`)."""
         if not isinstance(value, torch.Tensor) or self._selection(value) is not None or \
                 value.dim() <= selection.trailing:
             return False
-        extra = value.dim() - selection.trailing
-        return value.shape[extra - 1] == 0 and all(n == 1 for n in value.shape[:extra - 1])
+        return value.shape[value.dim() - selection.trailing - 1] == 0
 
     def _on_no_element(self, func: Any, args: tuple, kwargs: dict, selection: _Selection,
                        inplace: bool) -> Any:
         """An op pairing the masked values with an operand of no element there, which
         eager broadcasts only when the mask selects none (or one, into a new tensor: of
         no element either). In place, it changes nothing; out of place, it makes eager's
-        tensor of no element, computed on masked values of none (no longer masked)."""
-        if inplace:
-            return args[0]
-
+        tensor of no element, computed on masked values of none (no longer masked), as
+        eager broadcasts them (raising where it raises)."""
         def none_selected(value: Any) -> Any:
             if self._selection(value) is None:
                 return value
             shape = value.shape
             return value.new_empty(shape[:selection.first] + (0,) +
                                    shape[selection.first + selection.mask.dim():])
-        args, kwargs = pytree.tree_map(none_selected, (args, kwargs))
-        return func(*args, **kwargs)
+        result = func(*pytree.tree_map(none_selected, args),
+                      **pytree.tree_map(none_selected, kwargs))
+        return args[0] if inplace else result
 
     def refuse_escaping(self, output: Any) -> None:
         """A masked value in the program's output would have the wrong shape."""
