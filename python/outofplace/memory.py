@@ -131,7 +131,8 @@ def views_of_inputs(inputs: list[Any]) -> dict[int, int]:
 def spans_of_inputs(inputs: list[Any], views: dict[int, int], first: int = 0
                     ) -> list[tuple[tuple[int, ...], int, int]]:
     """Inputs (from `first`) in one storage that overlap in part, neither viewing the
-    other (the bases `views_of_inputs` left): each group with its views, and the span of
+    other (the bases `views_of_inputs` left), and an input whose own elements overlap
+    (expanded: `x.expand(2, -1)` without x): each group with its views, and the span of
     the storage they cover, [first element, end). They are taken from a tensor of that
     span (`span_tensor`, a synthetic base, as AOTAutograd makes), as views are from their
     base. Groups of mixed dtypes, complex ones or ones requiring grad are left out (a
@@ -153,7 +154,8 @@ def spans_of_inputs(inputs: list[Any], views: dict[int, int], first: int = 0
                     groups.remove(b)
         for group in groups:
             tensors = [inputs[i] for i in group]
-            if len(group) < 2 or len({t.dtype for t in tensors}) > 1 or \
+            if len(group) < 2 and torch._debug_has_internal_overlap(tensors[0]) != 1 or \
+                    len({t.dtype for t in tensors}) > 1 or \
                     tensors[0].is_complex() or any(t.requires_grad for t in tensors):
                 continue
             group += [i for i, base in views.items() if base in group]

@@ -530,13 +530,20 @@ def test_write_through_view_matches_eager(f, args):
     assert_matches_eager(f, *args)
 
 
-def test_write_into_expanded_view_is_refused():
+def test_write_into_an_expansion_is_refused():
     def f(x):
-        x.expand(3, 4)[0].add_(1)
+        x.expand(3, 4)[:, 1:].add_(1)  # eager: each element of x[1:] three times
 
     with pytest.raises(outofplace.UnsupportedMutationError,
                        match=r"test_views.py:\d+: unsupported mutation by torch.aten.expand"):
         outofplace.compile(f, (torch.randn(4),))
+
+
+def test_write_into_one_copy_of_an_expansion_is_a_write_into_the_tensor():
+    def f(x):
+        x.expand(3, 4)[0].add_(1)  # x itself
+
+    assert_matches_eager(f, torch.randn(4))
 
 
 def test_write_through_overlapping_as_strided_is_refused():

@@ -19,8 +19,8 @@ import operator
 import torch
 import torch.fx
 
-from . import (complex_pairs, decompositions, optimizer_ops, out_arguments,
-               reduced_precision, refusals, shape_changes, strided_views)
+from . import (complex_pairs, decompositions, expanded_positions, optimizer_ops,
+               out_arguments, reduced_precision, refusals, shape_changes, strided_views)
 from .upstream import scalar_operands, undefined_ops, unlowered_ops
 from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 
@@ -45,6 +45,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     optimizer_ops.scalars_read_as_tensors(graph)
     _copy_where_views_copy(graph)
     _explicit_list_views(graph)
+    expanded_positions.positions_before_expand(graph)
     strided_views.strided_views_of_roots(graph)
     strided_views.writes_through_strided_views(graph)
     strided_views.as_strided_read_at_each_use(graph)

@@ -23,10 +23,16 @@ _A = torch.ops.aten
 @functools.lru_cache(maxsize=256)
 def indexing(layout: tuple) -> tuple | None:
     """The view (size, stride, offset) as basic indexing of its base (size, stride,
-    offset): `select`s, strided `slice`s, a `permute` and `unsqueeze`s, as eager would
-    have taken it (`x[:, pos]`), which the pass writes through whatever the base's
-    layout; None when none gives exactly that view."""
+    offset): `select`s, strided `slice`s, a `permute` and `unsqueeze`s, and an `expand`
+    for the dimensions of stride 0, as eager would have taken it (`x[:, pos]`), which
+    the pass writes through whatever the base's layout; None when none gives exactly
+    that view."""
     size, stride, offset, base_size, base_stride, base_offset = layout
+    broadcast = [j for j in range(len(size)) if size[j] > 1 and not stride[j]]
+    if broadcast:  # an expand of the view with those dimensions of size 1
+        inner = indexing((tuple(1 if j in broadcast else n for j, n in enumerate(size)),
+                          *layout[1:]))
+        return None if inner is None else (*inner, (_A.expand.default, list(size)))
     dims = sorted((d for d in range(len(base_size)) if base_size[d] > 1 and base_stride[d]),
                   key=lambda d: -base_stride[d])
     start, rest = [0] * len(base_size), offset - base_offset
@@ -39,8 +45,6 @@ def indexing(layout: tuple) -> tuple | None:
     for j in sorted(range(len(size)), key=lambda j: -stride[j]):
         if size[j] == 1:
             continue
-        if not stride[j]:  # expanded: no indexing repeats an element
-            return None
         for d in dims:
             if d in mapped or stride[j] % base_stride[d]:
                 continue

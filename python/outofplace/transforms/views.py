@@ -26,6 +26,8 @@ Constant indices and bounds are normalised as eager normalises them (indexing.py
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -295,11 +297,16 @@ def _as_strided(view, base, src, loc, ip):
 
 
 def _expand(view, base, src, loc, ip):
-    """x.expand(x's own shape) = src  =>  x = src; any real expansion is refused"""
+    """x.expand(x's own shape) = src  =>  x = src; an expand that broadcasts nothing
+    (`x.expand(1, -1)`: it adds dimensions of size 1) is a view of x's elements in
+    order, written back as a reshape; any real expansion is refused"""
     sizes = torch_types.TensorType.of(base.type).sizes
-    if sizes is not None and sizes == torch_types.TensorType.of(view.result.type).sizes \
-            and all(d >= 0 for d in sizes):
-        return src
+    result = torch_types.TensorType.of(view.result.type).sizes
+    if sizes is not None and result is not None and all(d >= 0 for d in sizes + result):
+        if sizes == result:
+            return src
+        if math.prod(sizes) == math.prod(result) > 0:
+            return _reshape(view, base, src, loc, ip)
     where = source_line(view.location)
     raise UnsupportedMutationError(
         aten_name(view), "writing into an expanded tensor: its elements share memory "

@@ -1,0 +1,83 @@
+"""Writes through a select, slice or runtime position of an expand at the dimensions it
+broadcasts (frontend/expanded_positions.py), and through an expand that broadcasts
+nothing (views.py): eager writes each element once, into the expanded tensor; both
+paths match it. They were refused ("writing into an expanded tensor") on
+outofplace.compile alone (fuzz run programs 561, 1081)."""
+
+import pytest
+import torch
+import torch._dynamo
+
+import outofplace
+
+
+def _position_of_a_new_dimension(x, p, q):
+    x.expand(3, -1, -1)[p, q, 0:] = 2  # x[q, :]
+    x.expand(2, -1, -1)[0, 1] += 1  # x[1]
+    return x * 1
+
+
+def _select_and_slice_of_a_broadcast_dimension(x, p, q):
+    v = x.unsqueeze(1).expand(-1, 2, -1)
+    r = v[:, p]  # a view of x, read again after the writes
+    v[:, q, 1:] *= 3
+    v.select(1, 0)[0] -= 1
+    return x * 1, r, v[1, q]
+
+
+def _expand_adding_a_unit_dimension(x, p):
+    x[-1:, 0].expand(1, -1)[:, p - 1] = 5  # x[-1, 0]
+    return x + 0
+
+
+PROGRAMS = {
+    "position of a new dimension": (_position_of_a_new_dimension, 3),
+    "select and slice of a broadcast dimension": (_select_and_slice_of_a_broadcast_dimension,
+                                                  3),
+    "expand adding a unit dimension": (_expand_adding_a_unit_dimension, 2),
+}
+
+
+def _args(count: int, dtype: torch.dtype) -> tuple:
+    x = torch.arange(12, dtype=dtype).view(4, 3)
+    return (x, torch.tensor(1), torch.tensor(-2, dtype=torch.int32))[:count]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_write_through_an_expand_matches_eager(name, path, dtype):
+    program, count = PROGRAMS[name]
+    args = _args(count, dtype)
+    expected = tuple(a.clone() for a in args)
+    eager = program(*expected)
+    torch._dynamo.reset()
+    if path == "torch.compile":
+        compiled = torch.compile(program, backend="outofplace", dynamic=False)
+    else:
+        compiled = outofplace.compile(program, tuple(a.clone() for a in args))
+    try:
+        result = compiled(*args)
+    finally:
+        torch._dynamo.reset()
+    for actual, wanted in zip(result if isinstance(result, tuple) else (result,),
+                              eager if isinstance(eager, tuple) else (eager,)):
+        torch.testing.assert_close(actual, wanted, rtol=0, atol=0)
+    torch.testing.assert_close(args[0], expected[0], rtol=0, atol=0)
+
+
+def _write_across_a_broadcast_dimension(x, q):
+    x.expand(3, -1, -1)[:, q] = 2  # three writes of each element of x[q]
+
+
+def test_write_across_a_broadcast_dimension_is_refused_at_its_line():
+    """Eager refuses it too (more than one element of the written-to tensor refers to a
+    single memory location)."""
+    x, q = torch.zeros(4, 3), torch.tensor(1)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        _write_across_a_broadcast_dimension(x.clone(), q)
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match="writing into an expanded tensor") as error:
+        outofplace.compile(_write_across_a_broadcast_dimension, (x, q))
+    line = _write_across_a_broadcast_dimension.__code__.co_firstlineno + 1
+    assert f"{__file__}:{line}:" in str(error.value)
