@@ -921,3 +921,35 @@ def test_masked_values_beside_an_operand_of_the_dimensions_before_the_mask(path,
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
     torch.testing.assert_close(x, expected_x, rtol=0, atol=0)
     torch.testing.assert_close(y, expected_y, rtol=0, atol=0)
+
+
+def _masked_values_beside_one_per_element(x, m, n, w, v):
+    x[m] *= x.flatten() * 2  # as many values as m has elements: eager needs m all true
+    x[:, n] += v  # v [2, 3] beside x[:, n], n all true
+    return x + w
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_masked_values_beside_one_value_per_mask_element_match_eager(path, dtype):
+    """An operand with as many values where it meets the masked values' count as the mask
+    has elements, which eager pairs only when the mask selects all (element for
+    element): compiled on both paths, refused by outofplace.compile before (fuzz run
+    program 167 of seed 949494)."""
+    x = torch.arange(6, dtype=dtype).view(2, 3)
+    args = (x, torch.ones(2, 3, dtype=torch.bool), torch.ones(3, dtype=torch.bool),
+            torch.tensor(0.5, dtype=dtype), torch.arange(6, dtype=dtype).view(2, 3) - 2)
+    program = _masked_values_beside_one_per_element
+    expected_x = x.clone()
+    eager = program(expected_x, *args[1:])
+    torch._dynamo.reset()
+    if path == "torch.compile":
+        compiled = torch.compile(program, backend="outofplace", dynamic=False)
+    else:
+        compiled = outofplace.compile(program, (x.clone(), *args[1:]))
+    try:
+        result = compiled(*args)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x, expected_x, rtol=0, atol=0)

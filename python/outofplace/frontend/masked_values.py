@@ -274,19 +274,23 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
         def unmasked(value: Any) -> Any:
             """An operand not masked: its dimension meeting the masked values' count must
             be 1 (a `[1]` beside `x[m]`: broadcast against the count, whatever the mask),
-            made one per mask dimension of the stand-in; those before it meet the
-            dimensions before the mask, as in eager; those after, the ones after it."""
+            made one per mask dimension of the stand-in, or as long as the mask has
+            elements (eager pairs them only when it selects all: element for element);
+            those before it meet the dimensions before the mask, as in eager; those after,
+            the ones after it."""
             if not isinstance(value, torch.Tensor) or self._selection(value) is not None \
                     or value.dim() <= selection.trailing:
                 return value
             extra = value.dim() - selection.trailing
-            if value.shape[extra - 1] != 1 or \
+            count = value.shape[extra - 1]
+            if count not in (1, selection.mask.numel()) or \
                     value.dim() > selection.first + 1 + selection.trailing:
                 raise _refusal(list(selection.key), f"{name} pairs it with a tensor of "
                                f"shape {list(value.shape)}, not broadcast over the "
                                "masked values' count")
-            return value.reshape(value.shape[:extra - 1] + (1,) * selection.mask.dim() +
-                                 value.shape[extra:])
+            # as many as the mask's elements: eager pairs them only when it selects all
+            mask = (1,) * selection.mask.dim() if count == 1 else tuple(selection.mask.shape)
+            return value.reshape(value.shape[:extra - 1] + mask + value.shape[extra:])
 
         args, kwargs = pytree.tree_map(unmasked, (args, kwargs))
         result = func(*args, **kwargs)
