@@ -953,3 +953,33 @@ def test_masked_values_beside_one_value_per_mask_element_match_eager(path, dtype
         torch._dynamo.reset()
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
     torch.testing.assert_close(x, expected_x, rtol=0, atol=0)
+
+
+def _as_strided_of_a_constant_beside_a_repeated_argument(x0, x1):
+    c = torch.tensor([[6.0, -6.0], [0.0, -1.0]], dtype=x0.dtype)
+    c[:, 1:] = c.as_strided((1,), (1,))
+    return c, x0 + x1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_as_strided_of_a_constant_beside_a_repeated_argument(path, dtype):
+    """One tensor passed twice (a view of the other, taken from it, so fake values are
+    made again): the constant's fake was tracing's, its lift_fresh_copy's storage, and
+    torch-mlir's as_strided rewrite read the constant itself, whose get_attr the
+    importer then bound twice (AssertionError "Node already has a value"; fuzz run
+    program 749 of seed 949494)."""
+    x = torch.arange(2, dtype=dtype)
+    program = _as_strided_of_a_constant_beside_a_repeated_argument
+    eager = program(x, x)
+    torch._dynamo.reset()
+    if path == "torch.compile":
+        compiled = torch.compile(program, backend="outofplace", dynamic=False)
+    else:
+        compiled = outofplace.compile(program, (x, x))
+    try:
+        result = compiled(x, x)
+    finally:
+        torch._dynamo.reset()
+    for a, e in zip(result, eager):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)

@@ -92,6 +92,10 @@ def _propagate_fake_values(gm: torch.fx.GraphModule) -> None:
     inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
     mode = next(v.fake_mode for v in inputs if isinstance(v, torch._subclasses.FakeTensor))
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
+    for node in gm.graph.find_nodes(op="get_attr"):  # a constant's fake is made again,
+        if isinstance(getattr(gm, node.target, None), torch.Tensor):  # of its own
+            node.meta.pop("val", None)  # storage (fx_rewrites._fake_constants): tracing's
+            # was its lift_fresh_copy's, which torch-mlir's as_strided rewrite then read
 
 
 def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
