@@ -354,6 +354,13 @@ def mask_values_paired_with_masked_length(x, m, w):
     x[m] += w  # w has one value per true element
 
 
+def test_masked_values_paired_with_one_value_per_true_match_eager() -> None:
+    """The k-th true takes w[k], as eager pairs them (test_parity.py: both paths)."""
+    from differential import assert_matches_eager
+    assert_matches_eager(mask_values_paired_with_masked_length, torch.randn(4), MASK,
+                         torch.randn(3))
+
+
 def mask_values_copied_elsewhere(x, y, m):
     y.copy_(x[m])  # with an all-true example mask the shapes agree; other masks would not
 
@@ -363,9 +370,6 @@ def mask_values_copied_elsewhere(x, y, m):
                                     torch.ones(4, dtype=torch.bool)),
      "copy_ writes it into another tensor"),
     (mask_values_returned, (torch.randn(4), MASK), "the masked values are returned"),
-    (mask_values_paired_with_masked_length, (torch.randn(4), MASK, torch.randn(3)),
-     "add_ pairs it with a tensor of shape [3], not broadcast over the masked values' "
-     "count"),
 ])
 def test_masked_values_used_beyond_elementwise_are_refused(f, args, reason) -> None:
     with pytest.raises(outofplace.UnsupportedMutationError) as info:

@@ -923,22 +923,26 @@ def test_masked_values_beside_an_operand_of_the_dimensions_before_the_mask(path,
     torch.testing.assert_close(y, expected_y, rtol=0, atol=0)
 
 
-def _masked_values_beside_one_per_element(x, m, n, w, v):
+def _masked_values_beside_one_per_element(x, m, n, w, v, q, u):
     x[m] *= x.flatten() * 2  # as many values as m has elements: eager needs m all true
     x[:, n] += v  # v [2, 3] beside x[:, n], n all true
+    x[q] -= u  # the k-th true of q takes u[k]: eager needs as many trues as values
+    x[q] = x[q] * u + 1
     return x + w
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
-def test_masked_values_beside_one_value_per_mask_element_match_eager(path, dtype):
-    """An operand with as many values where it meets the masked values' count as the mask
-    has elements, which eager pairs only when the mask selects all (element for
-    element): compiled on both paths, refused by outofplace.compile before (fuzz run
-    program 167 of seed 949494)."""
+def test_masked_values_beside_one_value_per_true_match_eager(path, dtype):
+    """An operand with a value for each true of the mask where it meets the masked
+    values' count, which eager pairs in order (only when there are as many): compiled on
+    both paths, the k-th value gathered to the k-th true's place; refused by
+    outofplace.compile before (fuzz run programs 167, 1964, 2267 of seed 949494)."""
     x = torch.arange(6, dtype=dtype).view(2, 3)
     args = (x, torch.ones(2, 3, dtype=torch.bool), torch.ones(3, dtype=torch.bool),
-            torch.tensor(0.5, dtype=dtype), torch.arange(6, dtype=dtype).view(2, 3) - 2)
+            torch.tensor(0.5, dtype=dtype), torch.arange(6, dtype=dtype).view(2, 3) - 2,
+            torch.tensor([[False, True, False], [False, False, True]]),
+            torch.tensor([3.0, -0.5], dtype=dtype))
     program = _masked_values_beside_one_per_element
     expected_x = x.clone()
     eager = program(expected_x, *args[1:])

@@ -272,25 +272,29 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
             return self._on_no_element(func, args, kwargs, selection, inplace)
 
         def unmasked(value: Any) -> Any:
-            """An operand not masked: its dimension meeting the masked values' count must
-            be 1 (a `[1]` beside `x[m]`: broadcast against the count, whatever the mask),
-            made one per mask dimension of the stand-in, or as long as the mask has
-            elements (eager pairs them only when it selects all: element for element);
-            those before it meet the dimensions before the mask, as in eager; those after,
-            the ones after it."""
+            """An operand not masked: its dimension meeting the masked values' count is
+            1 (a `[1]` beside `x[m]`: broadcast against the count, whatever the mask),
+            made one per mask dimension of the stand-in, or has a value for each true of
+            the mask, in order (eager pairs them only when there are as many), gathered
+            to the trues' places; its dimensions before that one meet those before the
+            mask, as in eager; those after, the ones after it."""
             if not isinstance(value, torch.Tensor) or self._selection(value) is not None \
                     or value.dim() <= selection.trailing:
                 return value
             extra = value.dim() - selection.trailing
-            count = value.shape[extra - 1]
-            if count not in (1, selection.mask.numel()) or \
-                    value.dim() > selection.first + 1 + selection.trailing:
+            if value.dim() > selection.first + 1 + selection.trailing:
                 raise _refusal(list(selection.key), f"{name} pairs it with a tensor of "
-                               f"shape {list(value.shape)}, not broadcast over the "
-                               "masked values' count")
-            # as many as the mask's elements: eager pairs them only when it selects all
-            mask = (1,) * selection.mask.dim() if count == 1 else tuple(selection.mask.shape)
-            return value.reshape(value.shape[:extra - 1] + mask + value.shape[extra:])
+                               f"shape {list(value.shape)}, more dimensions than the "
+                               "masked values")
+            count, mask = value.shape[extra - 1], selection.mask
+            if count == 1:
+                return value.reshape(value.shape[:extra - 1] + (1,) * mask.dim() +
+                                     value.shape[extra:])
+            # the k-th true takes the k-th value, as `b[mask] = vals` does (eager pairs
+            # them only when the mask has as many trues as there are values)
+            rank = (mask.reshape(-1).long().cumsum(0) - 1).clamp(0, count - 1)
+            return value.index_select(extra - 1, rank).reshape(
+                value.shape[:extra - 1] + tuple(mask.shape) + value.shape[extra:])
 
         args, kwargs = pytree.tree_map(unmasked, (args, kwargs))
         result = func(*args, **kwargs)
