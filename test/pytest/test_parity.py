@@ -987,3 +987,34 @@ def test_as_strided_of_a_constant_beside_a_repeated_argument(path, dtype):
         torch._dynamo.reset()
     for a, e in zip(result, eager):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+def _empty_list_beside_a_runtime_position(x, pos, w):
+    x[[], -2, pos] = w  # an empty list indexes as an empty int64 tensor: writes nothing
+    x[1, [], pos] += 1
+    return x * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_empty_list_index_beside_a_runtime_position(path, dtype):
+    """`x[[], -2, pos] = w`: the empty list was made `torch.tensor([])`, a float tensor,
+    and the write refused as a position beside a non-index tensor (fuzz run program 2213
+    of seed 949494); it writes nothing on both paths."""
+    x = torch.arange(24, dtype=dtype).view(2, 3, 4)
+    args = (x, torch.tensor(1), torch.tensor(5.0, dtype=dtype))
+    expected = x.clone()
+    eager = _empty_list_beside_a_runtime_position(expected, *args[1:])
+    torch._dynamo.reset()
+    if path == "torch.compile":
+        compiled = torch.compile(_empty_list_beside_a_runtime_position, backend="outofplace",
+                                 dynamic=False)
+    else:
+        compiled = outofplace.compile(_empty_list_beside_a_runtime_position,
+                                      (x.clone(), *args[1:]))
+    try:
+        result = compiled(*args)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x, expected, rtol=0, atol=0)

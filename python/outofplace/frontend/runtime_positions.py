@@ -112,8 +112,10 @@ def split_key(rank: int, index: Any, op: str) -> tuple[tuple, list] | None:
             index=describe_index(items), location=user_line())
     if not any(is_position(item) for item in items):
         return None
-    # A list of ints (or bools) indexes as the tensor it spells, in eager too.
-    items = [torch.tensor(item) if isinstance(item, list) else item for item in items]
+    # A list of ints (or bools) indexes as the tensor it spells, in eager too (an empty
+    # one as an empty int64 tensor, not torch.tensor([])'s float one).
+    items = [torch.tensor(item, dtype=None if item else torch.int64)
+             if isinstance(item, list) else item for item in items]
     for item in items:
         if not (is_position(item) or _is_int(item) or _is_index_tensor(item) or
                 isinstance(item, slice) or item is None or item is Ellipsis):
