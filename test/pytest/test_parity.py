@@ -1018,3 +1018,39 @@ def test_empty_list_index_beside_a_runtime_position(path, dtype):
         torch._dynamo.reset()
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
     torch.testing.assert_close(x, expected, rtol=0, atol=0)
+
+
+def _shape_changed_in_place_beside_a_view_taken_before(x):
+    c = x * 2
+    r = c.squeeze()  # a view of c before the change, of c's shape then
+    c.unsqueeze_(-1)
+    t = x + 1
+    s = t.t()
+    t.t_()
+    return r, c, s, t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_output_whose_shape_changed_in_place_after_a_view_of_it(path, dtype):
+    """`c.unsqueeze_(-1)` returned beside `c.squeeze()` taken before: the in-place op was
+    followed to the tensor it writes, whose view (of the old shape) was the first output,
+    and `c` returned as that output, shape (4, 3) where eager's is (4, 3, 1) (fuzz run
+    program 3735 of seed 949494); it is that output's view by the op's view twin now."""
+    x = torch.arange(12, dtype=dtype).view(4, 3)
+    program = _shape_changed_in_place_beside_a_view_taken_before
+    eager = program(x.clone())
+    torch._dynamo.reset()
+    if path == "torch.compile":
+        compiled = torch.compile(program, backend="outofplace", dynamic=False)
+    else:
+        compiled = outofplace.compile(program, (x.clone(),))
+    try:
+        result = compiled(x.clone())
+    finally:
+        torch._dynamo.reset()
+    for a, e in zip(result, eager):
+        assert a.shape == e.shape and a.stride() == e.stride()
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    result[1].add_(1)  # c's elements are r's, as in eager
+    torch.testing.assert_close(result[0], eager[0] + 1, rtol=0, atol=0)

@@ -452,6 +452,18 @@ def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int],
         effects = op_effects(value) if isinstance(value, torch.fx.Node) else None
         if effects is None or effects.result_views is None:
             return None
+        if effects.rebinds_view:  # `t.unsqueeze_(0)`: its view twin of the tensor
+            twin = effects.twin  # before (shape_changes.py), or no view at all
+            rest = (value.args[1:], value.kwargs)
+            if twin is None or any(isinstance(a, torch.fx.Node)
+                                   for a in pytree.tree_leaves(rest)):
+                return None
+            effects = op_registry.effects(op_registry.mlir_name(twin))
+            if effects is None or not effects.is_view or effects.result_views != 0:
+                return None
+            views.append((twin, tuple(value.args[1:]), dict(value.kwargs)))
+            value = value.args[0]
+            continue
         if effects.written:  # an in-place or out= op returns the tensor it writes
             value = operand_at(value, effects.result_views)
             if not isinstance(value, torch.fx.Node):
