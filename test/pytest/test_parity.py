@@ -1054,3 +1054,32 @@ def test_output_whose_shape_changed_in_place_after_a_view_of_it(path, dtype):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
     result[1].add_(1)  # c's elements are r's, as in eager
     torch.testing.assert_close(result[0], eager[0] + 1, rtol=0, atol=0)
+
+
+def _slice_of_a_local_updated_from_a_runtime_position(x0, pos3, pos4):
+    c2 = torch.zeros_like(x0)
+    c2[:, :, 0, -3:1:2, ...] -= x0[1, pos3, :, pos4]  # an int32 position: a graph break
+    return c2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_slice_updated_and_stored_back_after_a_graph_break(path, dtype):
+    """After the break, dynamo stores `c2[...] -= v`'s result, a view of c2 passed beside
+    it, back into the same slice: a copy of elements onto themselves, refused as an
+    overlap because a dimension of size 1 had another stride in the view taken again
+    (fuzz run program 4877 of seed 949494)."""
+    x = torch.tensor([[[[0.0, -2.0]]], [[[1.0, -1.0]]]], dtype=dtype)
+    args = (x, torch.tensor(0), torch.tensor(-2, dtype=torch.int32))
+    program = _slice_of_a_local_updated_from_a_runtime_position
+    eager = program(*args)
+    torch._dynamo.reset()
+    if path == "torch.compile":
+        compiled = torch.compile(program, backend="outofplace", dynamic=False)
+    else:
+        compiled = outofplace.compile(program, args)
+    try:
+        result = compiled(*args)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)

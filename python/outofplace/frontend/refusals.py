@@ -18,8 +18,11 @@ from .fx_graph import op_effects, operand_at, overlaps, source_line
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same elements in the same order (a dimension of size 1 takes no step: its
+    stride is no part of the layout, and a view taken again may give it another)."""
     return a.dtype == b.dtype and a.storage_offset() == b.storage_offset() and \
-        a.shape == b.shape and a.stride() == b.stride()
+        a.shape == b.shape and all(n == 1 or s == t for n, s, t in
+                                   zip(a.shape, a.stride(), b.stride()))
 
 
 # Operands eager reads in full before writing anything (`x.fill_(x[0, 0])` takes the
