@@ -82,6 +82,11 @@ class Outputs:
                 if value in signature.complex_arguments:
                     tensor = as_complex(tensor)
                 leaves.append(_take_views(tensor, views[0], inputs, results))
+            elif kind == "view":  # of a result no leaf is: a tensor two outputs view
+                if value not in laid_out:
+                    laid_out[value] = results[value] if views[0] is None else \
+                        _laid_out(results[value], *views[0])
+                leaves.append(_take_views(laid_out[value], views[1], inputs, results))
             elif kind == "output":  # a view of another leaf, taken once that one is
                 output_views.append((len(leaves), value, views[0]))
                 leaves.append(None)

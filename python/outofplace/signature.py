@@ -98,7 +98,10 @@ class ProgramSignature:
     #     take (tuples (view op, its other arguments, kwargs), innermost first); an
     #     operand of a view may be `Input` or `Result`: a position read at the call;
     #   ("output", j, views): the view of the output's leaf j that `views` take (an
-    #     output the program makes viewing another it makes, as eager returns it).
+    #     output the program makes viewing another it makes, as eager returns it);
+    #   ("view", i, layout, views): the view of main's result i, laid out as `layout`
+    #     says, that `views` take: outputs viewing one tensor the program made and does
+    #     not return, which no leaf is.
     output_leaves: list[tuple[str, Any]] = field(default_factory=list)
     # Argument name -> (the first op writing it, that op's source line), for each
     # argument the program writes in place (through any view): what a refusal at a call

@@ -204,6 +204,7 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     for i, (value, alias) in enumerate(zip(output.args[0], aliases)):
         if alias is None and not _constant_output(value):
             made.setdefault(_same_tensor(value), i)
+    bases: list[tuple | None] = []
     for i, (value, alias) in enumerate(zip(output.args[0], aliases)):
         identity = None if _constant_output(value) else _same_tensor(value)
         if identity not in made:
@@ -213,12 +214,31 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
         else:
             base = _argument_alias(value, {n: j for n, j in made.items() if n is not identity},
                                    frozenset(written))
+        bases.append(base)
+    # Outputs that view one tensor the program made and does not return (`t = x.clone();
+    # return t.t(), t[0]`) are views of it, a result of main no output is, as in eager,
+    # where a write into one (the next graph's, after a graph break) shows in the other.
+    roots: dict[int, torch.fx.Node] = {}
+    for i, (value, alias, base) in enumerate(zip(output.args[0], aliases, bases)):
+        if alias is None and base is None and not _constant_output(value):
+            root = _view_root(value)
+            if root is not value and root not in made and \
+                    not complex_pairs.is_complex(root.meta.get("val")):
+                roots[i] = root
+    shared = {root for root in roots.values() if list(roots.values()).count(root) > 1}
+    for i, (value, alias, base) in enumerate(zip(output.args[0], aliases, bases)):
+        through = _argument_alias(value, {roots[i]: 0}, frozenset(written)) \
+            if roots.get(i) in shared else None
         if _constant_output(value):
             leaves.append(("constant", value))
         elif alias is not None:
             leaves.append(("argument", alias[0], _position_results(alias[1], graph, kept)))
         elif base is not None:
             leaves.append(("output", base[0], _position_results(base[1], graph, kept)))
+        elif through is not None:
+            root = roots[i]
+            leaves.append(("view", kept.setdefault(root, len(kept)), _eager_layout(root),
+                           _position_results(through[1], graph, kept)))
         else:
             leaves.append(("result", kept.setdefault(value, len(kept)), _eager_layout(value)))
     region = next((n for n in graph.nodes if n.op == "call_function" and
@@ -477,6 +497,22 @@ def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int],
         views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
         value = value.args[0]
     return arguments[value], tuple(reversed(views))
+
+
+def _view_root(value: torch.fx.Node) -> torch.fx.Node:
+    """The tensor `value` is a view of through view ops with constant operands that
+    shared its storage when traced (itself when it is none)."""
+    while True:
+        effects = op_effects(value)
+        if effects is None or effects.written or effects.rebinds_view or \
+                effects.result_views != 0 or not effects.is_view or \
+                not isinstance(value.args[0], torch.fx.Node) or \
+                any(isinstance(a, torch.fx.Node)
+                    for a in pytree.tree_leaves((value.args[1:], value.kwargs))) or \
+                storage_of(value.meta.get("val")) != \
+                storage_of(value.args[0].meta.get("val")):
+            return value
+        value = value.args[0]
 
 
 def _first_writes(written: dict[torch.fx.Node, torch.fx.Node],
