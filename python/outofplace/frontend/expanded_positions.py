@@ -43,17 +43,9 @@ def _broadcast(expand: torch.fx.Node) -> list[bool]:
     return [d < new or base[d - new] == 1 and shape[d] != 1 for d in range(len(shape))]
 
 
-def _expanded(graph: torch.fx.Graph, base: torch.fx.Node, shape: list[int],
-              like: torch.fx.Node) -> torch.fx.Node:
-    """`base.expand(shape)`, placed before `like`, at its source line."""
-    with graph.inserting_before(like):
-        result = call(graph, _aten.expand.default, base, shape)
-    result.meta["stack_trace"] = like.meta.get("stack_trace")
-    return result
-
-
 def _view(graph: torch.fx.Graph, target: object, like: torch.fx.Node,
           *args: object) -> torch.fx.Node:
+    """`target(*args)`, placed before `like`, at its source line."""
     with graph.inserting_before(like):
         result = call(graph, target, *args)
     result.meta["stack_trace"] = like.meta.get("stack_trace")
@@ -67,7 +59,8 @@ def _without(graph: torch.fx.Graph, expand: torch.fx.Node, dims: list[int],
     new = len(shape) - base.meta["val"].dim()
     for d in sorted((d for d in dims if d >= new), reverse=True):
         base = _view(graph, _aten.select.int, like, base, d - new, 0)
-    return _expanded(graph, base, [n for d, n in enumerate(shape) if d not in dims], like)
+    return _view(graph, _aten.expand.default, like, base,
+                 [n for d, n in enumerate(shape) if d not in dims])
 
 
 def _pushed(graph: torch.fx.Graph, node: torch.fx.Node, expand: torch.fx.Node,
@@ -87,7 +80,7 @@ def _pushed(graph: torch.fx.Graph, node: torch.fx.Node, expand: torch.fx.Node,
             base = _view(graph, _aten.slice.Tensor, node, base, dim - new, *node.args[2:])
     else:
         return None
-    return _expanded(graph, base, list(node.meta["val"].shape), node)
+    return _view(graph, _aten.expand.default, node, base, list(node.meta["val"].shape))
 
 
 def positions_before_expand(graph: torch.fx.Graph) -> None:
