@@ -291,3 +291,20 @@ def assert_refused_alike(compiled: outofplace.Compiled, args: tuple, kwargs: dic
         f"{through_plan.value!r} against {through_python.value!r}"
     assert str(through_plan.value) == str(through_python.value)
     return through_plan.value
+
+
+def run_on_path(path: str, program: Any, compile_args: tuple, call_args: tuple) -> Any:
+    """`program(*call_args)` compiled on one path: "outofplace.compile" (traced with
+    `compile_args`) or "torch.compile" (the outofplace backend, `dynamic=False`), with
+    dynamo's caches reset before and after."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    if path == "torch.compile":
+        compiled = torch.compile(program, backend="outofplace", dynamic=False)
+    else:
+        compiled = outofplace.compile(program, compile_args)
+    try:
+        return compiled(*call_args)
+    finally:
+        torch._dynamo.reset()

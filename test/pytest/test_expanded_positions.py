@@ -6,9 +6,9 @@ outofplace.compile alone (fuzz run programs 561, 1081)."""
 
 import pytest
 import torch
-import torch._dynamo
 
 import outofplace
+from differential import run_on_path
 
 
 def _position_of_a_new_dimension(x, p, q):
@@ -51,15 +51,7 @@ def test_write_through_an_expand_matches_eager(name, path, dtype):
     args = _args(count, dtype)
     expected = tuple(a.clone() for a in args)
     eager = program(*expected)
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(program, backend="outofplace", dynamic=False)
-    else:
-        compiled = outofplace.compile(program, tuple(a.clone() for a in args))
-    try:
-        result = compiled(*args)
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, program, tuple(a.clone() for a in args), args)
     for actual, wanted in zip(result if isinstance(result, tuple) else (result,),
                               eager if isinstance(eager, tuple) else (eager,)):
         torch.testing.assert_close(actual, wanted, rtol=0, atol=0)

@@ -11,6 +11,7 @@ import torch._dynamo
 import torch.nn.functional as F
 
 import outofplace
+from differential import run_on_path
 
 STEPS = 3
 
@@ -766,15 +767,7 @@ def test_write_into_one_copy_of_an_expansion_matches_eager(program, path, dtype)
          x[:3], _write_into_a_column_of_an_expansion: x.view(3, 4)}[program]
     expected = x.clone()
     eager = program(expected)
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(program, backend="outofplace", dynamic=False)
-    else:
-        compiled = outofplace.compile(program, (x.clone(),))
-    try:
-        result = compiled(x)
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, program, (x.clone(),), (x,))
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
     torch.testing.assert_close(x, expected, rtol=0, atol=0)
 
@@ -841,15 +834,7 @@ def test_writes_at_no_index_write_nothing(path, dtype):
     x = torch.tensor([[2.0, -1.0, 1.0, -2.0, 0.0]], dtype=dtype)
     expected = x.clone()
     eager = _writes_at_no_index(expected)
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(_writes_at_no_index, backend="outofplace", dynamic=False)
-    else:
-        compiled = outofplace.compile(_writes_at_no_index, (x.clone(),))
-    try:
-        result = compiled(x)
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, _writes_at_no_index, (x.clone(),), (x,))
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
     torch.testing.assert_close(x, expected, rtol=0, atol=0)
 
@@ -874,15 +859,7 @@ def test_masked_values_paired_with_no_element_match_eager(path, dtype):
     program = _masked_values_beside_no_element
     expected_x = x.clone()
     eager = program(expected_x, *args[1:])
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(program, backend="outofplace", dynamic=False)
-    else:
-        compiled = outofplace.compile(program, (x.clone(), *args[1:]))
-    try:
-        result = compiled(*args)
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, program, (x.clone(), *args[1:]), args)
     for a, e in zip(result, eager):
         assert a.shape == e.shape
         torch.testing.assert_close(a, e, rtol=0, atol=0)
@@ -909,15 +886,8 @@ def test_masked_values_beside_an_operand_of_the_dimensions_before_the_mask(path,
     program = _masked_values_beside_rows
     expected_x, expected_y = x.clone(), y.clone()
     eager = program(expected_x, m, args[2], expected_y, *args[4:])
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(program, backend="outofplace", dynamic=False)
-    else:
-        compiled = outofplace.compile(program, (x.clone(), m, args[2], y.clone(), *args[4:]))
-    try:
-        result = compiled(*args)
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, program,
+                         (x.clone(), m, args[2], y.clone(), *args[4:]), args)
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
     torch.testing.assert_close(x, expected_x, rtol=0, atol=0)
     torch.testing.assert_close(y, expected_y, rtol=0, atol=0)
@@ -946,15 +916,7 @@ def test_masked_values_beside_one_value_per_true_match_eager(path, dtype):
     program = _masked_values_beside_one_per_element
     expected_x = x.clone()
     eager = program(expected_x, *args[1:])
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(program, backend="outofplace", dynamic=False)
-    else:
-        compiled = outofplace.compile(program, (x.clone(), *args[1:]))
-    try:
-        result = compiled(*args)
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, program, (x.clone(), *args[1:]), args)
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
     torch.testing.assert_close(x, expected_x, rtol=0, atol=0)
 
@@ -976,15 +938,7 @@ def test_as_strided_of_a_constant_beside_a_repeated_argument(path, dtype):
     x = torch.arange(2, dtype=dtype)
     program = _as_strided_of_a_constant_beside_a_repeated_argument
     eager = program(x, x)
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(program, backend="outofplace", dynamic=False)
-    else:
-        compiled = outofplace.compile(program, (x, x))
-    try:
-        result = compiled(x, x)
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, program, (x, x), (x, x,))
     for a, e in zip(result, eager):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
 
@@ -1005,17 +959,8 @@ def test_empty_list_index_beside_a_runtime_position(path, dtype):
     args = (x, torch.tensor(1), torch.tensor(5.0, dtype=dtype))
     expected = x.clone()
     eager = _empty_list_beside_a_runtime_position(expected, *args[1:])
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(_empty_list_beside_a_runtime_position, backend="outofplace",
-                                 dynamic=False)
-    else:
-        compiled = outofplace.compile(_empty_list_beside_a_runtime_position,
-                                      (x.clone(), *args[1:]))
-    try:
-        result = compiled(*args)
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, _empty_list_beside_a_runtime_position,
+                         (x.clone(), *args[1:]), args)
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
     torch.testing.assert_close(x, expected, rtol=0, atol=0)
 
@@ -1040,15 +985,7 @@ def test_output_whose_shape_changed_in_place_after_a_view_of_it(path, dtype):
     x = torch.arange(12, dtype=dtype).view(4, 3)
     program = _shape_changed_in_place_beside_a_view_taken_before
     eager = program(x.clone())
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(program, backend="outofplace", dynamic=False)
-    else:
-        compiled = outofplace.compile(program, (x.clone(),))
-    try:
-        result = compiled(x.clone())
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, program, (x.clone(),), (x.clone(),))
     for a, e in zip(result, eager):
         assert a.shape == e.shape and a.stride() == e.stride()
         torch.testing.assert_close(a, e, rtol=0, atol=0)
@@ -1073,15 +1010,7 @@ def test_slice_updated_and_stored_back_after_a_graph_break(path, dtype):
     args = (x, torch.tensor(0), torch.tensor(-2, dtype=torch.int32))
     program = _slice_of_a_local_updated_from_a_runtime_position
     eager = program(*args)
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(program, backend="outofplace", dynamic=False)
-    else:
-        compiled = outofplace.compile(program, args)
-    try:
-        result = compiled(*args)
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, program, args, args)
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
 
 
@@ -1104,15 +1033,7 @@ def test_outputs_viewing_one_tensor_the_program_does_not_return(path, dtype):
     args = (x, torch.tensor(-1, dtype=torch.int32))
     program = _two_views_of_a_local_before_a_break
     eager = program(*args)
-    torch._dynamo.reset()
-    if path == "torch.compile":
-        compiled = torch.compile(program, backend="outofplace", dynamic=False)
-    else:
-        compiled = outofplace.compile(program, args)
-    try:
-        result = compiled(*args)
-    finally:
-        torch._dynamo.reset()
+    result = run_on_path(path, program, args, args)
     for a, e in zip(result, eager):
         assert a.stride() == e.stride()
         torch.testing.assert_close(a, e, rtol=0, atol=0)
