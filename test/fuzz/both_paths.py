@@ -80,11 +80,18 @@ def _statement(location: str) -> str:
     return linecache.getline(path, int(line)).strip() if line.isdigit() else ""
 
 
-def _statements_in_graphs(f, args, kwargs) -> set[tuple[str, bool]]:
-    """The source lines of the ops in the graphs dynamo makes of `f` (their FX stack
-    traces), each with False, and with True too for an op indexing at a bool mask
-    (`x[m]`, `x[m] = v`): the statements torch.compile hands its backend; the rest it
-    runs eagerly."""
+# Why dynamo breaks a graph and runs an op eagerly because the op's result depends on
+# tensor values: a shape (`x[mask]`, nonzero) or a Python scalar (`.item()`, an int32
+# 0-d tensor used as an index, which dynamo reads with `__index__`).
+_DATA_DEPENDENT = ("Dynamic shape operator", "Data dependent operator")
+
+
+def _dynamo_split(f, args, kwargs) -> tuple[set[tuple[str, bool]], set[str]]:
+    """What dynamo makes of `f`: the source lines of the ops in its graphs (their FX
+    stack traces), each with False, and with True too for an op indexing at a bool mask
+    (`x[m]`, `x[m] = v`): the statements torch.compile hands its backend; and the
+    `file:line`s where it broke a graph at an op whose result depends on values, which
+    it runs eagerly between two graphs, as source statements."""
     import torch
     import torch._dynamo
     import torch.utils._pytree as pytree
@@ -101,20 +108,23 @@ def _statements_in_graphs(f, args, kwargs) -> set[tuple[str, bool]]:
                    v.dtype == torch.bool and v.dim() > 0
                    for operand in pytree.tree_leaves((node.args[1:], node.kwargs)))
 
-    def recording(gm, inputs):
+    torch._dynamo.reset()
+    (mine, my_kwargs), = (_clone((args, kwargs)),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        explained = torch._dynamo.explain(f)(*mine, **my_kwargs)
+    torch._dynamo.reset()
+    for gm in explained.graphs:
         for node in gm.graph.nodes:
             for line in (node.meta.get("stack_trace") or "").splitlines():
                 seen.add((line.strip(), False))
                 if node.op in ("call_function", "call_method") and at_a_mask(node):
                     seen.add((line.strip(), True))
-        return gm.forward
-
-    torch._dynamo.reset()
-    (mine, my_kwargs), = (_clone((args, kwargs)),)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.compile(f, backend=recording, dynamic=False)(*mine, **my_kwargs)
-    return seen
+    breaks = {_statement(f"{frame.filename}:{frame.lineno}")
+              for reason in explained.break_reasons
+              if reason.reason.startswith(_DATA_DEPENDENT)
+              for frame in reason.user_stack[-1:]}
+    return seen, breaks
 
 
 def other_path(f, args, kwargs, refusal, reproducer) -> dict:
@@ -125,7 +135,11 @@ def other_path(f, args, kwargs, refusal, reproducer) -> dict:
     A program whose refused statement is in none of the graphs dynamo hands the backend
     (for a shape that depends on values, `x[mask]` returned: no op there at a mask;
     dynamo breaks the graph there and runs it eagerly, which a whole program compiled to
-    one StableHLO cannot do; docs/api.md) is "split": no failure, counted apart."""
+    one StableHLO cannot do; docs/api.md), or where dynamo broke a graph at an op whose
+    result depends on values (the read `x[m, i]` of `x[m, i] += 1`, an int32 position
+    it reads as a Python int), so that the op outofplace.compile refused is not in the
+    graphs as written (`x[:, pos].as_strided(...)` is an as_strided of an eager view
+    there), is "split": no failure, counted apart."""
     import torch._dynamo
     import outofplace
     from differential import by_dynamo
@@ -148,6 +162,7 @@ def other_path(f, args, kwargs, refusal, reproducer) -> dict:
     outcome = "one-path"
     statement = _statement(refusal.location)
     masked = refusal.shape_from_values  # x[mask]: the rest of its line may be in a graph
-    if statement and (statement, masked) not in _statements_in_graphs(f, args, kwargs):
+    in_graphs, broken_at = _dynamo_split(f, args, kwargs)
+    if statement and ((statement, masked) not in in_graphs or statement in broken_at):
         outcome = "split"
     return {"outcome": outcome, "graph_breaks": breaks, "reproducer": reproducer()}
