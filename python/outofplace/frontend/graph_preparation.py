@@ -489,30 +489,31 @@ def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int],
             if not isinstance(value, torch.fx.Node):
                 return None
             continue
-        rest = (value.args[1:], value.kwargs)  # a view op: taken again on the caller's
-        if effects.result_views != 0 or \
-                any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)) or \
-                storage_of(value.meta.get("val")) != storage_of(value.args[0].meta.get("val")):
-            return None  # `reshape`, `contiguous`, `to` that copied when traced
+        if not _views_its_operand(value):  # a view op: taken again on the caller's
+            return None
         views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
         value = value.args[0]
     return arguments[value], tuple(reversed(views))
 
 
+def _views_its_operand(value: Any) -> bool:
+    """`value` is a view op of its first operand, its other operands constants, that
+    shared the operand's storage when traced (not a `reshape`, `contiguous` or `to`
+    that copied)."""
+    effects = op_effects(value) if isinstance(value, torch.fx.Node) else None
+    return effects is not None and effects.is_view and not effects.rebinds_view and \
+        effects.result_views == 0 and isinstance(value.args[0], torch.fx.Node) and \
+        not any(isinstance(a, torch.fx.Node)
+                for a in pytree.tree_leaves((value.args[1:], value.kwargs))) and \
+        storage_of(value.meta.get("val")) == storage_of(value.args[0].meta.get("val"))
+
+
 def _view_root(value: torch.fx.Node) -> torch.fx.Node:
-    """The tensor `value` is a view of through view ops with constant operands that
-    shared its storage when traced (itself when it is none)."""
-    while True:
-        effects = op_effects(value)
-        if effects is None or effects.written or effects.rebinds_view or \
-                effects.result_views != 0 or not effects.is_view or \
-                not isinstance(value.args[0], torch.fx.Node) or \
-                any(isinstance(a, torch.fx.Node)
-                    for a in pytree.tree_leaves((value.args[1:], value.kwargs))) or \
-                storage_of(value.meta.get("val")) != \
-                storage_of(value.args[0].meta.get("val")):
-            return value
+    """The tensor `value` is a view of through `_views_its_operand` steps (itself when
+    it is none)."""
+    while _views_its_operand(value):
         value = value.args[0]
+    return value
 
 
 def _first_writes(written: dict[torch.fx.Node, torch.fx.Node],
