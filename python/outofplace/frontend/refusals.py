@@ -18,11 +18,16 @@ from .fx_graph import element_offsets, op_effects, operand_at, overlaps, source_
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """The same elements in the same order (a dimension of size 1 takes no step: its
-    stride is no part of the layout, and a view taken again may give it another)."""
+    """The same elements in the same order, `b` broadcast to `a`'s shape as an
+    elementwise op reads it (`x.unsqueeze(0).mul_(x)`; a dimension of size 1 takes no
+    step: its stride is no part of the layout, and a view taken again may give it
+    another)."""
+    try:
+        b = b.expand(a.shape)
+    except RuntimeError:  # not broadcastable to it
+        return False
     return a.dtype == b.dtype and a.storage_offset() == b.storage_offset() and \
-        a.shape == b.shape and all(n == 1 or s == t for n, s, t in
-                                   zip(a.shape, a.stride(), b.stride()))
+        all(n == 1 or s == t for n, s, t in zip(a.shape, a.stride(), b.stride()))
 
 
 # Operands eager reads in full before writing anything (`x.fill_(x[0, 0])` takes the
@@ -102,7 +107,8 @@ def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
     `x[:, 1:] += x[:, :-1]`, `x.index_put_(i, x.t())`. Eager then runs element by element
     over shared memory, so its result depends on the order it visits elements in (or it
     raises, when it can tell); value semantics would read every operand before writing.
-    A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`),
+    A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`,
+    `x.unsqueeze(0).mul_(x)`),
     a fill value read before the fill (`x.fill_(x[0, 0])`) and one element copied
     (`x[i] = x[j]`) have a single meaning, and so has a slice at runtime positions written
     from another of the same dimensions (`x[:, i] += x[:, j]`): the same or disjoint."""
