@@ -1076,6 +1076,43 @@ def test_elementwise_op_reading_a_part_of_what_it_writes_broadcast_is_refused(pa
     assert "`other` shares memory with the tensor it writes" in str(refusal)
 
 
+def _foreach_reading_a_part_of_its_own_element(x, w):
+    v = x[0:2].unbind(-1)[1][1:, None, :]
+    torch._foreach_addcmul_([x.contiguous(), v.unsqueeze(2)], [v.diagonal(), w],
+                            [v.diagonal(), w], value=1)
+
+
+def _foreach_reading_other_elements(x, y):
+    torch._foreach_add_([x, y], [y, x])  # x += y, then y += the new x, one at a time
+    return x, y
+
+
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_foreach_op_reading_a_part_of_what_an_element_writes_is_refused(path):
+    """A `_foreach_*_` op whose element reads memory it writes through another view (x
+    contiguous: `x.contiguous()` is x; the diagonal a part of it) depends on eager's
+    order of writes: refused on the per-tensor ops it becomes, as the op alone is (fuzz
+    run program 5378 of seed 4404: a wrong value, the list's operands unchecked)."""
+    x = torch.arange(32.0).view(4, 4, 2)
+    refusal = _refusal(_foreach_reading_a_part_of_its_own_element, path, x,
+                       torch.ones(1, 1, 1, 1))
+    assert "`tensor1` shares memory with the tensor it writes" in str(refusal)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_foreach_op_reading_another_element_it_writes(path, dtype):
+    """Elements of a list op run one after another in eager (on CPU): the second reads
+    the first's result, as the per-tensor ops do."""
+    x, y = torch.arange(4, dtype=dtype), torch.arange(4, dtype=dtype) * 10
+    program = _foreach_reading_other_elements
+    eager = program(x.clone(), y.clone())
+    mine = (x.clone(), y.clone())
+    result = run_on_path(path, program, (x.clone(), y.clone()), mine)
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)
+    torch.testing.assert_close(mine, eager, rtol=0, atol=0)
+
+
 def _two_views_of_a_local_before_a_break(x0, pos):
     t2 = x0.clone().t()
     r3 = t2.t()

@@ -31,7 +31,11 @@ def rewrite(graph: torch.fx.Graph) -> None:
     shape_changes.local_shape_changes(graph)
     refusals.refuse_overlapping_operands(graph)  # before the pairs' copies hide overlaps
     complex_pairs.rewrite(graph)
+    before = set(graph.nodes)
     optimizer_ops.decompose(graph)
+    # a list op's operands, each element's own (`_foreach_addcmul_([x], [x.diagonal()],
+    # ...)`), checked on the per-tensor ops it became
+    refusals.refuse_overlapping_operands(graph, [n for n in graph.nodes if n not in before])
     optimizer_ops.numbers_at_their_ops_dtype(graph)
     out_arguments.functional_out_writes(graph)
     undefined_ops.real_conjugations(graph)

@@ -9,6 +9,8 @@ view: the MLIR pass takes it as a view, op_registry.is_position_view.)
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import torch
 import torch.fx
 
@@ -102,7 +104,8 @@ def _overlaps_itself(value: torch.Tensor) -> bool:
 _OFFSETS_LIMIT = 1 << 20
 
 
-def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
+def refuse_overlapping_operands(graph: torch.fx.Graph,
+                                nodes: Iterable[torch.fx.Node] | None = None) -> None:
     """Refuses an in-place op that reads memory it writes through another view:
     `x[:, 1:] += x[:, :-1]`, `x.index_put_(i, x.t())`. Eager then runs element by element
     over shared memory, so its result depends on the order it visits elements in (or it
@@ -111,8 +114,9 @@ def refuse_overlapping_operands(graph: torch.fx.Graph) -> None:
     `x.unsqueeze(0).mul_(x)`),
     a fill value read before the fill (`x.fill_(x[0, 0])`) and one element copied
     (`x[i] = x[j]`) have a single meaning, and so has a slice at runtime positions written
-    from another of the same dimensions (`x[:, i] += x[:, j]`): the same or disjoint."""
-    for node in graph.nodes:
+    from another of the same dimensions (`x[:, i] += x[:, j]`): the same or disjoint.
+    `nodes`: only these (the per-tensor ops a `_foreach_*` op was decomposed into)."""
+    for node in graph.nodes if nodes is None else nodes:
         effects = op_effects(node)
         if effects is None or effects.rebinds_view:
             continue
