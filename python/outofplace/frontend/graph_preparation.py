@@ -447,53 +447,57 @@ def _argument_alias(value: Any, arguments: dict[torch.fx.Node, int],
                     written: frozenset[torch.fx.Node] = frozenset()
                     ) -> tuple[int, tuple] | None:
     """(argument index, view ops from it) when `value` is an argument, or a view of one
-    eager would return, else None: through view ops with constant operands that shared
-    its storage when traced (in-place ops return their self), an item of a list of
-    views (split, chunk, unbind), or `x[pos]` at 0-d positions. A view's operands may
-    hold `Input`s, the call's arguments, and `_Computed` positions."""
-    views = []
+    eager would return (`_view_step`s from it), else None. A view's operands may hold
+    `Input`s, the call's arguments, and `_Computed` positions."""
+    views: list[tuple] = []
     while value not in arguments:
-        if isinstance(value, torch.fx.Node) and value.target is operator.getitem and \
-                _returns_views(value.args[0]):
-            views.append((operator.getitem, (value.args[1],), {}))
-            value = value.args[0]
-            if any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(
-                    (value.args[1:], value.kwargs))):
-                return None
-            views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
-            value = value.args[0]
-            continue
-        position = _position_view(value, arguments, written) \
-            if isinstance(value, torch.fx.Node) else None
-        if position is not None:
-            views.append(position)
-            value = value.args[0]
-            continue
-        effects = op_effects(value) if isinstance(value, torch.fx.Node) else None
-        if effects is None or effects.result_views is None:
+        step = _view_step(value, arguments, written)
+        if step is None:
             return None
-        if effects.rebinds_view:  # `t.unsqueeze_(0)`: its view twin of the tensor
-            twin = effects.twin  # before (shape_changes.py), or no view at all
-            rest = (value.args[1:], value.kwargs)
-            if twin is None or any(isinstance(a, torch.fx.Node)
-                                   for a in pytree.tree_leaves(rest)):
-                return None
-            effects = op_registry.effects(op_registry.mlir_name(twin))
-            if effects is None or not effects.is_view or effects.result_views != 0:
-                return None
-            views.append((twin, tuple(value.args[1:]), dict(value.kwargs)))
-            value = value.args[0]
-            continue
-        if effects.written:  # an in-place or out= op returns the tensor it writes
-            value = operand_at(value, effects.result_views)
-            if not isinstance(value, torch.fx.Node):
-                return None
-            continue
-        if not _views_its_operand(value):  # a view op: taken again on the caller's
-            return None
-        views.append((value.target, tuple(value.args[1:]), dict(value.kwargs)))
-        value = value.args[0]
+        value, taken = step
+        views += taken
     return arguments[value], tuple(reversed(views))
+
+
+def _view_step(value: Any, arguments: dict[torch.fx.Node, int],
+               written: frozenset[torch.fx.Node]) -> tuple[Any, list[tuple]] | None:
+    """(the tensor `value` views, the view ops from it, last first) for a view eager
+    would return, else None: a view op with constant operands that shared its storage
+    when traced (`_views_its_operand`), an in-place op (which returns its self), one
+    that changes its self's shape (`t.transpose_(0, 1)`: its view twin of the tensor
+    before, shape_changes.py), an item of a list of views (split, chunk, unbind), or
+    `x[pos]` at 0-d positions (`_position_view`)."""
+    if not isinstance(value, torch.fx.Node):
+        return None
+    if value.target is operator.getitem and _returns_views(value.args[0]):
+        views = value.args[0]
+        if any(isinstance(a, torch.fx.Node)
+               for a in pytree.tree_leaves((views.args[1:], views.kwargs))):
+            return None
+        return views.args[0], [(operator.getitem, (value.args[1],), {}),
+                               (views.target, tuple(views.args[1:]), dict(views.kwargs))]
+    position = _position_view(value, arguments, written)
+    if position is not None:
+        return value.args[0], [position]
+    effects = op_effects(value)
+    if effects is None or effects.result_views is None:
+        return None
+    if effects.rebinds_view:  # `t.unsqueeze_(0)`: its view twin of the tensor
+        twin = effects.twin  # before (shape_changes.py), or no view at all
+        rest = (value.args[1:], value.kwargs)
+        if twin is None or any(isinstance(a, torch.fx.Node)
+                               for a in pytree.tree_leaves(rest)):
+            return None
+        effects = op_registry.effects(op_registry.mlir_name(twin))
+        if effects is None or not effects.is_view or effects.result_views != 0:
+            return None
+        return value.args[0], [(twin, tuple(value.args[1:]), dict(value.kwargs))]
+    if effects.written:  # an in-place or out= op returns the tensor it writes
+        base = operand_at(value, effects.result_views)
+        return (base, []) if isinstance(base, torch.fx.Node) else None
+    if not _views_its_operand(value):  # a view op: taken again on the caller's
+        return None
+    return value.args[0], [(value.target, tuple(value.args[1:]), dict(value.kwargs))]
 
 
 def _views_its_operand(value: Any) -> bool:
@@ -509,10 +513,9 @@ def _views_its_operand(value: Any) -> bool:
 
 
 def _view_root(value: torch.fx.Node) -> torch.fx.Node:
-    """The tensor `value` is a view of through `_views_its_operand` steps (itself when
-    it is none)."""
-    while _views_its_operand(value):
-        value = value.args[0]
+    """The tensor `value` is a view of through `_view_step`s (itself when it is none)."""
+    while (step := _view_step(value, {}, frozenset())) is not None:
+        value = step[0]
     return value
 
 
