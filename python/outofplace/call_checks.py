@@ -104,8 +104,10 @@ def check_writable(name: str, value: torch.Tensor, given: torch.Tensor,
     """Raises ValueError for a tensor the program writes that a call cannot write as
     eager would: one that requires grad with grad enabled (eager refuses a leaf; for
     another, eager records the write in its autograd history, which a compiled call
-    cannot: its gradients would be silently wrong), one whose elements share memory
-    (expanded), an inference tensor outside inference mode (eager refuses it)."""
+    cannot: its gradients would be silently wrong), state whose elements share memory
+    (expanded: a user's expanded tensor is taken from the memory it spans, and the
+    program traced again for it, memory.spans_of_inputs), an inference tensor outside
+    inference mode (eager refuses it)."""
     if user_input and value.requires_grad and torch.is_grad_enabled():
         if given.is_leaf:
             raise ValueError(f"argument '{name}' is a leaf tensor that requires grad, "
@@ -116,7 +118,7 @@ def check_writable(name: str, value: torch.Tensor, given: torch.Tensor,
                          "in place: eager records the write in its autograd history, "
                          "a compiled call cannot (gradients through it would be "
                          "wrong): call under torch.no_grad() or pass a detached tensor")
-    if torch._debug_has_internal_overlap(value) == 1:  # 1: it does (2: unknown)
+    if not user_input and torch._debug_has_internal_overlap(value) == 1:  # (2: unknown)
         raise ValueError(f"argument '{name}' has elements that share memory (an "
                          "expanded tensor) and the program writes it, which eager "
                          "refuses for most writes and a call cannot write back: pass "

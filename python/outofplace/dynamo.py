@@ -227,7 +227,7 @@ class ViewsOfInputs:
     def _layouts(args: Any) -> tuple[tuple, list[Any]]:
         """(each view's (index, its base's, layout), the number of spans), and the
         inputs with a tensor of each span after them (memory.shared_memory)."""
-        relation, spans = shared_memory(list(args), expanded=True)
+        relation, spans = shared_memory(list(args))
         inputs = list(args) + [span_tensor(list(args), span) for span in spans]
         return (tuple((i, base, layout) for i, (base, layout) in relation.items()
                       if layout is not None), len(spans)), inputs
@@ -347,6 +347,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     if _needs_gradients(example_inputs):
         names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
         return _training_backend(names, options)(gm, example_inputs)
-    if shared_memory(list(example_inputs), expanded=True)[0]:
+    if shared_memory(list(example_inputs))[0]:
         return ViewsOfInputs(gm, example_inputs, options)
     return _compile_graph(gm, example_inputs, options=options)

@@ -128,12 +128,11 @@ def views_of_inputs(inputs: list[Any]) -> dict[int, int]:
     return views
 
 
-def spans_of_inputs(inputs: list[Any], views: dict[int, int], first: int = 0,
-                    expanded: bool = False) -> list[tuple[tuple[int, ...], int, int]]:
+def spans_of_inputs(inputs: list[Any], views: dict[int, int], first: int = 0
+                    ) -> list[tuple[tuple[int, ...], int, int]]:
     """Inputs (from `first`) in one storage that overlap in part, neither viewing the
-    other (the bases `views_of_inputs` left), and with `expanded` an input whose own
-    elements overlap (`x.expand(2, -1)` a graph break passes without x, dynamo.py;
-    outofplace.compile refuses a call writing one, call_checks.py): each group with its
+    other (the bases `views_of_inputs` left), and an input whose own elements overlap
+    (`x.expand(2, -1)`, passed alone or by a graph break without x): each group with its
     views, and the span of
     the storage they cover, [first element, end). They are taken from a tensor of that
     span (`span_tensor`, a synthetic base, as AOTAutograd makes), as views are from their
@@ -156,8 +155,7 @@ def spans_of_inputs(inputs: list[Any], views: dict[int, int], first: int = 0,
                     groups.remove(b)
         for group in groups:
             tensors = [inputs[i] for i in group]
-            if len(group) < 2 and not (
-                    expanded and torch._debug_has_internal_overlap(tensors[0]) == 1) or \
+            if len(group) < 2 and torch._debug_has_internal_overlap(tensors[0]) != 1 or \
                     len({t.dtype for t in tensors}) > 1 or \
                     tensors[0].is_complex() or any(t.requires_grad for t in tensors):
                 continue
@@ -177,7 +175,7 @@ def span_tensor(inputs: list[Any], span: tuple[tuple[int, ...], int, int]
     return inputs[members[0]].as_strided((end - start,), (1,), start)
 
 
-def shared_memory(inputs: list[Any], first: int = 0, expanded: bool = False
+def shared_memory(inputs: list[Any], first: int = 0
                   ) -> tuple[dict[int, tuple[int, tuple]], list[tuple]]:
     """How the inputs from `first` share memory with the others: each that views
     another's elements -> (that one's index, the view's layout); the members of the
@@ -185,7 +183,7 @@ def shared_memory(inputs: list[Any], first: int = 0, expanded: bool = False
     layout in it); and the spans."""
     views = {i: base for i, base in views_of_inputs(inputs).items()
              if i >= first and not inputs[i].is_complex()}
-    spans = spans_of_inputs(inputs, views, first, expanded)
+    spans = spans_of_inputs(inputs, views, first)
     relation = {i: (base, view_layout(inputs[i], inputs[base])) for i, base in views.items()}
     for k, span in enumerate(spans):
         tensor = span_tensor(inputs, span)

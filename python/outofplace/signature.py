@@ -221,8 +221,9 @@ class ProgramSignature:
         as `input_views` records them (memory.shared_memory), and the spans."""
         inputs = inputs[:len(self.input_names) - len(self.input_spans)]
         storages = [value.untyped_storage()._cdata for value in inputs]
-        if len(set(storages)) == len(storages):  # nothing shares memory (the usual call)
-            return {}, []
+        if len(set(storages)) == len(storages) and not any(  # nothing shares memory
+                torch._debug_has_internal_overlap(value) == 1 for value in inputs):
+            return {}, []  # (the usual call)
         return shared_memory(inputs, first=len(self.state_targets))
 
     def with_spans(self, given: list[Any]) -> list[Any]:

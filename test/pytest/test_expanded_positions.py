@@ -4,6 +4,8 @@ nothing (views.py): eager writes each element once, into the expanded tensor; bo
 paths match it. They were refused ("writing into an expanded tensor") on
 outofplace.compile alone (fuzz run programs 561, 1081)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -73,3 +75,32 @@ def test_write_across_a_broadcast_dimension_is_refused_at_its_line():
         outofplace.compile(_write_across_a_broadcast_dimension, (x, q))
     line = _write_across_a_broadcast_dimension.__code__.co_firstlineno + 1
     assert f"{__file__}:{line}:" in str(error.value)
+
+
+def _writes_one_copy_of_an_expanded_argument(v, p):
+    v[1, 0] = 5  # x[0]
+    v[p, 2:] += 1  # x[2:], at a runtime position of the broadcast dimension
+    return v.sum(0)
+
+
+@pytest.mark.parametrize("traced", ["expanded", "plain"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_write_into_one_copy_of_an_expanded_argument(path, dtype, traced):
+    """An expanded tensor passed alone (`f(x.expand(3, -1, -1))`) is taken from the
+    memory it spans on both paths: a write into one copy lands in x, as in eager. It was
+    refused by outofplace.compile at the call (ValueError), compiled by torch.compile.
+    Traced with a plain tensor, outofplace.compile traces it again for the expansion."""
+    x = torch.arange(12, dtype=dtype).view(4, 3)
+    expected = x.clone()
+    eager = _writes_one_copy_of_an_expanded_argument(expected.expand(3, -1, -1),
+                                                     torch.tensor(2))
+    example = x.clone().expand(3, -1, -1) if traced == "expanded" else \
+        torch.zeros(3, 4, 3, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (traced again for the expansion)
+        result = run_on_path(path, _writes_one_copy_of_an_expanded_argument,
+                             (example, torch.tensor(0)), (x.expand(3, -1, -1),
+                                                          torch.tensor(2)))
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x, expected, rtol=0, atol=0)

@@ -4,6 +4,7 @@ before anything changes, layouts are checked, and a failing call loses nothing."
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from pathlib import Path
@@ -379,10 +380,6 @@ def test_bad_call_raises_named_error_before_changing_anything(call, error, words
     assert_same(cache.detach(), before, "cache")
 
 
-def _expanded(cache):
-    return cache[:, :1].expand(cache.shape)
-
-
 def _partly_overlapping(cache, pos, k):
     """The cache laid out as planned and k in one buffer, k's first half the cache's last
     elements, its second half beyond them: neither views the other. Both are taken from
@@ -411,7 +408,6 @@ BAD_CALLS = {
         (cache.requires_grad_(), pos, k), {}),
     "a written non-leaf requiring grad": lambda cache, pos, k: (
         (cache.clone().requires_grad_() * 1, pos, k), {}),
-    "written with overlapping elements": lambda cache, pos, k: ((_expanded(cache), pos, k), {}),
     "written sharing memory": lambda cache, pos, k: (_partly_overlapping(cache, pos, k), {}),
 }
 
@@ -857,16 +853,39 @@ def scale_then_add(x, z):
 
 
 def test_written_argument_with_overlapping_elements_is_refused() -> None:
-    """An expanded tensor for an argument the program writes: eager raises at that write;
-    a call wrote the other written arguments, then failed copying the result back into
-    the expanded tensor. Refused before anything runs."""
+    """An expanded tensor for an argument the program writes across its copies: eager
+    raises at that write; a call wrote the other written arguments, then failed copying
+    the result back into the expanded tensor. The program is traced again for it (taken
+    from the memory it spans, as the torch.compile path takes it) and refused at the
+    write's line, before anything runs."""
     compiled = outofplace.compile(scale_then_add, (torch.randn(4), torch.randn(4)))
     x, z = torch.randn(4), torch.randn(4)
     compiled(x, z)  # adopted; the next call would be planned
     before = x.clone()
-    with pytest.raises(ValueError, match="argument 'z' has elements that share memory"):
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match="writing into an expanded tensor") as error:
         compiled(x, torch.randn(1).expand(4))
+    line = scale_then_add.__code__.co_firstlineno + 2
+    assert f"{__file__}:{line}:" in str(error.value)
     assert_same(x, before, "x")
+
+
+def test_written_argument_expanded_written_in_one_copy() -> None:
+    """An expanded tensor written in one copy of its broadcast dimension (`cache[:, pos]
+    = k` on `c[:, :1].expand(...)`): eager writes the memory the copies share, once; so
+    does the program traced again for it, through the planned call and Python's path."""
+    compiled = outofplace.compile(step, step_args())
+    cache, pos, k = step_args()
+    compiled(cache, pos, k)  # adopted, and the next calls planned
+    for _ in range(2):
+        base, k = torch.randn(4, 1, 2, 8), torch.randn(4, 2, 8)
+        expected = base.clone()
+        eager = step(expected.expand(4, 16, 2, 8), torch.tensor(5), k)
+        with pytest.warns(UserWarning, match="compiling it again") if _ == 0 else \
+                contextlib.nullcontext():
+            result = compiled(base.expand(4, 16, 2, 8), torch.tensor(5), k)
+        assert_same(result, eager, "result")
+        assert_same(base, expected, "the expanded tensor's memory")
 
 
 def test_large_read_only_argument_seen_as_it_is_at_each_call() -> None:

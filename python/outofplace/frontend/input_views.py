@@ -84,10 +84,17 @@ def indexing(layout: tuple) -> tuple | None:
 
 def take_view(graph: torch.fx.Graph, base: torch.fx.Node, layout: tuple) -> torch.fx.Node:
     """Nodes taking the view of `layout` (`view_layout`) from `base`, inserted at the
-    graph's insertion point: its basic indexing, else the `as_strided` of the base."""
+    graph's insertion point: its basic indexing, else the `as_strided` of the base (and
+    an `expand` of its dimensions of stride 0, which a write into one copy of them goes
+    through: expanded_positions.py)."""
     steps = indexing(layout)
     if steps is None:  # the elements at their offsets
-        return graph.call_function(_A.as_strided.default, (base, *layout[:3]))
+        size, stride, offset = layout[:3]
+        if not any(n > 1 and not s for n, s in zip(size, stride)):
+            return graph.call_function(_A.as_strided.default, (base, *layout[:3]))
+        inner = [1 if n > 1 and not s else n for n, s in zip(size, stride)]
+        return graph.call_function(_A.expand.default, (graph.call_function(
+            _A.as_strided.default, (base, inner, stride, offset)), list(size)))
     view = base
     for op, *arguments in steps:
         view = graph.call_function(op, (view, *arguments))
