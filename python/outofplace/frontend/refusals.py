@@ -111,10 +111,10 @@ def refuse_overlapping_operands(graph: torch.fx.Graph,
     over shared memory, so its result depends on the order it visits elements in (or it
     raises, when it can tell); value semantics would read every operand before writing.
     A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`,
-    `x.unsqueeze(0).mul_(x)`),
-    a fill value read before the fill (`x.fill_(x[0, 0])`) and one element copied
-    (`x[i] = x[j]`) have a single meaning, and so has a slice at runtime positions written
-    from another of the same dimensions (`x[:, i] += x[:, j]`): the same or disjoint.
+    `x.unsqueeze(0).mul_(x)`), a fill value read before the fill (`x.fill_(x[0, 0])`) and
+    one element copied (`x[i] = x[j]`) have a single meaning, and so has a slice at
+    runtime positions written from another of the same dimensions (`x[:, i] += x[:, j]`):
+    the same or disjoint.
     `nodes`: only these (the per-tensor ops a `_foreach_*` op was decomposed into)."""
     for node in graph.nodes if nodes is None else nodes:
         effects = op_effects(node)
