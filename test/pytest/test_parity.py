@@ -975,6 +975,13 @@ def _shape_changed_in_place_beside_a_view_taken_before(x):
     return r, c, s, t
 
 
+def _assert_laid_out_as_eager(result, eager) -> None:
+    """Each output eager's values in eager's shape and strides."""
+    for a, e in zip(result, eager):
+        assert a.shape == e.shape and a.stride() == e.stride()
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
 def test_output_whose_shape_changed_in_place_after_a_view_of_it(path, dtype):
@@ -986,9 +993,7 @@ def test_output_whose_shape_changed_in_place_after_a_view_of_it(path, dtype):
     program = _shape_changed_in_place_beside_a_view_taken_before
     eager = program(x.clone())
     result = run_on_path(path, program, (x.clone(),), (x.clone(),))
-    for a, e in zip(result, eager):
-        assert a.shape == e.shape and a.stride() == e.stride()
-        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    _assert_laid_out_as_eager(result, eager)
     result[1].add_(1)  # c's elements are r's, as in eager
     torch.testing.assert_close(result[0], eager[0] + 1, rtol=0, atol=0)
 
@@ -1096,9 +1101,7 @@ def test_outputs_viewing_one_tensor_one_through_an_in_place_view_op(path, dtype)
     program = _two_views_of_a_local_one_rebound
     eager = program(*args)
     result = run_on_path(path, program, args, args)
-    for a, e in zip(result, eager):
-        assert a.stride() == e.stride()
-        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    _assert_laid_out_as_eager(result, eager)
     result[1].add_(100)  # r4 and t3 share elements, as in eager
     torch.testing.assert_close(result[0], result[1], rtol=0, atol=0)
 
@@ -1160,9 +1163,7 @@ def test_outputs_viewing_one_tensor_the_program_does_not_return(path, dtype):
     program = _two_views_of_a_local_before_a_break
     eager = program(*args)
     result = run_on_path(path, program, args, args)
-    for a, e in zip(result, eager):
-        assert a.stride() == e.stride()
-        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    _assert_laid_out_as_eager(result, eager)
     result[1].add_(100)  # r3 and t2[0] share elements, as in eager
     eager[1].add_(100)
     torch.testing.assert_close(result[0], eager[0], rtol=0, atol=0)
