@@ -4,7 +4,8 @@ is in pyproject.toml.
 - `outofplace.backends._planned_call`: the planned calls (planned_call.cpp for one device,
   sharded_call.cpp for a mesh).
 - `outofplace.backends._kernel_call`: the XLA FFI handler that runs custom ops' CPU kernels
-  inside XLA programs (kernel_call.cpp), built against the XLA FFI headers jaxlib ships
+  inside XLA programs (kernel_call.cpp), on the thread that called the program
+  (kernel_home.cpp), built against the XLA FFI headers jaxlib ships
   (`jax.ffi.include_dir()`), only when jaxlib is importable at build time.
 
 Each is built on its own; one that fails (no C++ compiler, no jaxlib) warns and the rest
@@ -46,7 +47,8 @@ extensions = [CppExtension("outofplace.backends._planned_call",
                            extra_compile_args=["-O2", "-g0"])]
 if _ffi_include_dir() is not None:
     extensions.append(CppExtension("outofplace.backends._kernel_call",
-                                   ["python/outofplace/backends/kernel_call.cpp"],
+                                   ["python/outofplace/backends/kernel_call.cpp",
+                                    "python/outofplace/backends/kernel_home.cpp"],
                                    include_dirs=[_ffi_include_dir()],
                                    extra_compile_args=["-O2", "-g0"]))
 

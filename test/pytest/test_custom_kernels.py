@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import threading
 
 import pytest
 import torch
@@ -543,3 +544,76 @@ def test_a_seeded_random_kernel_has_a_side_effect():
     assert 'has_side_effect' not in outofplace.compile(
         paged_write, (torch.zeros(3, 4, 8), *_step_args(paged_write, torch.float32, 0))
     ).stablehlo
+
+
+_KERNEL_THREADS: list[int] = []
+
+
+@torch.library.custom_op("oop_test::scale_noting_thread", mutates_args=("cache",))
+def scale_noting_thread(cache: torch.Tensor, s: float) -> None:
+    """Scales `cache` in place, noting the thread its kernel runs on."""
+    _KERNEL_THREADS.append(threading.get_ident())
+    cache.mul_(s)
+
+
+def _noting_thread(*caches):
+    # sixteen kernels that do not wait for each other: XLA:CPU runs such work on its
+    # threads (two of them ran these kernels before kernel_home.h)
+    for cache in caches:
+        scale_noting_thread(cache, 2.0)
+    return sum(cache.sin() for cache in caches)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_kernels_run_on_the_thread_that_called_the_program(path, dtype):
+    """Kernels run on the caller's thread, as in eager, not on XLA's (kernel_home.h:
+    one OpenMP team in the process), from the main thread and from another; each call's
+    values are eager's."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+    def arguments():
+        return [torch.randn(256, 1024, dtype=dtype) for _ in range(16)]
+
+    compiled = torch.compile(_noting_thread, backend="outofplace", dynamic=False) \
+        if path == "torch.compile" else outofplace.compile(_noting_thread, arguments())
+    try:
+        for caller in ("main", "thread"):
+            given = arguments()
+            expected_state = [t.clone() for t in given]
+            expected = _noting_thread(*expected_state)
+            _KERNEL_THREADS.clear()
+            out, ident = {}, {}
+
+            def call():
+                ident["caller"] = threading.get_ident()
+                out["result"] = compiled(*given)
+
+            if caller == "main":
+                call()
+            else:
+                worker = threading.Thread(target=call)
+                worker.start()
+                worker.join()
+            assert len(_KERNEL_THREADS) == 16 and \
+                set(_KERNEL_THREADS) == {ident["caller"]}, caller
+            torch.testing.assert_close(out["result"], expected)
+            for actual, wanted in zip(given, expected_state):
+                torch.testing.assert_close(actual, wanted, rtol=0, atol=0)
+    finally:
+        torch._dynamo.reset()
+
+
+def test_only_programs_that_call_kernels_run_at_home():
+    """A program calling a kernel runs through the handler's `at_home`; one without runs
+    as it is (no helper thread)."""
+    def plain(*caches):
+        caches[0].mul_(2.0)
+        return sum(caches)
+
+    for program, at_home in ((_noting_thread, True), (plain, False)):
+        compiled = outofplace.compile(program, [torch.randn(4, 3) for _ in range(16)])
+        compiled(*[torch.randn(4, 3) for _ in range(16)])
+        assert (compiled._xla.at_home is not None) == at_home, program.__name__

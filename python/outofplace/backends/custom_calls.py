@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+from typing import Any, Callable
 
 from torch_mlir import ir
 
@@ -110,6 +111,15 @@ def register(name: str) -> bool:
             jax.ffi.register_ffi_target(name, handler.handler(), platform="cpu")
             _registered.add(name)
     return True
+
+
+def at_home(targets: set[str]) -> Callable[[Callable, Any], Any] | None:
+    """For a program calling the custom call `targets`: the handler's `at_home`
+    (kernel_home.h: the program on a helper thread, its kernels on the caller's) when
+    one of them is a kernel it runs; else None."""
+    with _lock:
+        calls_kernels = bool(targets & _registered)
+    return extension().at_home if calls_kernels else None
 
 
 def refuse_engine(calls: list[ir.Operation] | ir.Module, engine: str,

@@ -10,13 +10,14 @@ are taken straight off the wire. Field numbers are those of xla/service/hlo.prot
     HloModuleProto.computations = 3, entry_computation_id = 6
     HloComputationProto.instructions = 2, id = 5, root_id = 6
     HloInstructionProto: opcode = 2 (string), parameter_number = 9, id = 35,
-                         operand_ids = 36 (repeated int64)
+                         operand_ids = 36 (repeated int64), custom_call_target = 28
 """
 
 from __future__ import annotations
 
 HLO_MODULE_COMPUTATIONS, HLO_MODULE_ENTRY_ID, HLO_MODULE_INPUT_OUTPUT_ALIAS = 3, 6, 8
-HLO_COMPUTATION_ID, HLO_COMPUTATION_ROOT_ID = 5, 6
+HLO_COMPUTATION_ID, HLO_COMPUTATION_ROOT_ID, HLO_COMPUTATION_INSTRUCTIONS = 5, 6, 2
+HLO_INSTRUCTION_OPCODE, HLO_INSTRUCTION_CUSTOM_CALL_TARGET = 2, 28
 MAY_ALIAS, MUST_ALIAS = 1, 2
 
 
@@ -150,3 +151,19 @@ def copied_parameters(proto: bytes, aliases: dict[int, int] | None = None) -> se
             if index in outputs and source(instructions[operand])["opcode"] == "copy":
                 copied.add(outputs[index])
     return copied
+
+
+def custom_call_targets(proto: bytes) -> set[str]:
+    """The targets of the module's `custom-call` instructions, in any computation."""
+    targets = set()
+    for number, _, computation in _fields(proto):
+        if number != HLO_MODULE_COMPUTATIONS:
+            continue
+        for field, _, instruction in _fields(computation):
+            if field != HLO_COMPUTATION_INSTRUCTIONS:
+                continue
+            parts = _fields(instruction)
+            if (HLO_INSTRUCTION_OPCODE, 2, b"custom-call") in parts:
+                targets.update(value.decode() for n, _, value in parts
+                               if n == HLO_INSTRUCTION_CUSTOM_CALL_TARGET)
+    return targets

@@ -12,9 +12,10 @@
 // no operand), and which of the op's returns are the call's results
 // (`outofplace.returns`, default: every return that aliases no argument).
 // This one handler, registered for every such target, wraps XLA's buffers as CPU tensors
-// (from_blob, no copy) and calls the op through the c10 dispatcher, without the GIL: a
-// Python kernel takes it itself (torch's PythonKernelHolder, as on autograd's threads),
-// a C++ one runs without it, so two calls on XLA's threads run at once. Results: the
+// (from_blob, no copy) and calls the op through the c10 dispatcher on the thread that
+// called the program when it was called through `at_home` (kernel_home.h: the caller's
+// OpenMP team, as in eager), without the GIL: a Python kernel takes it itself (torch's
+// PythonKernelHolder, as on autograd's threads), a C++ one runs without it. Results: the
 // op's own tensor results (copied into XLA's result buffers), then one per argument it
 // writes, which aliases that operand (`output_operand_aliases`): XLA hands the operand's
 // buffer as the result buffer, so the kernel writes it in place; where XLA gave another
@@ -26,10 +27,12 @@
 #include <pybind11/pybind11.h>
 
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "kernel_home.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -125,115 +128,158 @@ c10::IValue attribute(const ffi::Dictionary& attrs, const c10::Argument& argumen
                            ") outofplace does not pass to kernels");
 }
 
+// A kernel's call read off XLA's call frame, which lives only as long as the handler:
+// the op, its arguments over XLA's buffers, its results' buffers, and the operands to
+// copy first (a written one whose buffer XLA keeps for a later read).
+struct Call {
+  std::string op_name;
+  std::optional<c10::OperatorHandle> handle;
+  torch::jit::Stack stack;
+  std::vector<int64_t> returned;     // the returns that are XLA's results, in order
+  std::vector<at::Tensor> results;   // over XLA's result buffers, one per returned
+  struct Copy {
+    void* to;
+    const void* from;
+    size_t bytes;
+  };
+  std::vector<Copy> copies;
+};
+
+// Throws where the frame cannot be read (the op not registered any more, an attribute
+// of the wrong type): the call fails XLA's execution.
+std::shared_ptr<Call> read_call(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                ffi::Dictionary attrs) {
+  auto call = std::make_shared<Call>();
+  call->op_name =
+      std::string(need(attrs.get<std::string_view>("outofplace.op"), "outofplace.op"));
+  const std::string& op_name = call->op_name;
+  auto tensors = need(attrs.get<ffi::Span<const int64_t>>("outofplace.tensors"),
+                      "outofplace.tensors");
+  auto operand_of = need(attrs.get<ffi::Span<const int64_t>>("outofplace.operands"),
+                         "outofplace.operands");
+  auto result_of = need(attrs.get<ffi::Span<const int64_t>>("outofplace.results"),
+                        "outofplace.results");
+  auto dot = op_name.find('.', op_name.find("::"));
+  std::string name = op_name.substr(0, dot);
+  std::string overload = dot == std::string::npos ? "" : op_name.substr(dot + 1);
+  call->handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+  const auto& schema = call->handle->schema();
+  if (attrs.contains("outofplace.returns")) {
+    auto chosen = need(attrs.get<ffi::Span<const int64_t>>("outofplace.returns"),
+                       "outofplace.returns");
+    call->returned.assign(chosen.begin(), chosen.end());
+  } else {
+    for (size_t i = 0; i < schema.returns().size(); ++i)
+      if (schema.returns()[i].alias_info() == nullptr) call->returned.push_back(i);
+  }
+  for (size_t result = 0; result < call->returned.size(); ++result) {
+    auto out = need(rets.get<ffi::AnyBuffer>(result), "a result");
+    call->results.push_back(over(*out, out->untyped_data()));
+  }
+  // Each operand as a tensor over XLA's memory: a written one over its result's buffer,
+  // which XLA makes the operand's own (the alias), or a copy of it where XLA kept the
+  // operand for a later read.
+  std::vector<at::Tensor> bases;
+  for (size_t k = 0; k < args.size(); ++k) {
+    auto arg = need(args.get<ffi::AnyBuffer>(k), "an operand");
+    int64_t r = k < result_of.size() ? result_of[k] : -1;
+    if (r < 0) {
+      bases.push_back(over(arg, arg.untyped_data()));
+      continue;
+    }
+    auto ret = need(rets.get<ffi::AnyBuffer>(r), "a result");
+    if (ret->untyped_data() != arg.untyped_data())
+      call->copies.push_back({ret->untyped_data(), arg.untyped_data(), arg.size_bytes()});
+    bases.push_back(over(*ret, ret->untyped_data()));
+  }
+  // The schema's arguments: a tensor is its operand, or a view of it (its place in the
+  // root: `outofplace.view.<position>` = offset, sizes, strides); the others attributes.
+  size_t next_tensor = 0;
+  for (size_t position = 0; position < schema.arguments().size(); ++position) {
+    const auto& argument = schema.arguments()[position];
+    if (next_tensor >= tensors.size() || tensors[next_tensor] != int64_t(position)) {
+      std::string unread = "outofplace.unread." + std::to_string(position);
+      if (attrs.contains(unread)) {  // only its sizes are read: no memory written
+        auto sizes = need(attrs.get<ffi::Span<const int64_t>>(unread), unread);
+        call->stack.emplace_back(at::empty(std::vector<int64_t>(sizes.begin(), sizes.end()),
+                                           bases.at(0).options()));
+      } else {
+        call->stack.emplace_back(attribute(attrs, argument));
+      }
+      continue;
+    }
+    at::Tensor base = bases.at(operand_of[next_tensor++]);
+    std::string key = "outofplace.view." + std::to_string(position);
+    if (!attrs.contains(key)) {
+      call->stack.emplace_back(base);
+      continue;
+    }
+    auto view = need(attrs.get<ffi::Span<const int64_t>>(key), key);
+    size_t rank = (view.size() - 1) / 2;
+    std::vector<int64_t> sizes(view.begin() + 1, view.begin() + 1 + rank);
+    std::vector<int64_t> strides(view.begin() + 1 + rank, view.end());
+    call->stack.emplace_back(base.as_strided(sizes, strides, view[0]));
+  }
+  return call;
+}
+
 // A kernel that raises does not fail XLA's execution: XLA would drop the buffers it was
 // donated, the caller's tensors among them. The failure is recorded instead, the
 // kernel's own results are zeros, and Python raises it once XLA has run
 // (custom_calls.raise_failure), the written buffers still the caller's memory, as the
 // kernel left them (a kernel that checks its arguments before writing leaves them as
-// they were). A failure before the kernel is called (the op not registered any more, an
-// attribute of the wrong type) fails the execution.
-ffi::Error call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
-                       ffi::Dictionary attrs) {
-  std::string op_name;
-  torch::jit::Stack stack;
-  std::optional<c10::OperatorHandle> handle;
-  std::vector<int64_t> returned;  // the returns that are XLA's results, in order
-  try {
-    op_name = std::string(need(attrs.get<std::string_view>("outofplace.op"), "outofplace.op"));
-    auto tensors = need(attrs.get<ffi::Span<const int64_t>>("outofplace.tensors"),
-                        "outofplace.tensors");
-    auto operand_of = need(attrs.get<ffi::Span<const int64_t>>("outofplace.operands"),
-                           "outofplace.operands");
-    auto result_of = need(attrs.get<ffi::Span<const int64_t>>("outofplace.results"),
-                          "outofplace.results");
-    auto dot = op_name.find('.', op_name.find("::"));
-    std::string name = op_name.substr(0, dot);
-    std::string overload = dot == std::string::npos ? "" : op_name.substr(dot + 1);
-    handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
-    const auto& schema = handle->schema();
-    if (attrs.contains("outofplace.returns")) {
-      auto chosen = need(attrs.get<ffi::Span<const int64_t>>("outofplace.returns"),
-                         "outofplace.returns");
-      returned.assign(chosen.begin(), chosen.end());
-    } else {
-      for (size_t i = 0; i < schema.returns().size(); ++i)
-        if (schema.returns()[i].alias_info() == nullptr) returned.push_back(i);
-    }
-    // Each operand as a tensor over XLA's memory: a written one over its result's buffer,
-    // which XLA makes the operand's own (the alias), or a copy of it where XLA kept the
-    // operand for a later read.
-    std::vector<at::Tensor> bases;
-    for (size_t k = 0; k < args.size(); ++k) {
-      auto arg = need(args.get<ffi::AnyBuffer>(k), "an operand");
-      int64_t r = k < result_of.size() ? result_of[k] : -1;
-      if (r < 0) {
-        bases.push_back(over(arg, arg.untyped_data()));
-        continue;
-      }
-      auto ret = need(rets.get<ffi::AnyBuffer>(r), "a result");
-      if (ret->untyped_data() != arg.untyped_data())
-        std::memcpy(ret->untyped_data(), arg.untyped_data(), arg.size_bytes());
-      bases.push_back(over(*ret, ret->untyped_data()));
-    }
-    // The schema's arguments: a tensor is its operand, or a view of it (its place in the
-    // root: `outofplace.view.<position>` = offset, sizes, strides); the others attributes.
-    size_t next_tensor = 0;
-    for (size_t position = 0; position < schema.arguments().size(); ++position) {
-      const auto& argument = schema.arguments()[position];
-      if (next_tensor >= tensors.size() || tensors[next_tensor] != int64_t(position)) {
-        std::string unread = "outofplace.unread." + std::to_string(position);
-        if (attrs.contains(unread)) {  // only its sizes are read: no memory written
-          auto sizes = need(attrs.get<ffi::Span<const int64_t>>(unread), unread);
-          stack.emplace_back(at::empty(std::vector<int64_t>(sizes.begin(), sizes.end()),
-                                       bases.at(0).options()));
-        } else {
-          stack.emplace_back(attribute(attrs, argument));
-        }
-        continue;
-      }
-      at::Tensor base = bases.at(operand_of[next_tensor++]);
-      std::string key = "outofplace.view." + std::to_string(position);
-      if (!attrs.contains(key)) {
-        stack.emplace_back(base);
-        continue;
-      }
-      auto view = need(attrs.get<ffi::Span<const int64_t>>(key), key);
-      size_t rank = (view.size() - 1) / 2;
-      std::vector<int64_t> sizes(view.begin() + 1, view.begin() + 1 + rank);
-      std::vector<int64_t> strides(view.begin() + 1 + rank, view.end());
-      stack.emplace_back(base.as_strided(sizes, strides, view[0]));
-    }
-  } catch (const std::exception& error) {
-    return ffi::Error::Internal("outofplace could not call the kernel " + op_name + ": " +
-                                error.what());
-  }
+// they were).
+void run_call(Call& call) {
+  for (const Call::Copy& copy : call.copies) std::memcpy(copy.to, copy.from, copy.bytes);
   try {
     try {
-      handle->callBoxed(stack);  // (no GIL: see the top of this file)
+      call.handle->callBoxed(call.stack);  // (no GIL: see the top of this file)
     } catch (pybind11::error_already_set& error) {  // (what() takes the GIL)
       throw std::runtime_error(error.what());
     }
-    for (size_t result = 0; result < returned.size(); ++result) {
-      auto out = need(rets.get<ffi::AnyBuffer>(result), "a result");
-      const at::Tensor& value = stack.at(returned[result]).toTensor();
-      at::Tensor target = over(*out, out->untyped_data());
+    for (size_t result = 0; result < call.returned.size(); ++result) {
+      const at::Tensor& value = call.stack.at(call.returned[result]).toTensor();
+      at::Tensor& target = call.results[result];
       if (value.is_contiguous() && value.scalar_type() == target.scalar_type() &&
-          value.sizes() == target.sizes())  // (copy_ would split it into OpenMP's threads)
-        std::memcpy(out->untyped_data(), value.data_ptr(), out->size_bytes());
+          value.sizes() == target.sizes())
+        std::memcpy(target.data_ptr(), value.data_ptr(), target.nbytes());
       else
         target.copy_(value);
     }
   } catch (const std::exception& error) {
     {
       std::lock_guard<std::mutex> lock(failure_mutex);
-      if (failure.empty()) failure = "the kernel " + op_name + " failed: " + error.what();
+      if (failure.empty()) failure = "the kernel " + call.op_name + " failed: " + error.what();
     }
-    for (size_t i = 0; i < returned.size(); ++i) {  // its own results: zeros
-      auto out = rets.get<ffi::AnyBuffer>(i);
-      if (out.has_value()) std::memset((*out)->untyped_data(), 0, (*out)->size_bytes());
-    }
+    for (at::Tensor& result : call.results)  // its own results: zeros
+      std::memset(result.data_ptr(), 0, result.nbytes());
   }
-  return ffi::Error::Success();
+  call.stack.clear();
+}
+
+// The call read here, on XLA's thread; the kernel run at home (kernel_home.h): XLA goes
+// on with what does not wait for it, and what does continues where it ran.
+ffi::Future call_kernel(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                        ffi::Dictionary attrs) {
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  std::shared_ptr<Call> call;
+  try {
+    call = read_call(args, rets, attrs);
+  } catch (const std::exception& error) {
+    std::string op_name = "";
+    auto op = attrs.get<std::string_view>("outofplace.op");
+    if (!op.has_error()) op_name = std::string(op.value());
+    promise.SetError(ffi::Error::Internal("outofplace could not call the kernel " + op_name +
+                                          ": " + error.what()));
+    return future;
+  }
+  outofplace::run_at_home([call, promise]() mutable {
+    run_call(*call);
+    call.reset();
+    promise.SetAvailable();
+  });
+  return future;
 }
 
 }  // namespace
@@ -269,4 +315,5 @@ PYBIND11_MODULE(_kernel_call, m) {
     taken.swap(failure);
     return taken;
   }, "The first kernel failure since the last call ('' for none), cleared");
+  outofplace::bind_at_home(m);
 }

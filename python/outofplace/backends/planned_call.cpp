@@ -6,8 +6,9 @@
 // requiring grad or an inference tensor outside inference mode), each written argument
 // must already be XLA's (adopted, covering its whole storage, no other argument starting
 // in its memory), small read-only arguments are copied into their kept buffers, the
-// executable runs, each donated buffer comes back at its address, written arguments bump
-// their version, and the other results become tensors over XLA's buffers. Anything else
+// executable runs (through `at_home` when it calls kernels: kernel_home.h), each donated
+// buffer comes back at its address, written arguments bump their version, and the other
+// results become tensors over XLA's buffers. Anything else
 // (a first call, another layout, a buffer XLA moved, a failure) is Python's: `__call__`
 // returns None before anything is changed, or calls back into CpuExecutable. It refuses
 // no call itself: what it checks comes from the plan (call_checks.planned), and a call it
@@ -57,6 +58,7 @@ class PlannedCall {
     execute_failed_ = plan.attr("execute_failed");
     failed_after_ = plan.attr("failed_after");
     moved_ = plan.attr("moved");
+    at_home_ = plan.attr("at_home");
     acquire_ = plan.attr("lock").attr("acquire");
     release_ = plan.attr("lock").attr("release");
     holders_get_ = plan.attr("holder_at");
@@ -108,7 +110,8 @@ class PlannedCall {
     try {
       // read at each call, as CpuExecutable.execute does (tests replace it)
       py::object run = executable_.attr(name.executable).attr(name.execute);
-      results = run(arguments).attr(name.consume)(handlers_).cast<py::list>();
+      py::object ran = at_home_.is_none() ? run(arguments) : at_home_(run, arguments);
+      results = ran.attr(name.consume)(handlers_).cast<py::list>();
     } catch (py::error_already_set& error) {
       py::dict adopted;
       for (size_t d = 0; d < donated_.size(); ++d) adopted[py::int_(donated_[d])] = holders[d];
@@ -146,7 +149,7 @@ class PlannedCall {
   std::vector<int64_t> written_, donated_, aliased_, zero_copied_;
   std::vector<Stage> stages_;
   std::vector<Result> results_;
-  py::object handlers_, zero_copy_, execute_failed_, failed_after_, moved_;
+  py::object handlers_, zero_copy_, execute_failed_, failed_after_, moved_, at_home_;
   py::object acquire_, release_, holders_get_;
 };
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .. import hlo_proto
+from .. import custom_calls, hlo_proto
 from .buffers import (LOCK, STAGED_BYTES, WARN_BYTES, Holder, Stage, Viewer, holder_of,
                       host, numpy_dtype, owned_copy, put, re_point, why_not_adoptable)
 from .client import device_sharding, load_jax
@@ -72,9 +72,13 @@ class CpuExecutable:
         self._views: dict[int, tuple[int, Any]] = {}
         aliased = set(io_map.values())
         self._unaliased = [r for r in range(len(results)) if r not in aliased]
-        copied = set().union(*(hlo_proto.copied_parameters(
-            m.as_serialized_hlo_module_proto(), io_map)
-            for m in self.executable.hlo_modules())) & io_map.keys()
+        protos = [m.as_serialized_hlo_module_proto() for m in self.executable.hlo_modules()]
+        copied = set().union(*(hlo_proto.copied_parameters(p, io_map)
+                               for p in protos)) & io_map.keys()
+        # A program that calls kernels runs on a helper thread while the caller's thread
+        # runs its kernels, as eager would (kernel_home.h); None for the others.
+        self.at_home = custom_calls.at_home(
+            set().union(*(hlo_proto.custom_call_targets(p) for p in protos)))
         # Per argument: "in place", or what is copied per call and why.
         self.report = {names[a]: "in place" for a in self.donated}
         self._warned: set[tuple[int, str]] = set()
@@ -123,8 +127,9 @@ class CpuExecutable:
 
     def execute(self, arguments: list[Any]) -> list[Any]:
         """The executable run on jax Arrays of outofplace's device: one array per result."""
-        return self.executable.execute_sharded(arguments).consume_with_handlers(
-            self._handlers)
+        run = self.executable.execute_sharded
+        results = run(arguments) if self.at_home is None else self.at_home(run, arguments)
+        return results.consume_with_handlers(self._handlers)
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """Runs the program: written arguments hold their new values after it. Returns

@@ -41,6 +41,8 @@ class CallPlan:
     moved: Callable[..., None]  # XLA returned a donated buffer elsewhere: re-points
     lock: Any  # `LOCK`: calls, adoptions and the holders' arrays change under it
     holder_at: Callable[[int], Any]  # address -> the Holder of XLA's buffer there, or None
+    # `at_home(run, arguments)` for a program that calls kernels (kernel_home.h), or None
+    at_home: Callable[[Callable, Any], Any] | None
 
 
 def call_plan(executable: CpuExecutable, layouts: list[tuple], written: list[int]
@@ -55,7 +57,8 @@ def call_plan(executable: CpuExecutable, layouts: list[tuple], written: list[int
         unaliased=tuple(executable._unaliased), viewers=tuple(executable._viewers),
         handlers=executable._handlers, zero_copy=executable._zero_copy,
         execute_failed=executable._execute_failed, failed_after=executable._failed_after,
-        moved=executable._moved, lock=LOCK, holder_at=HOLDERS.get)
+        moved=executable._moved, lock=LOCK, holder_at=HOLDERS.get,
+        at_home=executable.at_home)
 
 
 def planned_call(executable: CpuExecutable, layouts: list[tuple], written: list[int]
