@@ -45,11 +45,11 @@ func.func @transposed_grouped(%g: tensor<8x64x8x8xf32>, %w: tensor<3x3x32x32xf32
 }
 
 // A transposed convolution with an output padding (high - low = 1 < stride) and an
-// aten padding (d * (k - 1) - low = 1); the output back to the convolution's [b, 0, f].
+// aten padding (d * (k - 1) - low = 1); the output in the convolution's [b, 0, f], which
+// the handler writes permuted (no transpose after the call).
 // CHECK-LABEL: func.func @transposed_output_padding(
-// CHECK:         %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"({{.*}}backend_config = {dilation = array<i64: 1>, groups = 1 : i64, {{.*}}output_padding = array<i64: 1>, padding = array<i64: 1>, stride = array<i64: 2>, transposed = true}{{.*}} -> tensor<16x64x64xf32>
-// CHECK-NEXT:    %[[T:.*]] = stablehlo.transpose %[[Y]], dims = [0, 2, 1] : (tensor<16x64x64xf32>) -> tensor<16x64x64xf32>
-// CHECK-NEXT:    return %[[T]]
+// CHECK:         %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"({{.*}}backend_config = {dilation = array<i64: 1>, groups = 1 : i64, {{.*}}outofplace.permute.0 = array<i64: 0, 2, 1>, {{.*}}output_padding = array<i64: 1>, padding = array<i64: 1>, stride = array<i64: 2>, transposed = true}{{.*}} -> tensor<16x64x64xf32>
+// CHECK-NEXT:    return %[[Y]]
 func.func @transposed_output_padding(%g: tensor<16x64x32xf32>, %w: tensor<64x64x3xf32>) -> tensor<16x64x64xf32> {
   %0 = stablehlo.convolution(%g, %w) dim_numbers = [b, f, 0]x[o, i, 0]->[b, 0, f], window = {pad = [[1, 2]], lhs_dilate = [2]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<16x64x32xf32>, tensor<64x64x3xf32>) -> tensor<16x64x64xf32>
   return %0 : tensor<16x64x64xf32>
@@ -96,19 +96,33 @@ func.func @slice_folded(%x: tensor<8x64x16x16xf32>, %w: tensor<64x64x3x3xf32>) -
 // A weight's gradient (JAX's rule: the input's batch as the features, the output's
 // gradient as an 8x8 window, the stride as its dilation): aten::convolution_backward's
 // weight gradient on the gradient and the input as the program holds them (the transposes
-// read through), the weight only sizes, return 1.
+// read through), the weight only sizes, return 1; aten's [O, I, ...] is the program's
+// (the call's transpose to the convolution's [I, O, ...] and the program's back cancel).
 // CHECK-LABEL: func.func @weight_gradient(
 // CHECK-SAME:    %[[X:.*]]: tensor<16x64x16x16xf32>, %[[G:.*]]: tensor<16x32x8x8xf32>
 // CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"(%[[G]], %[[X]]) {{{.*}}backend_config = {dilation = array<i64: 1, 1>, groups = 1 : i64, outofplace.op = "aten::convolution_backward", {{.*}}outofplace.returns = array<i64: 1>, {{.*}}outofplace.unread.2 = array<i64: 32, 64, 3, 3>, output_mask = array<i64: 0, 1, 0>, output_padding = array<i64: 0, 0>, padding = array<i64: 1, 1>, stride = array<i64: 2, 2>, transposed = false}{{.*}} : (tensor<16x32x8x8xf32>, tensor<16x64x16x16xf32>) -> tensor<32x64x3x3xf32>
-// CHECK-NEXT:    %[[T:.*]] = stablehlo.transpose %[[Y]], dims = [1, 0, 2, 3]
-// CHECK-NEXT:    %[[U:.*]] = stablehlo.transpose %[[T]], dims = [1, 0, 2, 3]
-// CHECK-NEXT:    return %[[U]]
+// CHECK-NOT:     outofplace.permute
+// CHECK-NEXT:    return %[[Y]]
 func.func @weight_gradient(%x: tensor<16x64x16x16xf32>, %g: tensor<16x32x8x8xf32>) -> tensor<32x64x3x3xf32> {
   %xt = stablehlo.transpose %x, dims = [1, 0, 2, 3] : (tensor<16x64x16x16xf32>) -> tensor<64x16x16x16xf32>
   %gt = stablehlo.transpose %g, dims = [1, 0, 2, 3] : (tensor<16x32x8x8xf32>) -> tensor<32x16x8x8xf32>
   %0 = stablehlo.convolution(%xt, %gt) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[1, 0], [1, 0]], rhs_dilate = [2, 2]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<64x16x16x16xf32>, tensor<32x16x8x8xf32>) -> tensor<64x32x3x3xf32>
   %1 = stablehlo.transpose %0, dims = [1, 0, 2, 3] : (tensor<64x32x3x3xf32>) -> tensor<32x64x3x3xf32>
   return %1 : tensor<32x64x3x3xf32>
+}
+
+// A weight's gradient whose window (the output's gradient, 2x2) is smaller than its
+// result stays a convolution over the batch, aten's result [I, O, ...]: the program's
+// transpose to the weight's [O, I, ...] is the handler's, writing it permuted.
+// CHECK-LABEL: func.func @small_window_weight_gradient(
+// CHECK:         %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"({{.*}}outofplace.op = "aten::convolution", {{.*}}outofplace.permute.0 = array<i64: 1, 0, 2, 3>, {{.*}} -> tensor<512x256x3x3xf32>
+// CHECK-NEXT:    return %[[Y]]
+func.func @small_window_weight_gradient(%x: tensor<8x256x2x2xf32>, %g: tensor<8x512x2x2xf32>) -> tensor<512x256x3x3xf32> {
+  %xt = stablehlo.transpose %x, dims = [1, 0, 2, 3] : (tensor<8x256x2x2xf32>) -> tensor<256x8x2x2xf32>
+  %gt = stablehlo.transpose %g, dims = [1, 0, 2, 3] : (tensor<8x512x2x2xf32>) -> tensor<512x8x2x2xf32>
+  %0 = stablehlo.convolution(%xt, %gt) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<256x8x2x2xf32>, tensor<512x8x2x2xf32>) -> tensor<256x512x3x3xf32>
+  %1 = stablehlo.transpose %0, dims = [1, 0, 2, 3] : (tensor<256x512x3x3xf32>) -> tensor<512x256x3x3xf32>
+  return %1 : tensor<512x256x3x3xf32>
 }
 
 // An input's gradient at stride 1 (JAX's rule: the weight's features swapped and its

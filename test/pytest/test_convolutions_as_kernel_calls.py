@@ -310,6 +310,52 @@ def test_gradients_as_eagers_kernels_match_eager(path, dtype, rewritten, monkeyp
     assert any(plan["transposed"] and plan["stride"] == [1, 1] for plan in rewritten)
 
 
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_small_window_weight_gradient_is_written_permuted(path, dtype, monkeypatch):
+    """A weight's gradient over a 2x2 output (a ResNet's last layer at 64x64) stays a
+    convolution over the batch, aten's result [I, O, ...]: the handler writes it permuted
+    into the weight's [O, I, ...] (`outofplace.permute.0`), no transpose left for XLA to
+    copy; the step's loss and parameters as eager's, call after call."""
+    from torch_mlir import ir
+
+    monkeypatch.setattr(pass_module, "MIN_FLOPS", 0)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(32, 64, 3, 1, 1, bias=False), nn.ReLU()).to(dtype)
+    x = torch.randn(4, 32, 2, 2, dtype=dtype)
+    eager_model, compiled_model = copy.deepcopy(model), copy.deepcopy(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+            for m in (eager_model, compiled_model)]
+
+    def step_of(m, opt):
+        def step(x):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+    eager, step = step_of(eager_model, opts[0]), step_of(compiled_model, opts[1])
+    eager(x), step(x)
+    if path == "compile":
+        compiled = outofplace.compile(step, (x,), cache=False)
+        module, calls = legalized_calls(compiled)
+        permuted = [op for op in calls if "outofplace.permute.0" in
+                    ir.DictAttr(op.attributes["backend_config"])]
+        assert [list(ir.DenseI64ArrayAttr(ir.DictAttr(op.attributes["backend_config"])[
+            "outofplace.permute.0"])) for op in permuted] == [[1, 0, 2, 3]]
+        call = permuted[0].operation
+        assert not [op for op in live_ops(module, "stablehlo.transpose")
+                    if op.operands[0].owner.operation == call]  # nothing transposes it
+    else:
+        compiled = torch.compile(step, backend="outofplace", options={"cache": False})
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), eager(x), **tolerance(dtype))
+        for got, expected in zip(compiled_model.parameters(), eager_model.parameters()):
+            torch.testing.assert_close(got, expected, **tolerance(dtype))
+            torch.testing.assert_close(got.grad, expected.grad, **tolerance(dtype))
+
+
 def _gradient_calls(of_weight: bool) -> tuple:
     """A 3x3 convolution's gradient of its weight (or its input), compiled and checked
     against eager; the legalized module and its kernel calls."""

@@ -9,8 +9,9 @@
 // (`outofplace.results`), and each non-tensor argument under its schema name.
 // transforms/convolutions_as_kernel_calls.py adds two: a tensor argument the op reads
 // only the sizes of (`outofplace.unread.<position>` = its sizes: an uninitialized tensor,
-// no operand), and which of the op's returns are the call's results
-// (`outofplace.returns`, default: every return that aliases no argument).
+// no operand), which of the op's returns are the call's results (`outofplace.returns`,
+// default: every return that aliases no argument), and a result written permuted
+// (`outofplace.permute.<result>`: XLA's buffer holds `permute` of the op's return).
 // This one handler, registered for every such target, wraps XLA's buffers as CPU tensors
 // (from_blob, no copy) and calls the op through the c10 dispatcher on the thread that
 // called the program when it was called through `at_home` (kernel_home.h: the caller's
@@ -137,6 +138,7 @@ struct Call {
   torch::jit::Stack stack;
   std::vector<int64_t> returned;     // the returns that are XLA's results, in order
   std::vector<at::Tensor> results;   // over XLA's result buffers, one per returned
+  std::vector<std::vector<int64_t>> permutes;  // per result: the return's, or none
   struct Copy {
     void* to;
     const void* from;
@@ -175,6 +177,13 @@ std::shared_ptr<Call> read_call(ffi::RemainingArgs args, ffi::RemainingRets rets
   for (size_t result = 0; result < call->returned.size(); ++result) {
     auto out = need(rets.get<ffi::AnyBuffer>(result), "a result");
     call->results.push_back(over(*out, out->untyped_data()));
+    std::string permute = "outofplace.permute." + std::to_string(result);
+    std::vector<int64_t> dims;
+    if (attrs.contains(permute)) {
+      auto given = need(attrs.get<ffi::Span<const int64_t>>(permute), permute);
+      dims.assign(given.begin(), given.end());
+    }
+    call->permutes.push_back(std::move(dims));
   }
   // Each operand as a tensor over XLA's memory: a written one over its result's buffer,
   // which XLA makes the operand's own (the alias), or a copy of it where XLA kept the
@@ -238,7 +247,8 @@ void run_call(Call& call) {
       throw std::runtime_error(error.what());
     }
     for (size_t result = 0; result < call.returned.size(); ++result) {
-      const at::Tensor& value = call.stack.at(call.returned[result]).toTensor();
+      at::Tensor value = call.stack.at(call.returned[result]).toTensor();
+      if (!call.permutes[result].empty()) value = value.permute(call.permutes[result]);
       at::Tensor& target = call.results[result];
       if (value.is_contiguous() && value.scalar_type() == target.scalar_type() &&
           value.sizes() == target.sizes())

@@ -39,7 +39,12 @@ input dilation, frontend/decompositions.py):
 - `feature_group_count` is aten's `groups`; a `batch_group_count` other than 1, negative
   padding, no spatial dimension or more than three, an element type other than f32, f64
   or bf16, dynamic shapes: XLA's convolution stays;
-- a convolution of fewer than `MIN_FLOPS` multiply-adds stays XLA's (see there).
+- a convolution of fewer than `MIN_FLOPS` multiply-adds stays XLA's (see there);
+- a transpose of a call's result, its only reader, is the handler's
+  (`outofplace.permute.0`: aten's result written permuted into XLA's buffer;
+  `_fold_transpose`): a weight's gradient of JAX's form over a small window is aten's
+  [I, O, ...], which the program transposes to the weight's [O, I, ...], and XLA would
+  copy it across into each of its readers.
 
 Only the XLA engine runs this pass (its legalization, `LEGALIZE_FOR_CPU` in
 backends/xla/compiler.py), on the module it compiles and nothing else: exports (`save`,
@@ -425,8 +430,10 @@ def _rewrite_weight_gradient(op: ir.Operation, plan: dict,
     "a weight gradient's large window as aten::convolution_backward; slices folded into "
     "the padding first) → "
     "transposes to NC.../OI..., `stablehlo.custom_call @\"aten::convolution\"` that the "
-    "kernel handler (backends/kernel_call.cpp) runs through the c10 dispatcher, transpose "
-    "back: XLA:CPU's convolutions are ~3x slower than oneDNN's (the XLA engine's "
+    "kernel handler (backends/kernel_call.cpp) runs through the c10 dispatcher, its result "
+    "written in the convolution's layout (or its one reader's, a transpose's: "
+    "`outofplace.permute.0`, the handler permuting aten's result): XLA:CPU's convolutions "
+    "are ~3x slower than oneDNN's (the XLA engine's "
     "legalization only, backends/xla; exports keep XLA's convolutions)")
 def convolutions_as_kernel_calls(module: ir.Operation) -> None:
     slices = rewrite.RewritePatternSet(module.context)
@@ -435,6 +442,9 @@ def convolutions_as_kernel_calls(module: ir.Operation) -> None:
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("stablehlo.convolution", _rewrite)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())
+    transposes = rewrite.RewritePatternSet(module.context)
+    transposes.add("stablehlo.transpose", _fold_transpose)
+    rewrite.walk_and_apply_patterns(module, transposes.freeze())
     # the transposes and reverses `_compact` read through, when nothing else reads them
     dead = [op for op in all_operations(module) if op.name in (
         "stablehlo.transpose", "stablehlo.reverse") and not _used(op)]
@@ -444,6 +454,39 @@ def convolutions_as_kernel_calls(module: ir.Operation) -> None:
         op.erase()
         if _layout_op(operand) and not _used(operand.owner.operation):
             dead.append(operand.owner.operation)
+
+
+def _fold_transpose(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
+    """A transpose of a call's result, its only reader (the program's own: JAX's rule
+    makes a weight's gradient [I, O, ...] and transposes it to the weight's [O, I, ...];
+    or the call's back to the convolution's layout), is the handler's: it writes aten's
+    result permuted into XLA's buffer (`outofplace.permute.0`, on the caller's threads)
+    rather than XLA copying it across into each reader (the optimizer's update, the
+    gradient returned). Two that undo each other leave none."""
+    call = op.operands[0].owner
+    if not isinstance(call, (ir.Operation, ir.OpView)) or \
+            call.operation.name != "stablehlo.custom_call" or \
+            ir.StringAttr(call.attributes["call_target_name"]).value != TARGET or \
+            len(list(call.result.uses)) != 1:
+        return True
+    call = call.operation
+    config = ir.DictAttr(call.attributes["backend_config"])
+    entries = {config[i].name: config[i].attr for i in range(len(config))}
+    rank = len(ranked_shape(call.result))
+    before = list(ir.DenseI64ArrayAttr(entries["outofplace.permute.0"])) \
+        if "outofplace.permute.0" in entries else list(range(rank))
+    permutation = [before[d] for d in ir.DenseI64ArrayAttr(op.attributes["permutation"])]
+    entries.pop("outofplace.permute.0", None)
+    if permutation != list(range(rank)):
+        entries["outofplace.permute.0"] = ir.DenseI64ArrayAttr.get(permutation)
+    attributes = {name: call.attributes[name] for name in call.attributes}
+    attributes["backend_config"] = ir.DictAttr.get(entries)
+    with rewriter.ip, op.location:
+        folded = ir.Operation.create("stablehlo.custom_call", results=[op.result.type],
+                                     operands=list(call.operands), attributes=attributes)
+    rewriter.replace_op(op, [folded.result])
+    rewriter.erase_op(call)
+    return False
 
 
 def _used(op: ir.Operation) -> bool:
