@@ -21,8 +21,11 @@ from ..memory import element_offsets, overlaps, storage_of  # noqa: F401
 
 
 def fake_mode_of(graph: torch.fx.Graph) -> torch._subclasses.FakeTensorMode:
-    return next(n.meta["val"].fake_mode for n in graph.nodes
-                if isinstance(n.meta.get("val"), torch._subclasses.FakeTensor))
+    """The fake mode of the graph's values; a new one where no value is a tensor (a
+    program of no tensor, such as `with torch.no_grad(): pass`: nothing to trace)."""
+    found = next((n.meta["val"].fake_mode for n in graph.nodes
+                  if isinstance(n.meta.get("val"), torch._subclasses.FakeTensor)), None)
+    return found if found is not None else torch._subclasses.FakeTensorMode()
 
 
 def call(graph: torch.fx.Graph, target: torch._ops.OpOverload, *args: Any,
