@@ -94,6 +94,25 @@ def cases() -> list[Case]:
         s = q @ jnp.swapaxes(k, -1, -2) / jnp.sqrt(q.shape[-1])
         return jax.nn.softmax(s, -1) @ v
 
+    def sgd_t(*tensors: Any) -> None:  # parameters, gradients, momentum buffers
+        n = len(tensors) // 3
+        params, grads_, bufs = tensors[:n], tensors[n:2 * n], tensors[2 * n:]
+        torch._foreach_mul_(bufs, 0.9)
+        torch._foreach_add_(bufs, grads_)
+        torch._foreach_add_(params, bufs, alpha=-0.01)
+
+    def sgd_j(*arrays: Any) -> Any:
+        n = len(arrays) // 3
+        params, grads_, bufs = arrays[:n], arrays[n:2 * n], arrays[2 * n:]
+        bufs = [0.9 * b + g for b, g in zip(bufs, grads_)]
+        return [p - 0.01 * b for p, b in zip(params, bufs)], bufs
+
+    def resnet18_tensors() -> tuple:
+        from real_models import resnet18
+
+        shapes = [p.shape for p in resnet18().parameters()]
+        return tuple(torch.randn(s) for _ in range(3) for s in shapes)
+
     def pool_t(x: Any) -> Any:
         return F.max_pool2d(x, 3, 2, 1)
 
@@ -150,6 +169,8 @@ def cases() -> list[Case]:
              lambda: (randn(8, 64, 112, 112),), pool_j),
         Case("max pool backward [8, 64, 112, 112]", grads(pool_t, 0),
              needing_grad(lambda: (randn(8, 64, 112, 112),), 0), jgrads(pool_j, 0)),
+        Case("SGD with momentum, ResNet-18's 62 parameters (11.7M)", sgd_t,
+             resnet18_tensors, sgd_j),
     ]
 
 
