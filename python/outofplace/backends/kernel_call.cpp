@@ -250,10 +250,10 @@ void run_call(Call& call) {
       at::Tensor value = call.stack.at(call.returned[result]).toTensor();
       if (!call.permutes[result].empty()) value = value.permute(call.permutes[result]);
       at::Tensor& target = call.results[result];
-      if (value.is_contiguous() && value.scalar_type() == target.scalar_type() &&
-          value.sizes() == target.sizes())
-        std::memcpy(target.data_ptr(), value.data_ptr(), target.nbytes());
-      else
+      if (!outofplace::at_home_now() && value.is_contiguous() &&
+          value.scalar_type() == target.scalar_type() && value.sizes() == target.sizes())
+        std::memcpy(target.data_ptr(), value.data_ptr(), target.nbytes());  // (on XLA's
+      else  // thread: copy_ would start an OpenMP team there; at home, its team's threads)
         target.copy_(value);
     }
   } catch (const std::exception& error) {

@@ -193,6 +193,8 @@ void run_at_home(std::function<void()> kernel) {
   kernel();
 }
 
+bool at_home_now() { return serving; }
+
 void bind_at_home(py::module_& m) {
   m.def("at_home", &at_home, py::arg("run"), py::arg("argument"),
         "run(argument) on a helper thread while this thread runs the kernels the program "

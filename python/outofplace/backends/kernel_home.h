@@ -24,6 +24,9 @@ namespace outofplace __attribute__((visibility("hidden"))) {
 // when this thread is one or none is (a program started otherwise).
 void run_at_home(std::function<void()> kernel);
 
+// Whether this thread is in `at_home` (its OpenMP team is the process's).
+bool at_home_now();
+
 // Adds `at_home(run, argument)` to the extension: `run(argument)` on a helper thread,
 // this thread running the kernels meanwhile; its result, or its exception raised here.
 void bind_at_home(pybind11::module_& m);
