@@ -87,6 +87,9 @@ class Helper {
         } catch (const std::exception& error) {
           PyErr_SetString(PyExc_RuntimeError, error.what());
           job->error.emplace();
+        } catch (...) {  // (a thread may not end on an exception: that aborts)
+          PyErr_SetString(PyExc_RuntimeError, "the program failed in C++");
+          job->error.emplace();
         }
       }
       {
