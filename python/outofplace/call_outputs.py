@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 import torch.utils._pytree as pytree
 
+from .memory import element_offsets
 from .signature import Input, ProgramSignature, Result
 
 
@@ -32,9 +33,16 @@ def as_complex(pairs: torch.Tensor) -> torch.Tensor:
 
 def _laid_out(result: torch.Tensor, strides: tuple, offset: int, storage: int
               ) -> torch.Tensor:
-    """A result of main (contiguous) in the layout eager gives that output."""
+    """A result of main (contiguous) in the layout eager gives that output. Where that
+    layout has elements sharing memory (an expand's stride 0), each memory location
+    takes the value of one of them (eager's elements there are one, so their values
+    are too); copy_ refuses to write such a tensor."""
     tensor = torch.empty(storage, dtype=result.dtype, device=result.device)
-    return tensor.as_strided(result.shape, strides, offset).copy_(result)
+    laid_out = tensor.as_strided(result.shape, strides, offset)
+    if torch._debug_has_internal_overlap(laid_out) == 0:  # (0: no element shares memory)
+        return laid_out.copy_(result)
+    tensor.index_put_((element_offsets(laid_out),), result.reshape(-1))
+    return laid_out
 
 
 def _take_views(tensor: torch.Tensor, views: tuple, inputs: list[torch.Tensor],

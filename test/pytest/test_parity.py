@@ -1167,3 +1167,21 @@ def test_outputs_viewing_one_tensor_the_program_does_not_return(path, dtype):
     result[1].add_(100)  # r3 and t2[0] share elements, as in eager
     eager[1].add_(100)
     torch.testing.assert_close(result[0], eager[0], rtol=0, atol=0)
+
+
+def _expanded_intermediate(x):
+    c = x * 2
+    return c.expand(2, -1, -1), c.t().expand(3, -1, -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_output_expanded_from_a_tensor_the_program_makes(path, dtype):
+    """An output eager lays out with elements sharing memory (an expand's stride 0 of an
+    intermediate) is laid out so: copy_ into that layout raised "more than one element
+    of the written-to tensor refers to a single memory location" on both paths (fuzz run
+    program 8937 of seed 5606, after a graph break)."""
+    x = torch.randn(3, 4, dtype=dtype)
+    eager = _expanded_intermediate(x.clone())
+    result = run_on_path(path, _expanded_intermediate, (x.clone(),), (x.clone(),))
+    _assert_laid_out_as_eager(result, eager)
