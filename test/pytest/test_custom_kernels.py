@@ -558,10 +558,13 @@ def scale_noting_thread(cache: torch.Tensor, s: float) -> None:
 
 def _noting_thread(*caches):
     # sixteen kernels that do not wait for each other: XLA:CPU runs such work on its
-    # threads (two of them ran these kernels before kernel_home.h)
+    # threads (two of them ran these kernels before kernel_home.h); the convolution is
+    # eager's kernel (convolutions_as_kernel_calls), which takes the program home
     for cache in caches:
         scale_noting_thread(cache, 2.0)
-    return sum(cache.sin() for cache in caches)
+    image = caches[0][:64].reshape(4, 64, 16, 16)
+    features = torch.nn.functional.conv2d(image, caches[1][:36].reshape(64, 64, 3, 3))
+    return sum(cache.sin() for cache in caches).sum() + features.sum()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -606,14 +609,21 @@ def test_kernels_run_on_the_thread_that_called_the_program(path, dtype):
         torch._dynamo.reset()
 
 
-def test_only_programs_that_call_kernels_run_at_home():
-    """A program calling a kernel runs through the handler's `at_home`; one without runs
-    as it is (no helper thread)."""
+def test_only_programs_calling_eagers_convolutions_run_at_home():
+    """A program calling eager's convolution runs through the handler's `at_home`; one
+    whose only kernels are custom ops', or without kernels, runs as it is (no helper
+    thread: a small kernel's call would cost two thread handoffs)."""
+    def custom_only(*caches):
+        for cache in caches:
+            scale_noting_thread(cache, 2.0)
+        return sum(caches)
+
     def plain(*caches):
         caches[0].mul_(2.0)
         return sum(caches)
 
-    for program, at_home in ((_noting_thread, True), (plain, False)):
-        compiled = outofplace.compile(program, [torch.randn(4, 3) for _ in range(16)])
-        compiled(*[torch.randn(4, 3) for _ in range(16)])
+    for program, at_home in ((_noting_thread, True), (custom_only, False), (plain, False)):
+        made = [torch.randn(256, 1024) for _ in range(16)]
+        compiled = outofplace.compile(program, made)
+        compiled(*[torch.randn(256, 1024) for _ in range(16)])
         assert (compiled._xla.at_home is not None) == at_home, program.__name__

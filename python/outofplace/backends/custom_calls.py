@@ -116,10 +116,12 @@ def register(name: str) -> bool:
 def at_home(targets: set[str]) -> Callable[[Callable, Any], Any] | None:
     """For a program calling the custom call `targets`: the handler's `at_home`
     (kernel_home.h: the program on a helper thread, its kernels on the caller's) when
-    one of them is a kernel it runs; else None."""
-    with _lock:
-        calls_kernels = bool(targets & _registered)
-    return extension().at_home if calls_kernels else None
+    it calls eager's convolutions (`CONVOLUTION`: oneDNN's kernels, which run on
+    OpenMP's threads); else None, its kernels on XLA's threads. A small custom op's
+    kernel (a paged-cache writer) runs no parallel loop, and the helper thread's two
+    handoffs cost a quiet machine about 0.2 ms a call (its 20 µs call took 220)."""
+    return extension().at_home if CONVOLUTION in targets and \
+        extension() is not None else None
 
 
 def refuse_engine(calls: list[ir.Operation] | ir.Module, engine: str,

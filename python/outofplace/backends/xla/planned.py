@@ -41,7 +41,8 @@ class CallPlan:
     moved: Callable[..., None]  # XLA returned a donated buffer elsewhere: re-points
     lock: Any  # `LOCK`: calls, adoptions and the holders' arrays change under it
     holder_at: Callable[[int], Any]  # address -> the Holder of XLA's buffer there, or None
-    # `at_home(run, arguments)` for a program that calls kernels (kernel_home.h), or None
+    # `at_home(run, arguments)` for a program calling eager's convolutions
+    # (kernel_home.h), or None
     at_home: Callable[[Callable, Any], Any] | None
 
 
