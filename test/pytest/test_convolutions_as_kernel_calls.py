@@ -271,6 +271,26 @@ def live_ops(module, name: str) -> list:
     return [op for op in live if op.name == name]
 
 
+def _sgd_steps(model: nn.Module, x: torch.Tensor) -> tuple:
+    """Two copies of `model` and an SGD step (momentum) of each on a squared-mean loss,
+    each run once (the state a compiled step updates): (eager's model, the model to
+    compile the step of, eager's step, that step)."""
+    models = copy.deepcopy(model), copy.deepcopy(model)
+
+    def step_of(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+
+        def step(x):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        step(x)
+        return step
+    return (*models, *(step_of(m) for m in models))
+
+
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_gradients_as_eagers_kernels_match_eager(path, dtype, rewritten, monkeypatch):
@@ -283,20 +303,7 @@ def test_gradients_as_eagers_kernels_match_eager(path, dtype, rewritten, monkeyp
     torch.manual_seed(0)
     model = block(dtype)
     x = torch.randn(4, 16, 16, 16, dtype=dtype)
-    eager_model, compiled_model = copy.deepcopy(model), copy.deepcopy(model)
-    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-            for m in (eager_model, compiled_model)]
-
-    def step_of(m, opt):
-        def step(x):
-            opt.zero_grad()
-            loss = m(x).square().mean()
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return step
-    eager, step = step_of(eager_model, opts[0]), step_of(compiled_model, opts[1])
-    eager(x), step(x)
+    eager_model, compiled_model, eager, step = _sgd_steps(model, x)
     compiled = outofplace.compile(step, (x,), cache=False) if path == "compile" else \
         torch.compile(step, backend="outofplace", options={"cache": False})
     for _ in range(2):
@@ -323,20 +330,7 @@ def test_small_window_weight_gradient_is_written_permuted(path, dtype, monkeypat
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(32, 64, 3, 1, 1, bias=False), nn.ReLU()).to(dtype)
     x = torch.randn(4, 32, 2, 2, dtype=dtype)
-    eager_model, compiled_model = copy.deepcopy(model), copy.deepcopy(model)
-    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-            for m in (eager_model, compiled_model)]
-
-    def step_of(m, opt):
-        def step(x):
-            opt.zero_grad()
-            loss = m(x).square().mean()
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return step
-    eager, step = step_of(eager_model, opts[0]), step_of(compiled_model, opts[1])
-    eager(x), step(x)
+    eager_model, compiled_model, eager, step = _sgd_steps(model, x)
     if path == "compile":
         compiled = outofplace.compile(step, (x,), cache=False)
         module, calls = legalized_calls(compiled)
