@@ -26,18 +26,21 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 # The passes the XLA engine runs on the program before XLA:CPU compiles it: written
 # arguments without their unit dimensions (a batch-1 KV cache that attention reads is
 # copied otherwise), the dots then read through the reshapes that leaves and the
-# transposes of weights, and convolutions whose window is larger than their input are
-# dots (XLA:CPU's convolution is hundreds of times slower there).
+# transposes of weights, convolutions whose window is larger than their input are
+# dots (XLA:CPU's convolution is hundreds of times slower there), and written arguments
+# updated elementwise (an optimizer's) are flat (XLA:CPU vectorizes only a loop's
+# innermost dimension).
 LEGALIZE_FOR_CPU = ("builtin.module(outofplace-squeeze-state, "
                     "outofplace-fold-transposes-into-dots, "
                     "outofplace-convolutions-as-kernel-calls, "
-                    "outofplace-small-convolutions-as-dots)")
+                    "outofplace-small-convolutions-as-dots, "
+                    "outofplace-flatten-state)")
 
 
 def legalize_for_cpu(stablehlo: str) -> tuple[str, list[tuple[int, ...]], list[tuple[int, ...]]]:
     """The StableHLO the XLA engine compiles for a module (`LEGALIZE_FOR_CPU`), and the
     shapes of its arguments and results: a written argument's without its unit
-    dimensions (the caller's buffer holds the same bytes)."""
+    dimensions, or flat (the caller's buffer holds the same bytes)."""
     return legalized(stablehlo)[:3]
 
 

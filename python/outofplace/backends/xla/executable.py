@@ -53,7 +53,8 @@ class CpuExecutable:
         self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
         self.executable, input_shapes, result_shapes, same_results = \
             cached_compile_for_cpu(stablehlo, options, cache)
-        # The shape XLA takes each written argument in (its unit dimensions dropped).
+        # The shape XLA takes each written argument in (its unit dimensions dropped, or
+        # flat: outofplace-squeeze-state, outofplace-flatten-state).
         self._squeezed = {i: input_shapes[i] for i in self.donated
                           if input_shapes[i] != tuple(inputs[i][0])}
         self._viewers = [Viewer(s, d) for s, d in results]
