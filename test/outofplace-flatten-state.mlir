@@ -63,3 +63,20 @@ func.func @left(%c: tensor<2x16x8xf32> {tf.aliasing_output = 0 : i32}, %v: tenso
   %nt = stablehlo.select %flag, %e, %t : (tensor<i1>, tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   return %u, %nv, %nt : tensor<2x16x8xf32>, tensor<8xf32>, tensor<4x4xf32>
 }
+
+// A 1x1 convolution's weight that outofplace-squeeze-state passes as [32, 16] and returns
+// through a reshape of the [32, 16, 1, 1] update: flat too, the update returned as it is
+// computed (XLA:CPU copied the weight and its momentum on every call through the
+// bitcasts).
+// CHECK-LABEL: func.func @squeezed(
+// CHECK-SAME:    %[[W:[^:]*]]: tensor<512xf32> {tf.aliasing_output = 0 : i32}
+// CHECK-SAME:    -> tensor<512xf32>
+// CHECK:         %[[G:.*]] = stablehlo.reshape %{{.*}} : (tensor<32x16x1x1xf32>) -> tensor<512xf32>
+// CHECK-NEXT:    %[[N:.*]] = stablehlo.subtract %[[W]], %[[G]] : tensor<512xf32>
+// CHECK-NEXT:    return %[[N]] : tensor<512xf32>
+func.func @squeezed(%w: tensor<32x16xf32> {tf.aliasing_output = 0 : i32}, %g: tensor<32x16x1x1xf32>) -> tensor<32x16xf32> {
+  %0 = stablehlo.reshape %w : (tensor<32x16xf32>) -> tensor<32x16x1x1xf32>
+  %1 = stablehlo.subtract %0, %g : tensor<32x16x1x1xf32>
+  %2 = stablehlo.reshape %1 : (tensor<32x16x1x1xf32>) -> tensor<32x16xf32>
+  return %2 : tensor<32x16xf32>
+}

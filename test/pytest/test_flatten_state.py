@@ -26,8 +26,11 @@ def tolerance(dtype: torch.dtype) -> dict:
 
 
 def net(dtype: torch.dtype) -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
-                         nn.Flatten(), nn.Linear(8 * 6 * 6, 5)).to(dtype)
+    """A 3x3 and a 1x1 convolution (whose weight outofplace-squeeze-state passes without
+    its unit dimensions), batch norm and a linear layer."""
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8),
+                         nn.ReLU(), nn.Conv2d(8, 8, 1), nn.Flatten(),
+                         nn.Linear(8 * 6 * 6, 5)).to(dtype)
 
 
 def steps(model: nn.Module, optimizer, **options):
@@ -105,7 +108,7 @@ def test_weights_and_momentum_are_taken_flat():
     inputs = legalize_for_cpu(compiled.stablehlo)[1]
     shapes = dict(zip(compiled.input_names, inputs))
     assert shapes["x"] == (4, 3, 6, 6)
-    for name in ("0.weight", "4.weight"):
+    for name in ("0.weight", "3.weight", "5.weight"):
         [weight] = [n for n in shapes if n.endswith(name) and "momentum" not in n]
         [momentum] = [n for n in shapes if n.endswith(name + ".momentum_buffer")]
         assert len(shapes[weight]) == 1 and len(shapes[momentum]) == 1, shapes

@@ -97,53 +97,67 @@ def _flattened(value: ir.Value, ip: ir.InsertionPoint, loc: ir.Location) -> ir.V
     return _reshape(value, type_, ip, loc)
 
 
+def _through_reshapes(value: ir.Value) -> ir.Value:
+    """The value `value` reshapes, through any chain of reshapes (the same elements in
+    the same order)."""
+    while isinstance(value, ir.OpResult) and value.owner.name == "stablehlo.reshape":
+        value = value.owner.operands[0]
+    return value
+
+
 def _flatten(function: func_d.FuncOp) -> None:
     block = function.entry_block
     ret = block.operations[len(block.operations) - 1].operation
-    chosen: list[tuple[int, int]] = []
+    new_values: dict[int, ir.Value] = {}  # result -> the elementwise value it returns
     cone: set = set()
     for argument, result in sorted(io_map_of(function).items()):
         value = block.arguments[argument]
-        if not isinstance(value.type, ir.RankedTensorType):
+        if not isinstance(value.type, ir.RankedTensorType) or \
+                ir.ShapedType.get_dynamic_size() in ranked_shape(value):
             continue
-        shape = ranked_shape(value)
-        new = ret.operands[result]
-        if len(shape) < 2 or ir.ShapedType.get_dynamic_size() in shape or \
-                new.type != value.type or not _elementwise(new, shape):
+        # (through the reshape that gives a squeezed argument's value its unit
+        # dimensions back, outofplace-squeeze-state)
+        new = _through_reshapes(ret.operands[result])
+        shape = ranked_shape(new)
+        if max(len(shape), len(ranked_shape(value))) < 2 or \
+                not _elementwise(new, shape) or \
+                math.prod(shape) != math.prod(ranked_shape(value)):
             continue
-        chosen.append((argument, result))
+        new_values[result] = new
         _cone(new, shape, cone)
-    if not chosen:
+    if not new_values:
         return
-    flattened = {result for _, result in chosen}
-    flat_arguments = {}
+    flat_arguments = set()
     first = block.operations[0]
-    for argument, _ in chosen:
-        value = block.arguments[argument]
-        old_type = value.type
-        value.set_type(_flat_type(value))
-        back = _reshape(value, old_type, ir.InsertionPoint(first), first.location)
-        value.replace_all_uses_except(back, back.owner.operation)
-        flat_arguments[back] = value
+    for argument, result in sorted(io_map_of(function).items()):
+        if result in new_values:
+            value = block.arguments[argument]
+            old_type = value.type
+            value.set_type(_flat_type(value))
+            back = _reshape(value, old_type, ir.InsertionPoint(first), first.location)
+            value.replace_all_uses_except(back, back.owner.operation)
+            flat_arguments.add(value)
     # In program order, so each op's operands in the cone are flat before it.
     for op in all_operations(function.operation):
         if op.name not in ELEMENTWISE or op.result not in cone:
             continue
         ip = ir.InsertionPoint(op)
         for i, operand in enumerate(list(op.operands)):
-            if operand in flat_arguments:
-                op.operands[i] = flat_arguments[operand]
-            elif not (isinstance(operand, ir.OpResult) and operand in cone):
-                op.operands[i] = _flattened(operand, ip, op.location)
+            source = _through_reshapes(operand)
+            if source in flat_arguments or source in cone:  # flat already
+                op.operands[i] = source
+            elif operand not in cone:
+                op.operands[i] = _flattened(source, ip, op.location)
         old_type = op.result.type
         op.result.set_type(_flat_type(op.result))
         outside = [(use.owner.operation, use.operand_number) for use in op.result.uses
-                   if not (use.owner.name in ELEMENTWISE and use.owner.result in cone) and not (
-                       use.owner.operation == ret and use.operand_number in flattened)]
+                   if not (use.owner.name in ELEMENTWISE and use.owner.result in cone)]
         if outside:
             back = _reshape(op.result, old_type, ir.InsertionPoint.after(op), op.location)
             for owner, number in outside:
                 owner.operands[number] = back
+    for result, value in new_values.items():
+        ret.operands[result] = value
     for op in reversed(all_operations(function.operation)):
         if op.name in ("stablehlo.reshape", "stablehlo.constant") and \
                 not list(op.result.uses):
