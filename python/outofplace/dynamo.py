@@ -16,6 +16,7 @@ bridge does; the programs are kept in a bounded cache.
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
 import warnings
 import weakref
@@ -76,7 +77,8 @@ class ShapeSpecializing:
         if compiled is not None:
             self.programs.move_to_end(key)
             return compiled
-        compiled = compile_program(self.gm, args, **self.options)
+        with _item_values():
+            compiled = compile_program(self.gm, args, **self.options)
         _refuse_written_overlapping(compiled, args)
         self.compilations += 1
         if self.compilations == RECOMPILE_WARNING:
@@ -132,6 +134,26 @@ def _name_placeholders(gm: torch.fx.GraphModule, names: list[str | None] | None)
     getattr(gm, "real_recompile", gm.recompile)()
 
 
+@contextlib.contextmanager
+def _item_values() -> Any:
+    """While compiling a graph: `.item()` of a tensor traced in dynamo's fake mode (the
+    tracing context's, which torch.export traces the graph in) makes a symbolic number,
+    as it does in torch.export's own mode, where dynamo's (`capture_scalar_outputs` off)
+    raised DataDependentOutputException. Dynamo passes a Python float that changed
+    between calls (a learning rate, a weight decay) as a 0-d tensor and reads it with
+    `.item()` in the graph; outofplace reads it as that 0-d tensor at every call
+    (scalar_tensors.ItemAsTensor, optimizer_ops), as it does in `outofplace.compile`."""
+    mode = torch._guards.detect_fake_mode()
+    if mode is None or mode.allow_scalar_outputs:
+        yield
+        return
+    mode.allow_scalar_outputs = True
+    try:
+        yield
+    finally:
+        mode.allow_scalar_outputs = False
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any],
                    names: list[str | None] | None = None,
                    options: dict[str, Any] | None = None) -> Callable[..., Any]:
@@ -147,7 +169,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any],
     compiled = _PROGRAMS.get(key) if key is not None else None
     if compiled is None:
         examples = tuple(_concrete(e) for e in example_inputs)
-        compiled = compile_program(gm, examples, **options)
+        with _item_values():
+            compiled = compile_program(gm, examples, **options)
         _refuse_written_overlapping(compiled, examples)
         if key is not None:
             _PROGRAMS[key] = compiled

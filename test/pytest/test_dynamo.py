@@ -380,3 +380,69 @@ def test_messages_name_the_users_line():
     policy = [str(w.message) for w in caught if "out of bounds" in str(w.message)]
     line = write_at.__code__.co_firstlineno + 1
     assert policy and all(m.startswith(f"{__file__}:{line}:") for m in policy), policy
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_a_float_dynamo_makes_an_input_is_read_at_every_call(dtype):
+    """A Python float that changes between calls becomes, at dynamo's recompile, a 0-d
+    tensor input read with `.item()` in the graph: the program reads it at every call
+    (it raised DataDependentOutputException, refusing what `backend="eager"` runs), and
+    one more program serves every later value."""
+    import outofplace.dynamo
+
+    torch._dynamo.reset()
+    w = torch.randn(4, 4, dtype=dtype)
+    compiles = []
+    compile_graph = outofplace.dynamo._compile_graph
+
+    def counting(*args, **kwargs):
+        compiles.append(1)
+        return compile_graph(*args, **kwargs)
+
+    def f(x, decay):
+        return x.add(w, alpha=decay) * 2
+
+    compiled = torch.compile(f, backend="outofplace")
+    try:
+        outofplace.dynamo._compile_graph = counting
+        for decay in (0.1, 0.2, 0.3, 0.45):
+            x = torch.randn(4, 4, dtype=dtype)
+            torch.testing.assert_close(compiled(x, decay), f(x, decay), rtol=0, atol=0)
+    finally:
+        outofplace.dynamo._compile_graph = compile_graph
+    assert len(compiles) == 2  # the first value's, then the one reading the input
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_training_step_with_a_learning_rate_scheduler(dtype):
+    """SGD with momentum and weight decay, its learning rate halved after every step
+    (StepLR): dynamo makes the rate an input after its first change; the parameters and
+    losses as eager's over five steps."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(),
+                                torch.nn.Linear(8, 3)).to(dtype)
+    x = torch.randn(5, 6, dtype=dtype)
+
+    def training(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+        scheduler = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+
+        def step(x):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step, scheduler
+    eager_model = copy.deepcopy(model)
+    (eager, eager_scheduler), (step, scheduler) = training(eager_model), training(model)
+    compiled = torch.compile(step, backend="outofplace")
+    tolerance = dict(rtol=1e-6, atol=1e-7) if dtype == torch.float32 else \
+        dict(rtol=1e-14, atol=1e-15)
+    for _ in range(5):
+        torch.testing.assert_close(compiled(x), eager(x), **tolerance)
+        scheduler.step()
+        eager_scheduler.step()
+        for got, expected in zip(model.parameters(), eager_model.parameters()):
+            torch.testing.assert_close(got, expected, **tolerance)
