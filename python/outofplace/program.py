@@ -94,10 +94,12 @@ class Compiled:
         return bool(custom_calls.kernel_calls(self.module))
 
     @functools.cached_property
-    def _convolutions(self) -> bool:
-        """Whether the program has convolutions, which the XLA engine may run through
-        eager's kernel (transforms/convolutions_as_kernel_calls.py)."""
-        return any(op.name == "stablehlo.convolution" for op in all_operations(self.module.operation))
+    def _eager_kernels(self) -> bool:
+        """Whether the program has convolutions or matrix products, which the XLA engine
+        may run through eager's kernels (transforms/convolutions_as_kernel_calls.py,
+        dots_as_kernel_calls.py)."""
+        return any(op.name in ("stablehlo.convolution", "stablehlo.dot_general")
+                   for op in all_operations(self.module.operation))
 
     @functools.cached_property
     def _outputs(self) -> Outputs:
@@ -305,8 +307,8 @@ class Compiled:
                 if engine not in self._executables:
                     if engine == "xla":
                         distributed.prepare(self.module)  # collectives: join the job's ranks
-                        if self._convolutions:  # (a cached executable calls it unlegalized)
-                            custom_calls.register(custom_calls.CONVOLUTION)
+                        if self._eager_kernels:  # (a cached executable calls them unlegalized)
+                            custom_calls.register_eager()
                     self._executables[engine] = engines.compile(
                         engine, self.stablehlo, self.io_map, {
                             "names": self.input_names, "inputs": self.input_types,
@@ -339,7 +341,7 @@ class Compiled:
         return self._finish(inputs, results)
 
     def _finish(self, inputs: list[torch.Tensor], results: list[Any]) -> Any:
-        if self._kernels or self._convolutions:  # a kernel that raised inside XLA's run
+        if self._kernels or self._eager_kernels:  # a kernel that raised inside XLA's run
             custom_calls.raise_failure()
         for parameter in self.signature.cleared_grads:
             parameter.grad = None

@@ -11,9 +11,10 @@
 - Exports carry a foreign target where outofplace.kernels maps the op to one
   (foreign_targets.py).
 - The XLA engine's legalization makes large convolutions calls of `aten::convolution`
-  (`CONVOLUTION`, transforms/convolutions_as_kernel_calls.py) that the same handler runs:
-  the XLA engine registers it (`register`) before its legalization runs the pass, and
-  Compiled before loading a cached executable.
+  (`CONVOLUTION`, transforms/convolutions_as_kernel_calls.py) and matrix products calls of
+  `aten::linear` / `aten::matmul` (`DOT`, transforms/dots_as_kernel_calls.py) that the
+  same handler runs: the XLA engine registers both (`register_eager`) before its
+  legalization runs the passes, and Compiled before loading a cached executable.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from typing import Any, Callable
 from torch_mlir import ir
 
 from ..errors import UnsupportedMutationError
-from ..transforms import convolutions_as_kernel_calls
+from ..transforms import convolutions_as_kernel_calls, dots_as_kernel_calls
 from ..ir_utils import all_operations
 
 OP_NAME = "outofplace.op"  # transforms/kernel_calls.py's backend_config entries: the op
 # The target of the convolutions the XLA engine runs through eager's kernel
 # (transforms/convolutions_as_kernel_calls.py)
 CONVOLUTION = convolutions_as_kernel_calls.TARGET
+# ... and of the matrix products (transforms/dots_as_kernel_calls.py)
+DOT = dots_as_kernel_calls.TARGET
+EAGER_TARGETS = (CONVOLUTION, DOT)  # the legalization's calls of eager's own kernels
 
 _registered: set[str] = set()
 _lock = threading.Lock()
@@ -113,14 +117,21 @@ def register(name: str) -> bool:
     return True
 
 
+def register_eager() -> bool:
+    """Registers the handler for the targets of eager's kernels the XLA engine's
+    legalization calls (`EAGER_TARGETS`); False when the handler is not built."""
+    return all([register(name) for name in EAGER_TARGETS])
+
+
 def at_home(targets: set[str]) -> Callable[[Callable, Any], Any] | None:
     """For a program calling the custom call `targets`: the handler's `at_home`
     (kernel_home.h: the program on a helper thread, its kernels on the caller's) when
-    it calls eager's convolutions (`CONVOLUTION`: oneDNN's kernels, which run on
-    OpenMP's threads); else None, its kernels on XLA's threads. A small custom op's
-    kernel (a paged-cache writer) runs no parallel loop, and the helper thread's two
-    handoffs cost a quiet machine about 0.2 ms a call (its 20 µs call took 220)."""
-    return extension().at_home if CONVOLUTION in targets and \
+    it calls eager's convolutions or matrix products (`EAGER_TARGETS`: oneDNN's and
+    BLAS's kernels, which run on OpenMP's threads); else None, its kernels on XLA's
+    threads. A small custom op's kernel (a paged-cache writer) runs no parallel loop,
+    and the helper thread's two handoffs cost a quiet machine about 0.2 ms a call (its
+    20 µs call took 220)."""
+    return extension().at_home if targets & set(EAGER_TARGETS) and \
         extension() is not None else None
 
 

@@ -27,13 +27,15 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 # arguments without their unit dimensions (a batch-1 KV cache that attention reads is
 # copied otherwise), the dots then read through the reshapes that leaves and the
 # transposes of weights, convolutions whose window is larger than their input are
-# dots (XLA:CPU's convolution is hundreds of times slower there), and written arguments
+# dots (XLA:CPU's convolution is hundreds of times slower there), larger convolutions
+# and matrix products are eager's kernels, and written arguments
 # updated elementwise (an optimizer's) are flat (XLA:CPU vectorizes only a loop's
 # innermost dimension).
 LEGALIZE_FOR_CPU = ("builtin.module(outofplace-squeeze-state, "
                     "outofplace-fold-transposes-into-dots, "
                     "outofplace-convolutions-as-kernel-calls, "
                     "outofplace-small-convolutions-as-dots, "
+                    "outofplace-dots-as-kernel-calls, "
                     "outofplace-flatten-state)")
 
 
@@ -55,8 +57,9 @@ def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
     from ...ir_utils import main_function
     from ...transforms.pipelines import run_pipeline
 
-    if not custom_calls.register(custom_calls.CONVOLUTION):  # no handler built: XLA's
-        pipeline = pipeline.replace("outofplace-convolutions-as-kernel-calls, ", "")
+    if not custom_calls.register_eager():  # no handler built: XLA's convolutions and dots
+        pipeline = pipeline.replace("outofplace-convolutions-as-kernel-calls, ", "") \
+            .replace("outofplace-dots-as-kernel-calls, ", "")
     with make_context():
         module = ir.Module.parse(stablehlo)
         run_pipeline(module, pipeline)
@@ -104,8 +107,8 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
     # (whether the kernel handler is there: an executable compiled with it calls it, one
     # compiled without it has XLA's convolutions; its file's digest is in every key, but
     # a file present may still fail to load)
-    handler = "kernel handler " + ("registered" if custom_calls.register(
-        custom_calls.CONVOLUTION) else "absent")
+    handler = "kernel handler " + ("registered" if custom_calls.register_eager()
+                                   else "absent")
     entry = compile_cache.key(
         "xla", stablehlo, LEGALIZE_FOR_CPU, repr(sorted(options.items())),
         os.environ.get("XLA_FLAGS", ""), client().platform_version, compile_cache.cpu(),

@@ -1,0 +1,83 @@
+"""outofplace-dots-as-kernel-calls (transforms/dots_as_kernel_calls.py): the XLA engine
+runs matrix products through eager's kernels (aten::linear, aten::matmul called by
+backends/kernel_call.cpp inside the XLA program). Results against eager's, float32 and
+float64, on both paths; each test checks the calls were made (the XLA module holds
+them); a cache attention reads after writing it stays in place."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import outofplace
+from outofplace.backends import custom_calls
+from outofplace.backends.xla import legalize_for_cpu
+
+pytestmark = pytest.mark.skipif(
+    not outofplace.xla.available() or custom_calls.extension() is None,
+    reason="needs jax and the kernel handler (backends/kernel_call.cpp)")
+
+DTYPES = [torch.float32, torch.float64]
+CALL = 'stablehlo.custom_call @"aten::matmul"'
+
+
+def tolerance(dtype: torch.dtype) -> dict:
+    return dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else \
+        dict(rtol=1e-12, atol=1e-12)
+
+
+def compiled_on(path: str, f, args):
+    if path == "compile":
+        compiled = outofplace.compile(f, args, cache=False)
+        assert CALL in legalize_for_cpu(compiled.stablehlo)[0]
+        return compiled
+    torch._dynamo.reset()
+    return torch.compile(f, backend="outofplace", options={"cache": False})
+
+
+def linears(x, w1, b1, w2):
+    """A batch-1 `nn.Linear` with a bias (the weight [N, K]), then `x @ w` ([K, N])."""
+    return torch.relu(F.linear(x, w1, b1)) @ w2
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_linear_and_matmul_match_eager(path, dtype):
+    args = (torch.randn(1, 1, 768, dtype=dtype), torch.randn(1024, 768, dtype=dtype),
+            torch.randn(1024, dtype=dtype), torch.randn(1024, 640, dtype=dtype))
+    compiled = compiled_on(path, linears, args)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(*args), linears(*args), **tolerance(dtype))
+
+
+def attend(cache, pos, k, q, v):
+    """A key cache written at a runtime position, then attention over it: the scores'
+    `q @ cache.T` and the weights' `p @ v`, with the heads batched."""
+    cache.index_copy_(1, pos, k)
+    scores = q @ cache.transpose(-1, -2) / 8
+    return torch.softmax(scores, -1) @ v
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_attention_over_a_cache_written_in_place(path, dtype):
+    """The cache read by the call through a transposed view of its buffer: values and
+    the cache as eager's, the cache updated in its own memory, no copy warned of."""
+    def args(seed):
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(12, 256, 64, dtype=dtype, generator=g), torch.tensor([seed]),
+                torch.randn(12, 1, 64, dtype=dtype, generator=g),
+                torch.randn(12, 4, 64, dtype=dtype, generator=g),
+                torch.randn(12, 256, 48, dtype=dtype, generator=g))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*copied on every call")
+        compiled = compiled_on(path, attend, args(3))
+        for seed in (3, 100):
+            got, expected = args(seed), args(seed)
+            torch.testing.assert_close(compiled(*got), attend(*expected), **tolerance(dtype))
+            torch.testing.assert_close(got[0], expected[0], **tolerance(dtype))
+    if path == "compile":
+        assert compiled.in_place_report == {"cache": "in place"}
