@@ -1,4 +1,4 @@
-// RUN: outofplace-opt %s --pass-pipeline='builtin.module(outofplace-dots-as-kernel-calls)' \
+// RUN: outofplace-opt %s --split-input-file --pass-pipeline='builtin.module(outofplace-dots-as-kernel-calls)' \
 // RUN:   | FileCheck %s
 
 // A batch-1 `nn.Linear` as the program holds its weight ([N, K], contracted on its second
@@ -24,6 +24,18 @@ func.func @matmul(%x: tensor<4x1024xf64>, %w: tensor<1024x512xf64>) -> tensor<4x
   return %0 : tensor<4x512xf64>
 }
 
+// A weight's gradient, g.T @ x (both contracted on their first dimension): aten::matmul of
+// g read as [N, M] (its transpose, a view) and x as it is.
+// CHECK-LABEL: func.func @weight_gradient(
+// CHECK:         stablehlo.custom_call @"aten::matmul"(%arg0, %arg1)
+// CHECK-SAME:      outofplace.view.0 = array<i64: 0, 1024, 512, 1, 1024>}
+// CHECK-SAME:      : (tensor<512x1024xf32>, tensor<512x768xf32>) -> tensor<1024x768xf32>
+// CHECK-NEXT:    return
+func.func @weight_gradient(%g: tensor<512x1024xf32>, %x: tensor<512x768xf32>) -> tensor<1024x768xf32> {
+  %0 = stablehlo.dot_general %g, %x, contracting_dims = [0] x [0] : (tensor<512x1024xf32>, tensor<512x768xf32>) -> tensor<1024x768xf32>
+  return %0 : tensor<1024x768xf32>
+}
+
 // Attention's scores, q @ k.T over [heads, positions, head dim] with the heads batched:
 // aten::matmul of q as it is and k read as [heads, head dim, positions] (a view of its
 // buffer: offset 0, sizes, strides).
@@ -36,16 +48,49 @@ func.func @scores(%q: tensor<12x8x64xf32>, %k: tensor<12x256x64xf32>) -> tensor<
   return %0 : tensor<12x8x256xf32>
 }
 
-// Left to XLA: a small dot (under MIN_MULTIPLY_ADDS), an integer one, one whose lhs
+// Batch-1 attention after outofplace-squeeze-state: the query [heads, head dim] has no
+// free dimension, nor the weights [heads, positions] of `p @ v`. Each is read with a unit
+// one (size 1, in the view), matmul's result [heads, 1, N] reshaped to the dot's.
+// CHECK-LABEL: func.func @decode(
+// CHECK:         %[[S:.*]] = stablehlo.custom_call @"aten::matmul"(%arg0, %arg1)
+// CHECK-SAME:      outofplace.view.0 = array<i64: 0, 32, 1, 64, 64, 1, 1>, outofplace.view.1 = array<i64: 0, 32, 64, 256, 16384, 1, 64>}
+// CHECK-SAME:      : (tensor<32x64xf32>, tensor<32x256x64xf32>) -> tensor<32x1x256xf32>
+// CHECK-NEXT:    %[[R:.*]] = stablehlo.reshape %[[S]] : (tensor<32x1x256xf32>) -> tensor<32x256xf32>
+// CHECK:         %[[O:.*]] = stablehlo.custom_call @"aten::matmul"(%[[R]], %arg2)
+// CHECK-SAME:      outofplace.view.0 = array<i64: 0, 32, 1, 256, 256, 1, 1>}
+// CHECK-SAME:      : (tensor<32x256xf32>, tensor<32x256x64xf32>) -> tensor<32x1x64xf32>
+// CHECK-NEXT:    stablehlo.reshape %[[O]] : (tensor<32x1x64xf32>) -> tensor<32x64xf32>
+func.func @decode(%q: tensor<32x64xf32>, %k: tensor<32x256x64xf32>, %v: tensor<32x256x64xf32>) -> tensor<32x64xf32> {
+  %0 = stablehlo.dot_general %q, %k, batching_dims = [0] x [0], contracting_dims = [1] x [2] : (tensor<32x64xf32>, tensor<32x256x64xf32>) -> tensor<32x256xf32>
+  %1 = stablehlo.dot_general %0, %v, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<32x256xf32>, tensor<32x256x64xf32>) -> tensor<32x64xf32>
+  return %1 : tensor<32x64xf32>
+}
+
+// -----
+
+// Left to XLA, in a module calling no eager kernel: a small dot (under
+// MIN_MULTIPLY_ADDS), an integer one, one whose lhs
 // contracts a dimension other than its last without batch dimensions (a weight's
 // gradient, x.T @ g), and one with two contracting dimensions.
 // CHECK-LABEL: func.func @left(
 // CHECK-NOT:     custom_call
-// CHECK-COUNT-4: stablehlo.dot_general
-func.func @left(%a: tensor<1x256xf32>, %b: tensor<256x256xf32>, %i: tensor<64x1024xi32>, %j: tensor<1024x64xi32>, %x: tensor<512x1024xf32>, %g: tensor<512x1024xf32>, %u: tensor<8x64x64xf32>, %v: tensor<8x64x64xf32>) -> (tensor<1x256xf32>, tensor<64x64xi32>, tensor<1024x1024xf32>, tensor<f32>) {
+// CHECK-COUNT-3: stablehlo.dot_general
+func.func @left(%a: tensor<1x256xf32>, %b: tensor<256x256xf32>, %i: tensor<64x1024xi32>, %j: tensor<1024x64xi32>, %u: tensor<8x64x64xf32>, %v: tensor<8x64x64xf32>) -> (tensor<1x256xf32>, tensor<64x64xi32>, tensor<f32>) {
   %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<1x256xf32>, tensor<256x256xf32>) -> tensor<1x256xf32>
   %1 = stablehlo.dot_general %i, %j, contracting_dims = [1] x [0] : (tensor<64x1024xi32>, tensor<1024x64xi32>) -> tensor<64x64xi32>
-  %2 = stablehlo.dot_general %x, %g, contracting_dims = [0] x [0] : (tensor<512x1024xf32>, tensor<512x1024xf32>) -> tensor<1024x1024xf32>
   %3 = stablehlo.dot_general %u, %v, contracting_dims = [0, 1, 2] x [0, 1, 2] : (tensor<8x64x64xf32>, tensor<8x64x64xf32>) -> tensor<f32>
-  return %0, %1, %2, %3 : tensor<1x256xf32>, tensor<64x64xi32>, tensor<1024x1024xf32>, tensor<f32>
+  return %0, %1, %3 : tensor<1x256xf32>, tensor<64x64xi32>, tensor<f32>
+}
+
+// -----
+
+// In a module calling eager's kernels anyway (a large dot), a dot of at least
+// MIN_MULTIPLY_ADDS_AT_HOME is eager's too.
+// CHECK-LABEL: func.func @at_home(
+// CHECK-COUNT-2: stablehlo.custom_call @"aten::matmul"
+// CHECK-NOT:     stablehlo.dot_general
+func.func @at_home(%x: tensor<1x1024xf32>, %w: tensor<1024x1024xf32>, %a: tensor<1x256xf32>, %b: tensor<256x256xf32>) -> (tensor<1x1024xf32>, tensor<1x256xf32>) {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<1x1024xf32>, tensor<1024x1024xf32>) -> tensor<1x1024xf32>
+  %1 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<1x256xf32>, tensor<256x256xf32>) -> tensor<1x256xf32>
+  return %0, %1 : tensor<1x1024xf32>, tensor<1x256xf32>
 }

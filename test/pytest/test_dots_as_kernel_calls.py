@@ -81,3 +81,74 @@ def test_attention_over_a_cache_written_in_place(path, dtype):
             torch.testing.assert_close(got[0], expected[0], **tolerance(dtype))
     if path == "compile":
         assert compiled.in_place_report == {"cache": "in place"}
+
+
+def decode(cache, pos, k, x, w, v):
+    """Batch-1 decoding: a projection (large enough to call eager's kernel, so the
+    program runs at home), a key cache [1, heads, positions, head dim] written at a
+    runtime position, the query's scores over it and the weights' product with v."""
+    q = F.linear(x, w).view(1, 12, 1, 64)
+    cache.index_copy_(2, pos, k)
+    scores = q @ cache.transpose(-1, -2) / 8
+    return torch.softmax(scores, -1) @ v
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_batch_one_attention_reads_the_cache_in_place(path, dtype):
+    """outofplace-squeeze-state leaves the query and the weights without a free
+    dimension: their dots are calls too (with a unit one), the cache in place."""
+    def args(seed):
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(1, 12, 256, 64, dtype=dtype, generator=g), torch.tensor([seed]),
+                torch.randn(1, 12, 1, 64, dtype=dtype, generator=g),
+                torch.randn(1, 1, 768, dtype=dtype, generator=g),
+                torch.randn(768, 768, dtype=dtype, generator=g) / 30,
+                torch.randn(1, 12, 256, 64, dtype=dtype, generator=g))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*copied on every call")
+        compiled = compiled_on(path, decode, args(3))
+        if path == "compile":
+            assert legalize_for_cpu(compiled.stablehlo)[0].count(CALL) == 3
+            assert "dot_general" not in legalize_for_cpu(compiled.stablehlo)[0]
+        for seed in (3, 100):
+            got, expected = args(seed), args(seed)
+            torch.testing.assert_close(compiled(*got), decode(*expected), **tolerance(dtype))
+            torch.testing.assert_close(got[0], expected[0], **tolerance(dtype))
+    if path == "compile":
+        assert compiled.in_place_report == {"cache": "in place"}
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_training_step_matches_eager(path, dtype):
+    """An MLP's SGD step: the forward's products, the inputs' gradients (`g @ w`) and the
+    weights' (`g.T @ x`, g read transposed through a view) are eager's kernels; the loss
+    and parameters after three steps as eager's."""
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(768, 1024), torch.nn.GELU(),
+                                torch.nn.Linear(1024, 512)).to(dtype)
+    x = torch.randn(4, 768, dtype=dtype)
+    eager_model = copy.deepcopy(model)
+
+    def step_of(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+
+        def step(x):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+    eager, step = step_of(eager_model), step_of(model)
+    eager(x), step(x)  # (the optimizer's state made eagerly, by its first step)
+    compiled = compiled_on(path, step, (x,))
+    if path == "compile":
+        assert legalize_for_cpu(compiled.stablehlo)[0].count(CALL) == 5  # 2 + 2 + 1
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), eager(x), **tolerance(dtype))
+    for got, expected in zip(model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(got, expected, **tolerance(dtype))

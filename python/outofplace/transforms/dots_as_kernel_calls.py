@@ -18,14 +18,18 @@ pass hands it the dots:
 
 - no batch dimension, the lhs contracting its last dimension and the rhs of rank 2:
   `aten::linear(x, w)` when the rhs contracts its second dimension (an `nn.Linear`
-  weight as the program holds it), `aten::matmul(x, w)` when its first;
-- with batch dimensions (attention's `q @ k.T`, `p @ v`), each operand its batch
-  dimensions, one free and one contracting dimension: `aten::matmul` of the two read as
-  [batch..., M, K] and [batch..., K, N] views of their buffers (`outofplace.view.<i>`:
-  no copy), its result the dot's [batch..., M, N];
+  weight as the program holds it), `aten::matmul(x, w)` when its first; two operands of
+  rank 2 otherwise (a weight's gradient, `g.T @ x`): as without batch dimensions below;
+- with batch dimensions (attention's `q @ k.T`, `p @ v`), or none, each operand its batch
+  dimensions, at most one free and one contracting dimension: `aten::matmul` of the two
+  read as [batch..., M, K] and [batch..., K, N] views of their buffers
+  (`outofplace.view.<i>`: no copy; a side without a free dimension, a batch-1 query,
+  read with a unit one), its result the dot's [batch..., M, N] (a reshape drops the
+  unit dimensions the dot has not);
 - f32, f64, bf16 (what eager's CPU matmul takes, as the dot computes), static shapes, at
-  least `MIN_MULTIPLY_ADDS`; a `precision_config` or algorithm other than the default
-  keeps XLA's dot.
+  least `MIN_MULTIPLY_ADDS` (`MIN_MULTIPLY_ADDS_AT_HOME` in a program that calls eager's
+  kernels anyway); a `precision_config` or algorithm other than the default keeps XLA's
+  dot.
 
 Only the XLA engine runs this pass (`LEGALIZE_FOR_CPU`, backends/xla/compiler.py), where
 the C++ handler is built and registered for `TARGET`; exports, the interpreter, IREE and
@@ -40,8 +44,9 @@ import math
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import ranked_shape
+from ..ir_utils import all_operations, ranked_shape
 from . import kernel_calls
+from .convolutions_as_kernel_calls import TARGET as CONVOLUTION
 from .registry import register_pass
 
 TARGET = "aten::matmul"  # the custom call target of every call this pass makes
@@ -51,6 +56,10 @@ ELEMENT_TYPES = ("f32", "f64", "bf16")
 # (262K) 23 against 40, n = 768 (590K) 137 against 59; a program calling eager's kernels
 # runs at home, about 0.1 ms more a call than one that does not.
 MIN_MULTIPLY_ADDS = 500_000
+# ... unless the program calls eager's kernels already (a large dot or a convolution), so
+# that it runs at home anyway: then a dot of this many (a batch-1 attention's scores
+# over 12 heads and 256 positions, 196K: XLA's 61 µs) is eager's too.
+MIN_MULTIPLY_ADDS_AT_HOME = 32_768
 
 
 def _row_major(rank: int) -> ir.Attribute:
@@ -66,15 +75,18 @@ def _strides(shape: list[int]) -> list[int]:
     return strides[::-1]
 
 
-def _view(shape: list[int], dims: list[int]) -> list[int]:
+def _view(shape: list[int], dims: list[int | None]) -> list[int]:
     """`outofplace.view` of a dense row-major operand of `shape` read with its
-    dimensions in the order `dims`: offset 0, sizes, strides."""
+    dimensions in the order `dims` (None: a unit dimension inserted there): offset 0,
+    sizes, strides."""
     strides = _strides(shape)
-    return [0, *(shape[d] for d in dims), *(strides[d] for d in dims)]
+    return [0, *(1 if d is None else shape[d] for d in dims),
+            *(1 if d is None else strides[d] for d in dims)]
 
 
-def _plan(op: ir.Operation) -> dict | None:
-    """The aten op and its operands' views for `op`, or None where it stays XLA's."""
+def _plan(op: ir.Operation, least: int) -> dict | None:
+    """The aten op and its operands' views for `op`, or None where it stays XLA's (among
+    others, under `least` multiply-adds)."""
     lhs, rhs = op.operands
     if any(not isinstance(v.type, ir.RankedTensorType) or
            not ir.RankedTensorType(v.type).has_static_shape for v in (lhs, rhs, op.result)):
@@ -93,27 +105,32 @@ def _plan(op: ir.Operation) -> dict | None:
     lb, rb = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
     lc, rc = list(numbers.lhs_contracting_dimensions), list(numbers.rhs_contracting_dimensions)
     ls, rs = ranked_shape(lhs), ranked_shape(rhs)
-    if len(lc) != 1 or math.prod(ranked_shape(op.result)) * ls[lc[0]] < MIN_MULTIPLY_ADDS:
+    if len(lc) != 1 or math.prod(ranked_shape(op.result)) * ls[lc[0]] < least:
         return None
-    if not lb:
-        if len(rs) != 2 or lc[0] != len(ls) - 1:
-            return None
+    if not lb and len(rs) == 2 and lc[0] == len(ls) - 1:
         return {"op": "aten::linear" if rc[0] == 1 else "aten::matmul", "views": {}}
-    lfree = [d for d in range(len(ls)) if d not in lb and d not in lc]
-    rfree = [d for d in range(len(rs)) if d not in rb and d not in rc]
+    # (free dimensions of size 1 read as none: the result is reshaped to the dot's)
+    lfree = [d for d in range(len(ls)) if d not in lb and d not in lc and ls[d] != 1] \
+        or [None]
+    rfree = [d for d in range(len(rs)) if d not in rb and d not in rc and rs[d] != 1] \
+        or [None]
     if len(lfree) != 1 or len(rfree) != 1:
         return None
+    # (a side without a free dimension, a batch-1 query [heads, head dim] after
+    # outofplace-squeeze-state, is read with a unit one: matmul's result has it too)
     lorder, rorder = [*lb, lfree[0], lc[0]], [*rb, rc[0], rfree[0]]
     views = {}
     if lorder != list(range(len(ls))):
         views[0] = _view(ls, lorder)
     if rorder != list(range(len(rs))):
         views[1] = _view(rs, rorder)
-    return {"op": "aten::matmul", "views": views}
+    shape = [*(ls[d] for d in lb), 1 if lfree[0] is None else ls[lfree[0]],
+             1 if rfree[0] is None else rs[rfree[0]]]
+    return {"op": "aten::matmul", "views": views, "shape": shape}
 
 
-def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-    plan = _plan(op)
+def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter, least: int) -> bool:
+    plan = _plan(op, least)
     if plan is None:
         return True
     config = {
@@ -125,8 +142,12 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
            for i, v in plan["views"].items()},
     }
     with rewriter.ip, op.location:
+        result_type = op.result.type
+        if "shape" in plan:  # matmul's [batch..., M, N]: the dot's up to unit dimensions
+            result_type = ir.RankedTensorType.get(
+                plan["shape"], ir.RankedTensorType(op.result.type).element_type)
         call = ir.Operation.create(
-            "stablehlo.custom_call", results=[op.result.type], operands=list(op.operands),
+            "stablehlo.custom_call", results=[result_type], operands=list(op.operands),
             attributes={
                 "call_target_name": ir.StringAttr.get(TARGET),
                 "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
@@ -134,9 +155,14 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
                 "has_side_effect": ir.BoolAttr.get(False),
                 "operand_layouts": ir.ArrayAttr.get(
                     [_row_major(len(ranked_shape(v))) for v in op.operands]),
-                "result_layouts": ir.ArrayAttr.get([_row_major(len(ranked_shape(op.result)))]),
+                "result_layouts": ir.ArrayAttr.get([_row_major(len(plan.get(
+                    "shape", ranked_shape(op.result))))]),
             })
-    rewriter.replace_op(op, [call.result])
+        result = call.result
+        if result.type != op.result.type:
+            result = ir.Operation.create("stablehlo.reshape", results=[op.result.type],
+                                         operands=[result]).result
+    rewriter.replace_op(op, [result])
     return False
 
 
@@ -144,14 +170,24 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     "outofplace-dots-as-kernel-calls",
     "Matrix products as calls of eager's kernel (aten::linear, aten::matmul) inside XLA:CPU",
     "`stablehlo.dot_general` of one contracting dimension and at least "
-    "`MIN_MULTIPLY_ADDS` (f32, f64, bf16): without batch dimensions, the lhs contracting "
+    "`MIN_MULTIPLY_ADDS` (`MIN_MULTIPLY_ADDS_AT_HOME` where the program calls eager's "
+    "kernels anyway; f32, f64, bf16): without batch dimensions, the lhs contracting "
     "its last and the rhs of rank 2, `aten::linear` (rhs [N, K]) or `aten::matmul` (rhs "
-    "[K, N]); with them, one free dimension a side, `aten::matmul` of [batch..., M, K] and "
-    "[batch..., K, N] views of the operands → `stablehlo.custom_call @\"aten::matmul\"` "
+    "[K, N]); with them, at most one free dimension a side, `aten::matmul` of "
+    "[batch..., M, K] and [batch..., K, N] views of the operands → `stablehlo.custom_call @\"aten::matmul\"` "
     "that the kernel handler (backends/kernel_call.cpp) runs: XLA:CPU's matrix-vector "
     "products are ~5x slower than eager's (the XLA engine's legalization only, "
     "backends/xla; exports keep XLA's dots)")
 def dots_as_kernel_calls(module: ir.Operation) -> None:
-    patterns = rewrite.RewritePatternSet(module.context)
-    patterns.add("stablehlo.dot_general", _rewrite)
-    rewrite.walk_and_apply_patterns(module, patterns.freeze())
+    def calls() -> bool:
+        return any(op.name == "stablehlo.custom_call" and ir.StringAttr(
+            op.attributes["call_target_name"]).value in (TARGET, CONVOLUTION)
+            for op in all_operations(module))
+
+    for least in (MIN_MULTIPLY_ADDS, MIN_MULTIPLY_ADDS_AT_HOME):
+        if least == MIN_MULTIPLY_ADDS_AT_HOME and not calls():
+            break
+        patterns = rewrite.RewritePatternSet(module.context)
+        patterns.add("stablehlo.dot_general",
+                     lambda op, rewriter, least=least: _rewrite(op, rewriter, least))
+        rewrite.walk_and_apply_patterns(module, patterns.freeze())
