@@ -48,7 +48,8 @@ func.func @scores(%q: tensor<12x8x64xf32>, %k: tensor<12x256x64xf32>) -> tensor<
   return %0 : tensor<12x8x256xf32>
 }
 
-// Batch-1 attention after outofplace-squeeze-state: the query [heads, head dim] has no
+// Batch-1 attention after outofplace-squeeze-state (under MIN_MULTIPLY_ADDS, called in
+// this module, which calls eager's kernels anyway): the query [heads, head dim] has no
 // free dimension, nor the weights [heads, positions] of `p @ v`. Each is read with a unit
 // one (size 1, in the view), matmul's result [heads, 1, N] reshaped to the dot's.
 // CHECK-LABEL: func.func @decode(

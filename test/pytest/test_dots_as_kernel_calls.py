@@ -25,7 +25,7 @@ CALL = 'stablehlo.custom_call @"aten::matmul"'
 
 
 def tolerance(dtype: torch.dtype) -> dict:
-    return dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else \
+    return dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else \
         dict(rtol=1e-12, atol=1e-12)
 
 
@@ -46,8 +46,8 @@ def linears(x, w1, b1, w2):
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_linear_and_matmul_match_eager(path, dtype):
-    args = (torch.randn(1, 1, 768, dtype=dtype), torch.randn(1024, 768, dtype=dtype),
-            torch.randn(1024, dtype=dtype), torch.randn(1024, 640, dtype=dtype))
+    args = (torch.randn(1, 1, 1536, dtype=dtype), torch.randn(1024, 1536, dtype=dtype) / 40,
+            torch.randn(1024, dtype=dtype), torch.randn(1024, 1024, dtype=dtype) / 32)
     compiled = compiled_on(path, linears, args)
     for _ in range(2):
         torch.testing.assert_close(compiled(*args), linears(*args), **tolerance(dtype))
@@ -70,7 +70,7 @@ def test_attention_over_a_cache_written_in_place(path, dtype):
         g = torch.Generator().manual_seed(seed)
         return (torch.randn(12, 256, 64, dtype=dtype, generator=g), torch.tensor([seed]),
                 torch.randn(12, 1, 64, dtype=dtype, generator=g),
-                torch.randn(12, 4, 64, dtype=dtype, generator=g),
+                torch.randn(12, 16, 64, dtype=dtype, generator=g),
                 torch.randn(12, 256, 48, dtype=dtype, generator=g))
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*copied on every call")
@@ -87,7 +87,7 @@ def decode(cache, pos, k, x, w, v):
     """Batch-1 decoding: a projection (large enough to call eager's kernel, so the
     program runs at home), a key cache [1, heads, positions, head dim] written at a
     runtime position, the query's scores over it and the weights' product with v."""
-    q = F.linear(x, w).view(1, 12, 1, 64)
+    q = F.linear(x, w).view(1, 12, 1, 64)  # (1.2M multiply-adds: a call)
     cache.index_copy_(2, pos, k)
     scores = q @ cache.transpose(-1, -2) / 8
     return torch.softmax(scores, -1) @ v
@@ -102,8 +102,8 @@ def test_batch_one_attention_reads_the_cache_in_place(path, dtype):
         g = torch.Generator().manual_seed(seed)
         return (torch.randn(1, 12, 256, 64, dtype=dtype, generator=g), torch.tensor([seed]),
                 torch.randn(1, 12, 1, 64, dtype=dtype, generator=g),
-                torch.randn(1, 1, 768, dtype=dtype, generator=g),
-                torch.randn(768, 768, dtype=dtype, generator=g) / 30,
+                torch.randn(1, 1, 1536, dtype=dtype, generator=g),
+                torch.randn(768, 1536, dtype=dtype, generator=g) / 40,
                 torch.randn(1, 12, 256, 64, dtype=dtype, generator=g))
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*copied on every call")
@@ -130,7 +130,7 @@ def test_training_step_matches_eager(path, dtype):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(768, 1024), torch.nn.GELU(),
                                 torch.nn.Linear(1024, 512)).to(dtype)
-    x = torch.randn(4, 768, dtype=dtype)
+    x = torch.randn(4, 768, dtype=dtype)  # (3.1M and 2.1M multiply-adds a product)
     eager_model = copy.deepcopy(model)
 
     def step_of(m):

@@ -53,9 +53,13 @@ TARGET = "aten::matmul"  # the custom call target of every call this pass makes
 ELEMENT_TYPES = ("f32", "f64", "bf16")
 # Below this many multiply-adds XLA keeps the dot. Measured, a program of one batch-1
 # `nn.Linear` (n x n, f32): n = 256 (65K) XLA's 12 µs against the call's 31, n = 512
-# (262K) 23 against 40, n = 768 (590K) 137 against 59; a program calling eager's kernels
-# runs at home, about 0.1 ms more a call than one that does not.
-MIN_MULTIPLY_ADDS = 500_000
+# (262K) 23 against 40, n = 768 (590K) 137 against 59; but a program calling eager's
+# kernels runs at home, 0.1-0.3 ms more a call than one that does not (a program of one
+# batch-1 attention over 32 heads, 524K: 0.197 ms as XLA's, 0.496 called). Where the
+# weights stream from memory (a decoder's, read once a token) XLA's one thread reads
+# them as fast as eager's two (28 GB/s); eager's wins where they stay in the caches
+# (a [768, 768] weight read again: 20 µs against 110), and the call costs 10-15 µs.
+MIN_MULTIPLY_ADDS = 1_000_000
 # ... unless the program calls eager's kernels already (a large dot or a convolution), so
 # that it runs at home anyway: then a dot of this many (a batch-1 attention's scores
 # over 12 heads and 256 positions, 196K: XLA's 61 µs) is eager's too.
