@@ -95,3 +95,24 @@ func.func @at_home(%x: tensor<1x1024xf32>, %w: tensor<1024x1024xf32>, %a: tensor
   %1 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<1x256xf32>, tensor<256x256xf32>) -> tensor<1x256xf32>
   return %0, %1 : tensor<1x1024xf32>, tensor<1x256xf32>
 }
+
+// -----
+
+// Grouped-query attention: the keys repeated to every query head (`repeat_kv`: a
+// broadcast of [2, 1, 256, 64] to [2, 4, 256, 64], merged to 8 heads) are read where
+// they are (the cache itself, through the reshape that gave it the unit dimension), the repeated dimension stride 0, the queries' 8 heads split alike into
+// (2, 4); matmul's [2, 4, 1, 256] reshaped to the dot's [8, 1, 256]. No broadcast left.
+// CHECK-LABEL: func.func @grouped(
+// CHECK:         %[[S:.*]] = stablehlo.custom_call @"aten::matmul"(%arg0, %arg1)
+// CHECK-SAME:      outofplace.view.0 = array<i64: 0, 2, 4, 1, 64, 256, 64, 1, 1>, outofplace.view.1 = array<i64: 0, 2, 4, 64, 256, 16384, 0, 1, 64>}
+// CHECK-SAME:      : (tensor<8x1x64xf32>, tensor<2x256x64xf32>) -> tensor<2x4x1x256xf32>
+// CHECK-NEXT:    stablehlo.reshape %[[S]] : (tensor<2x4x1x256xf32>) -> tensor<8x1x256xf32>
+// CHECK-NOT:     stablehlo.broadcast_in_dim
+func.func @grouped(%q: tensor<8x1x64xf32>, %k: tensor<2x256x64xf32>, %big: tensor<1x2048xf32>, %w: tensor<2048x1024xf32>) -> (tensor<8x1x256xf32>, tensor<1x1024xf32>) {
+  %0 = stablehlo.reshape %k : (tensor<2x256x64xf32>) -> tensor<2x1x256x64xf32>
+  %1 = stablehlo.broadcast_in_dim %0, dims = [0, 1, 2, 3] : (tensor<2x1x256x64xf32>) -> tensor<2x4x256x64xf32>
+  %2 = stablehlo.reshape %1 : (tensor<2x4x256x64xf32>) -> tensor<8x256x64xf32>
+  %3 = stablehlo.dot_general %q, %2, batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<8x1x64xf32>, tensor<8x256x64xf32>) -> tensor<8x1x256xf32>
+  %4 = stablehlo.dot_general %big, %w, contracting_dims = [1] x [0] : (tensor<1x2048xf32>, tensor<2048x1024xf32>) -> tensor<1x1024xf32>
+  return %3, %4 : tensor<8x1x256xf32>, tensor<1x1024xf32>
+}

@@ -152,3 +152,43 @@ def test_training_step_matches_eager(path, dtype):
         torch.testing.assert_close(compiled(x), eager(x), **tolerance(dtype))
     for got, expected in zip(model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(got, expected, **tolerance(dtype))
+
+
+def grouped(k_cache, v_cache, pos, k, v, x, w):
+    """Grouped-query decoding as transformers writes it: 8 query heads over 2 key-value
+    heads, each cache written at a runtime position, then repeated to every query head
+    (`repeat_kv`: expand and reshape) for attention."""
+    q = F.linear(x, w).view(1, 8, 1, 64)
+    k_cache.index_copy_(2, pos, k)
+    v_cache.index_copy_(2, pos, v)
+    keys = k_cache[:, :, None].expand(1, 2, 4, 256, 64).reshape(1, 8, 256, 64)
+    values = v_cache[:, :, None].expand(1, 2, 4, 256, 64).reshape(1, 8, 256, 64)
+    return torch.softmax(q @ keys.transpose(-1, -2) / 8, -1) @ values
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_grouped_query_attention_reads_the_repeated_caches_where_they_are(path, dtype):
+    """The calls read each cache through a stride-0 view (no repeated copy in the
+    program): values and caches as eager's, both caches in place."""
+    def args(seed):
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(1, 2, 256, 64, dtype=dtype, generator=g),
+                torch.randn(1, 2, 256, 64, dtype=dtype, generator=g), torch.tensor([seed]),
+                torch.randn(1, 2, 1, 64, dtype=dtype, generator=g),
+                torch.randn(1, 2, 1, 64, dtype=dtype, generator=g),
+                torch.randn(1, 1, 2048, dtype=dtype, generator=g),
+                torch.randn(512, 2048, dtype=dtype, generator=g) / 45)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*copied on every call")
+        compiled = compiled_on(path, grouped, args(3))
+        if path == "compile":
+            legal = legalize_for_cpu(compiled.stablehlo)[0]
+            assert legal.count(CALL) == 3 and "4x256x64x" not in legal  # (no repeat)
+        for seed in (3, 200):
+            got, expected = args(seed), args(seed)
+            torch.testing.assert_close(compiled(*got), grouped(*expected), **tolerance(dtype))
+            torch.testing.assert_close(got[0], expected[0], **tolerance(dtype))
+            torch.testing.assert_close(got[1], expected[1], **tolerance(dtype))
+    if path == "compile":
+        assert compiled.in_place_report == {"k_cache": "in place", "v_cache": "in place"}
