@@ -113,6 +113,13 @@ def int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.V
                                operands=items, loc=loc, ip=ip).result
 
 
+def row_major_layout(rank: int) -> ir.Attribute:
+    """Minor to major, the dense row-major layout of a rank-`rank` custom call operand or
+    result (`operand_layouts`, `result_layouts`): how the kernel handler reads buffers."""
+    return ir.Attribute.parse(
+        f"dense<{list(range(rank - 1, -1, -1))}> : tensor<{rank}xindex>")
+
+
 def stablehlo_splat(tensor_type: ir.Type, value: int | float | bool,
                     loc: ir.Location | None = None) -> ir.Value:
     """A `stablehlo.constant` of `tensor_type` (a ranked tensor type) every element of

@@ -7,8 +7,8 @@
 // thread of any team spin before it sleeps (its throttled spin count): every parallel
 // loop of the process, eager's beside the compiled program and the kernels' own, then
 // waits on a futex to start (eager's ResNet-18 training step: 102 ms against 64 ms once
-// a kernel had run on XLA's threads). So a program that calls eager's convolutions is
-// run by a helper thread (`at_home`; custom_calls.at_home chooses) while the thread
+// a kernel had run on XLA's threads). So a program that calls eager's convolutions or
+// matrix products is run by a helper thread (`at_home`; custom_calls.at_home chooses) while the thread
 // that called it runs the kernels XLA's threads hand it (`run_at_home`): one OpenMP
 // team in the process, the caller's, as in eager.
 // The handler returns a future the kernel completes, so XLA's threads go on with what

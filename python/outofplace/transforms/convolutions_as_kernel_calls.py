@@ -64,7 +64,8 @@ import numpy as np
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import all_operations, create_ranked, i64_array, ranked_shape, stablehlo_splat
+from ..ir_utils import (all_operations, create_ranked, i64_array, ranked_shape,
+                        row_major_layout, stablehlo_splat)
 from . import kernel_calls
 from .registry import register_pass
 
@@ -205,12 +206,6 @@ def _fold_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     rewriter.replace_op(op, [folded])
     rewriter.erase_op(conv)
     return False
-
-
-def _row_major(rank: int) -> ir.Attribute:
-    """Minor to major: the dense row-major layout the handler reads buffers in."""
-    return ir.Attribute.parse(
-        f"dense<{list(range(rank - 1, -1, -1))}> : tensor<{rank}xindex>")
 
 
 def _plan(op: ir.Operation) -> dict | None:
@@ -377,7 +372,7 @@ def _config(op: str, plan: dict, transposed: bool, groups: int
 def _call(operands: list[ir.Value], shape: list[int], element: ir.Type,
           config: dict[str, ir.Attribute]) -> ir.Value:
     """The custom call the kernel handler runs, operands and result dense row-major."""
-    layout = _row_major(len(shape))
+    layout = row_major_layout(len(shape))
     return ir.Operation.create(
         "stablehlo.custom_call",
         results=[ir.RankedTensorType.get(shape, element)],

@@ -48,7 +48,7 @@ import math
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import all_operations, ranked_shape
+from ..ir_utils import all_operations, ranked_shape, row_major_layout
 from . import kernel_calls
 from .convolutions_as_kernel_calls import TARGET as CONVOLUTION
 from .registry import register_pass
@@ -70,26 +70,12 @@ MIN_MULTIPLY_ADDS = 1_000_000
 MIN_MULTIPLY_ADDS_AT_HOME = 32_768
 
 
-def _row_major(rank: int) -> ir.Attribute:
-    return ir.Attribute.parse(
-        f"dense<{list(range(rank - 1, -1, -1))}> : tensor<{rank}xindex>")
-
-
 def _strides(shape: list[int]) -> list[int]:
     strides, step = [], 1
     for n in reversed(shape):
         strides.append(step)
         step *= n
     return strides[::-1]
-
-
-def _view(shape: list[int], dims: list[int | None]) -> list[int]:
-    """`outofplace.view` of a dense row-major operand of `shape` read with its
-    dimensions in the order `dims` (None: a unit dimension inserted there): offset 0,
-    sizes, strides."""
-    strides = _strides(shape)
-    return [0, *(1 if d is None else shape[d] for d in dims),
-            *(1 if d is None else strides[d] for d in dims)]
 
 
 def _plan(op: ir.Operation, least: int) -> dict | None:
@@ -246,9 +232,9 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter, least: int) ->
                 "backend_config": ir.DictAttr.get(config),
                 "has_side_effect": ir.BoolAttr.get(False),
                 "operand_layouts": ir.ArrayAttr.get(
-                    [_row_major(len(ranked_shape(v)))
+                    [row_major_layout(len(ranked_shape(v)))
                      for v in plan.get("operands", list(op.operands))]),
-                "result_layouts": ir.ArrayAttr.get([_row_major(len(plan.get(
+                "result_layouts": ir.ArrayAttr.get([row_major_layout(len(plan.get(
                     "shape", ranked_shape(op.result))))]),
             })
         result = call.result

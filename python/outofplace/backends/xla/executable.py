@@ -76,9 +76,9 @@ class CpuExecutable:
         protos = [m.as_serialized_hlo_module_proto() for m in self.executable.hlo_modules()]
         copied = set().union(*(hlo_proto.copied_parameters(p, io_map)
                                for p in protos)) & io_map.keys()
-        # A program that calls eager's convolutions runs on a helper thread while the
-        # caller's thread runs its kernels, as eager would (kernel_home.h); None for the
-        # others (custom_calls.at_home).
+        # A program that calls eager's convolutions or matrix products runs on a helper
+        # thread while the caller's thread runs its kernels, as eager would
+        # (kernel_home.h); None for the others (custom_calls.at_home).
         self.at_home = custom_calls.at_home(
             set().union(*(hlo_proto.custom_call_targets(p) for p in protos)))
         # Per argument: "in place", or what is copied per call and why.

@@ -41,8 +41,8 @@ class CallPlan:
     moved: Callable[..., None]  # XLA returned a donated buffer elsewhere: re-points
     lock: Any  # `LOCK`: calls, adoptions and the holders' arrays change under it
     holder_at: Callable[[int], Any]  # address -> the Holder of XLA's buffer there, or None
-    # `at_home(run, arguments)` for a program calling eager's convolutions
-    # (kernel_home.h), or None
+    # `at_home(run, arguments)` for a program calling eager's convolutions or matrix
+    # products (kernel_home.h, custom_calls.at_home), or None
     at_home: Callable[[Callable, Any], Any] | None
 
 
