@@ -88,6 +88,18 @@ def _state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {**dict(module.named_parameters()), **dict(module.named_buffers())}
 
 
+def squared_mean_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+    """A training step of `model`: gradients cleared, a squared-mean loss of its output,
+    backward, `optimizer`'s step; it returns the loss."""
+    def step(x: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+    return step
+
+
 def assert_module_state_matches(compiled_module: torch.nn.Module,
                                 eager_module: torch.nn.Module, what: str = "state",
                                 engine: str = "") -> None:

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from differential import squared_mean_step
+
 import outofplace
 from outofplace.backends import custom_calls
 from outofplace.backends.xla import legalize_for_cpu
@@ -278,14 +280,7 @@ def _sgd_steps(model: nn.Module, x: torch.Tensor) -> tuple:
     models = copy.deepcopy(model), copy.deepcopy(model)
 
     def step_of(m):
-        opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-
-        def step(x):
-            opt.zero_grad()
-            loss = m(x).square().mean()
-            loss.backward()
-            opt.step()
-            return loss.detach()
+        step = squared_mean_step(m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9))
         step(x)
         return step
     return (*models, *(step_of(m) for m in models))

@@ -12,6 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from differential import squared_mean_step
+
 import outofplace
 from outofplace.backends import custom_calls
 from outofplace.backends.xla import legalize_for_cpu
@@ -134,15 +136,7 @@ def test_training_step_matches_eager(path, dtype):
     eager_model = copy.deepcopy(model)
 
     def step_of(m):
-        opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-
-        def step(x):
-            opt.zero_grad()
-            loss = m(x).square().mean()
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return step
+        return squared_mean_step(m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9))
     eager, step = step_of(eager_model), step_of(model)
     eager(x), step(x)  # (the optimizer's state made eagerly, by its first step)
     compiled = compiled_on(path, step, (x,))

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from differential import assert_module_state_matches
+from differential import assert_module_state_matches, squared_mean_step
 
 
 def test_backend_is_registered_by_entry_point():
@@ -427,14 +427,7 @@ def test_training_step_with_a_learning_rate_scheduler(dtype):
     def training(m):
         opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
         scheduler = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
-
-        def step(x):
-            opt.zero_grad()
-            loss = m(x).square().mean()
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return step, scheduler
+        return squared_mean_step(m, opt), scheduler
     eager_model = copy.deepcopy(model)
     (eager, eager_scheduler), (step, scheduler) = training(eager_model), training(model)
     compiled = torch.compile(step, backend="outofplace")

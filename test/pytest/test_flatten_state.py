@@ -12,6 +12,8 @@ import pytest
 import torch
 from torch import nn
 
+from differential import squared_mean_step
+
 import outofplace
 from outofplace.backends.xla import legalize_for_cpu
 
@@ -40,13 +42,7 @@ def steps(model: nn.Module, optimizer, **options):
 
     def step_of(m):
         opt = optimizer(m.parameters(), **options)
-
-        def step(x):
-            opt.zero_grad()
-            loss = m(x).square().mean()
-            loss.backward()
-            opt.step()
-            return loss.detach()
+        step = squared_mean_step(m, opt)
         step(x_of(model))
         return step, opt
     return models, [step_of(m) for m in models]
