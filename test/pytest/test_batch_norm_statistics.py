@@ -1,9 +1,10 @@
-"""Batch norm's statistics in training (frontend/decompositions.py, `_statistics`): summed
-in float64 as eager's CPU kernel sums them, without a float64 copy of the activation,
-and computed once for the forward and the statistics autograd saves for the backward
-(`_native_batch_norm_legit_functional`, replayed beside `batch_norm`). Against eager on
-both paths (`outofplace.compile` on every engine, `torch.compile(backend="outofplace")`),
-float32 and float64."""
+"""Batch norm in training as eager's CPU kernel computes it (frontend/decompositions.py):
+the statistics (`_statistics`) summed in float64 without a float64 copy of the
+activation, computed once for the forward and the statistics autograd saves for the
+backward (`_native_batch_norm_legit_functional`, replayed beside `batch_norm`); the
+output one scale and shift a channel (`_normalize`); the backward's sums in float64
+(`_batch_norm_backward`). Against eager on both paths (`outofplace.compile` on every
+engine, `torch.compile(backend="outofplace")`), float32 and float64."""
 
 from __future__ import annotations
 
@@ -71,13 +72,27 @@ def test_statistics_far_from_zero_mean_match_eager_on_both_paths(norm, shape, dt
     by_dynamo(model, model, (x,), {})
 
 
-def test_statistics_are_two_float64_sums_fused_with_their_conversions():
-    """The program sums x and the squared deviations in float64 once each (the forward's
-    statistics and the saved ones are the same ops; a float32 program's other sums are
-    float32), and each widening of an
-    activation-sized tensor feeds its sum alone (XLA fuses it: no float64 copy)."""
-    model, x = _model(nn.BatchNorm2d, (3, 4, 5, 6), torch.float32)
-    module = outofplace.compile(model, (x,), cache=False).module
+class InputGradients(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x = x.detach().requires_grad_()
+        leaves = [x, *self.bn.parameters()]
+        return torch.autograd.grad(self.bn(x), leaves, grad)
+
+
+def test_statistics_are_four_float64_sums_fused_with_their_conversions():
+    """A training step sums in float64 four times (a float32 program's other sums are
+    float32): the forward x and the squared deviations, once each (the forward's
+    statistics and the saved ones are the same ops), the backward the output's gradient
+    and the deviations times it (`_batch_norm_backward`, as eager's kernel; PyTorch's
+    decomposition summed those in float32); each widening of an activation-sized tensor
+    feeds its sum alone (XLA fuses it: no float64 copy)."""
+    torch.manual_seed(0)
+    x, grad = torch.randn(3, 4, 5, 6), torch.randn(3, 4, 5, 6)
+    module = outofplace.compile(InputGradients(), (x, grad), cache=False).module
     from torch_mlir import ir
 
     def f64(value: ir.Value) -> bool:
@@ -86,9 +101,76 @@ def test_statistics_are_two_float64_sums_fused_with_their_conversions():
     with module.context:
         ops = all_operations(module.operation)
         sums = [op for op in ops if op.name == "stablehlo.reduce" and f64(op.results[0])]
-        assert len(sums) == 2
+        assert len(sums) == 4
         for op in ops:
             if op.name == "stablehlo.convert" and f64(op.results[0]) and \
                     list(ir.RankedTensorType(op.results[0].type).shape) == list(x.shape):
                 users = [use.owner.name for use in op.results[0].uses]
                 assert users == ["stablehlo.reduce"], users
+
+
+def _activation_ops(module, shape: list[int], name: str) -> list:
+    from torch_mlir import ir
+
+    with module.context:
+        return [op for op in all_operations(module.operation) if op.name == name
+                and list(ir.RankedTensorType(op.results[0].type).shape) == shape]
+
+
+def test_output_is_one_scale_and_shift_a_channel_as_eager_computes_it():
+    """The output is `x * alpha + beta` (alpha = invstd * weight, beta = bias - mean *
+    alpha), as eager's CPU kernel computes it: x's deviation from the mean is computed
+    for the variance's sum alone, not kept for the output (XLA wrote it out whole,
+    read again by the normalization)."""
+    torch.manual_seed(0)
+    model, x = nn.BatchNorm2d(4), torch.randn(3, 4, 5, 6) * 3 + 1
+    module = assert_matches_eager(model, x).module
+    shape = list(x.shape)
+    (deviation,) = _activation_ops(module, shape, "stablehlo.subtract")
+    with module.context:
+        users = {use.owner.name for use in deviation.results[0].uses}
+        square = deviation.results[0].uses.__iter__().__next__().owner
+        assert users == {"stablehlo.multiply"}
+        assert square.operands[0] == square.operands[1] == deviation.results[0]
+    from torch_mlir import ir
+
+    (output,) = _activation_ops(module, shape, "stablehlo.add")
+    with module.context:
+        scaled = output.operands[0].owner
+        assert scaled.name == "stablehlo.multiply"
+        x_read = [operand for operand in scaled.operands
+                  if isinstance(operand, ir.BlockArgument)]
+        assert len(x_read) == 1  # x itself, times alpha
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_batch_statistics_without_running_ones_match_eager_on_both_paths(dtype, affine):
+    """`F.batch_norm(x, None, None, ..., training=True)` (no running statistics): the
+    same float64 sums and scale and shift as with them, none written."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 6, dtype=dtype) * 3 + 2
+    weight, bias = (torch.rand(3, dtype=dtype) + 0.5, torch.randn(3, dtype=dtype)) \
+        if affine else (None, None)
+
+    def normalize(x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.batch_norm(x, None, None, weight, bias, training=True)
+
+    compiled = assert_matches_eager(normalize, x)
+    shape = list(x.shape)
+    assert len(_activation_ops(compiled.module, shape, "stablehlo.subtract")) == 1
+    by_dynamo(normalize, normalize, (x,), {})
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_input_gradients_far_from_zero_mean_match_eager_on_both_paths(dtype):
+    """The backward's gradients of x, weight and bias, of inputs whose mean is far from
+    zero."""
+    torch.manual_seed(0)
+    model = InputGradients().to(dtype)
+    with torch.no_grad():
+        model.bn.weight.uniform_(0.5, 2)
+    x = torch.randn(8, 4, 6, 6, dtype=dtype) * 3 + 100
+    grad = torch.randn(8, 4, 6, 6, dtype=dtype)
+    assert_matches_eager(model, x, grad)
+    by_dynamo(model, model, (x, grad), {})

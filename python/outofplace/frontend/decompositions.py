@@ -4,9 +4,10 @@ update their running statistics), or says in terms of memory (`put_` and
 `fill_diagonal_` write in row-major element order, `empty_strided` orders dimensions by
 strides, `_neg_view` is a view), or does not do (dropout in eval mode returns its input).
 
-Batch norm's statistics are computed as eager's CPU kernel computes them (`_statistics`),
-for the forward and for the statistics autograd saves, which the program then computes
-once.
+Batch norm in training is computed as eager's CPU kernel computes it: the statistics
+(`_statistics`, for the forward and for the statistics autograd saves, which the program
+then computes once), the output (`_normalize`: one scale and shift a channel) and the
+backward (`_batch_norm_backward`: its sums in float64).
 
 `decompose` runs one table, op to function: these, max_pool_gradient.py's (a pooling's
 gradient without a scatter) and the rewrites of frontend/upstream/ (ops torch-mlir lacks
@@ -165,16 +166,23 @@ def _empty_strided(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node 
 def _normalize(graph: torch.fx.Graph, x: torch.fx.Node, mean: torch.fx.Node,
                invstd: torch.fx.Node, weight: Any, bias: Any,
                per_channel: list[int]) -> torch.fx.Node:
-    """(x - mean) * invstd * weight + bias, weight and bias per channel."""
-    out = call(graph, torch.ops.aten.mul.Tensor,
-               call(graph, torch.ops.aten.sub.Tensor, x, mean), invstd)
+    """(x - mean) * invstd * weight + bias, weight and bias per channel, as eager's CPU
+    kernel computes it (batch_norm_kernel.cpp, `batch_norm_cpu_contiguous_impl`): one
+    scale and one shift a channel, `x * alpha + beta` with `alpha = invstd * weight` and
+    `beta = bias - mean * alpha`. So x is read once, and nothing of x's size but the
+    output is written (`x - mean` would be, read again by the variance's sum)."""
+    alpha = invstd
     if weight is not None:
-        out = call(graph, torch.ops.aten.mul.Tensor, out,
-                   call(graph, torch.ops.aten.view.default, weight, per_channel))
+        alpha = call(graph, torch.ops.aten.mul.Tensor, alpha,
+                     call(graph, torch.ops.aten.view.default, weight, per_channel))
+    shift = call(graph, torch.ops.aten.mul.Tensor, mean, alpha)
     if bias is not None:
-        out = call(graph, torch.ops.aten.add.Tensor, out,
-                   call(graph, torch.ops.aten.view.default, bias, per_channel))
-    return out
+        beta = call(graph, torch.ops.aten.sub.Tensor,
+                    call(graph, torch.ops.aten.view.default, bias, per_channel), shift)
+    else:
+        beta = call(graph, torch.ops.aten.neg.default, shift)
+    return call(graph, torch.ops.aten.add.Tensor,
+                call(graph, torch.ops.aten.mul.Tensor, x, alpha), beta)
 
 
 def _rsqrt(graph: torch.fx.Graph, var: torch.fx.Node, eps: float) -> torch.fx.Node:
@@ -239,7 +247,9 @@ def _update_running(graph: torch.fx.Graph, running: torch.fx.Node, batch: torch.
 @_decomposes(torch.ops.aten.batch_norm.default)
 def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """Training-mode batch_norm updates its running statistics, though its schema does
-    not say so; made explicit as `running_mean.copy_(...)`, `running_var.copy_(...)`:
+    not say so; made explicit as `running_mean.copy_(...)`, `running_var.copy_(...)`
+    (each where it is given), the statistics and the output as eager computes them
+    (`_statistics`, `_normalize`):
 
         mean, var = x.mean(dims), x.var(dims, correction=0)
         out = (x - mean) * rsqrt(var + eps) * weight + bias
@@ -247,7 +257,7 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
         running_var.copy_(running_var * (1 - m) + var * n / (n - 1) * m)
     """
     x, weight, bias, running_mean, running_var, training, momentum, eps = node.args[:8]
-    if not training or running_mean is None or running_var is None:
+    if not training:
         return None
     x_val = x.meta["val"]
     channels = x_val.shape[1]
@@ -258,8 +268,9 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
     out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
     for running, batch, scale in ((running_mean, mean, 1.0),
                                   (running_var, var, count / max(count - 1, 1))):
-        batch = call(graph, torch.ops.aten.view.default, batch, [channels])
-        _update_running(graph, running, batch, momentum, scale)
+        if running is not None:
+            batch = call(graph, torch.ops.aten.view.default, batch, [channels])
+            _update_running(graph, running, batch, momentum, scale)
     return out
 
 
@@ -299,6 +310,74 @@ def _batch_norm_functional(graph: torch.fx.Graph, node: torch.fx.Node
         results.append(call(graph, torch.ops.prims.convert_element_type.default, update,
                             running.meta["val"].dtype))
     return tuple(results)
+
+
+def _as(graph: torch.fx.Graph, value: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
+    """value in dtype (value itself when it is already)."""
+    if value.meta["val"].dtype == dtype:
+        return value
+    return call(graph, torch.ops.prims.convert_element_type.default, value, dtype)
+
+
+@_decomposes(torch.ops.aten.native_batch_norm_backward.default)
+def _batch_norm_backward(graph: torch.fx.Graph, node: torch.fx.Node
+                         ) -> tuple[torch.fx.Node | None, ...] | None:
+    """Training batch norm's backward as eager's CPU kernel computes it
+    (batch_norm_kernel.cpp, `batch_norm_cpu_backward_contiguous_impl`): the two sums
+    over each channel in float64, of terms in x's dtype, the rest in x's dtype:
+
+        sum = Σ dy                      dotp = Σ (x - mean) * dy
+        k = dotp * invstd * invstd / n  grad_mean = sum / n
+        grad_input = (dy - grad_mean - (x - mean) * k) * invstd * weight
+        grad_weight = dotp * invstd     grad_bias = sum
+
+    (PyTorch's decomposition summed in float32: gradients of inputs far from a zero mean
+    differed from eager's.) Eval mode, other dtypes than float32/float64 and mixed
+    dtypes are left to PyTorch's decomposition."""
+    grad_out, x, weight, _, _, mean, invstd, train, _, mask = node.args
+    x_val = x.meta["val"]
+    dtype = x_val.dtype
+    given = [grad_out, mean, invstd] + ([weight] if weight is not None else [])
+    if not train or dtype not in _WIDE or x_val.dim() < 2 or \
+            any(v is None or v.meta["val"].dtype != dtype for v in given):
+        return None
+    channels = x_val.shape[1]
+    dims = [0, *range(2, x_val.dim())]
+    per_channel = [1, channels] + [1] * (x_val.dim() - 2)
+    count = x_val.numel() // channels
+    wide = torch.float64
+
+    def channel(value: torch.fx.Node) -> torch.fx.Node:
+        return call(graph, torch.ops.aten.view.default, value, per_channel)
+
+    mean, invstd = channel(mean), channel(invstd)
+    deviation = call(graph, torch.ops.aten.sub.Tensor, x, mean)
+    total = call(graph, torch.ops.aten.sum.dim_IntList, grad_out, dims, True, dtype=wide)
+    dotp = call(graph, torch.ops.aten.sum.dim_IntList,
+                call(graph, torch.ops.aten.mul.Tensor, deviation, grad_out), dims, True,
+                dtype=wide)
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        k = call(graph, torch.ops.aten.div.Scalar,
+                 call(graph, torch.ops.aten.mul.Tensor,
+                      call(graph, torch.ops.aten.mul.Tensor, _as(graph, dotp, dtype),
+                           invstd), invstd), count)
+        grad_mean = _as(graph, call(graph, torch.ops.aten.div.Scalar, total, count), dtype)
+        grad_input = call(graph, torch.ops.aten.mul.Tensor,
+                          call(graph, torch.ops.aten.sub.Tensor,
+                               call(graph, torch.ops.aten.sub.Tensor, grad_out, grad_mean),
+                               call(graph, torch.ops.aten.mul.Tensor, deviation, k)),
+                          invstd)
+        if weight is not None:
+            grad_input = call(graph, torch.ops.aten.mul.Tensor, grad_input, channel(weight))
+    if mask[1]:
+        grad_weight = call(graph, torch.ops.aten.view.default, _as(
+            graph, call(graph, torch.ops.aten.mul.Tensor, dotp, _as(graph, invstd, wide)),
+            dtype), [channels])
+    if mask[2]:
+        grad_bias = call(graph, torch.ops.aten.view.default, _as(graph, total, dtype),
+                         [channels])
+    return grad_input, grad_weight, grad_bias
 
 
 @_decomposes(torch.ops.aten.instance_norm.default)
