@@ -685,3 +685,28 @@ def test_a_refusal_in_code_compiled_from_a_string_names_its_line_not_outofplace(
             assert location == f"{name}:3"
         else:  # the line calling outofplace.compile
             assert os.path.basename(location.rsplit(":", 1)[0]) == THIS_FILE, location
+
+
+class GradientThroughPlainBatchNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(4, affine=False)
+
+    def forward(self, x, grad):
+        x = x.detach().requires_grad_()
+        return torch.autograd.grad(self.bn(x), [x], grad)
+
+
+def test_a_program_torch_export_leaves_a_traced_constant_in_is_refused_at_its_forward():
+    """torch.export leaves a tensor of the trace as a constant of the program (and raised
+    a RuntimeError asking to file an issue): refused, naming the module's forward."""
+    args = (torch.randn(2, 4, 3, 3), torch.randn(2, 4, 3, 3))
+    before = [a.clone() for a in args]
+    with pytest.raises(outofplace.UnsupportedMutationError) as info:
+        outofplace.compile(GradientThroughPlainBatchNorm(), args)
+    assert_error_at(info.value, "torch.export", "torch.export cannot trace this program: "
+                    "a tensor made while tracing it stays in it as a constant (torch.export "
+                    "alone fails alike; with autograd.grad through a batch norm without "
+                    "affine parameters, for one)",
+                    GradientThroughPlainBatchNorm.forward.__code__.co_firstlineno)
+    assert all(torch.equal(a, b) for a, b in zip(args, before))

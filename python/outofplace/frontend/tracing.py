@@ -11,8 +11,10 @@ the user's line. A plain function and a torch.compile graph are traced as module
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -84,6 +86,22 @@ _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
 # What tracing raises for a write into an expanded view that eager let through (a copy
 # of a tensor onto itself returns early in eager).
 _INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a single memory"
+
+# What torch.export raises when a tensor the trace made is left in the program as a
+# constant (`torch.autograd.grad` through a batch norm without affine parameters: plain
+# torch.export fails alike).
+_TRACED_CONSTANT = "found a fake tensor in the exported program constant's list"
+
+
+def _forward_line(module: torch.nn.Module, frames: traceback.StackSummary) -> str:
+    """`file:line` of the module's forward (the user's program), else (a function or a
+    torch.compile graph traced as a module of ours) the user's innermost line of
+    `frames`."""
+    code = getattr(inspect.unwrap(type(module).forward), "__code__", None)
+    ours = Path(__file__).resolve().parents[1]
+    if code is None or Path(code.co_filename).resolve().is_relative_to(ours):
+        return user_line(frames)
+    return f"{code.co_filename}:{code.co_firstlineno}"
 
 
 def _distinct_tensors(tree: Any) -> Any:
@@ -205,9 +223,15 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
             "`y.as_strided(...)`)", location=line) from error
     except RuntimeError as error:
         meta_state.refuse_meta_device(error)
+        frames = traceback.extract_tb(error.__traceback__)
+        if _TRACED_CONSTANT in str(error):
+            raise UnsupportedMutationError(
+                "torch.export", "torch.export cannot trace this program: a tensor made "
+                "while tracing it stays in it as a constant (torch.export alone fails "
+                "alike; with autograd.grad through a batch norm without affine "
+                "parameters, for one)", location=_forward_line(module, frames)) from error
         if _INTERNAL_OVERLAP not in str(error):
             raise
-        frames = traceback.extract_tb(error.__traceback__)
         raise UnsupportedMutationError(
             "torch.export", "writing into a tensor whose elements share memory (an "
             "expanded view), which tracing refuses as eager refuses most such writes",
