@@ -160,3 +160,12 @@ def create_ranked(name: str, operands: list[ir.Value], shape: list[int], element
     """The result of a new op `name` of one ranked tensor result, at the insertion point."""
     return ir.Operation.create(name, results=[ir.RankedTensorType.get(shape, element)],
                                operands=operands, attributes=attributes).result
+
+
+def reshape(value: ir.Value, shape: list[int], ip: ir.InsertionPoint | None = None,
+            loc: ir.Location | None = None) -> ir.Value:
+    """A new `stablehlo.reshape` of value to shape (value's element type), at ip and loc
+    (default: the current insertion point and location)."""
+    type_ = ir.RankedTensorType.get(shape, ir.RankedTensorType(value.type).element_type)
+    return ir.Operation.create("stablehlo.reshape", results=[type_], operands=[value],
+                               ip=ip, loc=loc).result

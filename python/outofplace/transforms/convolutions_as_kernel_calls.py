@@ -64,7 +64,7 @@ import numpy as np
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import (all_operations, create_ranked, i64_array, ranked_shape,
+from ..ir_utils import (all_operations, create_ranked, i64_array, ranked_shape, reshape,
                         row_major_layout, stablehlo_splat)
 from . import kernel_calls
 from .registry import register_pass
@@ -99,11 +99,6 @@ def _transpose(value: ir.Value, permutation: list[int]) -> ir.Value:
     shape, element = ranked_shape(value), ir.RankedTensorType(value.type).element_type
     return create_ranked("stablehlo.transpose", [value], [shape[p] for p in permutation], element,
                    permutation=ir.DenseI64ArrayAttr.get(permutation))
-
-
-def _reshape(value: ir.Value, shape: list[int]) -> ir.Value:
-    return create_ranked("stablehlo.reshape", [value], shape,
-                   ir.RankedTensorType(value.type).element_type)
 
 
 def _reverse(value: ir.Value, dimensions: list[int]) -> ir.Value:
@@ -334,9 +329,9 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
             if groups == 1:
                 w = _transpose(w, [1, 0, *range(2, rank + 2)])
             else:
-                w = _reshape(w, [groups, o // groups, i, *kernel])
+                w = reshape(w, [groups, o // groups, i, *kernel])
                 w = _transpose(w, [0, 2, 1, *range(3, rank + 3)])
-                w = _reshape(w, [groups * i, o // groups, *kernel])
+                w = reshape(w, [groups * i, o // groups, *kernel])
             reverse = [not r for r in reverse]
         w = _compact(_reverse(w, [2 + d for d, r in enumerate(reverse) if r]))
         # the call, its result N, C, spatial...

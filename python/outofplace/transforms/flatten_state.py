@@ -38,7 +38,7 @@ import math
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 
-from ..ir_utils import all_operations, operations, ranked_shape
+from ..ir_utils import all_operations, operations, ranked_shape, reshape
 from ..signature import io_map_of
 from .registry import register_pass
 
@@ -78,12 +78,6 @@ def _flat_type(value: ir.Value) -> ir.Type:
                                    ir.RankedTensorType(value.type).element_type)
 
 
-def _reshape(value: ir.Value, type_: ir.Type, ip: ir.InsertionPoint, loc: ir.Location
-             ) -> ir.Value:
-    return ir.Operation.create("stablehlo.reshape", results=[type_], operands=[value],
-                               loc=loc, ip=ip).result
-
-
 def _flattened(value: ir.Value, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     """value as a flat tensor: a splat constant made again flat, else a reshape."""
     type_ = _flat_type(value)
@@ -94,7 +88,7 @@ def _flattened(value: ir.Value, ip: ir.InsertionPoint, loc: ir.Location) -> ir.V
                 "stablehlo.constant", results=[type_], loc=value.owner.location, ip=ip,
                 attributes={"value": ir.DenseElementsAttr.get_splat(
                     type_, literal.get_splat_value())}).result
-    return _reshape(value, type_, ip, loc)
+    return reshape(value, [math.prod(ranked_shape(value))], ip, loc)
 
 
 def _through_reshapes(value: ir.Value) -> ir.Value:
@@ -134,7 +128,8 @@ def _flatten(function: func_d.FuncOp) -> None:
             value = block.arguments[argument]
             old_type = value.type
             value.set_type(_flat_type(value))
-            back = _reshape(value, old_type, ir.InsertionPoint(first), first.location)
+            back = reshape(value, ir.RankedTensorType(old_type).shape, ir.InsertionPoint(first),
+                           first.location)
             value.replace_all_uses_except(back, back.owner.operation)
             flat_arguments.add(value)
     # In program order, so each op's operands in the cone are flat before it.
@@ -153,7 +148,8 @@ def _flatten(function: func_d.FuncOp) -> None:
         outside = [(use.owner.operation, use.operand_number) for use in op.result.uses
                    if not (use.owner.name in ELEMENTWISE and use.owner.result in cone)]
         if outside:
-            back = _reshape(op.result, old_type, ir.InsertionPoint.after(op), op.location)
+            back = reshape(op.result, ir.RankedTensorType(old_type).shape,
+                           ir.InsertionPoint.after(op), op.location)
             for owner, number in outside:
                 owner.operands[number] = back
     for result, value in new_values.items():

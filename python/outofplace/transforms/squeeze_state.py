@@ -36,7 +36,7 @@ from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 from torch_mlir.dialects import func as func_d
 
-from ..ir_utils import all_operations, operations, ranked_shape
+from ..ir_utils import all_operations, operations, ranked_shape, reshape
 from ..signature import io_map_of
 from .registry import register_pass
 
@@ -57,12 +57,6 @@ def inserted_unit_dims(source: list[int], result: list[int]) -> list[int] | None
 
 def _tensor_type(shape: list[int], like: ir.Value) -> ir.Type:
     return ir.RankedTensorType.get(shape, ir.RankedTensorType(like.type).element_type)
-
-
-def _reshape(value: ir.Value, shape: list[int], ip: ir.InsertionPoint, loc: ir.Location
-             ) -> ir.Value:
-    return ir.Operation.create("stablehlo.reshape", results=[_tensor_type(shape, value)],
-                               operands=[value], loc=loc, ip=ip).result
 
 
 def _unsqueezed_operand(op: ir.Operation) -> tuple[ir.Value, list[int]] | None:
@@ -99,8 +93,8 @@ def _squeeze_update(op: ir.Operation) -> bool:
         kept = [n for d, n in enumerate(update_shape) if d not in removed]
         new = ir.Operation.create(
             "stablehlo.dynamic_update_slice", results=[source.type], loc=loc, ip=ip,
-            operands=[source, _reshape(update, kept, ip, loc), *starts])
-        op.result.replace_all_uses_with(_reshape(new.result, ranked_shape(op.result), ip, loc))
+            operands=[source, reshape(update, kept, ip, loc), *starts])
+        op.result.replace_all_uses_with(reshape(new.result, ranked_shape(op.result), ip, loc))
         op.erase()
         return True
     if op.name != "stablehlo.scatter" or len(op.operands) != 3:
@@ -122,7 +116,7 @@ def _squeeze_update(op: ir.Operation) -> bool:
     kept = [n for u, n in enumerate(update_shape) if u not in gone]
     # changed where it is: the update body stays with the op
     op.operands[0] = source
-    op.operands[2] = _reshape(update, kept, ip, loc)
+    op.operands[2] = reshape(update, kept, ip, loc)
     op.attributes["scatter_dimension_numbers"] = _stablehlo.ScatterDimensionNumbers.get(
         _dropped(window_dims, gone), _dropped(inserted, removed), _dropped(batching, removed),
         list(numbers.scatter_indices_batching_dims), _dropped(indexed, removed),
@@ -175,7 +169,7 @@ def _squeeze_argument(function: func_d.FuncOp, argument: int, result: int) -> bo
     if len(squeezed) == len(shape) or ret.operands[result].type != value.type:
         return False
     _squeeze_block_argument(block, argument, _tensor_type(squeezed, value))
-    ret.operands[result] = _reshape(ret.operands[result], squeezed, ir.InsertionPoint(ret),
+    ret.operands[result] = reshape(ret.operands[result], squeezed, ir.InsertionPoint(ret),
                                     ret.location)
     return True
 
@@ -209,10 +203,10 @@ def _squeeze_carried(loop: ir.Operation) -> bool:
         if len(squeezed) == len(shape) or ret.operands[i] == body.arguments[i]:
             continue
         old_type, new_type = value.type, _tensor_type(squeezed, value)
-        loop.operands[i] = _reshape(value, squeezed, ir.InsertionPoint(loop), loop.location)
+        loop.operands[i] = reshape(value, squeezed, ir.InsertionPoint(loop), loop.location)
         for region in loop.regions:
             _squeeze_block_argument(region.blocks[0], i, new_type)
-        ret.operands[i] = _reshape(ret.operands[i], squeezed, ir.InsertionPoint(ret),
+        ret.operands[i] = reshape(ret.operands[i], squeezed, ir.InsertionPoint(ret),
                                    ret.location)
         result = loop.results[i]
         result.set_type(new_type)
