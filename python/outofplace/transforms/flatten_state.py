@@ -128,8 +128,8 @@ def _flatten(function: func_d.FuncOp) -> None:
             value = block.arguments[argument]
             old_type = value.type
             value.set_type(_flat_type(value))
-            back = reshape(value, ir.RankedTensorType(old_type).shape, ir.InsertionPoint(first),
-                           first.location)
+            back = reshape(value, ir.RankedTensorType(old_type).shape,
+                           ir.InsertionPoint(first), first.location)
             value.replace_all_uses_except(back, back.owner.operation)
             flat_arguments.add(value)
     # In program order, so each op's operands in the cone are flat before it.

@@ -170,7 +170,7 @@ def _squeeze_argument(function: func_d.FuncOp, argument: int, result: int) -> bo
         return False
     _squeeze_block_argument(block, argument, _tensor_type(squeezed, value))
     ret.operands[result] = reshape(ret.operands[result], squeezed, ir.InsertionPoint(ret),
-                                    ret.location)
+                                   ret.location)
     return True
 
 
@@ -207,7 +207,7 @@ def _squeeze_carried(loop: ir.Operation) -> bool:
         for region in loop.regions:
             _squeeze_block_argument(region.blocks[0], i, new_type)
         ret.operands[i] = reshape(ret.operands[i], squeezed, ir.InsertionPoint(ret),
-                                   ret.location)
+                                  ret.location)
         result = loop.results[i]
         result.set_type(new_type)
         after = ir.Operation.create("stablehlo.reshape", results=[old_type],
