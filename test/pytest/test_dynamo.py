@@ -439,3 +439,41 @@ def test_training_step_with_a_learning_rate_scheduler(dtype):
         eager_scheduler.step()
         for got, expected in zip(model.parameters(), eager_model.parameters()):
             torch.testing.assert_close(got, expected, **tolerance)
+
+
+class TransposedAverage(torch.nn.Module):
+    """An average buffer updated from a float64 parameter and returned transposed (eager
+    lays that output out over the buffer's storage), beside a write through `split`'s
+    view; the input is not read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.arange(6, dtype=torch.float64).view(3, 2) - 2)
+        self.register_buffer("ema", torch.arange(6.0).view(3, 2) - 3)
+        self.register_buffer("b", torch.arange(9.0).view(3, 3) - 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        with torch.no_grad():
+            self.ema.copy_(0.9 * self.ema + (1 - 0.9) * self.w)
+        for part in self.b.split(3, 1):
+            part.neg_()
+        return self.ema.t(),
+
+
+def test_output_laid_out_over_a_storage_of_symbolic_size_matches_eager():
+    """After a recompile for another layout of its input (dynamic shapes, the default),
+    the output's storage had a symbolic size though its layout is concrete: laying the
+    output out raised PyTorch's "SymIntArrayRef expected to contain only concrete
+    integers"; it is the elements the view reaches."""
+    torch._dynamo.reset()
+    eager, compiled = TransposedAverage(), TransposedAverage()
+    run = torch.compile(compiled, backend="outofplace")
+    x = torch.arange(8.0).view(2, 1, 2, 2) - 3
+    for layout in (x.contiguous(memory_format=torch.channels_last), x.transpose(2, 3),
+                   x.contiguous()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            (got,), (expected,) = run(layout), eager(layout)
+        assert got.stride() == expected.stride()
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        assert_module_state_matches(compiled, eager)

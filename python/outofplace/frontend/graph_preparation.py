@@ -68,7 +68,8 @@ def _eager_layout(node: torch.fx.Node) -> tuple | None:
     tensor a result of main is: (strides, storage offset, storage size in elements).
     A graph's next graph (after a graph break) and the caller see it as eager has it: a
     transposed clone's `contiguous()` copies, a view of it steps as eager's does. None
-    for a contiguous output, and where the layout is symbolic (dynamic sizes)."""
+    for a contiguous output, and where the layout is symbolic (dynamic sizes); a storage
+    of symbolic size (a concrete view of it) taken as the elements the view reaches."""
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor) or complex_pairs.is_complex(value):
         return None
@@ -77,8 +78,11 @@ def _eager_layout(node: torch.fx.Node) -> tuple | None:
         return None
     if value.is_contiguous() and value.storage_offset() == 0:
         return None
-    return (tuple(value.stride()), value.storage_offset(),
-            value.untyped_storage().nbytes() // value.element_size())
+    storage = value.untyped_storage().nbytes() // value.element_size()
+    if not isinstance(storage, int):  # (a storage sized symbolically: what the view reaches)
+        storage = value.storage_offset() + (0 if value.numel() == 0 else 1 + sum(
+            (n - 1) * s for n, s in zip(value.shape, value.stride())))
+    return tuple(value.stride()), value.storage_offset(), storage
 
 
 def state_value(ep: ExportedProgram, target: str) -> torch.Tensor | None:
