@@ -31,6 +31,13 @@ def element_offsets(value: torch.Tensor) -> torch.Tensor:
     return addresses.reshape(-1)
 
 
+def end_of(value: torch.Tensor) -> int:
+    """One past the last storage element a tensor's layout reaches (its storage offset
+    when it has no elements)."""
+    return value.storage_offset() + (sum(
+        (n - 1) * st for n, st in zip(value.shape, value.stride())) + 1 if value.numel() else 0)
+
+
 # Above this many elements the exact overlap test is not run and overlap is assumed.
 _OVERLAP_TEST_LIMIT = 1 << 24
 
@@ -161,9 +168,7 @@ def spans_of_inputs(inputs: list[Any], views: dict[int, int], first: int = 0
                 continue
             group += [i for i, base in views.items() if base in group]
             start = min(inputs[i].storage_offset() for i in group)
-            end = max(inputs[i].storage_offset() + sum(
-                (n - 1) * st for n, st in zip(inputs[i].shape, inputs[i].stride())) + 1
-                for i in group)
+            end = max(end_of(inputs[i]) for i in group)
             spans.append((tuple(sorted(group)), start, end))
     return spans
 

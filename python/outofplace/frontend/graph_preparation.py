@@ -26,7 +26,7 @@ from . import (bounds_checks, complex_pairs, control_flow, fx_rewrites, higher_o
                input_views, meta_state, training)
 from .. import op_registry
 from ..errors import UnsupportedMutationError
-from ..memory import shared_memory, span_tensor, view_layout, views_of_inputs
+from ..memory import end_of, shared_memory, span_tensor, view_layout, views_of_inputs
 from ..signature import Input, ProgramSignature, Result
 from .fx_graph import (call, fake_mode_of, is_position_view, op_effects, operand_at,
                        source_line, storage_of, view_roots)
@@ -80,8 +80,7 @@ def _eager_layout(node: torch.fx.Node) -> tuple | None:
         return None
     storage = value.untyped_storage().nbytes() // value.element_size()
     if not isinstance(storage, int):  # (a storage sized symbolically: what the view reaches)
-        storage = value.storage_offset() + (0 if value.numel() == 0 else 1 + sum(
-            (n - 1) * s for n, s in zip(value.shape, value.stride())))
+        storage = end_of(value)
     return tuple(value.stride()), value.storage_offset(), storage
 
 

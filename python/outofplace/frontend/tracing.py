@@ -28,6 +28,7 @@ from torch.export import ExportedProgram
 
 from . import control_flow, cumulative_batch_norm, meta_state, training
 from ..errors import UnsupportedMutationError
+from ..memory import end_of
 from .masked_values import MaskedValues
 from .saved_tensors import SavedTensors
 from .runtime_positions import RuntimePositions, user_line
@@ -120,11 +121,9 @@ def _distinct_tensors(tree: Any) -> Any:
         if storage not in storages:
             storages.add(storage)
             return leaf
-        extent = sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride())) + 1 \
-            if leaf.numel() else 0
         with torch.no_grad():  # the elements the layout reaches, expanded ones too
             memory = torch.empty(0, dtype=leaf.dtype, device=leaf.device).set_(
-                leaf.untyped_storage())[:leaf.storage_offset() + extent].clone()
+                leaf.untyped_storage())[:end_of(leaf)].clone()
         copy = memory.as_strided(leaf.shape, leaf.stride(), leaf.storage_offset())
         return copy.requires_grad_(leaf.requires_grad)
 
