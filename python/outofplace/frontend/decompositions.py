@@ -244,6 +244,15 @@ def _update_running(graph: torch.fx.Graph, running: torch.fx.Node, batch: torch.
     call(graph, torch.ops.aten.copy_.default, running, update)
 
 
+def _per_channel(x: torch.Tensor) -> tuple[int, list[int], list[int], int]:
+    """Batch norm's view of x [N, C, ...]: its channels, the dimensions each channel's
+    statistics reduce, the shape of a per-channel value broadcast over x, and the
+    elements a channel has."""
+    channels = x.shape[1]
+    return (channels, [0, *range(2, x.dim())], [1, channels] + [1] * (x.dim() - 2),
+            x.numel() // channels)
+
+
 @_decomposes(torch.ops.aten.batch_norm.default)
 def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """Training-mode batch_norm updates its running statistics, though its schema does
@@ -260,10 +269,7 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
     if not training:
         return None
     x_val = x.meta["val"]
-    channels = x_val.shape[1]
-    dims = [0, *range(2, x_val.dim())]
-    per_channel = [1, channels] + [1] * (x_val.dim() - 2)
-    count = x_val.numel() // channels
+    channels, dims, per_channel, count = _per_channel(x_val)
     mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
     out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
     for running, batch, scale in ((running_mean, mean, 1.0),
@@ -292,10 +298,7 @@ def _batch_norm_functional(graph: torch.fx.Graph, node: torch.fx.Node
     x_val = x.meta["val"]
     if not training or x_val.dtype not in _WIDE or x_val.dim() < 2:
         return None
-    channels = x_val.shape[1]
-    dims = [0, *range(2, x_val.dim())]
-    per_channel = [1, channels] + [1] * (x_val.dim() - 2)
-    count = x_val.numel() // channels
+    channels, dims, per_channel, count = _per_channel(x_val)
     mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
     out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
     results: list[torch.fx.Node] = [out]
@@ -341,10 +344,7 @@ def _batch_norm_backward(graph: torch.fx.Graph, node: torch.fx.Node
     if not train or dtype not in _WIDE or x_val.dim() < 2 or \
             any(v is None or v.meta["val"].dtype != dtype for v in given):
         return None
-    channels = x_val.shape[1]
-    dims = [0, *range(2, x_val.dim())]
-    per_channel = [1, channels] + [1] * (x_val.dim() - 2)
-    count = x_val.numel() // channels
+    channels, dims, per_channel, count = _per_channel(x_val)
     wide = torch.float64
 
     def channel(value: torch.fx.Node) -> torch.fx.Node:
