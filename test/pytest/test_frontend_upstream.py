@@ -36,11 +36,6 @@ def remainder(a, b):  # remainder.py
     return torch.remainder(b, -1.5) + torch.fmod(a, 0.75)
 
 
-def addcmul(s, a, b):  # addcmul.py
-    s.addcmul_(a, b, value=0.5)
-    return torch.addcdiv(s, a, b.abs() + 1, value=-2)
-
-
 def scans(x, s):  # scans.py
     s.cumsum_(0)
     return x.logcumsumexp(1) + s
@@ -74,8 +69,6 @@ CASES = [
                            torch.tensor([[True, False, True]]).expand(3, 3))),
     (remainder, lambda d: (torch.randn(5, dtype=d) * 4, torch.tensor([1.5, -1.5, 2.0, -0.5, 3.0],
                                                                      dtype=d))),
-    (addcmul, lambda d: (torch.randn(3, 4, dtype=d), torch.randn(4, dtype=torch.float32),
-                         torch.randn(3, 1, dtype=torch.float32))),
     (scans, lambda d: (torch.tensor([[1e4, 1.0, -3.0], [0.5, 2.0, 1e3]], dtype=d),
                        torch.tensor(2.5, dtype=d))),
     (scatters, lambda d: (torch.randn(4, 3, dtype=d), torch.randn(2, 3, dtype=d))),

@@ -138,22 +138,6 @@ func.func @main(%a: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
     assert _fails_to_legalize(result), f"fmod.Scalar lowers now:\n{result.stdout}"
 
 
-def test_addcmul_multiplies_by_value_last() -> None:
-    """upstream/addcmul.py: (a * b) * value, where eager computes (value * a) * b."""
-    result = _to_stablehlo("""
-func.func @main(%s: !torch.vtensor<[3,4],f32>, %a: !torch.vtensor<[4],f32>, %b: !torch.vtensor<[3,1],f32>) -> !torch.vtensor<[3,4],f32> {
-  %f = torch.constant.float 5.000000e-01
-  %0 = torch.aten.addcmul %s, %a, %b, %f : !torch.vtensor<[3,4],f32>, !torch.vtensor<[4],f32>, !torch.vtensor<[3,1],f32>, !torch.float -> !torch.vtensor<[3,4],f32>
-  return %0 : !torch.vtensor<[3,4],f32>
-}""")
-    assert result.returncode == 0, result.stderr
-    first = re.search(r"stablehlo\.multiply (%\w+), (%\w+)", result.stdout)
-    broadcasts = {m.group(1): m.group(2) for m in re.finditer(
-        r"(%\w+) = stablehlo\.broadcast_in_dim (%\w+),", result.stdout)}
-    assert first and {broadcasts.get(first.group(1)), broadcasts.get(first.group(2))} == \
-        {"%arg1", "%arg2"}, f"addcmul's first product is no longer a * b:\n{result.stdout}"
-
-
 def test_logcumsumexp_is_log_of_cumsum_of_exp() -> None:
     """upstream/scans.py: log(cumsum(exp(x))), which overflows (llvm/torch-mlir#4748)."""
     result = _to_stablehlo("""

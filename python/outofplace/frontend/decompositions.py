@@ -10,8 +10,9 @@ then computes once), the output (`_normalize`: one scale and shift a channel) an
 backward (`_batch_norm_backward`: its sums in float64).
 
 `decompose` runs one table, op to function: these, max_pool_gradient.py's (a pooling's
-gradient without a scatter) and the rewrites of frontend/upstream/ (ops torch-mlir lacks
-or mis-lowers, each with its issue and canary).
+gradient without a scatter), fused_multiply_adds.py's (eager's one-rounding `add` with
+alpha, `addcmul`, `lerp`) and the rewrites of frontend/upstream/ (ops torch-mlir lacks or
+mis-lowers, each with its issue and canary).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
-from . import max_pool_gradient, upstream
+from . import fused_multiply_adds, max_pool_gradient, upstream
 from .fx_graph import call, operand_at, source_line, view_roots
 from .inline import inline_call
 
@@ -50,9 +51,10 @@ def decompose(graph: torch.fx.Graph) -> None:
     for node in list(graph.nodes):
         fn = _DECOMPOSITIONS.get(node.target) or \
             max_pool_gradient.DECOMPOSITIONS.get(node.target) or \
+            fused_multiply_adds.DECOMPOSITIONS.get(node.target) or \
             upstream.DECOMPOSITIONS.get(node.target)
         if fn is None and isinstance(node.target, torch._ops.OpOverload):
-            fn = upstream.DECOMPOSITIONS_BY_NAME.get(node.target._schema.name)
+            fn = fused_multiply_adds.DECOMPOSITIONS_BY_NAME.get(node.target._schema.name)
         if fn is None:
             continue
         with graph.inserting_before(node):

@@ -19,8 +19,9 @@ import operator
 import torch
 import torch.fx
 
-from . import (complex_pairs, decompositions, expanded_positions, optimizer_ops,
-               out_arguments, reduced_precision, refusals, shape_changes, strided_views)
+from . import (complex_pairs, decompositions, expanded_positions, fused_multiply_adds,
+               optimizer_ops, out_arguments, reduced_precision, refusals, shape_changes,
+               strided_views)
 from .upstream import scalar_operands, undefined_ops, unlowered_ops
 from .fx_graph import fake_mode_of, is_list_view, op_effects, storage_of
 
@@ -40,6 +41,7 @@ def rewrite(graph: torch.fx.Graph) -> None:
     out_arguments.functional_out_writes(graph)
     undefined_ops.real_conjugations(graph)
     scalar_operands.scalars_as_tensors(graph)
+    fused_multiply_adds.dynamo_fmas_as_eager_ops(graph)
     reduced_precision.compute_in_float32(graph)  # before addcmul_ is a mul and an add_
     decompositions.decompose(graph)
     unlowered_ops.decompose_unregistered(graph)

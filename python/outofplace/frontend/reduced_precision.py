@@ -111,8 +111,6 @@ def _pointwise_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
                         dtype=torch.float32)
         return _in_float32(graph, value)  # (a wider 0-d tensor stays: read as a number)
 
-    if node.target is torch.ops.prims.fma.default:
-        _product_in_float32(graph, node)
     with graph.inserting_before(node):
         args = tuple(operand(a) for a in node.args)
         kwargs = {k: operand(v) for k, v in node.kwargs.items()}
@@ -136,17 +134,3 @@ def _accumulate_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     result.meta = dict(node.meta)  # its value too: views of it keep its storage
     node.replace_all_uses_with(result)
     graph.erase_node(node)
-
-
-def _product_in_float32(graph: torch.fx.Graph, fma: torch.fx.Node) -> None:
-    """Dynamo writes `x.addcmul_(a, b, value=v)` as `fma(a * b, v, x)`: the product, which
-    eager's addcmul keeps in float32, computed in float32 too (not rounded to a * b's
-    dtype on its way into the fma)."""
-    product = fma.args[0]
-    if not (isinstance(product, torch.fx.Node) and product.target is A.mul.Tensor and
-            list(product.users) == [fma] and _is_reduced(product.meta.get("val"))):
-        return
-    with graph.inserting_before(product):
-        exact = call(graph, A.mul.Tensor, *(_in_float32(graph, a) for a in product.args))
-    fma.args = (exact, *fma.args[1:])
-    graph.erase_node(product)

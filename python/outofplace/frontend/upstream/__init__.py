@@ -9,12 +9,11 @@ upstream fixed it; delete the module's entry, then the canary.
 
 | module | rewrite | torch-mlir's fault |
 |---|---|---|
-| `undefined_ops.py` | ravel, mT/swapaxes/..., squeeze.dims, real conjugations, _efficientzerotensor, prims::fma | not defined by the dialect |
+| `undefined_ops.py` | ravel, mT/swapaxes/..., squeeze.dims, real conjugations, _efficientzerotensor | not defined by the dialect |
 | `unlowered_ops.py` | ops decomposed by torch-mlir's and PyTorch's tables; the undefined rest refused | not defined, or not lowered (`NOT_LOWERED`), or lowered wrongly |
 | `scalar_operands.py` | Python scalars as 0-d tensors; bitwise Scalar forms as Tensor forms | the importer's float32/bool scalars; no bitwise Scalar forms |
 | `attention.py` | scaled_dot_product_attention → matmul, softmax | masked or causal attention does not lower |
 | `remainder.py` | remainder → fmod and a sign fix; fmod.Scalar → fmod.Tensor | remainder with C's sign; fmod.Scalar does not lower |
-| `addcmul.py` | addcmul/addcdiv in eager's order | (a * b) * value, not (value * a) * b |
 | `scans.py` | logcumsumexp as a doubling scan; cumsum of a 0-d tensor | log(cumsum(exp)) overflows; 0-d cumsum does not lower |
 | `scatters.py` | as_strided_scatter → index_put; select_scatter index from the end; slice_scatter bounds clamped | no lowering; no scatter indices; unbounded allocation |
 | `max_pool.py` | max_pool2d_with_indices stride [] → the kernel | an empty stride read as 1 |
@@ -26,13 +25,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import (addcmul, attention, bool_clamp, convolution_backward, max_pool, remainder,
+from . import (attention, bool_clamp, convolution_backward, max_pool, remainder,
                scans, scatters, undefined_ops)
 
 # op -> rewrite, for frontend/decompositions.py's `decompose` (a rewrite returns the
 # node's replacement, a tuple for an op of several results, or None: declined).
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
-    op: fn for module in (undefined_ops, attention, remainder, addcmul, scans, scatters,
+    op: fn for module in (undefined_ops, attention, remainder, scans, scatters,
                           max_pool, bool_clamp, convolution_backward)
     for op, fn in module.DECOMPOSITIONS.items()}
-DECOMPOSITIONS_BY_NAME = dict(undefined_ops.DECOMPOSITIONS_BY_NAME)

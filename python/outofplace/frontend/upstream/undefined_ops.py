@@ -2,8 +2,8 @@
 `torch.operator`, which no lowering accepts), rewritten as the defined ops they are:
 `ravel`, the transposing views (`mT`, `mH`, `adjoint`, `matrix_H`, `swapaxes`,
 `swapdims`), `squeeze.dims`, the conjugation views of real tensors (`resolve_conj`,
-`resolve_neg`, `conj_physical_`), autograd's `_efficientzerotensor` and inductor's
-`prims::fma`.
+`resolve_neg`, `conj_physical_`) and autograd's `_efficientzerotensor` (inductor's
+`prims::fma`: frontend/fused_multiply_adds.py).
 
 Upstream: no issue found (none of these ops is in torch-mlir's GeneratedTorchOps.td, and
 no torch-mlir issue asks for them; #4192 is the same kind of gap for `fliplr`).
@@ -23,8 +23,7 @@ from ..fx_graph import call
 UNDEFINED = ("torch.aten.ravel", "torch.aten.mT", "torch.aten.mH", "torch.aten.adjoint",
              "torch.aten.matrix_H", "torch.aten.swapaxes", "torch.aten.swapdims",
              "torch.aten.squeeze.dims", "torch.aten.resolve_conj", "torch.aten.resolve_neg",
-             "torch.aten.conj_physical_", "torch.aten._efficientzerotensor",
-             "torch.prims.fma")
+             "torch.aten.conj_physical_", "torch.aten._efficientzerotensor")
 
 # Conjugation and negation views that are the tensor itself on real tensors (eager
 # returns self).
@@ -78,26 +77,6 @@ def _zero_tensor(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
                                {"dtype": value.dtype})
 
 
-def _fma(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """fma(a, b, c)  =>  a * b + c. Dynamo writes `addcmul_`/`addcdiv_` with a `value`
-    and `add_` with a tensor `alpha` as inductor's fma (its own decompositions); eager's
-    kernels round after the product, as this does. A product (addcdiv: quotient) of
-    narrower operands than the result (`a * b` of float32 tensors into a float64 self) is
-    computed in the result's dtype, as eager's addcmul does."""
-    a, b, c = node.args[:3]
-    dtype = getattr(node.meta.get("val"), "dtype", None)
-    if isinstance(a, torch.fx.Node) and a.target in (torch.ops.aten.mul.Tensor,
-                                                     torch.ops.aten.div.Tensor) and \
-            list(a.users) == [node] and dtype is not None and dtype.is_floating_point \
-            and a.meta["val"].dtype != dtype and \
-            torch.promote_types(a.meta["val"].dtype, dtype) == dtype:
-        a = call(graph, a.target, *(
-            call(graph, torch.ops.aten._to_copy.default, operand, dtype=dtype)
-            if isinstance(operand, torch.fx.Node) else operand for operand in a.args))
-    return graph.call_function(torch.ops.aten.add.Tensor,
-                               (call(graph, torch.ops.aten.mul.Tensor, a, b), c))
-
-
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     torch.ops.aten.ravel.default: _ravel,
     **{op: _as_transpose for op in (*_TRANSPOSE_LAST, torch.ops.aten.swapaxes.default,
@@ -106,6 +85,3 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     torch.ops.aten._efficientzerotensor.default: _zero_tensor,
 }
 
-# Ops defined only once their module is imported (torch._inductor.inductor_prims), by
-# schema name.
-DECOMPOSITIONS_BY_NAME: dict[str, Callable[..., Any]] = {"prims::fma": _fma}
