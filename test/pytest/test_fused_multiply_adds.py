@@ -92,3 +92,41 @@ def test_adam_moments_bit_for_bit(dtype) -> None:
     torch.compile(moments, backend="outofplace")(m_d, v_d, g)
     for actual in ((m, v), (m_d, v_d)):
         assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1])
+
+
+@pytest.mark.parametrize("foreach", [False, True], ids=["single_tensor", "foreach"])
+def test_adam_moments_of_multidimensional_parameters(foreach: bool) -> None:
+    """torch.optim.Adam's moments of a convolution's weight and a matrix, bit for bit on
+    both paths: the XLA engine computes written state flat (transforms/flatten_state.py),
+    the gradient read in its own shape, and XLA's reshape mover (off in COMPILE_OPTIONS)
+    made the gradient's square a product of that shape, which XLA's fusion emitter did
+    not contract as eager does."""
+    shapes = [(16, 8, 3, 3), (12, 20), (7,)]
+
+    def make():
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+        grads = [torch.randn(s) for s in shapes]
+        opt = torch.optim.Adam(params, lr=1e-2, foreach=foreach)
+
+        def step(*gs):
+            for p, g in zip(params, gs):
+                p.grad = g
+            opt.step()
+        step(*grads)  # the state exists before compiling
+        return params, opt, step, grads
+
+    eager_params, eager_opt, eager_step, grads = make()
+    for _ in range(2):
+        eager_step(*grads)
+    for compiled_by in ("outofplace.compile", "torch.compile"):
+        params, opt, step, _ = make()
+        torch._dynamo.reset()
+        run = outofplace.compile(step, grads) if compiled_by == "outofplace.compile" \
+            else torch.compile(step, backend="outofplace")
+        for _ in range(2):
+            run(*grads)
+        for p, q in zip(params, eager_params):
+            for key in ("exp_avg", "exp_avg_sq"):
+                differ = (opt.state[p][key] != eager_opt.state[q][key]).sum().item()
+                assert differ == 0, f"{compiled_by}: {key} of {tuple(p.shape)}: {differ}"

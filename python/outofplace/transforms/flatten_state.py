@@ -8,7 +8,9 @@ the elementwise update runs at 1.06 ns an element where the same update over a f
 takes 0.43 (SGD with momentum over ResNet-18's parameters: 12.0 ms a step against eager's
 6.5; JAX's own program pays the same, docs/performance.md). XLA cannot be told to flatten:
 its reshape mover sinks reshapes of every operand of an elementwise op below it, so a
-flattening inside the program is undone. A parameter that is flat itself stays so:
+flattening inside the program is undone (the XLA engine now compiles without the mover,
+backends/xla COMPILE_OPTIONS, for the operands this pass reshapes). A parameter that is
+flat itself stays so:
 
     func.func @main(%w: tensor<64x64x3x3xf32> {tf.aliasing_output = 0 : i32}, %g: ...)
       %s = stablehlo.multiply %g, %lr : tensor<64x64x3x3xf32>

@@ -159,6 +159,12 @@ class XlaCompileError(RuntimeError):
 # place (docs/backends.md). With excess precision allowed (XLA's default), XLA drops the
 # rounding to bfloat16/float16 between two ops (a float32 -> bfloat16 -> float32 convert
 # pair), where eager rounds after every op: results differ from eager's in a third of the
-# elements of `x * 0.1 + y * 3.3 - 0.2` in bfloat16.
+# elements of `x * 0.1 + y * 3.3 - 0.2` in bfloat16. XLA's reshape mover sinks the reshape
+# of a non-flat operand of a flat update (outofplace-flatten-state) below the ops that
+# read it: a gradient's square in Adam's `v.mul_(b2).addcmul_(g, g, ...)` became a product
+# of the gradient's shape beside the flat state, which XLA's fusion emitter did not
+# contract into the add as eager's fused multiply-add does (a third of a convolution
+# weight's second moment one rounding off); without it the update is one flat loop.
 COMPILE_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True,
-                   "xla_allow_excess_precision": False}
+                   "xla_allow_excess_precision": False,
+                   "xla_disable_hlo_passes": "reshape-mover"}
