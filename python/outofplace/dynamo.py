@@ -366,10 +366,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     if unknown:
         raise ValueError(f"torch.compile(backend='outofplace') takes the options "
                          f"{', '.join(BACKEND_OPTIONS)}, not {', '.join(unknown)}")
-    _data_as_detach(gm)
-    if _needs_gradients(example_inputs):
+    if _needs_gradients(example_inputs):  # (AOTAutograd traces `.data` itself)
         names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
         return _training_backend(names, options)(gm, example_inputs)
+    _data_as_detach(gm)
     if shared_memory(list(example_inputs))[0]:
         return ViewsOfInputs(gm, example_inputs, options)
     return _compile_graph(gm, example_inputs, options=options)

@@ -317,6 +317,34 @@ def test_write_through_data_of_a_buffer_and_a_parameter(path, grad):
     assert torch.equal(model.scale, eager.scale)
 
 
+class DataWriteBesideAnUnbindOfIt(torch.nn.Module):
+    """A row of a parameter that requires grad, taken by unbind (a view eager does not
+    allow to see an in-place write of its base), then the parameter overwritten through
+    `.data` (which autograd does not see)."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([[1.0, 0.0], [2.0, -1.0]], dtype=dtype))
+
+    def forward(self, x):
+        self.w.data.clamp_(-3, 1)
+        row = self.w.unbind(0)[-1]
+        self.w.data.copy_(x)
+        return row * 2, self.w.t()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_data_write_beside_an_unbind_view_of_a_parameter_with_gradients(path, dtype):
+    """The backend turned `.data` into `detach()` for AOTAutograd's trace too, whose
+    write then bumped the version an unbind view checks ("Output 1 of Unbind is a view
+    and its base ... has been modified inplace"); AOTAutograd traces `.data` itself."""
+    model, eager = DataWriteBesideAnUnbindOfIt(dtype), DataWriteBesideAnUnbindOfIt(dtype)
+    _calls_match_eager(model, eager, [torch.randn(2, 2, dtype=dtype) for _ in range(3)],
+                       path, True)
+    assert torch.equal(model.w, eager.w)
+
+
 def test_set_to_a_storage_is_refused_at_its_line():
     def program(x, y):
         x.set_(y.untyped_storage())
