@@ -25,12 +25,16 @@ Each computes in eager's dtype: the one its operands promote to (a float64 self 
 float32 s and t multiplies in float64), float32 for float16 and bfloat16 (eager's
 "opmath"), rounded once to the result's dtype.
 
+A product by a negative number (`sub`, a negative alpha or value, lerp's w - 1) LLVM
+rewrites as a subtraction of the positive one, whose first operand it contracts first: so
+x - p is written -(p - x), the same value with the product first. The XLA engine
+compiles without XLA's reshape mover (backends/xla COMPILE_OPTIONS), which computed a
+product of a non-flat operand apart from a flat state's update and so contracted the
+other one.
+
 Not matched: a product XLA contracts that eager rounds, `b.mul_(0.9)` feeding a later add
 or subtract (`.addcdiv_(...)`, `.add_(x)`, `lerp_`'s `y - b`): eager rounds b * 0.9 and
-XLA does not (the result is the more precise); and an fma whose operands XLA's fusion
-emitter computes in another shape than its result (a slice of a written
-multi-dimensional buffer, flattened for the XLA engine: transforms/flatten_state.py)
-may be contracted at the other product; and XLA folds a product of constants
+XLA does not (the result is the more precise); and XLA folds a product of constants
 (`b.mul_(0.9).addcmul_(b, b, value=0.01)`: (b * 0.9) * 0.01 is b * 0.009). Each is one
 rounding from eager's.
 """
