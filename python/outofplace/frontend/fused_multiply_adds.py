@@ -205,8 +205,12 @@ def dynamo_fmas_as_eager_ops(graph: torch.fx.Graph) -> None:
 
 
 def _fma(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """Any other fma(a, b, c) (dynamo's `add_` with a tensor alpha)  =>  a * b + c"""
+    """Any other fma(a, b, c) (dynamo's `add_` with a tensor alpha)  =>  a * b + c, in the
+    result's dtype (a float32 product into a float64 c multiplies in float64)."""
     a, b, c = node.args[:3]
+    dtype = node.meta["val"].dtype
+    if dtype.is_floating_point:
+        a, b = (_as(graph, o, dtype) if isinstance(o, torch.fx.Node) else o for o in (a, b))
     return _fused(graph, call(graph, A.mul.Tensor, a, b), c)
 
 

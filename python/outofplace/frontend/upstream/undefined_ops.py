@@ -84,4 +84,3 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     torch.ops.aten.squeeze.dims: _squeeze_dims,
     torch.ops.aten._efficientzerotensor.default: _zero_tensor,
 }
-
