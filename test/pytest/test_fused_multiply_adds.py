@@ -130,3 +130,22 @@ def test_adam_moments_of_multidimensional_parameters(foreach: bool) -> None:
             for key in ("exp_avg", "exp_avg_sq"):
                 differ = (opt.state[p][key] != eager_opt.state[q][key]).sum().item()
                 assert differ == 0, f"{compiled_by}: {key} of {tuple(p.shape)}: {differ}"
+
+
+def test_tensor_alpha_of_a_narrower_operand_multiplies_in_the_result_dtype() -> None:
+    """`x.add_(y, alpha=t)` with a tensor t, which dynamo writes as inductor's fma: a
+    float32 y into a float64 x multiplies in float64, as eager's add does."""
+    def update(x, y, t):
+        x.add_(y, alpha=t[0])
+        return x
+
+    torch.manual_seed(0)
+    x, y, t = torch.randn(N, dtype=torch.float64), torch.randn(N), torch.rand(1) + 0.1
+    expected = update(x.clone(), y, t)
+    for compiled_by in ("outofplace.compile", "torch.compile"):
+        torch._dynamo.reset()
+        actual = x.clone()
+        run = outofplace.compile(update, (actual, y, t)) \
+            if compiled_by == "outofplace.compile" else torch.compile(update, backend="outofplace")
+        run(actual, y, t)
+        assert torch.equal(actual, expected), compiled_by

@@ -107,28 +107,49 @@ def _magnitude(number: Any) -> tuple[Any, bool]:
     return abs(number), math.copysign(1, number) < 0
 
 
-def _add(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    """add(x, y, alpha=a)  =>  y * a + x (sub: alpha -a)"""
+def _scaled(graph: torch.fx.Graph, value: torch.fx.Node, scale: Any, wide: torch.dtype
+            ) -> torch.fx.Node:
+    """value * scale: a number (or a symbolic one, read with `.item()`: a 0-d tensor once
+    optimizer_ops.scalars_read_as_tensors has run), or that 0-d tensor."""
+    if isinstance(scale, torch.fx.Node) and isinstance(scale.meta.get("val"), torch.Tensor):
+        return call(graph, A.mul.Tensor, value, _as(graph, scale, wide))
+    return call(graph, A.mul.Scalar, value, scale)
+
+
+def scaled_add(graph: torch.fx.Graph, node: torch.fx.Node, alpha: Any
+               ) -> torch.fx.Node | None:
+    """add(x, y, alpha=a)  =>  y * a + x; sub: -(y * a - x) (a number: y * -a + x). `alpha`
+    a number, or a 0-d tensor for a number read with `.item()` (optimizer_ops.py)."""
     x, y = node.args[:2]
-    alpha = node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
-    if not (_is_number(alpha) and alpha != 1 and isinstance(x, torch.fx.Node) and
-            isinstance(y, torch.fx.Node)):
+    if not (isinstance(x, torch.fx.Node) and isinstance(y, torch.fx.Node)):
         return None
     dtype = _dtype(x, y)
     if dtype is None:
         return None
-    alpha = torch.tensor(alpha, dtype=dtype).item()  # eager rounds it to the dtype
     wide = _opmath(dtype)
     x, y = _as(graph, x, wide), _as(graph, y, wide)
-    if node.target in (A.sub.Tensor, A.sub_.Tensor):
-        alpha = -alpha
-    scale, negated = _magnitude(alpha)
-    product = call(graph, A.mul.Scalar, y, scale)
+    subtract = node.target in (A.sub.Tensor, A.sub_.Tensor)
+    if isinstance(alpha, torch.fx.Node):  # a 0-d tensor: eager rounds it to the dtype
+        product = _scaled(graph, y, _as(graph, alpha, dtype), wide)
+        total = call(graph, A.neg.default, call(graph, A.sub.Tensor, product, x)) \
+            if subtract else _fused(graph, product, x)
+        return _stored(graph, node, total, dtype)
+    alpha = torch.tensor(alpha, dtype=dtype).item()
+    scale, negated = _magnitude(-alpha if subtract else alpha)
+    product = _scaled(graph, y, scale, wide)
     return _stored(graph, node, _fused(graph, product, x, negated), dtype)
 
 
+def _add(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """add/sub with a number alpha other than 1: `scaled_add`"""
+    alpha = node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
+    if not _is_number(alpha) or alpha == 1:
+        return None
+    return scaled_add(graph, node, alpha)
+
+
 def _multiply_add(graph: torch.fx.Graph, x: torch.fx.Node, first: torch.fx.Node,
-                  second: torch.fx.Node, value: object, divide: bool
+                  second: torch.fx.Node, value: Any, divide: bool
                   ) -> tuple[torch.fx.Node, torch.dtype] | None:
     """addcmul: (s * v) * t + x; addcdiv: x + (s * v) / t; in eager's opmath dtype, and
     the dtype of the result."""
@@ -138,22 +159,28 @@ def _multiply_add(graph: torch.fx.Graph, x: torch.fx.Node, first: torch.fx.Node,
     wide = _opmath(dtype)
     x, first, second = (_as(graph, o, wide) for o in (x, first, second))
     if divide:
-        scaled = call(graph, A.mul.Scalar, first, value)
-        return call(graph, A.add.Tensor, x, call(graph, A.div.Tensor, scaled, second)), dtype
+        quotient = call(graph, A.div.Tensor, _scaled(graph, first, value, wide), second)
+        return call(graph, A.add.Tensor, x, quotient), dtype
     scale, negated = _magnitude(value)
-    product = call(graph, A.mul.Tensor, call(graph, A.mul.Scalar, first, scale), second)
+    product = call(graph, A.mul.Tensor, _scaled(graph, first, scale, wide), second)
     return _fused(graph, product, x, negated), dtype
 
 
-def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    """addcmul(x, s, t, value=v), addcdiv(...): `_multiply_add`"""
+def multiply_add(graph: torch.fx.Graph, node: torch.fx.Node, value: Any
+                 ) -> torch.fx.Node | None:
+    """addcmul(x, s, t, value=v), addcdiv(...): `_multiply_add`. `value` a number, or a
+    0-d tensor for a number read with `.item()` (optimizer_ops.py)."""
     x, first, second = node.args[:3]
-    value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value", 1)
     if not all(isinstance(o, torch.fx.Node) for o in (x, first, second)):
         return None
     divide = node.target in (A.addcdiv.default, A.addcdiv_.default)
     result = _multiply_add(graph, x, first, second, value, divide)
     return None if result is None else _stored(graph, node, *result)
+
+
+def _addcmul(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    return multiply_add(graph, node, node.args[3] if len(node.args) > 3
+                        else node.kwargs.get("value", 1))
 
 
 def _lerp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:

@@ -22,6 +22,7 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
+from . import fused_multiply_adds
 from .fx_graph import call, op_effects, source_line
 
 aten = torch.ops.aten
@@ -373,15 +374,12 @@ def _tensor_form(e: _Emitter, node: torch.fx.Node, tensors: dict[torch.fx.Node, 
     args = [t(a) for a in node.args]
     kwargs = {k: t(v) for k, v in node.kwargs.items()}
     if packet in (aten.addcmul_, aten.addcdiv_, aten.addcmul, aten.addcdiv) and \
-            scalar_names == ["value"] and not scalar_positions:
-        combine = "mul.Tensor" if packet in (aten.addcmul_, aten.addcmul) else "div.Tensor"
-        term = e(combine, e("mul.Tensor", args[1], kwargs["value"]), args[2])
-        return e("add_.Tensor" if packet in (aten.addcmul_, aten.addcdiv_) else
-                 "add.Tensor", args[0], term)
+            scalar_names == ["value"] and not scalar_positions:  # as eager rounds them
+        return fused_multiply_adds.multiply_add(e.graph, node, kwargs["value"])
     if packet in (aten.add_, aten.sub_, aten.add, aten.sub) and scalar_names == ["alpha"] \
-            and not scalar_positions and len(args) == 2:  # x.add_(y, alpha=t.item())
-        return e(f"{packet.__name__}.Tensor", args[0],
-                 e("mul.Tensor", _as_tensor(e, args[1]), kwargs["alpha"]))
+            and not scalar_positions and len(args) == 2 and \
+            isinstance(args[1], torch.fx.Node):  # x.add_(y, alpha=t.item())
+        return fused_multiply_adds.scaled_add(e.graph, node, kwargs["alpha"])
     if scalar_names:
         return None
     overload = _per_tensor_overload(packet, args, kwargs)
