@@ -28,7 +28,7 @@ from .compiled import Compiled
 from .compiled import compile as compile_program
 from .errors import UnsupportedMutationError
 from .frontend.input_views import take_view
-from .memory import shared_memory, span_tensor
+from .memory import end_of, shared_memory, span_tensor
 
 # Programs kept per graph with symbolic sizes; past this the least recently used goes.
 SHAPE_CACHE_SIZE = 16
@@ -44,8 +44,10 @@ def _concrete(example: Any) -> Any:
     inputs are the model's weights too)."""
     if isinstance(example, torch.Tensor) and \
             isinstance(example, torch._subclasses.fake_tensor.FakeTensor):
-        storage = torch.empty(example.untyped_storage().nbytes() // example.itemsize,
-                              dtype=example.dtype, device="meta")
+        elements = example.untyped_storage().nbytes() // example.itemsize
+        if isinstance(elements, torch.SymInt):  # (dynamo's recompile after another
+            elements = end_of(example)           # layout): the elements the view reaches
+        storage = torch.empty(elements, dtype=example.dtype, device="meta")
         return storage.as_strided(example.shape, example.stride(), example.storage_offset())
     return example
 

@@ -477,3 +477,51 @@ def test_output_laid_out_over_a_storage_of_symbolic_size_matches_eager():
         assert got.stride() == expected.stride()
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
         assert_module_state_matches(compiled, eager)
+
+
+class DoubledThroughData(torch.nn.Module):
+    """A parameter that needs gradients doubled through `.data`, beside a product of the
+    inputs, which arrive as views into longer tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([0.0, -1.0, 1.0]))
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = s * x[0]
+        self.w.data.mul_(2)
+        return self.w[1:], self.w, y
+
+
+def _stepped(t: torch.Tensor) -> torch.Tensor:  # every other element of a longer tensor
+    return torch.stack([t, torch.full_like(t, 99)], -1).flatten(-2)[..., ::2]
+
+
+def _sliced(t: torch.Tensor) -> torch.Tensor:  # rows 1.. of a tensor with two more rows
+    return torch.cat([torch.full_like(t[:1], 99), t, torch.full_like(t[:1], 99)])[1:-1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_input_of_symbolic_storage_in_a_graph_with_gradients_matches_eager(dtype):
+    """After dynamo's recompile for another layout of an input (a view at another offset
+    into a longer tensor), the forward graph AOTAutograd makes takes that input with a
+    storage of symbolic size: it was traced from a meta tensor of that size, and
+    torch.export raised "Expect size to be a plain tuple of ints"; it is the elements the
+    view reaches (fuzz modules 3443 of seed 61003000)."""
+    torch._dynamo.reset()
+    eager, compiled = DoubledThroughData(), DoubledThroughData()
+    run = torch.compile(compiled, backend="outofplace")
+    xs = [torch.tensor(v, dtype=dtype) for v in ([-2.0, 0.0, 1.0, -1.0, 2.0],
+                                                  [0.0, 2.0, 3.0, -1.0, 1.0],
+                                                  [1.0, -2.0, -1.0, 2.0, 0.0])]
+    ss = [torch.tensor([[[0.0, 2.0, 1.0]]], dtype=torch.float16),
+          torch.tensor([[[1.0, 0.0, -1.0]]], dtype=torch.float16),
+          torch.tensor([[[1.0, 0.0, -1.0]]], dtype=torch.float16)]
+    for x, s in zip((_stepped(xs[0]), _sliced(xs[1]), xs[2]),
+                    (_stepped(ss[0]), ss[1], _sliced(ss[2]))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got, expected = run(x, s), eager(x, s)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=0)
+        assert_module_state_matches(compiled, eager)
