@@ -118,8 +118,9 @@ def _scaled(graph: torch.fx.Graph, value: torch.fx.Node, scale: Any, wide: torch
 
 def scaled_add(graph: torch.fx.Graph, node: torch.fx.Node, alpha: Any
                ) -> torch.fx.Node | None:
-    """add(x, y, alpha=a)  =>  y * a + x; sub: -(y * a - x) (a number: y * -a + x). `alpha`
-    a number, or a 0-d tensor for a number read with `.item()` (optimizer_ops.py)."""
+    """add(x, y, alpha=a)  =>  y * a + x; sub  =>  x - y * a; each written with the
+    product first (`_fused`). `alpha` a number, or a 0-d tensor for a number read with
+    `.item()` (optimizer_ops.py)."""
     x, y = node.args[:2]
     if not (isinstance(x, torch.fx.Node) and isinstance(y, torch.fx.Node)):
         return None
