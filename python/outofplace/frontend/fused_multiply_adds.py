@@ -52,22 +52,21 @@ from .fx_graph import call
 A = torch.ops.aten
 
 
-def _dtype(*operands: object) -> torch.dtype | None:
-    """The dtype eager computes a pointwise op of these operands in, when it is a
-    floating one."""
+def _in_opmath(graph: torch.fx.Graph, *operands: torch.fx.Node
+               ) -> tuple[torch.dtype, torch.dtype, list[torch.fx.Node]] | None:
+    """For a pointwise op of these tensors: the dtype of eager's result, the dtype eager
+    computes it in ("opmath": float32 for float16 and bfloat16) and each operand in that
+    one; None when the result is not floating."""
     from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-    values = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in operands]
-    if not all(isinstance(v, (torch.Tensor, int, float)) for v in values):
+    values = [o.meta.get("val") for o in operands]
+    if not all(isinstance(v, torch.Tensor) for v in values):
         return None
-    _, dtype = elementwise_dtypes(
+    wide, dtype = elementwise_dtypes(
         *values, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
-    return dtype if dtype.is_floating_point else None
-
-
-def _opmath(dtype: torch.dtype) -> torch.dtype:
-    """The dtype eager's CPU kernel computes in: float32 for float16 and bfloat16."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    if not dtype.is_floating_point:
+        return None
+    return dtype, wide, [_as(graph, o, wide) for o in operands]
 
 
 def _as(graph: torch.fx.Graph, operand: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
@@ -124,20 +123,17 @@ def scaled_add(graph: torch.fx.Graph, node: torch.fx.Node, alpha: Any
     x, y = node.args[:2]
     if not (isinstance(x, torch.fx.Node) and isinstance(y, torch.fx.Node)):
         return None
-    dtype = _dtype(x, y)
-    if dtype is None:
+    found = _in_opmath(graph, x, y)
+    if found is None:
         return None
-    wide = _opmath(dtype)
-    x, y = _as(graph, x, wide), _as(graph, y, wide)
+    dtype, wide, (x, y) = found
     subtract = node.target in (A.sub.Tensor, A.sub_.Tensor)
     if isinstance(alpha, torch.fx.Node):  # a 0-d tensor: eager rounds it to the dtype
-        product = _scaled(graph, y, _as(graph, alpha, dtype), wide)
-        total = call(graph, A.neg.default, call(graph, A.sub.Tensor, product, x)) \
-            if subtract else _fused(graph, product, x)
-        return _stored(graph, node, total, dtype)
-    alpha = torch.tensor(alpha, dtype=dtype).item()
-    scale, negated = _magnitude(-alpha if subtract else alpha)
-    product = _scaled(graph, y, scale, wide)
+        product, negated = _scaled(graph, y, _as(graph, alpha, dtype), wide), subtract
+    else:
+        alpha = torch.tensor(alpha, dtype=dtype).item()
+        scale, negated = _magnitude(-alpha if subtract else alpha)
+        product = _scaled(graph, y, scale, wide)
     return _stored(graph, node, _fused(graph, product, x, negated), dtype)
 
 
@@ -154,11 +150,10 @@ def _multiply_add(graph: torch.fx.Graph, x: torch.fx.Node, first: torch.fx.Node,
                   ) -> tuple[torch.fx.Node, torch.dtype] | None:
     """addcmul: (s * v) * t + x; addcdiv: x + (s * v) / t; in eager's opmath dtype, and
     the dtype of the result."""
-    dtype = _dtype(x, first, second)
-    if dtype is None:
+    found = _in_opmath(graph, x, first, second)
+    if found is None:
         return None
-    wide = _opmath(dtype)
-    x, first, second = (_as(graph, o, wide) for o in (x, first, second))
+    dtype, wide, (x, first, second) = found
     if divide:
         quotient = call(graph, A.div.Tensor, _scaled(graph, first, value, wide), second)
         return call(graph, A.add.Tensor, x, quotient), dtype
@@ -190,11 +185,10 @@ def _lerp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     if not (isinstance(x, torch.fx.Node) and isinstance(y, torch.fx.Node) and
             (_is_number(weight) or isinstance(weight, torch.fx.Node))):
         return None
-    dtype = _dtype(x, y)
-    if dtype is None:
+    found = _in_opmath(graph, x, y)
+    if found is None:
         return None
-    wide = _opmath(dtype)
-    x, y = _as(graph, x, wide), _as(graph, y, wide)
+    dtype, wide, (x, y) = found
     difference = call(graph, A.sub.Tensor, y, x)
     if _is_number(weight):  # eager's weight in its opmath dtype, w - 1 computed in it
         w = torch.tensor(weight, dtype=wide)
