@@ -104,3 +104,31 @@ module {
     return %5, %0, %cache : !torch.vtensor<[],si64>, !torch.vtensor<[4],f32>, !torch.tensor<[8,4],f32>
   }
 }
+
+// -----
+
+// An op kept whole (frontend/composites.py: a region of kind "composite"): a
+// stablehlo.composite named after the op, with its attributes, its decomposition the
+// region's function lowered, private.
+// CHECK-LABEL: func.func @main(
+// CHECK-SAME:    %[[X:.*]]: tensor<4x3xf32>, %[[W:.*]]: tensor<3xf32>)
+// CHECK-NEXT:    %[[R:.*]] = stablehlo.composite "aten.mul.Tensor" %[[X]], %[[W]] {composite_attributes = {outofplace.kernel = "aten::mul.Tensor", outofplace.returns = array<i64: 0>, outofplace.tensors = array<i64: 0, 1>, outofplace.written = array<i64>}, decomposition = @aten.mul.Tensor.region2_body} : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+// CHECK-NEXT:    return %[[R]] : tensor<4x3xf32>
+// CHECK:       func.func private @aten.mul.Tensor.region2_body(%[[A:.*]]: tensor<4x3xf32>, %[[B:.*]]: tensor<3xf32>) -> tensor<4x3xf32>
+// CHECK-NEXT:    %[[BB:.*]] = stablehlo.broadcast_in_dim %[[B]], dims = [1] : (tensor<3xf32>) -> tensor<4x3xf32>
+// CHECK-NEXT:    %[[P:.*]] = stablehlo.multiply %[[A]], %[[BB]] : tensor<4x3xf32>
+// CHECK-NEXT:    return %[[P]] : tensor<4x3xf32>
+// CHECK-NOT:     torch
+module {
+  func.func @main(%x: !torch.vtensor<[4,3],f32> loc("x"), %w: !torch.vtensor<[3],f32> loc("w")) -> !torch.vtensor<[4,3],f32> {
+    %int2 = torch.constant.int 2
+    %ops = torch.prim.ListConstruct %x, %w : (!torch.vtensor<[4,3],f32>, !torch.vtensor<[3],f32>) -> !torch.list<vtensor>
+    %r = torch.operator "torch.outofplace.region"(%int2, %ops) {outofplace.carried = 0 : i64, outofplace.composite = "aten.mul.Tensor", outofplace.composite_attributes = {outofplace.kernel = "aten::mul.Tensor", outofplace.returns = array<i64: 0>, outofplace.tensors = array<i64: 0, 1>, outofplace.written = array<i64>}, outofplace.functions = [@region2_body], outofplace.kind = "composite", outofplace.written = []} : (!torch.int, !torch.list<vtensor>) -> !torch.list<vtensor>
+    %0 = torch.prim.ListUnpack %r : !torch.list<vtensor> -> !torch.vtensor<[4,3],f32>
+    return %0 : !torch.vtensor<[4,3],f32>
+  }
+  func.func private @region2_body(%a: !torch.vtensor<[4,3],f32> loc("x"), %b: !torch.vtensor<[3],f32> loc("w")) -> !torch.vtensor<[4,3],f32> {
+    %0 = torch.aten.mul.Tensor %a, %b : !torch.vtensor<[4,3],f32>, !torch.vtensor<[3],f32> -> !torch.vtensor<[4,3],f32>
+    return %0 : !torch.vtensor<[4,3],f32>
+  }
+}

@@ -26,7 +26,8 @@ from typing import Any, Callable
 from torch_mlir import ir
 
 from ..errors import UnsupportedMutationError
-from ..transforms import convolutions_as_kernel_calls, dots_as_kernel_calls
+from ..transforms import (composites_as_kernel_calls, convolutions_as_kernel_calls,
+                          dots_as_kernel_calls)
 from ..ir_utils import all_operations
 
 OP_NAME = "outofplace.op"  # transforms/kernel_calls.py's backend_config entries: the op
@@ -35,7 +36,9 @@ OP_NAME = "outofplace.op"  # transforms/kernel_calls.py's backend_config entries
 CONVOLUTION = convolutions_as_kernel_calls.TARGET
 # ... and of the matrix products (transforms/dots_as_kernel_calls.py)
 DOT = dots_as_kernel_calls.TARGET
-EAGER_TARGETS = (CONVOLUTION, DOT)  # the legalization's calls of eager's own kernels
+# ... and of the ops kept whole (batch norm: transforms/composites_as_kernel_calls.py)
+COMPOSITE = composites_as_kernel_calls.TARGET
+EAGER_TARGETS = (CONVOLUTION, DOT, COMPOSITE)  # the legalization's calls of eager's kernels
 
 _registered: set[str] = set()
 _lock = threading.Lock()

@@ -12,6 +12,8 @@
 // no operand), which of the op's returns are the call's results (`outofplace.returns`,
 // default: every return that aliases no argument), and a result written permuted
 // (`outofplace.permute.<result>`: XLA's buffer holds `permute` of the op's return).
+// transforms/composites_as_kernel_calls.py adds one: an out= argument
+// (`outofplace.out.<position>` = the result whose buffer it is: the op writes it there).
 // This one handler, registered for every such target, wraps XLA's buffers as CPU tensors
 // (from_blob, no copy) and calls the op through the c10 dispatcher on the thread that
 // called the program when it was called through `at_home` (kernel_home.h: the caller's
@@ -207,6 +209,12 @@ std::shared_ptr<Call> read_call(ffi::RemainingArgs args, ffi::RemainingRets rets
   for (size_t position = 0; position < schema.arguments().size(); ++position) {
     const auto& argument = schema.arguments()[position];
     if (next_tensor >= tensors.size() || tensors[next_tensor] != int64_t(position)) {
+      std::string out = "outofplace.out." + std::to_string(position);
+      if (attrs.contains(out)) {  // an out= argument: XLA's result buffer, written there
+        auto ret = need(rets.get<ffi::AnyBuffer>(need(attrs.get<int64_t>(out), out)), out);
+        call->stack.emplace_back(over(*ret, ret->untyped_data()));
+        continue;
+      }
       std::string unread = "outofplace.unread." + std::to_string(position);
       if (attrs.contains(unread)) {  // only its sizes are read: no memory written
         auto sizes = need(attrs.get<ffi::Span<const int64_t>>(unread), unread);

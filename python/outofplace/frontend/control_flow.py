@@ -46,8 +46,10 @@ _DEFINED: set[str] = set()
 class Region:
     """One traced region: `kind` "cond" (graphs: true, false; operands: pred, then the
     branches' operands) or "while" (graphs: cond, body; operands: the carried values,
-    then the rest). Each graph takes the operands after `pred` and returns its outputs,
-    then the new value of each operand in `written` (positions among those operands)."""
+    then the rest), or "composite" (graphs: an op's decomposition, composites.py, with
+    the op's `name` and the `attributes` its kernel takes). Each graph takes the
+    operands after `pred` and returns its outputs, then the new value of each operand
+    in `written` (positions among those operands)."""
 
     kind: str
     graphs: list[torch.fx.GraphModule]
@@ -56,6 +58,8 @@ class Region:
     outputs: list[torch.Tensor]  # fake values of the op's results
     location: str
     names: list[str] = field(default_factory=list)  # functions, set by the importer
+    name: str = ""  # a composite's op
+    attributes: dict[str, Any] = field(default_factory=dict)  # a composite's
 
 
 REGIONS: dict[int, Region] = {}
@@ -298,11 +302,17 @@ def _refuse_aliasing(operands: list[torch.Tensor], written: list[int], op: str,
                               "close over only one of them", location)
 
 
+def register(region: Region) -> int:
+    """Keeps `region` in `REGIONS`; returns its id."""
+    rid = next(_IDS)
+    REGIONS[rid] = region
+    return rid
+
+
 def _call(region: Region, operands: list[torch.Tensor]) -> list[torch.Tensor]:
     """Records the region's op in the program and copies each written operand's new
     value back into it; returns the region's own outputs."""
-    rid = next(_IDS)
-    REGIONS[rid] = region
+    rid = register(region)
     shift = 1 if region.kind == "cond" else 0
     results = list(region_op()(rid, list(operands)))
     n = len(results) - len(region.written)

@@ -23,7 +23,7 @@ import torch
 import torch.fx
 
 from ..errors import UnsupportedMutationError
-from . import fused_multiply_adds, max_pool_gradient, upstream
+from . import composites, fused_multiply_adds, max_pool_gradient, upstream
 from .fx_graph import call, operand_at, source_line, view_roots
 from .inline import inline_call
 
@@ -266,11 +266,20 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
         out = (x - mean) * rsqrt(var + eps) * weight + bias
         running_mean.copy_(running_mean * (1 - m) + mean * m)
         running_var.copy_(running_var * (1 - m) + var * n / (n - 1) * m)
-    """
+
+    With both running statistics, of a float32 or float64 x: eager's
+    `_native_batch_norm_legit_functional` kept whole (`_batch_norm_functional`) and
+    its new statistics copied into them."""
     x, weight, bias, running_mean, running_var, training, momentum, eps = node.args[:8]
     if not training:
         return None
     x_val = x.meta["val"]
+    if running_mean is not None and running_var is not None and x_val.dtype in _WIDE and \
+            x_val.dim() >= 2:
+        results = _functional_composite(graph, node, torch.ops.aten.batch_norm.default)
+        for running, value in zip((running_mean, running_var), results[3:]):
+            call(graph, torch.ops.aten.copy_.default, running, value)
+        return results[0]
     channels, dims, per_channel, count = _per_channel(x_val)
     mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
     out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
@@ -282,39 +291,84 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
     return out
 
 
+def _functional_body(momentum: float, eps: float
+                     ) -> Callable[[torch.fx.Graph, list], list[torch.fx.Node]]:
+    """The decomposition of `_native_batch_norm_legit_functional` (training): its five
+    results from x, weight, bias, running_mean, running_var (weight, bias maybe None)."""
+    def body(graph: torch.fx.Graph, tensors: list) -> list[torch.fx.Node]:
+        x, weight, bias, running_mean, running_var = tensors
+        channels, dims, per_channel, count = _per_channel(x.meta["val"])
+        mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
+        out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
+        results: list[torch.fx.Node] = [out]
+        for value in (mean, invstd):
+            results.append(call(graph, torch.ops.aten.view.default, value, [channels]))
+        for running, batch, scale in ((running_mean, mean, 1.0),
+                                      (running_var, var, count / max(count - 1, 1))):
+            batch = call(graph, torch.ops.aten.view.default, batch, [channels])
+            update = call(graph, torch.ops.aten.add.Tensor,
+                          call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
+                          call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
+            results.append(call(graph, torch.ops.prims.convert_element_type.default, update,
+                                running.meta["val"].dtype))
+        return results
+    return body
+
+
+_FUNCTIONAL = torch.ops.aten._native_batch_norm_legit_functional.default
+
+
+def _functional_composite(graph: torch.fx.Graph, node: torch.fx.Node,
+                          op: torch._ops.OpOverload) -> list[torch.fx.Node]:
+    """`_native_batch_norm_legit_functional(x, weight, bias, running_mean, running_var,
+    True, momentum, eps)` for `node` (that op, or a training `batch_norm` of the same
+    arguments) kept whole (composites.py): its five results. A second one of the same
+    tensors and numbers, none of x, weight, bias written between, whose new running
+    statistics are not read (the one saved_tensors.py replays beside a `batch_norm` for
+    the statistics the backward reads) is the first's: computed once."""
+    x, weight, bias, running_mean, running_var = node.args[:5]
+    momentum, eps = node.args[6:8]
+    operands = [x, weight, bias, running_mean, running_var]
+    if op is _FUNCTIONAL and not any(u.args[1] in (3, 4) for u in node.users):
+        for earlier in reversed(list(graph.nodes)[:list(graph.nodes).index(node)]):
+            region = composites.region_of(earlier)
+            if region is not None and region.name == composites.name_of(_FUNCTIONAL) and \
+                    earlier.args[1] == [o for o in operands if o is not None] and \
+                    region.attributes.get("momentum") == momentum and \
+                    region.attributes.get("eps") == eps and \
+                    composites.same_operands_unwritten(graph, earlier, node, operands[:3]):
+                return composites.results_of(earlier)
+    # eager's kernel: `_native_batch_norm_legit.out`, the running statistics updated in
+    # place and the rest written into out=, save_mean=, save_invstd=
+    kernel = torch.ops.aten._native_batch_norm_legit.out
+    positions = {a.name: p for p, a in enumerate(kernel._schema.arguments)}
+    return composites.composite(
+        graph, _FUNCTIONAL, kernel, dict(enumerate(operands)),
+        {"training": True, "momentum": momentum, "eps": eps},
+        _functional_body(momentum, eps), source_line(node), node.meta.get("stack_trace"),
+        written=[positions[name] for name in ("out", "save_mean", "save_invstd",
+                                              "running_mean", "running_var")])
+
+
 @_decomposes(torch.ops.aten._native_batch_norm_legit_functional.default)
 def _batch_norm_functional(graph: torch.fx.Graph, node: torch.fx.Node
                            ) -> tuple[torch.fx.Node, ...] | None:
     """The functional batch norm autograd saves the statistics of (a training step's
     backward reads its `save_mean`, `save_invstd`; frontend/saved_tensors.py replays it
-    beside the forward's `batch_norm`), with the statistics `batch_norm`'s decomposition
-    computes, so the compiled program computes them once (the same ops on the same
-    operand: torch-mlir's and XLA's CSE) and as eager does:
+    beside the forward's `batch_norm`), kept whole (composites.py) with the statistics
+    `batch_norm`'s decomposition computes, computed once (`_functional_composite`) and
+    as eager does:
 
         out, mean, invstd, running_mean * (1 - m) + mean * m,
         running_var * (1 - m) + var * n / (n - 1) * m
 
     Other dtypes than float32/float64, and eval mode, are left to PyTorch's
     decomposition (frontend/upstream/unlowered_ops.py)."""
-    x, weight, bias, running_mean, running_var, training, momentum, eps = node.args[:8]
+    x, training = node.args[0], node.args[5]
     x_val = x.meta["val"]
     if not training or x_val.dtype not in _WIDE or x_val.dim() < 2:
         return None
-    channels, dims, per_channel, count = _per_channel(x_val)
-    mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
-    out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
-    results: list[torch.fx.Node] = [out]
-    for value in (mean, invstd):
-        results.append(call(graph, torch.ops.aten.view.default, value, [channels]))
-    for running, batch, scale in ((running_mean, mean, 1.0),
-                                  (running_var, var, count / max(count - 1, 1))):
-        batch = call(graph, torch.ops.aten.view.default, batch, [channels])
-        update = call(graph, torch.ops.aten.add.Tensor,
-                      call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
-                      call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
-        results.append(call(graph, torch.ops.prims.convert_element_type.default, update,
-                            running.meta["val"].dtype))
-    return tuple(results)
+    return tuple(_functional_composite(graph, node, _FUNCTIONAL))
 
 
 def _as(graph: torch.fx.Graph, value: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
@@ -328,8 +382,9 @@ def _as(graph: torch.fx.Graph, value: torch.fx.Node, dtype: torch.dtype) -> torc
 def _batch_norm_backward(graph: torch.fx.Graph, node: torch.fx.Node
                          ) -> tuple[torch.fx.Node | None, ...] | None:
     """Training batch norm's backward as eager's CPU kernel computes it
-    (batch_norm_kernel.cpp, `batch_norm_cpu_backward_contiguous_impl`): the two sums
-    over each channel in float64, of terms in x's dtype, the rest in x's dtype:
+    (batch_norm_kernel.cpp, `batch_norm_cpu_backward_contiguous_impl`), kept whole
+    (composites.py): the two sums over each channel in float64, of terms in x's dtype,
+    the rest in x's dtype:
 
         sum = Σ dy                      dotp = Σ (x - mean) * dy
         k = dotp * invstd * invstd / n  grad_mean = sum / n
@@ -339,14 +394,32 @@ def _batch_norm_backward(graph: torch.fx.Graph, node: torch.fx.Node
     (PyTorch's decomposition summed in float32: gradients of inputs far from a zero mean
     differed from eager's.) Eval mode, other dtypes than float32/float64 and mixed
     dtypes are left to PyTorch's decomposition."""
-    grad_out, x, weight, _, _, mean, invstd, train, _, mask = node.args
+    grad_out, x, weight, _, _, mean, invstd, train, eps, mask = node.args
     x_val = x.meta["val"]
     dtype = x_val.dtype
     given = [grad_out, mean, invstd] + ([weight] if weight is not None else [])
     if not train or dtype not in _WIDE or x_val.dim() < 2 or \
             any(v is None or v.meta["val"].dtype != dtype for v in given):
         return None
-    channels, dims, per_channel, count = _per_channel(x_val)
+    returns = [i for i in range(3) if mask[i]]
+    if not returns:
+        return (None, None, None)
+    op = torch.ops.aten.native_batch_norm_backward.default
+    results = composites.composite(
+        graph, op, op, {0: grad_out, 1: x, 2: weight, 3: None, 4: None, 5: mean, 6: invstd},
+        {"train": True, "eps": eps, "output_mask": [bool(m) for m in mask]},
+        lambda g, tensors: _backward_body(g, tensors, mask), source_line(node),
+        node.meta.get("stack_trace"), returns=returns)
+    made = dict(zip(returns, results))
+    return tuple(made.get(i) for i in range(3))
+
+
+def _backward_body(graph: torch.fx.Graph, tensors: list, mask: list[bool]
+                   ) -> list[torch.fx.Node]:
+    """`_batch_norm_backward`'s decomposition: the gradients `mask` asks for."""
+    grad_out, x, weight, _, _, mean, invstd = tensors
+    dtype = x.meta["val"].dtype
+    channels, dims, per_channel, count = _per_channel(x.meta["val"])
     wide = torch.float64
 
     def channel(value: torch.fx.Node) -> torch.fx.Node:
@@ -358,7 +431,7 @@ def _batch_norm_backward(graph: torch.fx.Graph, node: torch.fx.Node
     dotp = call(graph, torch.ops.aten.sum.dim_IntList,
                 call(graph, torch.ops.aten.mul.Tensor, deviation, grad_out), dims, True,
                 dtype=wide)
-    grad_input = grad_weight = grad_bias = None
+    results = []
     if mask[0]:
         k = call(graph, torch.ops.aten.div.Scalar,
                  call(graph, torch.ops.aten.mul.Tensor,
@@ -372,14 +445,15 @@ def _batch_norm_backward(graph: torch.fx.Graph, node: torch.fx.Node
                           invstd)
         if weight is not None:
             grad_input = call(graph, torch.ops.aten.mul.Tensor, grad_input, channel(weight))
+        results.append(grad_input)
     if mask[1]:
-        grad_weight = call(graph, torch.ops.aten.view.default, _as(
+        results.append(call(graph, torch.ops.aten.view.default, _as(
             graph, call(graph, torch.ops.aten.mul.Tensor, dotp, _as(graph, invstd, wide)),
-            dtype), [channels])
+            dtype), [channels]))
     if mask[2]:
-        grad_bias = call(graph, torch.ops.aten.view.default, _as(graph, total, dtype),
-                         [channels])
-    return grad_input, grad_weight, grad_bias
+        results.append(call(graph, torch.ops.aten.view.default, _as(graph, total, dtype),
+                            [channels]))
+    return results
 
 
 @_decomposes(torch.ops.aten.instance_norm.default)

@@ -245,7 +245,8 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
         else:
             leaves.append(("result", kept.setdefault(value, len(kept)), _eager_layout(value)))
     region = next((n for n in graph.nodes if n.op == "call_function" and
-                   control_flow.is_region_op(n.target)), None)
+                   control_flow.is_region_op(n.target) and
+                   control_flow.REGIONS[n.args[0]].kind != "composite"), None)
     if check_bounds and region is not None:  # (the flags see main's ops, not a region's)
         raise UnsupportedMutationError(
             {"cond": "torch.cond", "while": "torch.while_loop"}[

@@ -1,5 +1,6 @@
-"""The regions of `torch.cond` / `while_loop` (control_flow.py) imported as private
-functions of the module, beside `main`, and their ops annotated with them:
+"""The regions of `torch.cond` / `while_loop` (control_flow.py) and the ops kept whole
+(composites.py) imported as private functions of the module, beside `main`, and their
+ops annotated with them:
 
     %ops = torch.prim.ListConstruct %p, %k, %c
     %r = torch.operator "torch.outofplace.region"(%id, %ops)
@@ -23,9 +24,28 @@ from torch_mlir.dialects import func as func_d
 from ..ir_utils import all_operations
 from .control_flow import REGIONS, is_region_op
 
-_ROLES = {"cond": ("true", "false"), "while": ("cond", "body")}
+_ROLES = {"cond": ("true", "false"), "while": ("cond", "body"), "composite": ("body",)}
 KIND, FUNCTIONS, CARRIED, WRITTEN = ("outofplace.kind", "outofplace.functions",
                                      "outofplace.carried", "outofplace.written")
+# a composite's (composites.py): its op's name and the attributes its kernel takes
+COMPOSITE, COMPOSITE_ATTRIBUTES = "outofplace.composite", "outofplace.composite_attributes"
+
+
+def _attribute(value: object) -> ir.Attribute:
+    """A composite's attribute: a str, bool, int, float or a list of bools or ints."""
+    if isinstance(value, str):
+        return ir.StringAttr.get(value)
+    if isinstance(value, bool):
+        return ir.BoolAttr.get(value)
+    if isinstance(value, int):
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+    if isinstance(value, float):
+        return ir.FloatAttr.get(ir.F64Type.get(), value)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, bool) for v in value) and value:
+        return ir.DenseBoolArrayAttr.get(list(value))
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
+        return ir.DenseI64ArrayAttr.get(list(value))
+    raise TypeError(f"a composite attribute of type {type(value).__name__}")
 
 
 def _name_of(value: ir.Value) -> str | None:
@@ -84,6 +104,11 @@ def import_regions(importer: object, graph: torch.fx.Graph,
         op.attributes[CARRIED] = ir.IntegerAttr.get(i64, region.carried)
         op.attributes[WRITTEN] = ir.ArrayAttr.get(
             [ir.IntegerAttr.get(i64, i) for i in region.written])
+        if region.kind == "composite":
+            op.attributes[COMPOSITE] = ir.StringAttr.get(region.name)
+            with op.location:  # (a float attribute asks for one)
+                op.attributes[COMPOSITE_ATTRIBUTES] = ir.DictAttr.get(
+                    {name: _attribute(v) for name, v in region.attributes.items()})
         operands = list(op.operands[1].owner.operands)  # (a torch.prim.ListConstruct)
         names = [_name_of(v) for v in operands[1 if region.kind == "cond" else 0:]]
         for callee in region.names:

@@ -50,6 +50,7 @@ from torch_mlir._mlir_libs import _stablehlo
 
 from ..ir_utils import all_operations, ranked_shape, row_major_layout
 from . import kernel_calls
+from .composites_as_kernel_calls import TARGET as COMPOSITE
 from .convolutions_as_kernel_calls import TARGET as CONVOLUTION
 from .registry import register_pass
 
@@ -260,7 +261,7 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter, least: int) ->
 def dots_as_kernel_calls(module: ir.Operation) -> None:
     def calls() -> bool:
         return any(op.name == "stablehlo.custom_call" and ir.StringAttr(
-            op.attributes["call_target_name"]).value in (TARGET, CONVOLUTION)
+            op.attributes["call_target_name"]).value in (TARGET, CONVOLUTION, COMPOSITE)
             for op in all_operations(module))
 
     for least in (MIN_MULTIPLY_ADDS, MIN_MULTIPLY_ADDS_AT_HOME):

@@ -36,6 +36,7 @@ carries onto them.
 from __future__ import annotations
 
 from torch_mlir import ir
+from torch_mlir._mlir_libs import _stablehlo
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
@@ -79,11 +80,10 @@ def _attribute(value: ir.Value, op: ir.Operation, name: str) -> ir.Attribute | N
         "its custom_call's backend_config, fixed when compiling")
 
 
-def _alias(output: int | None, operand: int) -> ir.Attribute:
-    indices = "" if output is None else str(output)
-    return ir.Attribute.parse(
-        f"#stablehlo.output_operand_alias<output_tuple_indices = [{indices}], "
-        f"operand_index = {operand}, operand_tuple_indices = []>")
+def operand_alias(output: int | None, operand: int) -> ir.Attribute:
+    """`output_operand_aliases`' entry: result `output` (None: the only one) is operand
+    `operand`'s buffer."""
+    return _stablehlo.OutputOperandAlias.get([] if output is None else [output], operand, [])
 
 
 def _ensure_attributes(op: ir.Operation) -> bool:
@@ -154,7 +154,7 @@ def lower_call(op: ir.Operation) -> None:
             list(t.sizes), torch_types.element_type(t.dtype, signless=True)))
     first_written = len(results) - len(written)
     single = len(results) == 1
-    aliases = [_alias(None if single else first_written + j, position_of[p])
+    aliases = [operand_alias(None if single else first_written + j, position_of[p])
                for j, p in enumerate(written)]
     i32 = ir.IntegerType.get_signless(32)
     call = ir.Operation.create(

@@ -1,5 +1,6 @@
 """`outofplace-lower-regions`: the regions of `torch.cond` and `while_loop`
-(frontend/control_flow.py) as `stablehlo.if` and `stablehlo.while`.
+(frontend/control_flow.py) as `stablehlo.if` and `stablehlo.while`, and the ops kept
+whole (frontend/composites.py) as `stablehlo.composite`.
 
 A region op of main names its functions (mutable torch IR, private):
 
@@ -21,6 +22,10 @@ leave StableHLO between them alone):
     cond:  stablehlo.if on the predicate, each branch returning its outputs and the new
         value of every operand either branch writes (the other returns it unchanged).
 
+    composite: `stablehlo.composite` named after its op (`outofplace.composite`), with its
+        `composite_attributes` (`outofplace.composite_attributes`); the lowered function
+        stays in the module, private, as its decomposition.
+
 After the region, main copies each written operand's value into the tensor it came
 from (`copy_`, made a value by inplace-to-outofplace before this pass), so a cache
 written in a loop body is a carried value of the while and then main's aliased result.
@@ -37,6 +42,7 @@ from .registry import register_pass
 
 KIND, FUNCTIONS, CARRIED, WRITTEN = ("outofplace.kind", "outofplace.functions",
                                      "outofplace.carried", "outofplace.written")
+COMPOSITE, COMPOSITE_ATTRIBUTES = "outofplace.composite", "outofplace.composite_attributes"
 
 
 def is_region(op: ir.Operation) -> bool:
@@ -105,13 +111,41 @@ def _to_builtin(value: ir.Value, builtin: ir.Type) -> ir.Value:
     return _create("torch_c.to_builtin_tensor", [builtin], [value]).result
 
 
-def _lower_region(op: ir.Operation, functions: dict[str, ir.Operation]) -> None:
+def _composite(op: ir.Operation, lowered: ir.Operation, values: list[ir.Value],
+               module: ir.Operation) -> ir.Operation:
+    """The composite region `op` as `stablehlo.composite` of `values`, its decomposition
+    the lowered function, moved into `module` as a private function named after it."""
+    name = ir.StringAttr(op.attributes[COMPOSITE]).value
+    callee = _callees(op)[0]  # (region<id>_body: unique in the module)
+    symbol = f"{name}.{callee}"
+    lowered.attributes["sym_name"] = ir.StringAttr.get(symbol)
+    lowered.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    body = module.regions[0].blocks[0]
+    lowered.move_before(terminator(body)) if _has_terminator(body) else body.append(lowered)
+    types = list(ir.FunctionType(ir.TypeAttr(lowered.attributes["function_type"]).value
+                                 ).results)
+    return ir.Operation.create("stablehlo.composite", results=types, operands=values,
+                               attributes={
+                                   "name": ir.StringAttr.get(name),
+                                   "composite_attributes": op.attributes[COMPOSITE_ATTRIBUTES],
+                                   "decomposition": ir.FlatSymbolRefAttr.get(symbol)})
+
+
+def _lower_region(op: ir.Operation, functions: dict[str, ir.Operation],
+                  module: ir.Operation) -> None:
     """The region op `op` (with its ListConstruct of operands and ListUnpack of
-    results) replaced by the `stablehlo.if` / `stablehlo.while` it is."""
+    results) replaced by the `stablehlo.if` / `stablehlo.while` / `stablehlo.composite`
+    it is."""
     kind = ir.StringAttr(op.attributes[KIND]).value
     carried = ir.IntegerAttr(op.attributes[CARRIED]).value
     written = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes[WRITTEN])]
     lowered = [_lowered(functions[name], functions) for name in _callees(op)]
+    body = module.regions[0].blocks[0]
+    for function, own in lowered:  # (the decompositions of composites its regions held)
+        for other in list(operations(own.body)):
+            if other.name == "func.func" and other != function:
+                other.move_before(terminator(body)) if _has_terminator(body) else \
+                    body.append(other)
     first = lowered[0][0]
     inputs = list(ir.FunctionType(ir.TypeAttr(first.attributes["function_type"]).value
                                   ).inputs)
@@ -123,7 +157,10 @@ def _lower_region(op: ir.Operation, functions: dict[str, ir.Operation]) -> None:
                                           "frontend makes them")
     unpacked = unpacked[0]
     with ir.InsertionPoint(op), op.location:
-        if kind == "cond":
+        if kind == "composite":
+            values = [_to_builtin(v, t) for v, t in zip(operands, inputs)]
+            results = list(_composite(op, first, values, module).results)
+        elif kind == "cond":
             pred_type = ir.RankedTensorType.get([], ir.IntegerType.get_signless(1))
             values = [_to_builtin(v, t) for v, t in zip(operands, [pred_type] + inputs)]
             outs = len(unpacked.results) - len(written)
@@ -166,11 +203,14 @@ def _lower_region(op: ir.Operation, functions: dict[str, ir.Operation]) -> None:
 
 @register_pass(
     "outofplace-lower-regions",
-    "Lower the regions of torch.cond and while_loop to stablehlo.if and stablehlo.while",
+    "Lower the regions of torch.cond and while_loop to stablehlo.if and stablehlo.while, "
+    "an op kept whole to stablehlo.composite",
     "each region function (mutable torch IR) lowered as a program of its own, its "
     "body moved into `stablehlo.if` (a written operand returned unchanged by the "
     "branch that does not write it) or `stablehlo.while` (every operand carried, "
-    "written ones with their new values), between `torch_c` casts")
+    "written ones with their new values), between `torch_c` casts; a composite's "
+    "function kept, private, as the decomposition of a `stablehlo.composite` named "
+    "after its op")
 def lower_regions(module: ir.Operation) -> None:
     """Every region op of the module's public functions, lowered and spliced in."""
     functions = _functions(module)
@@ -178,4 +218,4 @@ def lower_regions(module: ir.Operation) -> None:
     for function in public:  # (the region functions leave the module as they are lowered)
         for op in all_operations(function):
             if is_region(op):
-                _lower_region(op, functions)
+                _lower_region(op, functions, module)

@@ -12,7 +12,8 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (collectives, convolutions_as_kernel_calls,  # noqa: F401
+from . import (collectives, composites_as_kernel_calls,  # noqa: F401
+               convolutions_as_kernel_calls,
                decompose_diagonal, dots_as_kernel_calls, dynamic_broadcasts,
                dynamic_shapes, flatten_state, fold_constants, fold_empty_tensors,
                fold_transposes_into_dots, inplace_to_outofplace, kernel_calls,

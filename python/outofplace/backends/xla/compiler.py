@@ -31,7 +31,8 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 # and matrix products are eager's kernels, and written arguments
 # updated elementwise (an optimizer's) are flat (XLA:CPU vectorizes only a loop's
 # innermost dimension).
-LEGALIZE_FOR_CPU = ("builtin.module(outofplace-squeeze-state, "
+LEGALIZE_FOR_CPU = ("builtin.module(outofplace-composites-as-kernel-calls, "
+                    "outofplace-squeeze-state, "
                     "outofplace-fold-transposes-into-dots, "
                     "outofplace-convolutions-as-kernel-calls, "
                     "outofplace-small-convolutions-as-dots, "
@@ -58,7 +59,8 @@ def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
     from ...transforms.pipelines import run_pipeline
 
     if not custom_calls.register_eager():  # no handler built: XLA's convolutions and dots
-        pipeline = pipeline.replace("outofplace-convolutions-as-kernel-calls, ", "") \
+        pipeline = pipeline.replace("outofplace-composites-as-kernel-calls, ", "") \
+            .replace("outofplace-convolutions-as-kernel-calls, ", "") \
             .replace("outofplace-dots-as-kernel-calls, ", "")
     with make_context():
         module = ir.Module.parse(stablehlo)

@@ -1,0 +1,123 @@
+"""Ops kept whole (frontend/composites.py): batch norm's forward and backward in
+training are `stablehlo.composite`s of their ATen ops, whose decomposition is
+outofplace's (the interpreter, IREE and exports run it); the XLA engine calls eager's
+kernels (transforms/composites_as_kernel_calls.py), so batch norm computes bit for bit
+what eager computes. Both paths (`outofplace.compile`, `torch.compile`), float32 and
+float64."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import outofplace
+from differential import assert_matches_eager, assert_module_state_matches, squared_mean_step
+from outofplace.backends.xla.compiler import legalize_for_cpu
+from outofplace.ir_utils import all_operations
+
+DTYPES = [torch.float32, torch.float64]
+
+
+class Gradients(nn.Module):
+    """A training batch norm on the program's input and the gradients of a loss
+    through it: everything it computes is batch norm's forward and backward."""
+
+    def __init__(self, norm: type, channels: int) -> None:
+        super().__init__()
+        self.bn = norm(channels, momentum=0.3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x = x.detach().requires_grad_()
+        y = self.bn(x)
+        loss = (y * torch.linspace(1, 2, y.numel(), dtype=y.dtype).view(y.shape)).sum()
+        return (y, *torch.autograd.grad(loss, [x, self.bn.weight, self.bn.bias]))
+
+
+def _model(norm: type, shape: tuple, dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = Gradients(norm, shape[1]).to(dtype)
+    with torch.no_grad():
+        model.bn.weight.uniform_(0.5, 2)
+        model.bn.bias.normal_()
+    return model, torch.randn(shape, dtype=dtype) * 3 + 5
+
+
+def _assert_bit_for_bit(eager_model: nn.Module, model: nn.Module, run, x: torch.Tensor,
+                        calls: int = 3) -> None:
+    for _ in range(calls):
+        expected, actual = eager_model(x), run(x)
+        for e, a in zip(expected, actual):
+            assert torch.equal(e, a), (e - a).abs().max()
+        for name, value in eager_model.state_dict().items():
+            assert torch.equal(value, model.state_dict()[name]), name
+
+
+SHAPES = [(nn.BatchNorm2d, (8, 16, 12, 12)), (nn.BatchNorm1d, (64, 32)),
+          (nn.BatchNorm1d, (4, 8, 50))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("norm, shape", SHAPES, ids=[str(s) for _, s in SHAPES])
+def test_batch_norm_is_eager_s_kernel_bit_for_bit_on_both_paths(norm, shape, dtype):
+    """The output, the gradients of x, weight and bias and the running statistics are
+    eager's own (its decomposition rounds some elements otherwise) on XLA through
+    `outofplace.compile` and through `torch.compile`."""
+    eager_model, x = _model(norm, shape, dtype)
+    model = copy.deepcopy(eager_model)
+    compiled = outofplace.compile(model, (x,), engine="xla", cache=False)
+    _assert_bit_for_bit(eager_model, model, compiled, x)
+    eager_model, x = _model(norm, shape, dtype)
+    model = copy.deepcopy(eager_model)
+    torch._dynamo.reset()
+    _assert_bit_for_bit(eager_model, model, torch.compile(model, backend="outofplace"), x)
+
+
+def _composites(module) -> dict[str, int]:
+    from torch_mlir import ir
+
+    with module.context:
+        names = [ir.StringAttr(op.attributes["name"]).value
+                 for op in all_operations(module.operation) if op.name == "stablehlo.composite"]
+    return {name: names.count(name) for name in names}
+
+
+def test_a_training_step_calls_one_kernel_per_batch_norm_and_gradient():
+    """A step of two batch norms: the statistics autograd saves for the backward are the
+    forward's (one `_native_batch_norm_legit_functional` a layer, not two), each
+    backward one `native_batch_norm_backward`; in the XLA engine's program each is a call
+    of eager's kernel and no decomposition is left. The running statistics are written
+    in place (no argument copied)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.Flatten(),
+                          nn.Linear(8 * 6 * 6, 2))
+    eager_model = copy.deepcopy(model)
+    steps = [squared_mean_step(m, torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9))
+             for m in (model, eager_model)]
+    x = torch.randn(4, 3, 10, 10)
+    for step in steps:
+        step(x)  # (the gradients and momenta the compiled step updates)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*copied on every call.*")
+        compiled = outofplace.compile(steps[0], (x,), engine="xla", cache=False)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), steps[1](x))
+    assert_module_state_matches(model, eager_model)
+    assert _composites(compiled.module) == {
+        "aten._native_batch_norm_legit_functional": 2, "aten.native_batch_norm_backward": 2}
+    legal = legalize_for_cpu(compiled.stablehlo)[0]
+    assert "stablehlo.composite" not in legal and "region" not in legal
+    assert legal.count('outofplace.op = "aten::_native_batch_norm_legit.out"') == 2
+    assert legal.count('outofplace.op = "aten::native_batch_norm_backward"') == 2
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_other_engines_run_the_decomposition(dtype):
+    """The interpreter and IREE run the composite's decomposition (eager's arithmetic:
+    float64 sums), matching eager as the XLA engine's kernels do."""
+    model, x = _model(nn.BatchNorm2d, (4, 3, 5, 6), dtype)
+    assert_matches_eager(model, x)
