@@ -95,10 +95,12 @@ class Compiled:
 
     @functools.cached_property
     def _eager_kernels(self) -> bool:
-        """Whether the program has convolutions or matrix products, which the XLA engine
-        may run through eager's kernels (transforms/convolutions_as_kernel_calls.py,
-        dots_as_kernel_calls.py)."""
-        return any(op.name in ("stablehlo.convolution", "stablehlo.dot_general")
+        """Whether the program has convolutions, matrix products or ops kept whole, which
+        the XLA engine may run through eager's kernels (transforms/
+        convolutions_as_kernel_calls.py, dots_as_kernel_calls.py,
+        composites_as_kernel_calls.py)."""
+        return any(op.name in ("stablehlo.convolution", "stablehlo.dot_general",
+                               "stablehlo.composite")
                    for op in all_operations(self.module.operation))
 
     @functools.cached_property

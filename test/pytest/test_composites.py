@@ -8,7 +8,13 @@ float64."""
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -121,3 +127,41 @@ def test_other_engines_run_the_decomposition(dtype):
     float64 sums), matching eager as the XLA engine's kernels do."""
     model, x = _model(nn.BatchNorm2d, (4, 3, 5, 6), dtype)
     assert_matches_eager(model, x)
+
+
+# A batch norm alone in training, compiled (from the cache when it holds it) and called:
+# prints whether the cache was read and whether the call matched eager.
+CACHED = textwrap.dedent("""
+    import copy, json
+    import torch
+    import outofplace
+    from outofplace import compile_cache
+
+    torch.manual_seed(0)
+    model = torch.nn.BatchNorm1d(4)
+    eager = copy.deepcopy(model)
+    x = torch.randn(16, 4)
+    compiled = outofplace.compile(model, (x,), engine="xla")
+    same = torch.equal(compiled(x), eager(x)) and \\
+        torch.equal(model.running_var, eager.running_var)
+    print(json.dumps({"stats": dict(compile_cache.stats), "same": same}))
+""")
+
+
+def test_a_second_process_calls_the_kernels_of_a_cached_program(tmp_path):
+    """A program whose only kernels are batch norm's, loaded from the compile cache by a
+    second process, calls them there (the executable PJRT serialized names the
+    handler's target) and matches eager."""
+    script = tmp_path / "program.py"
+    script.write_text(CACHED)
+    environment = {**os.environ,
+                   "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "python"),
+                   "OUTOFPLACE_CACHE_DIR": str(tmp_path / "cache"), "OUTOFPLACE_CACHE": "1"}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(script)], env=environment,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[1]["stats"].get("xla hit") == 1, runs
+    assert runs[0]["same"] and runs[1]["same"], runs
