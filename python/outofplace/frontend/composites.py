@@ -106,6 +106,24 @@ def results_of(node: torch.fx.Node) -> list[torch.fx.Node]:
     return [items[i] for i in range(len(items))]
 
 
+def earlier(graph: torch.fx.Graph, node: torch.fx.Node, op: torch._ops.OpOverload,
+            operands: list[Any], attributes: dict[str, Any], unwritten: list[Any]
+            ) -> list[torch.fx.Node] | None:
+    """The results of a composite of `op` before `node` on the same operand nodes
+    (`operands`, None for an optional tensor not given) and `attributes`, none of
+    `unwritten` written from it to `node`: what `node` computes, computed once (the op
+    saved_tensors.py replays beside the forward's for what the backward reads)."""
+    given = [o for o in operands if o is not None]
+    nodes = list(graph.nodes)
+    for before in reversed(nodes[:nodes.index(node)]):
+        region = region_of(before)
+        if region is not None and region.name == name_of(op) and before.args[1] == given \
+                and all(region.attributes.get(k) == v for k, v in attributes.items()) and \
+                same_operands_unwritten(graph, before, node, unwritten):
+            return results_of(before)
+    return None
+
+
 def same_operands_unwritten(graph: torch.fx.Graph, first: torch.fx.Node,
                             second: torch.fx.Node, operands: list[Any]) -> bool:
     """Whether no node from `first` to `second` writes (through any view) the root of a

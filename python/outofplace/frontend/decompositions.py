@@ -330,14 +330,10 @@ def _functional_composite(graph: torch.fx.Graph, node: torch.fx.Node,
     momentum, eps = node.args[6:8]
     operands = [x, weight, bias, running_mean, running_var]
     if op is _FUNCTIONAL and not any(u.args[1] in (3, 4) for u in node.users):
-        for earlier in reversed(list(graph.nodes)[:list(graph.nodes).index(node)]):
-            region = composites.region_of(earlier)
-            if region is not None and region.name == composites.name_of(_FUNCTIONAL) and \
-                    earlier.args[1] == [o for o in operands if o is not None] and \
-                    region.attributes.get("momentum") == momentum and \
-                    region.attributes.get("eps") == eps and \
-                    composites.same_operands_unwritten(graph, earlier, node, operands[:3]):
-                return composites.results_of(earlier)
+        found = composites.earlier(graph, node, _FUNCTIONAL, operands,
+                                   {"momentum": momentum, "eps": eps}, operands[:3])
+        if found is not None:
+            return found
     # eager's kernel: `_native_batch_norm_legit.out`, the running statistics updated in
     # place and the rest written into out=, save_mean=, save_invstd=
     kernel = torch.ops.aten._native_batch_norm_legit.out
