@@ -6,28 +6,35 @@ Batch norm is the op kept whole: XLA:CPU runs outofplace's decomposition of it (
 arithmetic: sums in float64) as several loops over the activation, most of them on one
 thread, where eager's kernel reads it twice on every core. ResNet-18's training step,
 batch 8: at 64x64, eager's batch norms (forward and backward) take 3 ms, XLA's fusions
-of them about 30 of the step's 84; docs/performance.md.
+of them about 25 of the step's 84; docs/performance.md.
 
     %r:5 = stablehlo.composite "aten._native_batch_norm_legit_functional" %x, %w, %b, %rm, %rv
              {composite_attributes = {training = true, momentum = 1.0e-01 : f64,
-              eps = 1.0e-05 : f64, outofplace.tensors = array<i64: 0, 1, 2, 3, 4>,
-              outofplace.returns = array<i64: 0, 1, 2, 3, 4>},
+              eps = 1.0e-05 : f64, outofplace.kernel = "aten::_native_batch_norm_legit.out",
+              outofplace.tensors = array<i64: 0, 1, 2, 3, 4>, outofplace.returns = array<i64>,
+              outofplace.written = array<i64: 8, 9, 10, 3, 4>},
               decomposition = @aten._native_batch_norm_legit_functional.region0_body}
   =>
     %r:5 = stablehlo.custom_call @"aten::kernel"(%x, %w, %b, %rm, %rv)
-             {backend_config = {"outofplace.op" = "aten::_native_batch_norm_legit_functional",
-              training = true, momentum = ..., eps = ..., "outofplace.tensors" = ...,
-              "outofplace.returns" = ..., "outofplace.operands" = array<i64: 0, 1, 2, 3, 4>,
-              "outofplace.results" = array<i64: -1, -1, -1, -1, -1>}, api_version = 4, ...}
+             {backend_config = {outofplace.op = "aten::_native_batch_norm_legit.out",
+              training = true, momentum = ..., eps = ..., outofplace.tensors = ...,
+              outofplace.returns = array<i64>, outofplace.out.8 = 0, outofplace.out.9 = 1,
+              outofplace.out.10 = 2, outofplace.operands = array<i64: 0, 1, 2, 3, 4>,
+              outofplace.results = array<i64: -1, -1, -1, 3, 4>},
+              output_operand_aliases = [result 3 = operand 3, result 4 = operand 4], ...}
 
-The handler (backends/kernel_call.cpp) calls the op through the dispatcher with the
-operands at their schema positions (`outofplace.tensors`; an optional tensor not there is
-None), the composite's attributes as its other arguments (a list of bools as integers),
-and copies the returns `outofplace.returns` into XLA's results. Operands and results are
-dense row-major; only float32 and float64 ops of static shapes are called (eager's
-kernel is the one the program's dtype has); the rest, and every composite on another
-engine, run their decomposition (a composite's meaning in StableHLO). A decomposition
-nothing calls any more is erased.
+The handler (backends/kernel_call.cpp) calls the composite's `outofplace.kernel` through
+the dispatcher with the operands at their schema positions (`outofplace.tensors`; an
+optional tensor not there is None) and the composite's other attributes as its other
+arguments (a list of bools as integers). Its returns `outofplace.returns` are copied into
+the first results; each later result is the argument `outofplace.written` names after
+the call: an operand it writes in place (aliased to that result: batch norm's running
+statistics, no copy) or an `out=` argument, a tensor over the result's buffer
+(`outofplace.out.<position>`: the output and the saved statistics written there).
+Operands and results are dense row-major; only float32 and float64 ops of static shapes
+are called (eager's kernel is the one the program's dtype has); the rest, and every
+composite on another engine, run their decomposition (a composite's meaning in
+StableHLO). A decomposition nothing calls any more is erased.
 
 Only the XLA engine runs this pass (its legalization, `LEGALIZE_FOR_CPU` in
 backends/xla/compiler.py), where the C++ handler is built, after registering it for
