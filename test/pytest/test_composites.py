@@ -97,6 +97,35 @@ def test_batch_norm_without_affine_parameters_is_eager_s_kernel(dtype):
         _assert_bit_for_bit(eager_model, model, run, x)
 
 
+def _without_statistics(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+                        ) -> tuple[torch.Tensor, ...]:
+    """`F.batch_norm` without running statistics and its gradients."""
+    x = x.detach().requires_grad_()
+    y = nn.functional.batch_norm(x, None, None, weight, bias, training=True)
+    return (y, *torch.autograd.grad((y * y).sum(), [x, weight, bias]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_batch_norm_without_running_statistics_is_eager_s_kernel(dtype):
+    """`_native_batch_norm_legit.no_stats`, kept whole: eager's `no_stats_out` kernel
+    writing XLA's buffers, once for the forward and the statistics autograd saves; the
+    output and gradients bit for bit eager's on both paths."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 6, 9, 9, dtype=dtype) * 2 + 3
+    weight = torch.rand(6, dtype=dtype).requires_grad_()
+    bias = torch.randn(6, dtype=dtype).requires_grad_()
+    expected = _without_statistics(x, weight, bias)
+    compiled = outofplace.compile(_without_statistics, (x, weight, bias), engine="xla",
+                                  cache=False)
+    torch._dynamo.reset()
+    by_dynamo = torch.compile(_without_statistics, backend="outofplace")
+    for run in (compiled, by_dynamo):
+        for e, a in zip(expected, run(x, weight, bias)):
+            assert torch.equal(e, a), (e - a).abs().max()
+    assert _composites(compiled.module) == {
+        "aten._native_batch_norm_legit.no_stats": 1, "aten.native_batch_norm_backward": 1}
+
+
 def _composites(module) -> dict[str, int]:
     from torch_mlir import ir
 

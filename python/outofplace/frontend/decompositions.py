@@ -269,7 +269,8 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
 
     With both running statistics, of a float32 or float64 x: eager's
     `_native_batch_norm_legit_functional` kept whole (`_batch_norm_functional`) and
-    its new statistics copied into them."""
+    its new statistics copied into them; with neither, `_native_batch_norm_legit.no_stats`
+    kept whole (`_batch_norm_without_statistics`)."""
     x, weight, bias, running_mean, running_var, training, momentum, eps = node.args[:8]
     if not training:
         return None
@@ -280,6 +281,9 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
         for running, value in zip((running_mean, running_var), results[3:]):
             call(graph, torch.ops.aten.copy_.default, running, value)
         return results[0]
+    if running_mean is None and running_var is None and x_val.dtype in _WIDE and \
+            x_val.dim() >= 2:
+        return _no_stats_composite(graph, node)[0]
     channels, dims, per_channel, count = _per_channel(x_val)
     mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
     out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
@@ -365,6 +369,52 @@ def _batch_norm_functional(graph: torch.fx.Graph, node: torch.fx.Node
     if not training or x_val.dtype not in _WIDE or x_val.dim() < 2:
         return None
     return tuple(_functional_composite(graph, node, _FUNCTIONAL))
+
+
+_NO_STATS = torch.ops.aten._native_batch_norm_legit.no_stats
+
+
+def _no_stats_composite(graph: torch.fx.Graph, node: torch.fx.Node) -> list[torch.fx.Node]:
+    """`_native_batch_norm_legit.no_stats(x, weight, bias, True, momentum, eps)` for
+    `node` (that op, or a training `batch_norm` of the same tensors without running
+    statistics) kept whole (composites.py), as eager's `no_stats_out` kernel computes it
+    into XLA's buffers: out, save_mean, save_invstd. One before it of the same tensors
+    and numbers, none of them written between, is it."""
+    x, weight, bias = node.args[:3]
+    momentum, eps = (node.args[6:8] if node.target is torch.ops.aten.batch_norm.default
+                     else node.args[4:6])
+    attributes = {"training": True, "momentum": momentum, "eps": eps}
+    found = composites.earlier(graph, node, _NO_STATS, [x, weight, bias], attributes,
+                               [x, weight, bias])
+    if found is not None:
+        return found
+
+    def body(region: torch.fx.Graph, tensors: list) -> list[torch.fx.Node]:
+        x, weight, bias = tensors
+        channels, dims, per_channel, count = _per_channel(x.meta["val"])
+        mean, _, invstd = _batch_statistics(region, x, dims, count, eps)
+        out = _normalize(region, x, mean, invstd, weight, bias, per_channel)
+        return [out] + [call(region, torch.ops.aten.view.default, value, [channels])
+                        for value in (mean, invstd)]
+
+    kernel = torch.ops.aten._native_batch_norm_legit.no_stats_out
+    positions = {a.name: p for p, a in enumerate(kernel._schema.arguments)}
+    return composites.composite(
+        graph, _NO_STATS, kernel, {0: x, 1: weight, 2: bias}, attributes, body,
+        source_line(node), node.meta.get("stack_trace"),
+        written=[positions[name] for name in ("out", "save_mean", "save_invstd")])
+
+
+@_decomposes(_NO_STATS)
+def _batch_norm_without_statistics(graph: torch.fx.Graph, node: torch.fx.Node
+                                   ) -> tuple[torch.fx.Node, ...] | None:
+    """Training batch norm without running statistics (`F.batch_norm(x, None, None,
+    ...)`), the form autograd saves the statistics of, kept whole: float32 and float64
+    (others: PyTorch's decomposition)."""
+    x, training = node.args[0], node.args[3]
+    if not training or x.meta["val"].dtype not in _WIDE or x.meta["val"].dim() < 2:
+        return None
+    return tuple(_no_stats_composite(graph, node))
 
 
 def _as(graph: torch.fx.Graph, value: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
