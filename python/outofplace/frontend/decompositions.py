@@ -295,21 +295,29 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
     return out
 
 
+def _legit(graph: torch.fx.Graph, x: torch.fx.Node, weight: Any, bias: Any, eps: float
+           ) -> tuple[list[torch.fx.Node], torch.fx.Node]:
+    """`_native_batch_norm_legit`'s results (training) as eager computes them: out,
+    save_mean, save_invstd (per channel); and the batch variance (kept dims)."""
+    channels, dims, per_channel, count = _per_channel(x.meta["val"])
+    mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
+    out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
+    return [out] + [call(graph, torch.ops.aten.view.default, value, [channels])
+                    for value in (mean, invstd)], var
+
+
 def _functional_body(momentum: float, eps: float
                      ) -> Callable[[torch.fx.Graph, list], list[torch.fx.Node]]:
     """The decomposition of `_native_batch_norm_legit_functional` (training): its five
     results from x, weight, bias, running_mean, running_var (weight, bias maybe None)."""
     def body(graph: torch.fx.Graph, tensors: list) -> list[torch.fx.Node]:
         x, weight, bias, running_mean, running_var = tensors
-        channels, dims, per_channel, count = _per_channel(x.meta["val"])
-        mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
-        out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
-        results: list[torch.fx.Node] = [out]
-        for value in (mean, invstd):
-            results.append(call(graph, torch.ops.aten.view.default, value, [channels]))
-        for running, batch, scale in ((running_mean, mean, 1.0),
-                                      (running_var, var, count / max(count - 1, 1))):
-            batch = call(graph, torch.ops.aten.view.default, batch, [channels])
+        results, var = _legit(graph, x, weight, bias, eps)
+        channels, _, _, count = _per_channel(x.meta["val"])
+        for running, batch, scale in (
+                (running_mean, results[1], 1.0),
+                (running_var, call(graph, torch.ops.aten.view.default, var, [channels]),
+                 count / max(count - 1, 1))):
             update = call(graph, torch.ops.aten.add.Tensor,
                           call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
                           call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
@@ -390,12 +398,7 @@ def _no_stats_composite(graph: torch.fx.Graph, node: torch.fx.Node) -> list[torc
         return found
 
     def body(region: torch.fx.Graph, tensors: list) -> list[torch.fx.Node]:
-        x, weight, bias = tensors
-        channels, dims, per_channel, count = _per_channel(x.meta["val"])
-        mean, _, invstd = _batch_statistics(region, x, dims, count, eps)
-        out = _normalize(region, x, mean, invstd, weight, bias, per_channel)
-        return [out] + [call(region, torch.ops.aten.view.default, value, [channels])
-                        for value in (mean, invstd)]
+        return _legit(region, *tensors, eps)[0]
 
     kernel = torch.ops.aten._native_batch_norm_legit.no_stats_out
     positions = {a.name: p for p, a in enumerate(kernel._schema.arguments)}
