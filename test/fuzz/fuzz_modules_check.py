@@ -7,6 +7,7 @@ with each call's inputs in their layout, on every path of PATHS.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Callable
 
@@ -51,23 +52,137 @@ class UpstreamDivergence(Exception):
     reason = "fails against eager too: a PyTorch (AOTAutograd) bug, not outofplace's"
 
 
+def _float64(value: torch.Tensor) -> torch.Tensor:
+    return value.double() if value.is_floating_point() else value
+
+
+def _float64_reference(cls: type, held: Callable) -> tuple[torch.nn.Module, Any] | None:
+    """The program's module with every floating parameter and buffer in float64, and its
+    held views: the reference `_within_eager_rounding` measures rounding against. None
+    when the program cannot be built so."""
+    try:
+        reference = cls().double()
+        return reference, held(reference)
+    except Exception:  # noqa: BLE001 - a program that only runs in its own dtypes
+        return None
+
+
+def _epsilon(cls: type, calls: list) -> float:
+    """The machine epsilon of the program's least precise floating dtype (of its state
+    and inputs)."""
+    module = cls()
+    dtypes = {t.dtype for t in (*module.parameters(), *module.buffers())}
+    dtypes |= {value.dtype for call in calls for value, _ in call}
+    return max((torch.finfo(d).eps for d in dtypes if d.is_floating_point),
+               default=torch.finfo(torch.float64).eps)
+
+
+def _rmse(reference: torch.Tensor, value: torch.Tensor) -> float:
+    return torch.sqrt(torch.mean(torch.square(reference - value))).item()
+
+
+def _within_eager_rounding(actual: Any, expected: Any, reference: Any,
+                           epsilon: float) -> bool:
+    """Whether `actual`, a floating tensor torch.testing's tolerances tell apart from
+    eager's `expected`, is as close to the float64 program's `reference` as eager's own
+    rounding: the rule PyTorch judges its compilers by (torch._dynamo.utils.same with an
+    fp64_ref, used by its accuracy benchmarks): a root-mean-square error against the
+    reference at most twice eager's (three times for float16 and bfloat16) plus one unit
+    of `epsilon` (the machine epsilon of the program's least precise dtype, `_epsilon`)
+    at the reference's root-mean-square magnitude: one rounding eager was lucky to miss,
+    as in a sum taken in another order. Both must agree with the reference to half the
+    digits, sqrt(epsilon) relative and absolute (3.4e-4 for float32, 0.031 for
+    float16), else it says nothing (a comparison or a cast it took another way, as far
+    off as the values themselves); NaNs and infinities where eager has them."""
+    if not all(isinstance(t, torch.Tensor) for t in (actual, expected, reference)):
+        return False
+    if actual.dtype != expected.dtype or not expected.is_floating_point() or \
+            not actual.shape == expected.shape == reference.shape:
+        return False
+    a, e, r = (t.detach().double() for t in (actual, expected, reference))
+    finite = e.isfinite()
+    if not (torch.equal(finite, a.isfinite()) and torch.equal(finite, r.isfinite()) and
+            torch.equal(a[~finite], e[~finite]) and torch.equal(r[~finite], e[~finite])):
+        return False
+    a, e, r = a[finite], e[finite], r[finite]
+    half_the_digits = math.sqrt(epsilon)
+    if not (torch.allclose(e, r, rtol=half_the_digits, atol=half_the_digits) and
+            torch.allclose(a, r, rtol=half_the_digits, atol=half_the_digits)):
+        return False
+    multiplier = 3.0 if expected.dtype in (torch.float16, torch.bfloat16) else 2.0
+    magnitude = _rmse(r, torch.zeros_like(r)) if r.numel() else 0.0
+    return _rmse(r, a) <= multiplier * _rmse(r, e) + epsilon * magnitude
+
+
+def _observed(model: torch.nn.Module, held: Any, outputs: list[Any],
+              args: list[torch.Tensor]) -> list[tuple[str, Any]]:
+    """What a call is compared on: its outputs, earlier calls' outputs read again, the
+    views held since before the first call, every parameter and buffer, the inputs and
+    their whole storages."""
+    from differential import whole_storage
+
+    c = len(outputs) - 1
+    return [("output", _detached(outputs[c])),
+            *[(f"output of call {k}, read again", _detached(outputs[k])) for k in range(c)],
+            ("views of the state taken before the first call", _detached(held)),
+            *[(f"state '{name}'", t.detach()) for name, t in
+              (*model.named_parameters(), *model.named_buffers())],
+            ("inputs after the call", args),
+            *[(f"storage of input {i} after the call", whole_storage(a))
+              for i, a in enumerate(args)]]
+
+
+def _compare(actual: list[tuple[str, Any]], expected: list[tuple[str, Any]],
+             reference: list[tuple[str, Any]] | None, what: str,
+             epsilon: float, rounded: list[str]) -> None:
+    """Each observed leaf against eager's (differential.assert_same); a float leaf that
+    fails it but is `_within_eager_rounding` of the float64 reference is noted in
+    `rounded` instead."""
+    import torch.utils._pytree as pytree
+    from differential import assert_same
+
+    assert [n for n, _ in actual] == [n for n, _ in expected], \
+        f"{what}: observed {[n for n, _ in actual]}, eager has {[n for n, _ in expected]}"
+    for k, ((name, a), (_, e)) in enumerate(zip(actual, expected)):
+        a_leaves, e_leaves = pytree.tree_leaves(a), pytree.tree_leaves(e)
+        assert len(a_leaves) == len(e_leaves), \
+            f"{what} {name}: {len(a_leaves)} leaves, eager has {len(e_leaves)}"
+        r_leaves = pytree.tree_leaves(reference[k][1]) if reference else []
+        if len(r_leaves) != len(e_leaves):
+            r_leaves = [None] * len(e_leaves)
+        for i, (a_leaf, e_leaf, r_leaf) in enumerate(zip(a_leaves, e_leaves, r_leaves)):
+            label = f"{what} {name}" + (f" leaf {i}" if len(e_leaves) > 1 or
+                                        not isinstance(e, torch.Tensor) else "")
+            try:
+                assert_same(a_leaf, e_leaf, label)
+            except AssertionError:
+                if not _within_eager_rounding(a_leaf, e_leaf, r_leaf, epsilon):
+                    raise
+                rounded.append(label)
+
+
 def run_path(path: str, cls: type, held: Callable, calls: list,
-             backend: str = "outofplace") -> Exception | None:
-    """The program on `path` beside eager, compared after every call: the call's outputs,
-    earlier calls' outputs read again, the held views, buffers and parameters, inputs
-    and their whole storages. Returns the refusal (UnsupportedMutationError) if the path
-    refused at some call, None if every call matched; raises on a difference."""
+             backend: str = "outofplace", rounded: list[str] | None = None
+             ) -> Exception | None:
+    """The program on `path` beside eager, compared after every call (`_observed`). Returns
+    the refusal (UnsupportedMutationError) if the path refused at some call, None if every
+    call matched; raises on a difference. A float difference within eager's own rounding
+    (`_within_eager_rounding` of the program run in float64 beside them) is not one: it is
+    appended to `rounded`."""
     import torch._dynamo
 
     import outofplace
-    from differential import assert_module_state_matches, assert_same, assert_same_tree, \
-        whole_storage
+    from differential import assert_module_state_matches
 
     torch._dynamo.reset()
     eager, model = cls(), cls()
     held_eager, held_compiled = held(eager), held(model)
+    wide = _float64_reference(cls, held)
+    epsilon = _epsilon(cls, calls)
+    rounded = [] if rounded is None else rounded
     outputs_eager: list[Any] = []
     outputs_compiled: list[Any] = []
+    outputs_wide: list[Any] = []
     run: Any = None
     if path != "xla":
         run = torch.compile(model, backend=backend,
@@ -88,28 +203,33 @@ def run_path(path: str, cls: type, held: Callable, calls: list,
             if isinstance(error.inner_exception, outofplace.UnsupportedMutationError):
                 return error.inner_exception
             raise
-        assert_same_tree(_detached(actual), _detached(expected), f"{what} output")
         outputs_eager.append(expected)
         outputs_compiled.append(actual)
-        for k in range(c):
-            assert_same_tree(_detached(outputs_compiled[k]), _detached(outputs_eager[k]),
-                             f"{what} output of call {k}, read again")
-        assert_same_tree(_detached(held_compiled), _detached(held_eager),
-                         f"{what} views of the state taken before the first call")
-        assert_module_state_matches(model, eager, f"{what} state")
-        assert_same_tree(args_compiled, args_eager, f"{what} inputs after the call")
-        for i, (a, e) in enumerate(zip(args_compiled, args_eager)):
-            assert_same(whole_storage(a), whole_storage(e),
-                        f"{what} storage of input {i} after the call")
+        observed_wide = None
+        if wide is not None:
+            args_wide = [laid_out(_float64(value), layout) for value, layout in call]
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    outputs_wide.append(wide[0](*args_wide))
+                observed_wide = _observed(wide[0], wide[1], outputs_wide, args_wide)
+            except Exception:  # noqa: BLE001 - the program does not run in float64
+                wide = None
+        _compare(_observed(model, held_compiled, outputs_compiled, args_compiled),
+                 _observed(eager, held_eager, outputs_eager, args_eager), observed_wide,
+                 what, epsilon, rounded)
     return None
 
 
 def assert_module_matches_eager(cls: type, held: Callable, calls: list,
-                                paths: tuple[str, ...] = PATHS) -> None:
+                                paths: tuple[str, ...] = PATHS,
+                                rounded: list[str] | None = None) -> None:
     """The program on every path against eager. A path that refuses (at any call) while
     another compiles and matches eager fails; when every path refuses, the first path's
-    UnsupportedMutationError is raised."""
-    outcomes = {path: _run_or_blame_torch(path, cls, held, calls) for path in paths}
+    UnsupportedMutationError is raised. Values within eager's own rounding but not
+    torch.testing's tolerances (run_path) are appended to `rounded`."""
+    outcomes = {path: _run_or_blame_torch(path, cls, held, calls, rounded)
+                for path in paths}
     refused = {path: error for path, error in outcomes.items() if error is not None}
     if refused and len(refused) < len(paths):
         raise AssertionError(
@@ -120,13 +240,13 @@ def assert_module_matches_eager(cls: type, held: Callable, calls: list,
         raise refused[paths[0]]
 
 
-def _run_or_blame_torch(path: str, cls: type, held: Callable, calls: list
-                        ) -> Exception | None:
+def _run_or_blame_torch(path: str, cls: type, held: Callable, calls: list,
+                        rounded: list[str] | None = None) -> Exception | None:
     """`run_path`; a failure on a torch.compile path of a module with parameters that
     require grad (whose graphs go through AOTAutograd) raises UpstreamDivergence when
     torch's `aot_eager` backend fails against eager on the same path too."""
     try:
-        return run_path(path, cls, held, calls)
+        return run_path(path, cls, held, calls, rounded=rounded)
     except Exception as error:
         if path == "xla" or not any(p.requires_grad for p in cls().parameters()):
             raise

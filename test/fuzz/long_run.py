@@ -18,7 +18,10 @@ dynamo hands the backend no graph holding the refused statement (it runs it eage
 between two graphs: "split", counted apart);
 `--other-path-of-refused` does that for the refused programs of a run made before. A
 program whose torch.compile path differs from eager under torch's own backends too
-("eager", "aot_eager") is PyTorch's ("upstream", counted apart).
+("eager", "aot_eager") is PyTorch's ("upstream", counted apart). A module program whose
+float values differ from eager's only within eager's own rounding of the program run in
+float64 (fuzz_modules_check._within_eager_rounding) is "rounding", counted apart with
+where it differed.
 """
 
 from __future__ import annotations
@@ -76,11 +79,13 @@ def check_module(program) -> dict:
     if eager_rejects(cls, held, calls):
         return {"outcome": "eager-rejects"}
     start = time.perf_counter()
+    rounded: list[str] = []
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            assert_module_matches_eager(cls, held, calls)
-        outcome = {"outcome": "passed"}
+            assert_module_matches_eager(cls, held, calls, rounded=rounded)
+        outcome = {"outcome": "rounding", "where": rounded[:8],
+                   "reproducer": program.reproducer()} if rounded else {"outcome": "passed"}
     except UpstreamDivergence as error:
         outcome = {"outcome": "upstream", "reason": refusal_reason(error),
                    "error": str(error)[:2000], "reproducer": program.reproducer()}
@@ -243,10 +248,13 @@ def summary(records: dict[int, dict], seed: int) -> str:
     reasons = collections.Counter(r["reason"] for r in records.values()
                                   if r["outcome"] == "refused")
     seconds = [r["seconds"] for r in records.values() if "seconds" in r]
-    programs = sum(counts[k] for k in ("passed", "refused", "one-path", "split", "upstream",
-                                       "failed", "crashed"))
+    programs = sum(counts[k] for k in ("passed", "rounding", "refused", "one-path", "split",
+                                       "upstream", "failed", "crashed"))
     lines = [f"{programs} programs (seeds {seed}..{seed + len(records) - 1}): "
-             f"{counts['passed']} match eager, {counts['refused']} refused, "
+             f"{counts['passed']} match eager, "
+             f"{counts['rounding']} match but for values within eager's own rounding of "
+             "the program in float64, "
+             f"{counts['refused']} refused, "
              f"{counts['one-path']} refused by outofplace.compile and compiled by "
              "torch.compile alone, "
              f"{counts['split']} refused at a statement dynamo runs eagerly between two "
@@ -269,6 +277,9 @@ def summary(records: dict[int, dict], seed: int) -> str:
         if record["outcome"] in ("failed", "crashed", "upstream"):
             lines += ["", f"--- program {record['number']}: {record['outcome']} "
                           f"{record.get('error', '')}", record["reproducer"]]
+        if record["outcome"] == "rounding":
+            lines += ["", f"--- program {record['number']}: within eager's rounding at "
+                          + "; ".join(record["where"])]
     return "\n".join(lines)
 
 

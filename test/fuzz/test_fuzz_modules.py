@@ -18,6 +18,7 @@ import math
 import warnings
 
 import pytest
+import torch
 from hypothesis import HealthCheck, assume, given, seed, settings
 
 import fuzz_modules
@@ -93,3 +94,102 @@ REPORTS = Reports(STATS, "modules-run", "modules-summary.txt", summary_text, "mo
 def _fuzz_summary(request: pytest.FixtureRequest):
     yield
     REPORTS.show(request)
+
+
+# ------------------------------------------------------- the float64 reference's judgement
+def _ema_three_ways(n: int = 4096) -> tuple:
+    """`0.9 * e + 0.1 * b` of float32 state kept in a float64 buffer: eager's (two rounded
+    products), XLA's (the first product contracted into the add: one rounding less) and
+    the program's in float64."""
+    g = torch.Generator().manual_seed(0)
+    e, b = torch.randn(n, generator=g) * 10, torch.randn(n, generator=g) * 10
+    eager = (0.9 * e + 0.1 * b).double()
+    contracted = (0.9 * e.double() + (0.1 * b).double()).float().double()
+    reference = 0.9 * e.double() + 0.1 * b.double()
+    return eager, contracted, reference
+
+
+EPS_FLOAT32 = torch.finfo(torch.float32).eps
+
+
+def test_a_contracted_product_is_within_eager_rounding() -> None:
+    from differential import assert_same
+    from fuzz_modules_check import _within_eager_rounding
+
+    eager, contracted, reference = _ema_three_ways()
+    with pytest.raises(AssertionError):  # float64's tolerance tells them apart
+        assert_same(contracted, eager, "the buffer")
+    assert _within_eager_rounding(contracted, eager, reference, EPS_FLOAT32)
+
+
+def test_a_wrong_value_is_not_within_eager_rounding() -> None:
+    from fuzz_modules_check import _within_eager_rounding
+
+    eager, contracted, reference = _ema_three_ways()
+    # 1e-3 off in one element (under the reference's 3.4e-4 relative), 1e-6 relative off
+    # in all, a swapped pair
+    off = contracted.clone()
+    off[7] += 1e-3
+    assert not _within_eager_rounding(off, eager, reference, EPS_FLOAT32)
+    assert not _within_eager_rounding(contracted * (1 + 1e-6), eager, reference,
+                                      EPS_FLOAT32)
+    swapped = contracted.clone()
+    swapped[[0, 1]] = swapped[[1, 0]]
+    assert not _within_eager_rounding(swapped, eager, reference, EPS_FLOAT32)
+    # NaN where eager has a number; another dtype or shape
+    nan = contracted.clone()
+    nan[3] = math.nan
+    assert not _within_eager_rounding(nan, eager, reference, EPS_FLOAT32)
+    assert not _within_eager_rounding(contracted.float(), eager, reference, EPS_FLOAT32)
+    assert not _within_eager_rounding(contracted[1:], eager[1:], reference, EPS_FLOAT32)
+
+
+def test_a_reference_that_took_another_branch_says_nothing() -> None:
+    from fuzz_modules_check import _within_eager_rounding
+
+    eager, contracted, reference = _ema_three_ways()
+    other = reference.clone()
+    other[5] += 1.0  # a comparison or a cast the float64 program took another way
+    assert not _within_eager_rounding(contracted, eager, other, EPS_FLOAT32)
+
+
+class _Ema(torch.nn.Module):
+    """The shape of the fuzzer's program 1696 (seed 61006000): an EMA of float32 state
+    kept in a float64 buffer, which the output reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.register_buffer("b", torch.randn(64, generator=g) * 10)
+        self.register_buffer("slow", torch.randn(64, generator=g) * 10)
+        self.register_buffer("ema", torch.zeros(64, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.b.add_(x)
+            self.slow.copy_(0.9 * self.slow + (1 - 0.9) * self.b)
+            self.ema.copy_(self.slow)
+        return x.sum() - self.ema
+
+
+@pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax (the xla extra)")
+def test_float32_rounding_in_a_float64_buffer_is_judged_against_float64() -> None:
+    from differential import assert_same
+
+    g = torch.Generator().manual_seed(2)
+    calls = [[(torch.randn(64, generator=g), "contiguous")] for _ in range(3)]
+    # eager's own float32 rounding is what float64's tolerance sees in the buffer: the
+    # program run in float64 is not eager's to it
+    eager, wide = _Ema(), _Ema().double()
+    for call in calls:
+        eager(call[0][0]), wide(call[0][0].double())
+    with pytest.raises(AssertionError):
+        assert_same(eager.ema, wide.ema, "eager's float64 buffer against float64's")
+    # XLA contracts `0.9 * slow` into the add (one rounding less than eager): within
+    # eager's own rounding, judged against that program in float64
+    rounded: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_module_matches_eager(_Ema, lambda m: [m.ema[:8]], calls, rounded=rounded)
+    assert rounded and all("'ema'" in r or "'slow'" in r or "output" in r or "views" in r
+                           for r in rounded), rounded
