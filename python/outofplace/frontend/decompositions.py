@@ -237,13 +237,12 @@ def _batch_statistics(graph: torch.fx.Graph, x: torch.fx.Node, dims: list[int],
     return mean, var, invstd
 
 
-def _update_running(graph: torch.fx.Graph, running: torch.fx.Node, batch: torch.fx.Node,
-                    momentum: float, scale: float) -> None:
-    """running.copy_(running * (1 - momentum) + batch * momentum * scale)"""
-    update = call(graph, torch.ops.aten.add.Tensor,
-                  call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
-                  call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
-    call(graph, torch.ops.aten.copy_.default, running, update)
+def _running_update(graph: torch.fx.Graph, running: torch.fx.Node, batch: torch.fx.Node,
+                    momentum: float, scale: float) -> torch.fx.Node:
+    """running * (1 - momentum) + batch * momentum * scale"""
+    return call(graph, torch.ops.aten.add.Tensor,
+                call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
+                call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
 
 
 def _per_channel(x: torch.Tensor) -> tuple[int, list[int], list[int], int]:
@@ -284,14 +283,10 @@ def _batch_norm_training(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx
     if running_mean is None and running_var is None and x_val.dtype in _WIDE and \
             x_val.dim() >= 2:
         return _no_stats_composite(graph, node)[0]
-    channels, dims, per_channel, count = _per_channel(x_val)
-    mean, var, invstd = _batch_statistics(graph, x, dims, count, eps)
-    out = _normalize(graph, x, mean, invstd, weight, bias, per_channel)
-    for running, batch, scale in ((running_mean, mean, 1.0),
-                                  (running_var, var, count / max(count - 1, 1))):
-        if running is not None:
-            batch = call(graph, torch.ops.aten.view.default, batch, [channels])
-            _update_running(graph, running, batch, momentum, scale)
+    (out, mean, _), var = _legit(graph, x, weight, bias, eps)
+    for running, update in _new_statistics(graph, x, mean, var, running_mean, running_var,
+                                           momentum):
+        call(graph, torch.ops.aten.copy_.default, running, update)
     return out
 
 
@@ -306,6 +301,22 @@ def _legit(graph: torch.fx.Graph, x: torch.fx.Node, weight: Any, bias: Any, eps:
                     for value in (mean, invstd)], var
 
 
+def _new_statistics(graph: torch.fx.Graph, x: torch.fx.Node, mean: torch.fx.Node,
+                    var: torch.fx.Node, running_mean: Any, running_var: Any,
+                    momentum: float) -> list[tuple[torch.fx.Node, torch.fx.Node]]:
+    """Each running statistic given (not None) beside its new value from the batch's
+    `mean` (per channel) and `var` (`_legit`'s, biased, kept dims), as eager updates it:
+
+        running_mean * (1 - m) + mean * m
+        running_var * (1 - m) + var * n / (n - 1) * m"""
+    channels, _, _, count = _per_channel(x.meta["val"])
+    var = call(graph, torch.ops.aten.view.default, var, [channels])
+    return [(running, _running_update(graph, running, batch, momentum, scale))
+            for running, batch, scale in ((running_mean, mean, 1.0),
+                                          (running_var, var, count / max(count - 1, 1)))
+            if running is not None]
+
+
 def _functional_body(momentum: float, eps: float
                      ) -> Callable[[torch.fx.Graph, list], list[torch.fx.Node]]:
     """The decomposition of `_native_batch_norm_legit_functional` (training): its five
@@ -313,17 +324,11 @@ def _functional_body(momentum: float, eps: float
     def body(graph: torch.fx.Graph, tensors: list) -> list[torch.fx.Node]:
         x, weight, bias, running_mean, running_var = tensors
         results, var = _legit(graph, x, weight, bias, eps)
-        channels, _, _, count = _per_channel(x.meta["val"])
-        for running, batch, scale in (
-                (running_mean, results[1], 1.0),
-                (running_var, call(graph, torch.ops.aten.view.default, var, [channels]),
-                 count / max(count - 1, 1))):
-            update = call(graph, torch.ops.aten.add.Tensor,
-                          call(graph, torch.ops.aten.mul.Scalar, running, 1 - momentum),
-                          call(graph, torch.ops.aten.mul.Scalar, batch, momentum * scale))
-            results.append(call(graph, torch.ops.prims.convert_element_type.default, update,
-                                running.meta["val"].dtype))
-        return results
+        return results + [
+            call(graph, torch.ops.prims.convert_element_type.default, update,
+                 running.meta["val"].dtype)
+            for running, update in _new_statistics(graph, x, results[1], var, running_mean,
+                                                   running_var, momentum)]
     return body
 
 
@@ -541,5 +546,6 @@ def _instance_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
             batch = call(graph, torch.ops.aten.mean.dim,
                          call(graph, torch.ops.aten.view.default, batch,
                               [x_val.shape[0], channels]), [0])
-            _update_running(graph, running, batch, momentum, scale)
+            call(graph, torch.ops.aten.copy_.default, running,
+                 _running_update(graph, running, batch, momentum, scale))
     return out
