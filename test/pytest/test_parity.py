@@ -1213,3 +1213,37 @@ def test_output_expanded_from_a_tensor_the_program_makes(path, dtype):
     eager = _expanded_intermediate(x.clone())
     result = run_on_path(path, _expanded_intermediate, (x.clone(),), (x.clone(),))
     _assert_laid_out_as_eager(result, eager)
+
+
+class _RowFromTheFirst(torch.nn.Module):
+    """The module fuzzer's program 3602 (seed 62000000): a row at a pointer buffer's
+    position written from row 0, which Python's setitem passes without its leading one."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.tensor([[[-2.0, 1.0, 2.0]], [[-1.0, -3.0, 0.0]]],
+                                               dtype=dtype))
+        self.register_buffer("ptr", torch.tensor(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.b[self.ptr % 2] = self.b[0]
+        self.ptr.add_(1)
+        return self.b * x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_row_written_from_a_row_without_its_leading_one(path, dtype):
+    """`self.b[self.ptr % 2] = self.b[0]` with b [2, 1, 3]: the values are row 0 as [3]
+    (setitem drops their leading one), the row written is row 0 itself or row 1: order-
+    free, compiled on both paths with eager's values (was refused on outofplace.compile
+    alone as reading memory it writes)."""
+    torch._dynamo.reset()
+    ours, eager = _RowFromTheFirst(dtype), _RowFromTheFirst(dtype)
+    x = torch.arange(3, dtype=dtype) + 1
+    run = outofplace.compile(ours, (x,)) if path == "outofplace.compile" \
+        else torch.compile(ours, backend="outofplace", dynamic=False)
+    for _ in range(3):  # rows 0, 1, 0
+        torch.testing.assert_close(run(x), eager(x), rtol=0, atol=0)
+        torch.testing.assert_close(ours.b, eager.b, rtol=0, atol=0)
+        torch.testing.assert_close(ours.ptr, eager.ptr, rtol=0, atol=0)

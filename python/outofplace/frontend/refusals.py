@@ -61,9 +61,9 @@ def _reads_one_slice_it_writes(node: torch.fx.Node, operand: torch.fx.Node,
                                written: torch.Tensor, read: torch.Tensor) -> bool:
     """`index_put_` at 0-d positions only (`x[:, pos] = v`, `x[:, pos] += v`) whose
     values are exactly the slice it would write at other positions (`x[:, 2]`, a view
-    torch.compile's trace keeps): the slice it writes at run time is that one, each
-    element written from (or added to) itself, or shares no element with it; in any
-    order the same values."""
+    torch.compile's trace keeps; `x[0]` of `x[pos] = x[0]`, its leading ones dropped):
+    the slice it writes at run time is that one, each element written from (or added to)
+    itself, or shares no element with it; in any order the same values."""
     if node.target is not torch.ops.aten.index_put_.default or \
             _argument_name(node, operand) != "values" or read.dtype != written.dtype or \
             _overlaps_itself(written):
@@ -76,9 +76,16 @@ def _reads_one_slice_it_writes(node: torch.fx.Node, operand: torch.fx.Node,
         return False
     at = {d for d, i in enumerate(indices) if i is not None}
     kept = [d for d in range(written.dim()) if d not in at]
-    if list(read.shape) != [written.shape[d] for d in kept] or any(
-            read.shape[k] > 1 and read.stride(k) != written.stride(d)
-            for k, d in enumerate(kept)):
+    # values broadcast to the slice (Python's `x[pos] = x[0]` drops their leading ones):
+    # aligned from the right, each dimension of the slice's size and stride, none
+    # broadcast, the slice's dimensions before them of size one
+    shape = [(n, s) for n, s in zip(read.shape, read.stride())]
+    while len(shape) > len(kept) and shape[0][0] == 1:
+        shape.pop(0)
+    lead = len(kept) - len(shape)
+    if lead < 0 or any(written.shape[d] != 1 for d in kept[:lead]) or any(
+            n != written.shape[d] or n > 1 and stride != written.stride(d)
+            for (n, stride), d in zip(shape, kept[lead:])):
         return False
     # the read's first element as an index of the written tensor: 0 on the kept dims
     rest, start = read.storage_offset() - written.storage_offset(), {}
