@@ -67,10 +67,9 @@ def _float64_reference(cls: type, held: Callable) -> tuple[torch.nn.Module, Any]
         return None
 
 
-def _epsilon(cls: type, calls: list) -> float:
-    """The machine epsilon of the program's least precise floating dtype (of its state
-    and inputs)."""
-    module = cls()
+def _epsilon(module: torch.nn.Module, calls: list) -> float:
+    """The machine epsilon of the program's least precise floating dtype (of its state,
+    `module`'s before the first call, and inputs)."""
     dtypes = {t.dtype for t in (*module.parameters(), *module.buffers())}
     dtypes |= {value.dtype for call in calls for value, _ in call}
     return max((torch.finfo(d).eps for d in dtypes if d.is_floating_point),
@@ -178,7 +177,7 @@ def run_path(path: str, cls: type, held: Callable, calls: list,
     eager, model = cls(), cls()
     held_eager, held_compiled = held(eager), held(model)
     wide = _float64_reference(cls, held)
-    epsilon = _epsilon(cls, calls)
+    epsilon = _epsilon(eager, calls)
     rounded = [] if rounded is None else rounded
     outputs_eager: list[Any] = []
     outputs_compiled: list[Any] = []
