@@ -153,6 +153,28 @@ def test_a_reference_that_took_another_branch_says_nothing() -> None:
     assert not _within_eager_rounding(contracted, eager, other, EPS_FLOAT32)
 
 
+def test_eager_overflow_is_judged_without_the_reference() -> None:
+    """Where eager's float32 overflowed and float64 did not (the module fuzzer's program
+    1483, seed 63000000: a buffer squared on every call), the reference says nothing of
+    that element: ours must be eager's infinity, and the others within rounding; where the
+    reference overflowed alone, ours must be eager's to half the digits."""
+    from fuzz_modules_check import _within_eager_rounding
+
+    eager, contracted, reference = _ema_three_ways()
+    eager, contracted, reference = eager.clone(), contracted.clone(), reference.clone()
+    eager[2] = contracted[2] = math.inf
+    reference[2] = 1e43
+    assert _within_eager_rounding(contracted, eager, reference, EPS_FLOAT32)
+    finite_instead = contracted.clone()
+    finite_instead[2] = 3e38
+    assert not _within_eager_rounding(finite_instead, eager, reference, EPS_FLOAT32)
+    reference[9] = math.inf
+    assert _within_eager_rounding(contracted, eager, reference, EPS_FLOAT32)
+    off = contracted.clone()
+    off[9] = eager[9] * (1 + 1e-3)
+    assert not _within_eager_rounding(off, eager, reference, EPS_FLOAT32)
+
+
 class _Ema(torch.nn.Module):
     """The shape of the fuzzer's program 1696 (seed 61006000): an EMA of float32 state
     kept in a float64 buffer, which the output reads."""
