@@ -108,6 +108,32 @@ class Compiled:
         return Outputs(self.signature, self.io_map)
 
     @functools.cached_property
+    def _unversioned(self) -> list[int]:
+        """The written arguments the program writes only through `.data`
+        (`signature.unversioned`)."""
+        return [i for i, name in enumerate(self.input_names)
+                if i in self.io_map and name in self.signature.unversioned]
+
+    def _engine_call(self, run: Any, inputs: list[torch.Tensor]) -> Any:
+        """`run(inputs)` (an engine or the planned call), an argument written only through
+        `.data` handed to it as a `.data` of itself: the same memory with a version of
+        its own, which the engine's write moves on, and the caller's stays as eager
+        leaves it (frontend/tensor_data.py). The results name the caller's tensors."""
+        if not self._unversioned:
+            return run(inputs)
+        given = list(inputs)
+        for i in self._unversioned:
+            given[i] = inputs[i].data
+        results = run(given)
+        if results is None:
+            return None
+        results = list(results)
+        for i in self._unversioned:
+            if results[self.io_map[i]] is given[i]:
+                results[self.io_map[i]] = inputs[i]
+        return results
+
+    @functools.cached_property
     def dynamic(self) -> bool:
         """Whether the program has dynamic dimensions (`tensor<?x...>`, dynamic_shapes)."""
         return any(-1 in shape for shape, _ in self.input_types)
@@ -261,7 +287,7 @@ class Compiled:
                     guard.check()
                 inputs = [*call_checks.state_tensors(self.signature, self.plan.source),
                           *given] if self.signature.state_targets else given
-                results = planned(inputs)
+                results = self._engine_call(planned, inputs)
                 if results is not None:
                     return self._finish(inputs, results)
         return self.run(args, kwargs, self.engine)
@@ -336,8 +362,8 @@ class Compiled:
         if engine == "xla" and self.dynamic:  # XLA compiles static shapes: one per shape
             return self.specialized([tuple(t.shape) for t in inputs]).run(args, kwargs, engine)
         # each writes the written arguments' new values into them (engines.py)
-        results = (self._sharded() if self.mesh is not None else
-                   self._executable(engine))(inputs)
+        results = self._engine_call(self._sharded() if self.mesh is not None else
+                                    self._executable(engine), inputs)
         if self._planned is None and (engine == "xla" or self.mesh is not None):
             self._make_plan(inputs)
         return self._finish(inputs, results)

@@ -117,6 +117,9 @@ class ProgramSignature:
     # Parameters whose `.grad` the program clears (`opt.zero_grad()`): set to None after
     # each call, as eager leaves them.
     cleared_grads: list[torch.Tensor] = field(default_factory=list)
+    # The parameters and buffers (by name) the program writes only through `.data`: their
+    # version stays as it was at a call, as eager's (frontend/tensor_data.py).
+    unversioned: set[str] = field(default_factory=set)
     # What the trace made constants of the program that the caller may change (the
     # values of optimizers' param groups, tensors it holds that the program only reads):
     # each `check()` raises ValueError at a call when it changed since.

@@ -26,6 +26,7 @@ from ..signature import ProgramSignature, state_tensor
 from .graph_preparation import (prepare_graph, prepare_region,
                                 refuse_data_dependent_shapes, state_value)
 from .mutable_tensors import mark_mutable_tensors
+from .tensor_data import DataAsDetach
 
 
 _INLINED_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
@@ -93,8 +94,9 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     if dynamic_shapes is not None and isinstance(f, ExportedProgram):
         raise ValueError("dynamic_shapes is for a program to export: an ExportedProgram "
                          "has its dynamic dimensions already")
+    data = DataAsDetach()
     with progress.stage("trace"):
-        ep = tracing.export(source, args, kwargs, steps, dynamic_shapes)
+        ep = tracing.export(source, args, kwargs, steps, dynamic_shapes, data)
     with progress.stage("import"):
         module, signature = import_program(ep, context, roots, check_bounds,
                                            _leaves(ep, args, kwargs or {}))
@@ -108,6 +110,7 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
                     source, tuple(("attr", part) for part in name.split(".")), name,
                     tuple(value.shape), value.dtype)
     signature.cleared_grads = steps.cleared if steps is not None else []
+    signature.unversioned = data.unversioned
     for view, (base, layout) in signature.state_views.items():
         signature.guards.append(input_views.StateView(
             view, base, layout, functools.partial(state_tensor, source, view),

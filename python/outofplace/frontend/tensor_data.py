@@ -9,7 +9,11 @@ They differ in version counters: `detach()` shares x's, `.data` has its own. So 
 through `.data` leaves x's version as it was, as eager's does: otherwise autograd, which
 runs while tracing, refuses a view of x taken before it that it checks (a row of a
 parameter taken by `unbind`: "Output 1 of Unbind is a view and its base ... has been
-modified inplace"), where eager runs the program.
+modified inplace"), where eager runs the program. And so at a call: a parameter or
+buffer the program writes only through `.data` keeps its version
+(`ProgramSignature.unversioned`, which `DataAsDetach.unversioned` names), as in eager,
+where a view of it taken by autograd (a row of it from `chunk`, registered as a buffer)
+stays readable; a parameter written otherwise too has its version moved on, as eager's.
 """
 
 from __future__ import annotations
@@ -17,12 +21,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakTensorKeyDictionary
 
 
 def _writes_its_first(func: Any) -> bool:
     """Whether `func` is an in-place method, which writes its first argument."""
+    if isinstance(func, torch._ops.OpOverload):  # (`torch.ops.aten.mul_.Tensor`)
+        first = func._schema.arguments[:1]
+        return bool(first) and first[0].alias_info is not None and first[0].alias_info.is_write
     name = getattr(func, "__name__", "")
     return name == "__setitem__" or name.startswith("__i") and name.endswith("__") or \
         name.endswith("_") and not name.endswith("__")
@@ -33,19 +41,48 @@ class DataAsDetach(TorchFunctionMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._aliases = WeakTensorKeyDictionary()  # the tensors `.data` returned
+        # the tensors `.data` returned -> the tensor whose memory each is
+        self._aliases = WeakTensorKeyDictionary()
+        # the tensors (roots of views) written through `.data`, and written otherwise
+        self._through_data: dict[int, torch.Tensor] = {}
+        self._otherwise: dict[int, torch.Tensor] = {}
+        self.unversioned: set[str] = set()  # see `name_unversioned`
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func == torch.Tensor.data.__get__:  # a new method-wrapper each time: ==, not is
             alias = args[0].detach()
-            self._aliases[alias] = True
+            self._aliases[alias] = args[0]
             return alias
         target = args[0] if args else None
-        if isinstance(target, torch.Tensor) and _writes_its_first(func) and (
-                target in self._aliases or
-                (target._base is not None and target._base in self._aliases)):
-            with torch.autograd.grad_mode._unsafe_preserve_version_counter(target):
-                return func(*args, **kwargs)
+        for out in pytree.tree_leaves(kwargs.get("out")):  # (`torch.add(a, b, out=x)`)
+            if isinstance(out, torch.Tensor):
+                self._otherwise[id(_root(out))] = _root(out)
+        if isinstance(target, torch.Tensor) and _writes_its_first(func):
+            aliased = self._aliases.get(target)
+            if aliased is None and target._base is not None:
+                aliased = self._aliases.get(target._base)
+            if aliased is not None:
+                self._through_data[id(_root(aliased))] = _root(aliased)
+                with torch.autograd.grad_mode._unsafe_preserve_version_counter(target):
+                    return func(*args, **kwargs)
+            self._otherwise[id(_root(target))] = _root(target)
         return func(*args, **kwargs)
+
+    def name_unversioned(self, module: torch.nn.Module) -> None:
+        """Inside the trace (the module holds the traced state): `unversioned` is the
+        state-dict names of the parameters and buffers whose memory the program wrote
+        only through `.data`."""
+        only = {key for key in self._through_data if key not in self._otherwise}
+        self.unversioned = {
+            name for name, t in (*module.named_parameters(remove_duplicate=False),
+                                 *module.named_buffers(remove_duplicate=False))
+            if id(_root(t)) in only}
+        self._through_data.clear()
+        self._otherwise.clear()
+
+
+def _root(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor `tensor` views (autograd's base), or itself."""
+    return tensor._base if tensor._base is not None else tensor

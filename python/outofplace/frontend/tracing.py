@@ -132,10 +132,13 @@ def _distinct_tensors(tree: Any) -> Any:
 
 def export(f: Any, args: tuple, kwargs: dict | None = None,
            steps: training.OptimizerSteps | None = None,
-           dynamic_shapes: Any = None) -> ExportedProgram:
+           dynamic_shapes: Any = None, data: DataAsDetach | None = None
+           ) -> ExportedProgram:
     """Traces `f` to ATen with its mutations and views kept. Gradients are traced as
     eager computes them (`torch.autograd.grad`, `backward()`); `steps` is told where
-    the traced forward starts and ends. `dynamic_shapes` is torch.export's spec."""
+    the traced forward starts and ends. `dynamic_shapes` is torch.export's spec. `data`
+    traces `x.data` (frontend/tensor_data.py) and names the state written only through
+    it (`data.unversioned`)."""
     if isinstance(f, ExportedProgram):
         return f
     module = f if isinstance(f, torch.nn.Module) else function_module(f)
@@ -149,7 +152,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     # Entered by forward hooks, inside the trace, so they see `x[pos]` and `x[mask]`
     # before export's own handler of __getitem__ (which calls .item() on a position).
     positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
-    data, regions = DataAsDetach(), control_flow.region_mode()
+    data, regions = data or DataAsDetach(), control_flow.region_mode()
 
     items = steps.items_as_tensors()
     saved_tensors = SavedTensors()
@@ -184,6 +187,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         if sys.exc_info()[1] is entered:  # not on the way out of a forward that raised
             masked.refuse_escaping(output)
             steps.leave()
+            data.name_unversioned(module)
 
     hooks = [module.register_forward_pre_hook(enter, with_kwargs=True),
              module.register_forward_hook(leave, always_call=True)]

@@ -98,9 +98,15 @@ class Snapshot:
     def __init__(self, tensors: list[torch.Tensor], uncopied: set[int]) -> None:
         self.copies = [(t, t.detach().clone()) for t in tensors
                        if not t.is_meta and id(t) not in uncopied]
+        # their versions now, set back with their values (a buffer viewing a parameter
+        # shares its version: written back, it would move the parameter's on, and a view
+        # of the parameter autograd checks would refuse to be read, as after `.data`
+        # writes, frontend/tensor_data.py)
+        self.versions = torch.autograd.grad_mode._unsafe_preserve_version_counter(
+            tuple(t for t, _ in self.copies))
 
     def restore(self) -> None:
-        with torch.no_grad():
+        with torch.no_grad(), self.versions:
             for tensor, value in self.copies:
                 tensor.copy_(value)
 
