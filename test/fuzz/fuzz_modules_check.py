@@ -61,10 +61,40 @@ def _float64_reference(cls: type, held: Callable) -> tuple[torch.nn.Module, Any]
     held views: the reference `_within_eager_rounding` measures rounding against. None
     when the program cannot be built so."""
     try:
-        reference = cls().double()
+        reference = _in_float64(cls())
         return reference, held(reference)
     except Exception:  # noqa: BLE001 - a program that only runs in its own dtypes
         return None
+
+
+def _in_float64(module: torch.nn.Module) -> torch.nn.Module:
+    """`module` with every floating parameter and buffer in float64, the tensors that
+    share memory sharing it still: `Module.double()` converts each apart, and a buffer
+    that views another (`self.b.t()`) would no longer see the writes of the other (the
+    module fuzzer's program 4188, seed 63000000)."""
+    converted: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+
+    def in_float64(t: torch.Tensor) -> torch.Tensor:
+        t = t.detach()
+        if not t.is_floating_point() or t.dtype == torch.float64:
+            return t
+        storage = t.untyped_storage()
+        key = (storage.data_ptr(), t.dtype)
+        if key not in converted:  # the whole storage, once, in float64
+            n = storage.nbytes() // t.element_size()
+            converted[key] = torch.empty(0, dtype=t.dtype).set_(storage, 0, (n,), (1,)) \
+                .double()
+        return converted[key].as_strided(t.shape, t.stride(), t.storage_offset())
+
+    for owner in module.modules():
+        for name, p in owner._parameters.items():
+            if p is not None:
+                owner._parameters[name] = torch.nn.Parameter(
+                    in_float64(p), requires_grad=p.requires_grad and p.is_floating_point())
+        for name, b in owner._buffers.items():
+            if b is not None:
+                owner._buffers[name] = in_float64(b)
+    return module
 
 
 def _epsilon(module: torch.nn.Module, calls: list) -> float:

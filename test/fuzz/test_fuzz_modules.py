@@ -175,6 +175,35 @@ def test_eager_overflow_is_judged_without_the_reference() -> None:
     assert not _within_eager_rounding(off, eager, reference, EPS_FLOAT32)
 
 
+class _TiedHalf(torch.nn.Module):
+    """The shape of the module fuzzer's program 4188 (seed 63000000): a float16 buffer and
+    its transpose, registered as another buffer, updated through the transpose (eager's
+    float16 `add` with alpha rounds the product in its scalar loop), the first returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(2)
+        self.register_buffer("b", (torch.randn(3, 6, generator=g) * 8).round().half())
+        self.register_buffer("v", self.b.t())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.v.mul_(1 - 0.9).add_(self.v, alpha=0.9)
+        return self.b.unsqueeze(0) + x
+
+
+def test_the_float64_reference_keeps_buffers_that_view_each_other() -> None:
+    """The reference's buffers share memory where the program's do (`Module.double()`
+    converted each apart: the transpose's writes no longer reached the buffer, and the
+    reference said nothing of program 4188's float16 rounding)."""
+    from fuzz_modules_check import _float64_reference
+
+    reference, _ = _float64_reference(_TiedHalf, lambda m: [])
+    assert reference.b.dtype == reference.v.dtype == torch.float64
+    reference.v.mul_(2)
+    assert torch.equal(reference.b, reference.v.t())
+    assert torch.equal(reference.b, _TiedHalf().b.double() * 2)
+
+
 class _Ema(torch.nn.Module):
     """The shape of the fuzzer's program 1696 (seed 61006000): an EMA of float32 state
     kept in a float64 buffer, which the output reads."""
@@ -215,3 +244,18 @@ def test_float32_rounding_in_a_float64_buffer_is_judged_against_float64() -> Non
         assert_module_matches_eager(_Ema, lambda m: [m.ema[:8]], calls, rounded=rounded)
     assert rounded and all("'ema'" in r or "'slow'" in r or "output" in r or "views" in r
                            for r in rounded), rounded
+
+
+@pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax (the xla extra)")
+def test_float16_rounding_through_a_tied_buffer_is_judged_against_float64() -> None:
+    """Program 4188's shape on every path: eager's float16 `add` with alpha through the
+    transpose (its scalar loop rounds the product; ours rounds once) is one rounding
+    from ours, within eager's own rounding of the program in float64 once the
+    reference's buffers view each other as the program's do."""
+    g = torch.Generator().manual_seed(3)
+    calls = [[(torch.randn(6, generator=g).half(), "contiguous")] for _ in range(3)]
+    rounded: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_module_matches_eager(_TiedHalf, lambda m: [m.v[:2]], calls, rounded=rounded)
+    assert rounded, "eager's float16 scalar loop and ours agreed: the case tests nothing"
