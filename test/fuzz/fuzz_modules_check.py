@@ -90,7 +90,7 @@ def _in_float64(module: torch.nn.Module) -> torch.nn.Module:
         for name, p in owner._parameters.items():
             if p is not None:
                 owner._parameters[name] = torch.nn.Parameter(
-                    in_float64(p), requires_grad=p.requires_grad and p.is_floating_point())
+                    in_float64(p), requires_grad=p.requires_grad)
         for name, b in owner._buffers.items():
             if b is not None:
                 owner._buffers[name] = in_float64(b)

@@ -58,16 +58,16 @@ class DataAsDetach(TorchFunctionMode):
         target = args[0] if args else None
         for out in pytree.tree_leaves(kwargs.get("out")):  # (`torch.add(a, b, out=x)`)
             if isinstance(out, torch.Tensor):
-                self._otherwise[id(_root(out))] = _root(out)
+                _mark(self._otherwise, out)
         if isinstance(target, torch.Tensor) and _writes_its_first(func):
             aliased = self._aliases.get(target)
             if aliased is None and target._base is not None:
                 aliased = self._aliases.get(target._base)
             if aliased is not None:
-                self._through_data[id(_root(aliased))] = _root(aliased)
+                _mark(self._through_data, aliased)
                 with torch.autograd.grad_mode._unsafe_preserve_version_counter(target):
                     return func(*args, **kwargs)
-            self._otherwise[id(_root(target))] = _root(target)
+            _mark(self._otherwise, target)
         return func(*args, **kwargs)
 
     def name_unversioned(self, module: torch.nn.Module) -> None:
@@ -86,3 +86,9 @@ class DataAsDetach(TorchFunctionMode):
 def _root(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor `tensor` views (autograd's base), or itself."""
     return tensor._base if tensor._base is not None else tensor
+
+
+def _mark(written: dict[int, torch.Tensor], tensor: torch.Tensor) -> None:
+    """Records `tensor`'s root in `written` (by id; the root kept alive while tracing)."""
+    root = _root(tensor)
+    written[id(root)] = root
