@@ -1287,3 +1287,49 @@ def test_row_written_from_a_row_without_its_leading_one(path, dtype):
         torch.testing.assert_close(run(x), eager(x), rtol=0, atol=0)
         torch.testing.assert_close(ours.b, eager.b, rtol=0, atol=0)
         torch.testing.assert_close(ours.ptr, eager.ptr, rtol=0, atol=0)
+
+
+class _RowsFromTheFirstOfATranspose(torch.nn.Module):
+    """The module fuzzer's program 1543 (seed 64000000): every row of a parameter's
+    transpose written from its row 0, which is written onto itself."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.arange(12, dtype=dtype).view(4, 3) - 5,
+                                    requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v = self.w.t()
+        v.copy_(v[0])
+        self.w.add_(x)
+        return v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_copy_writing_its_shared_elements_onto_themselves(path, dtype):
+    """`v.copy_(v[0])`: the source shares row 0 with what it writes, and row 0 is written
+    from its own place, so the rows read the old row 0 in any order: compiled on both
+    paths with eager's values (was refused on both as reading memory it writes)."""
+    torch._dynamo.reset()
+    ours, eager = _RowsFromTheFirstOfATranspose(dtype), _RowsFromTheFirstOfATranspose(dtype)
+    x = torch.arange(3, dtype=dtype) / 4
+    run = outofplace.compile(ours, (x,)) if path == "outofplace.compile" \
+        else torch.compile(ours, backend="outofplace", dynamic=False)
+    for _ in range(3):
+        torch.testing.assert_close(run(x), eager(x), rtol=0, atol=0)
+        torch.testing.assert_close(ours.w, eager.w, rtol=0, atol=0)
+
+
+def _copy_shifted_by_a_row(x):
+    x[1:].copy_(x[:-1])  # row 1 is written and read: eager copies row 0 down the rows
+
+
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_copy_whose_moved_elements_are_read_is_refused(path):
+    """A copy writing, from another place, an element its source reads stays refused, at
+    its line, on both paths."""
+    error = _refusal(_copy_shifted_by_a_row, path, torch.randn(4, 3))
+    assert "its operand `src` shares memory with the tensor it writes" in str(error)
+    line = _copy_shifted_by_a_row.__code__.co_firstlineno + 1
+    assert f"{__file__}:{line}:" in str(error)

@@ -97,6 +97,26 @@ def _reads_one_slice_it_writes(node: torch.fx.Node, operand: torch.fx.Node,
     return rest == 0 and all(start.get(d, 0) == 0 for d in kept)
 
 
+def _copies_shared_elements_onto_themselves(node: torch.fx.Node, written: torch.Tensor,
+                                            read: torch.Tensor) -> bool:
+    """`copy_` whose every element written at memory its source reads is written from
+    that very place (`v.copy_(v[0])`: row 0 onto itself, the other rows from it): the
+    shared elements keep their values, so every element reads the old value whatever
+    the order eager writes in."""
+    if node.target is not torch.ops.aten.copy_.default or read.dtype != written.dtype or \
+            any(isinstance(d, torch.SymInt) for d in (*written.shape, *written.stride(),
+                                                       *read.shape, *read.stride())) or \
+            written.numel() > _OFFSETS_LIMIT or _overlaps_itself(written):
+        return False
+    try:
+        source = read.expand(written.shape)
+    except RuntimeError:  # not broadcastable to it
+        return False
+    to, of = element_offsets(written), element_offsets(source)
+    moved = to != of  # written from another place
+    return not bool(torch.isin(to[moved], of).any())
+
+
 def _overlaps_itself(value: torch.Tensor) -> bool:
     """Whether two elements of `value` share memory: torch's own test, which gives up on
     a tensor that is not contiguous (`x[:, ::2]`), else the elements' offsets (assumed
@@ -119,7 +139,8 @@ def refuse_overlapping_operands(graph: torch.fx.Graph,
     raises, when it can tell); value semantics would read every operand before writing.
     A pointwise op or `copy_` reading exactly the elements it writes (`x.mul_(x.detach())`,
     `x.unsqueeze(0).mul_(x)`), a fill value read before the fill (`x.fill_(x[0, 0])`) and
-    one element copied (`x[i] = x[j]`) have a single meaning, and so has a slice at
+    one element copied (`x[i] = x[j]`) have a single meaning, as has a copy that writes
+    each shared element from its own place (`v.copy_(v[0])`), and so has a slice at
     runtime positions written from another of the same dimensions (`x[:, i] += x[:, j]`):
     the same or disjoint.
     `nodes`: only these (the per-tensor ops a `_foreach_*` op was decomposed into)."""
@@ -142,6 +163,7 @@ def refuse_overlapping_operands(graph: torch.fx.Graph,
                 if elementwise and _same_layout(written, read) or \
                         (node.target, _argument_name(node, operand)) in _READ_FIRST or \
                         _copies_one_element(node, read) or \
+                        _copies_shared_elements_onto_themselves(node, written, read) or \
                         _reads_one_slice_it_writes(node, operand, written, read):
                     continue
                 raise UnsupportedMutationError(
