@@ -60,7 +60,8 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.isin(element_offsets(a), element_offsets(b)).any())
 
 
-def _symbolic(tensor: torch.Tensor) -> bool:
+def symbolic(tensor: torch.Tensor) -> bool:
+    """Whether a (fake) tensor's sizes or strides are symbolic (dynamic shapes)."""
     return any(isinstance(d, torch.SymInt) for d in (*tensor.shape, *tensor.stride()))
 
 
@@ -69,7 +70,7 @@ def view_layout(view: Any, base: Any) -> tuple | None:
     stride and storage offset), when base is of view's dtype and each element of view is
     an element of base; else None."""
     if not (isinstance(view, torch.Tensor) and isinstance(base, torch.Tensor)) or \
-            _symbolic(view) or _symbolic(base) or not view.numel() or \
+            symbolic(view) or symbolic(base) or not view.numel() or \
             view.dtype != base.dtype or \
             view.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
         return None

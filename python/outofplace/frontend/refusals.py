@@ -16,6 +16,7 @@ import torch.fx
 
 from .. import op_registry
 from ..errors import UnsupportedMutationError
+from ..memory import symbolic
 from .fx_graph import element_offsets, op_effects, operand_at, overlaps, source_line
 
 
@@ -104,9 +105,8 @@ def _copies_shared_elements_onto_themselves(node: torch.fx.Node, written: torch.
     shared elements keep their values, so every element reads the old value whatever
     the order eager writes in."""
     if node.target is not torch.ops.aten.copy_.default or read.dtype != written.dtype or \
-            any(isinstance(d, torch.SymInt) for d in (*written.shape, *written.stride(),
-                                                       *read.shape, *read.stride())) or \
-            written.numel() > _OFFSETS_LIMIT or _overlaps_itself(written):
+            symbolic(written) or symbolic(read) or written.numel() > _OFFSETS_LIMIT or \
+            _overlaps_itself(written):
         return False
     try:
         source = read.expand(written.shape)
