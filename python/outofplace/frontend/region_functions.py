@@ -21,7 +21,7 @@ import torch.fx
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 
-from ..ir_utils import all_operations
+from ..ir_utils import all_operations, torch_constant
 from .control_flow import REGIONS, is_region_op
 
 _ROLES = {"cond": ("true", "false"), "while": ("cond", "body"), "composite": ("body",)}
@@ -70,6 +70,10 @@ def import_regions(importer: object, graph: torch.fx.Graph,
     of the importer's module, and annotates each region op with them."""
     pending = list(_region_ids(graph))
     done: set[int] = set()
+    # Each region's number in this module, in the order they are imported: the names
+    # depend on the program only, not on what the process traced before (the compile
+    # cache's key is the program's text).
+    numbers: dict[int, int] = {}
     while pending:
         rid = pending.pop()
         if rid in done:
@@ -80,7 +84,7 @@ def import_regions(importer: object, graph: torch.fx.Graph,
         for role, gm in zip(_ROLES[region.kind], region.graphs):
             prepare(gm.graph)
             gm.recompile()
-            name = f"region{rid}_{role}"
+            name = f"region{numbers.setdefault(rid, len(numbers))}_{role}"
             func = importer.import_stateless_graph(gm.graph, func_name=name)
             func.attributes["sym_visibility"] = ir.StringAttr.get("private")
             mark(func.operation.opview)
@@ -91,12 +95,18 @@ def import_regions(importer: object, graph: torch.fx.Graph,
     functions = {ir.StringAttr(op.attributes["sym_name"]).value: op
                  for op in map(lambda o: o.operation, module.body.operations)
                  if op.name == "func.func"}
-    for op in all_operations(module.operation):
-        if op.name != "torch.operator" or ir.StringAttr(
-                op.attributes["name"]).value != "torch.outofplace.region":
-            continue
-        rid_op = op.operands[0].owner
-        rid = ir.IntegerAttr(rid_op.attributes["value"]).value
+    region_ops = [op for op in all_operations(module.operation)
+                  if op.name == "torch.operator" and ir.StringAttr(
+                      op.attributes["name"]).value == "torch.outofplace.region"]
+    ids = [ir.IntegerAttr(op.operands[0].owner.attributes["value"]).value
+           for op in region_ops]
+    for op, rid in zip(region_ops, ids):  # its id becomes its number in this module
+        old = op.operands[0].owner
+        op.operands[0] = torch_constant("int", numbers[rid], old.location,
+                                        ir.InsertionPoint(op))
+        if not list(old.result.uses):
+            old.erase()
+    for op, rid in zip(region_ops, ids):
         region = REGIONS[rid]
         op.attributes[KIND] = ir.StringAttr.get(region.kind)
         op.attributes[FUNCTIONS] = ir.ArrayAttr.get(
