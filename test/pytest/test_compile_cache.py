@@ -314,3 +314,16 @@ def test_the_key_covers_versions_and_parts():
     for name in ("torch ", "torch-mlir ", "jax ", "jaxlib ", "iree-base-compiler ",
                  "outofplace "):
         assert name in versions
+
+
+def test_a_program_with_regions_compiled_again_in_the_process_hits(cache_dir):
+    """Batch norm's composite is a region: its functions are named by their number in
+    the module, not by how many regions the process traced before, so a second compile
+    of the same program is the same text and reads the cache."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    x = torch.randn(2, 3, 8, 8)
+    before = compile_cache.stats.copy()
+    outofplace.compile(model, (x,))
+    outofplace.compile(model, (x,))
+    assert dict(compile_cache.stats - before) == {
+        "lowered miss": 1, "lowered write": 1, "lowered hit": 1}
