@@ -9,8 +9,10 @@ from typing import Any
 from ... import compile_cache, progress
 from .. import custom_calls
 from . import client as client_module
+from . import temporaries
 from .client import client, device_list, load_jax
 from .misfusion import without_misfusion
+from .temporaries import KeptTemporaries
 
 
 def hlo_module_proto(stablehlo: str) -> bytes:
@@ -103,7 +105,9 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
     """`compile_for_cpu` of `legalized(stablehlo)`: the executable, the shapes of its
     arguments and results and the results returning an earlier one's value; or, when the
     compile cache holds them (compile_cache.py, on unless `cache` is False), the
-    executable PJRT serialized then, deserialized, and the rest as they were."""
+    executable PJRT serialized then, deserialized, and the rest as they were. An
+    executable that keeps temporaries between calls (temporaries.py) is a
+    `KeptTemporaries`, taking and returning the program's own arguments and results."""
     import os
 
     # (whether the kernel handler is there: an executable compiled with it calls it, one
@@ -112,7 +116,7 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
     handler = "kernel handler " + ("registered" if custom_calls.register_eager()
                                    else "absent")
     entry = compile_cache.key(
-        "xla", stablehlo, LEGALIZE_FOR_CPU, repr(sorted(options.items())),
+        "xla", stablehlo, LEGALIZE_FOR_CPU, temporaries.POLICY, repr(sorted(options.items())),
         os.environ.get("XLA_FLAGS", ""), client().platform_version, compile_cache.cpu(),
         handler) if compile_cache.enabled(cache) and client_module.COLLECTIVES is None \
         else None
@@ -122,6 +126,9 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
         try:
             executable = client().deserialize_executable(blob, device_list(),
                                                           options_of(options))
+            kept = [(tuple(shape), dtype) for shape, dtype in metadata["temporaries"]]
+            if kept:
+                executable = KeptTemporaries(executable, kept)
             return executable, *([tuple(s) for s in metadata[k]]
                                  for k in ("inputs", "results")), \
                 {int(r): f for r, f in metadata["same_results"]}
@@ -132,10 +139,17 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
     with progress.stage("xla compile"):
         text, inputs, results, same_results = legalized(stablehlo)
         executable = compile_for_cpu(text, options)
+        kept = temporaries.kept(text, executable, options, compile_for_cpu)
+        if kept is not None:
+            text, executable, kept_temporaries = kept
     if entry is not None:
         compile_cache.write("xla", entry, {"inputs": inputs, "results": results,
-                                           "same_results": sorted(same_results.items())},
+                                           "same_results": sorted(same_results.items()),
+                                           "temporaries": [] if kept is None
+                                           else kept_temporaries},
                             executable.serialize())
+    if kept is not None:
+        executable = KeptTemporaries(executable, kept_temporaries)
     return executable, inputs, results, same_results
 
 

@@ -1,0 +1,133 @@
+"""Temporaries kept between calls: a program whose XLA:CPU temporaries glibc would map
+fresh at every call writes its kernels' large results into buffers the executable keeps
+(`kept`, the pass outofplace-kernel-results-as-state), passed again at each call
+(`KeptTemporaries`).
+
+XLA:CPU allocates a program's temporaries as one buffer at each call, on the thread
+that runs the program, and frees it after. glibc serves an allocation over its largest
+mmap threshold (32 MiB) with fresh pages from the kernel, zeroed at first touch, and
+nothing a library can set in a running process changes that for the threads XLA runs
+on (docs/backends.md). A ResNet-18 training step at 224x224 has 210 MB of them:
+54,000 page faults a call. Its kernels' results (convolutions, batch norm, their
+gradients) are most of those bytes; returned through donated arguments, they are
+written into buffers that stay mapped from call to call.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import torch
+
+from .buffers import owned_copy
+
+logger = logging.getLogger("outofplace")
+
+# glibc's largest mmap threshold (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit): a larger
+# allocation is always mapped fresh.
+MAPPED_FRESH = 32 << 20
+POLICY = f"kernel results kept over {MAPPED_FRESH}"  # (in cache keys)
+
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+           torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+
+Temporary = tuple[tuple[int, ...], str]  # (shape, torch dtype name)
+
+
+def kept(text: str, executable: Any, options: dict[str, Any],
+         compile: Callable[[str, dict[str, Any]], Any]
+         ) -> tuple[str, Any, list[Temporary]] | None:
+    """For a legalized module `text` compiled as `executable`: the module with its large
+    kernel results kept (outofplace-kernel-results-as-state), its executable (`compile`)
+    and its kept temporaries; None when the temporaries are under `MAPPED_FRESH`, the
+    module has no such result, or keeping them would not shrink XLA's temporaries or
+    would hold more than twice their bytes between calls."""
+    before = executable.get_compiled_memory_stats().temp_size_in_bytes
+    if before < MAPPED_FRESH:
+        return None
+    from torch_mlir import ir
+
+    from ...context import make_context
+    from ...ir_utils import main_function
+    from ...torch_types import element_type
+    from ...transforms.kernel_results_as_state import TEMPORARY
+    from ...transforms.pipelines import run_pipeline
+
+    with make_context():
+        module = ir.Module.parse(text)
+        run_pipeline(module, "builtin.module(outofplace-kernel-results-as-state)")
+        main = main_function(module)
+        elements = {str(element_type(d, signless=True)): d for d in _DTYPES}
+        temporaries = []
+        for argument, attrs in zip(main.entry_block.arguments, main.arg_attrs):
+            if TEMPORARY in ir.DictAttr(attrs):
+                type_ = ir.RankedTensorType(argument.type)
+                dtype = elements.get(str(type_.element_type))
+                if dtype is None:
+                    return None
+                temporaries.append((tuple(type_.shape), str(dtype).removeprefix("torch.")))
+        new_text = module.operation.get_asm()
+    if not temporaries:
+        return None
+    candidate = compile(new_text, options)
+    after = candidate.get_compiled_memory_stats().temp_size_in_bytes
+    held = sum(_nbytes(t) for t in temporaries)
+    if after >= before or after + held > 2 * before:
+        logger.info("outofplace: XLA's temporaries of %d MB are mapped at each call; "
+                    "keeping its kernels' results (%d MB) would leave %d MB: not kept",
+                    before >> 20, held >> 20, after >> 20)
+        return None
+    logger.info("outofplace: %d kernel results (%d MB) kept between calls: XLA's "
+                "temporaries %d MB -> %d MB", len(temporaries), held >> 20, before >> 20,
+                after >> 20)
+    return new_text, candidate, temporaries
+
+
+def _nbytes(temporary: Temporary) -> int:
+    shape, dtype = temporary
+    return torch.Size(shape).numel() * getattr(torch, dtype).itemsize
+
+
+class KeptTemporaries:
+    """A loaded executable whose last arguments are its kept temporaries: its
+    `execute_sharded` takes the program's own arguments, adds the temporaries' buffers
+    (made at the first call), and its results' `consume_with_handlers` returns the
+    program's own results, keeping the temporaries' (the same buffers: donated and
+    aliased) for the next call. Anything else is the executable's."""
+
+    def __init__(self, executable: Any, temporaries: list[Temporary]) -> None:
+        from jax._src.lib import xla_client
+
+        from .buffers import numpy_dtype
+        from .client import device_sharding, load_jax
+
+        self._executable = executable
+        self.temporaries = temporaries
+        self._arrays: list[Any] | None = None
+        self._handlers = [xla_client.array_result_handler(
+            load_jax().core.ShapedArray(shape, numpy_dtype(getattr(torch, dtype))),
+            device_sharding(), committed=True, _skip_checks=True)
+            for shape, dtype in temporaries]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._executable, name)
+
+    def execute_sharded(self, arguments: list[Any]) -> "_Results":
+        if self._arrays is None or any(a.is_deleted() for a in self._arrays):
+            self._arrays = [owned_copy(torch.empty(shape, dtype=getattr(torch, dtype)))
+                            for shape, dtype in self.temporaries]
+        arrays, self._arrays = self._arrays, None  # (donated: XLA's until it returns)
+        return _Results(self, self._executable.execute_sharded([*arguments, *arrays]))
+
+
+class _Results:
+    """The results of a call of a `KeptTemporaries`."""
+
+    def __init__(self, owner: KeptTemporaries, results: Any) -> None:
+        self._owner, self._results = owner, results
+
+    def consume_with_handlers(self, handlers: list[Any]) -> list[Any]:
+        arrays = self._results.consume_with_handlers([*handlers, *self._owner._handlers])
+        self._owner._arrays = arrays[len(handlers):]
+        return arrays[:len(handlers)]

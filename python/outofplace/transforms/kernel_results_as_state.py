@@ -1,0 +1,127 @@
+"""`outofplace-kernel-results-as-state`: each large result of a kernel call is also
+returned through an argument of its own, written in place like a cache, so that it
+lives in a buffer the caller keeps between calls instead of in XLA:CPU's temporaries.
+
+XLA:CPU allocates all of a program's temporaries as one buffer at each call and frees
+it after; glibc's malloc serves an allocation that large with fresh pages from the
+kernel each time (a ResNet-18 training step at 224x224: 220 MB, 54,000 page faults a
+call where eager's step takes 6,000-27,000). The values kernel calls make (a
+convolution's output, batch norm's, their gradients) are most of those bytes. Returned
+through a donated argument (`tf.aliasing_output`), a value is written straight into
+that argument's buffer, which the XLA engine passes again at the next call: the same
+pages every call. The argument is only ever written, never read, and is marked
+`outofplace.temporary`:
+
+    func.func @main(%x: tensor<8x3x224x224xf32>, %w: tensor<64x3x7x7xf32>)
+        -> tensor<f32> {
+      %y = stablehlo.custom_call @"aten::convolution"(%x, %w) {...}
+      ...
+      return %loss : tensor<f32>
+  =>
+    func.func @main(%x: ..., %w: ..., %t0: tensor<8x64x112x112xf32>
+                    {outofplace.temporary, tf.aliasing_output = 1 : i32})
+        -> (tensor<f32>, tensor<8x64x112x112xf32>) {
+      %y = stablehlo.custom_call @"aten::convolution"(%x, %w) {...}
+      ...
+      return %loss, %y : tensor<f32>, tensor<8x64x112x112xf32>
+
+A result counts when it holds at least `MIN_BYTES` and static shape, is the kernel's own
+(not the new value of an operand it writes in place) and main does not return it
+already. The XLA engine runs the pass only when a program's temporaries are over what
+glibc maps fresh, and keeps its output only where it saves more than it holds
+(backends/xla/temporaries.py); the program a user exports keeps its own signature.
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch_mlir import ir
+
+from ..ir_utils import all_operations, operations, terminator
+from ..signature import ALIASING_OUTPUT
+from .kernel_calls import OP_NAME, RESULTS
+from .registry import register_pass
+
+TEMPORARY = "outofplace.temporary"  # on an argument of main: a kept temporary
+# A kept result holds at least this many bytes: smaller ones leave XLA's temporaries
+# small enough for glibc's heap, and a kernel's small results (batch norm's statistics)
+# are not worth an argument.
+MIN_BYTES = 1 << 20
+
+
+def _backend_config(op: ir.Operation) -> ir.DictAttr | None:
+    if "backend_config" not in op.attributes or \
+            not isinstance(op.attributes["backend_config"], ir.DictAttr):
+        return None
+    config = ir.DictAttr(op.attributes["backend_config"])
+    return config if OP_NAME in config else None
+
+
+def _nbytes(value: ir.Value) -> int | None:
+    """value's bytes, or None when its shape is not static."""
+    if not isinstance(value.type, ir.RankedTensorType):
+        return None
+    type_ = ir.RankedTensorType(value.type)
+    if not type_.has_static_shape:
+        return None
+    return math.prod(type_.shape) * max(1, type_.element_type.width // 8)
+
+
+def kept_results(main: ir.Operation, min_bytes: int) -> list[ir.Value]:
+    """The kernel calls' results the pass returns, in program order."""
+    returned = set(terminator(main.regions[0].blocks[0]).operands)
+    kept = []
+    for op in all_operations(main):
+        if op.name != "stablehlo.custom_call" or op.parent.name != "func.func":
+            continue
+        config = _backend_config(op)
+        if config is None:
+            continue
+        aliased = set(ir.DenseI64ArrayAttr(config[RESULTS])) if RESULTS in config else set()
+        for index, result in enumerate(op.results):
+            nbytes = _nbytes(result)
+            if index not in aliased and result not in returned and nbytes is not None \
+                    and nbytes >= min_bytes:
+                kept.append(result)
+    return kept
+
+
+@register_pass(
+    "outofplace-kernel-results-as-state",
+    "Return large kernel results through written arguments (XLA:CPU's temporaries)",
+    "each result of a kernel call of at least 1 MiB (not an operand's new value, not "
+    "returned already) is also returned through a new argument of main, aliased to it "
+    "and marked outofplace.temporary, so it is written into a buffer the caller keeps "
+    "between calls instead of XLA:CPU's temporaries, mapped fresh at each call "
+    "(the XLA engine's legalization, backends/xla/temporaries.py)")
+def kernel_results_as_state(module: ir.Operation) -> None:
+    mains = [op for op in operations(module.regions[0].blocks[0]) if op.name == "func.func"
+             and ir.StringAttr(op.attributes["sym_name"]).value == "main"]
+    if not mains:
+        return
+    main = mains[0]
+    kept = kept_results(main, MIN_BYTES)
+    if not kept:
+        return
+    block = main.regions[0].blocks[0]
+    ret = terminator(block)
+    first = len(ret.operands)
+    arg_attrs = list(main.attributes["arg_attrs"]) if "arg_attrs" in main.attributes \
+        else [ir.DictAttr.get({})] * len(block.arguments)
+    i32 = ir.IntegerType.get_signless(32)
+    for k, value in enumerate(kept):
+        block.add_argument(value.type, main.location)
+        arg_attrs.append(ir.DictAttr.get({
+            TEMPORARY: ir.UnitAttr.get(),
+            ALIASING_OUTPUT: ir.IntegerAttr.get(i32, first + k)}))
+    operands = [*ret.operands, *kept]
+    ir.Operation.create("func.return", operands=operands, loc=ret.location,
+                        ip=ir.InsertionPoint(ret))
+    ret.erase()
+    main.attributes["arg_attrs"] = ir.ArrayAttr.get(arg_attrs)
+    if "res_attrs" in main.attributes:
+        main.attributes["res_attrs"] = ir.ArrayAttr.get(
+            [*main.attributes["res_attrs"], *[ir.DictAttr.get({})] * len(kept)])
+    main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], [v.type for v in operands]))

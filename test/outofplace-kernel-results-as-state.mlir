@@ -1,0 +1,38 @@
+// RUN: outofplace-opt %s --split-input-file --pass-pipeline='builtin.module(outofplace-kernel-results-as-state)' \
+// RUN:   | FileCheck %s
+
+// A convolution's output (1 MiB and more, read by a later kernel call) is also returned
+// through a new argument aliased to it and marked as a temporary; a written argument
+// keeps its alias, and the kernel's call is left as it is.
+// CHECK-LABEL: func.func @main(
+// CHECK-SAME:    %[[W:[^:]*]]: tensor<16x16x3x3xf32> {tf.aliasing_output = 1 : i32}
+// CHECK-SAME:    %[[X:[^:]*]]: tensor<4x16x64x64xf32>
+// CHECK-SAME:    %[[T:[^:]*]]: tensor<4x16x64x64xf32> {outofplace.temporary, tf.aliasing_output = 2 : i32})
+// CHECK-SAME:    -> (tensor<4x16x64x64xf32>, tensor<16x16x3x3xf32>, tensor<4x16x64x64xf32>)
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"(%[[X]], %[[W]])
+// CHECK-NEXT:    %[[Z:.*]] = stablehlo.custom_call @"aten::convolution"(%[[Y]], %[[W]])
+// CHECK-NEXT:    %[[NW:.*]] = stablehlo.add %[[W]], %[[W]]
+// CHECK-NEXT:    return %[[Z]], %[[NW]], %[[Y]] : tensor<4x16x64x64xf32>, tensor<16x16x3x3xf32>, tensor<4x16x64x64xf32>
+func.func @main(%w: tensor<16x16x3x3xf32> {tf.aliasing_output = 1 : i32}, %x: tensor<4x16x64x64xf32>) -> (tensor<4x16x64x64xf32>, tensor<16x16x3x3xf32>) {
+  %y = stablehlo.custom_call @"aten::convolution"(%x, %w) {api_version = 4 : i32, backend_config = {outofplace.op = "aten::convolution", outofplace.operands = array<i64: 0, 1>, outofplace.results = array<i64: -1, -1>, outofplace.tensors = array<i64: 0, 1>}} : (tensor<4x16x64x64xf32>, tensor<16x16x3x3xf32>) -> tensor<4x16x64x64xf32>
+  %z = stablehlo.custom_call @"aten::convolution"(%y, %w) {api_version = 4 : i32, backend_config = {outofplace.op = "aten::convolution", outofplace.operands = array<i64: 0, 1>, outofplace.results = array<i64: -1, -1>, outofplace.tensors = array<i64: 0, 1>}} : (tensor<4x16x64x64xf32>, tensor<16x16x3x3xf32>) -> tensor<4x16x64x64xf32>
+  %nw = stablehlo.add %w, %w : tensor<16x16x3x3xf32>
+  return %z, %nw : tensor<4x16x64x64xf32>, tensor<16x16x3x3xf32>
+}
+
+// -----
+
+// Not kept: a result under 1 MiB (batch norm's statistics), the new value of an operand
+// the kernel writes in place (a running mean, `outofplace.results`), a result main
+// returns already, and a custom call that is no kernel's (no `outofplace.op`).
+// CHECK-LABEL: func.func @main(
+// CHECK-SAME:    %{{[^:]*}}: tensor<4x16x64x64xf32>, %{{[^:]*}}: tensor<16x1024x64xf32>)
+// CHECK-SAME:    -> (tensor<4x16x64x64xf32>, tensor<16xf32>, tensor<4x16x64x64xf32>)
+// CHECK-NOT:     outofplace.temporary
+// CHECK:         return %{{.*}}, %{{.*}}, %{{.*}} : tensor<4x16x64x64xf32>, tensor<16xf32>, tensor<4x16x64x64xf32>
+func.func @main(%x: tensor<4x16x64x64xf32>, %m: tensor<16x1024x64xf32>) -> (tensor<4x16x64x64xf32>, tensor<16xf32>, tensor<4x16x64x64xf32>) {
+  %r:3 = stablehlo.custom_call @"aten::kernel"(%x, %m) {api_version = 4 : i32, backend_config = {outofplace.op = "demo::normalize", outofplace.operands = array<i64: 0, 1>, outofplace.results = array<i64: -1, 2>, outofplace.tensors = array<i64: 0, 1>}, output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [2], operand_index = 1, operand_tuple_indices = []>]} : (tensor<4x16x64x64xf32>, tensor<16x1024x64xf32>) -> (tensor<4x16x64x64xf32>, tensor<16xf32>, tensor<16x1024x64xf32>)
+  %o = stablehlo.custom_call @"foreign_target"(%r#0) {api_version = 4 : i32} : (tensor<4x16x64x64xf32>) -> tensor<4x16x64x64xf32>
+  %s = stablehlo.add %o, %o : tensor<4x16x64x64xf32>
+  return %r#0, %r#1, %s : tensor<4x16x64x64xf32>, tensor<16xf32>, tensor<4x16x64x64xf32>
+}
