@@ -41,14 +41,15 @@ def compiled_on(path: str, f, args):
 
 
 def linears(x, w1, b1, w2):
-    """A batch-1 `nn.Linear` with a bias (the weight [N, K]), then `x @ w` ([K, N])."""
+    """An `nn.Linear` with a bias (the weight [N, K]) over two rows, then `x @ w` ([K, N]).
+    (A batch-1 one is XLA's dot, weight first: test_vector_dots_weight_first.py.)"""
     return torch.relu(F.linear(x, w1, b1)) @ w2
 
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_linear_and_matmul_match_eager(path, dtype):
-    args = (torch.randn(1, 1, 1536, dtype=dtype), torch.randn(1024, 1536, dtype=dtype) / 40,
+    args = (torch.randn(1, 2, 1536, dtype=dtype), torch.randn(1024, 1536, dtype=dtype) / 40,
             torch.randn(1024, dtype=dtype), torch.randn(1024, 1024, dtype=dtype) / 32)
     compiled = compiled_on(path, linears, args)
     for _ in range(2):
@@ -86,10 +87,12 @@ def test_attention_over_a_cache_written_in_place(path, dtype):
 
 
 def decode(cache, pos, k, x, w, v):
-    """Batch-1 decoding: a projection (large enough to call eager's kernel, so the
-    program runs at home), a key cache [1, heads, positions, head dim] written at a
-    runtime position, the query's scores over it and the weights' product with v."""
-    q = F.linear(x, w).view(1, 12, 1, 64)  # (1.2M multiply-adds: a call)
+    """Batch-1 attention in a program that calls eager's kernels anyway: a projection of
+    two rows (1.2M multiply-adds, a call, so the program runs at home; a batch-1 one is
+    XLA's dot, test_vector_dots_weight_first.py, as in bfloat16 it is a call), a key
+    cache [1, heads, positions, head dim] written at a runtime position, the query's
+    scores over it and the weights' product with v."""
+    q = F.linear(x, w).view(1, 12, 1, 64)
     cache.index_copy_(2, pos, k)
     scores = q @ cache.transpose(-1, -2) / 8
     return torch.softmax(scores, -1) @ v
@@ -104,8 +107,8 @@ def test_batch_one_attention_reads_the_cache_in_place(path, dtype):
         g = torch.Generator().manual_seed(seed)
         return (torch.randn(1, 12, 256, 64, dtype=dtype, generator=g), torch.tensor([seed]),
                 torch.randn(1, 12, 1, 64, dtype=dtype, generator=g),
-                torch.randn(1, 1, 1536, dtype=dtype, generator=g),
-                torch.randn(768, 1536, dtype=dtype, generator=g) / 40,
+                torch.randn(2, 1536, dtype=dtype, generator=g),
+                torch.randn(384, 1536, dtype=dtype, generator=g) / 40,
                 torch.randn(1, 12, 256, 64, dtype=dtype, generator=g))
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*copied on every call")
@@ -152,7 +155,7 @@ def grouped(k_cache, v_cache, pos, k, v, x, w):
     """Grouped-query decoding as transformers writes it: 8 query heads over 2 key-value
     heads, each cache written at a runtime position, then repeated to every query head
     (`repeat_kv`: expand and reshape) for attention."""
-    q = F.linear(x, w).view(1, 8, 1, 64)
+    q = F.linear(x, w).view(1, 8, 1, 64)  # (two rows: a call, so the program runs at home)
     k_cache.index_copy_(2, pos, k)
     v_cache.index_copy_(2, pos, v)
     keys = k_cache[:, :, None].expand(1, 2, 4, 256, 64).reshape(1, 8, 256, 64)
@@ -171,8 +174,8 @@ def test_grouped_query_attention_reads_the_repeated_caches_where_they_are(path, 
                 torch.randn(1, 2, 256, 64, dtype=dtype, generator=g), torch.tensor([seed]),
                 torch.randn(1, 2, 1, 64, dtype=dtype, generator=g),
                 torch.randn(1, 2, 1, 64, dtype=dtype, generator=g),
-                torch.randn(1, 1, 2048, dtype=dtype, generator=g),
-                torch.randn(512, 2048, dtype=dtype, generator=g) / 45)
+                torch.randn(2, 2048, dtype=dtype, generator=g),
+                torch.randn(256, 2048, dtype=dtype, generator=g) / 45)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*copied on every call")
         compiled = compiled_on(path, grouped, args(3))

@@ -2,16 +2,20 @@
 dimension becomes a call of eager's matrix product (`aten::linear`, `aten::matmul`)
 inside the XLA:CPU program.
 
-XLA:CPU's matrix-vector products run at a fifth of eager's speed: `x @ W.T` of a
-[1, 768] row and a [768, 768] weight took 110 µs in JAX's own program against eager's
-20 (one thread's plain loop where eager's BLAS reads the weight with both cores), and a
-decoder at batch 1 is made of them (a 148M Llama's token: 25 of its 27.6 ms in 127
-dots; docs/performance.md). The XLA engine already calls eager's convolutions on XLA's
-buffers (convolutions_as_kernel_calls.py, the handler of backends/kernel_call.cpp); this
-pass hands it the dots:
+XLA:CPU's products of small cached matrices run at a fraction of eager's speed (`x @ W.T`
+of a [1, 768] row and a [768, 768] weight read again took 110 µs in JAX's own program
+against eager's 20 on an Intel machine), and so did a decoder's batch-1 projections,
+vector first, which XLA copies transposed at every call once the weight has 4096
+columns. A vector-weight product in float32 or float64 is now XLA's dot with the weight
+first (outofplace-vector-dots-weight-first, run before this pass, which leaves it: it
+streams the weight faster than eager's gemv); this pass hands eager's kernels the
+others: products of several rows (a prefill, a training step), attention's batched
+dots in a program that calls eager's kernels anyway, and bfloat16 ones. The XLA engine
+already calls eager's convolutions on XLA's buffers (convolutions_as_kernel_calls.py,
+the handler of backends/kernel_call.cpp); this pass hands it the dots:
 
     %y = stablehlo.dot_general %x, %w, contracting_dims = [2] x [1]
-           : (tensor<1x1x768xf32>, tensor<2048x768xf32>) -> tensor<1x1x2048xf32>
+           : (tensor<1x4x768xf32>, tensor<2048x768xf32>) -> tensor<1x4x2048xf32>
   =>
     %y = stablehlo.custom_call @"aten::matmul"(%x, %w)
            {backend_config = {"outofplace.op" = "aten::linear", ...}, api_version = 4, ...}
@@ -53,6 +57,7 @@ from . import kernel_calls
 from .composites_as_kernel_calls import TARGET as COMPOSITE
 from .convolutions_as_kernel_calls import TARGET as CONVOLUTION
 from .registry import register_pass
+from .vector_dots_weight_first import weight_first
 
 TARGET = "aten::matmul"  # the custom call target of every call this pass makes
 ELEMENT_TYPES = ("f32", "f64", "bf16")
@@ -94,7 +99,7 @@ def _plan(op: ir.Operation, least: int) -> dict | None:
             str(p) not in ("#stablehlo<precision DEFAULT>",)
             for p in ir.ArrayAttr(op.attributes["precision_config"])):
         return None
-    if "algorithm" in op.attributes:
+    if "algorithm" in op.attributes or weight_first(op):  # (XLA's own: faster)
         return None
     numbers = _stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     lb, rb = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
@@ -255,9 +260,9 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter, least: int) ->
     "its last and the rhs of rank 2, `aten::linear` (rhs [N, K]) or `aten::matmul` (rhs "
     "[K, N]); with them, at most one free dimension a side, `aten::matmul` of "
     "[batch..., M, K] and [batch..., K, N] views of the operands → `stablehlo.custom_call @\"aten::matmul\"` "
-    "that the kernel handler (backends/kernel_call.cpp) runs: XLA:CPU's matrix-vector "
-    "products are ~5x slower than eager's (the XLA engine's legalization only, "
-    "backends/xla; exports keep XLA's dots)")
+    "that the kernel handler (backends/kernel_call.cpp) runs; a vector-weight dot with "
+    "the weight first (outofplace-vector-dots-weight-first) stays XLA's (the XLA "
+    "engine's legalization only, backends/xla; exports keep XLA's dots)")
 def dots_as_kernel_calls(module: ir.Operation) -> None:
     def calls() -> bool:
         return any(op.name == "stablehlo.custom_call" and ir.StringAttr(

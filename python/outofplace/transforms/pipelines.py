@@ -21,7 +21,7 @@ from . import (collectives, composites_as_kernel_calls,  # noqa: F401
                lower_regions, lower_updates, narrow_indices, refuse_unknown_shapes,
                round_through_float32, scatter_barriers, sharding,
                small_convolutions_as_dots, split_bounds_check, squeeze_state,
-               stablehlo_constants,
+               stablehlo_constants, vector_dots_weight_first,
                verify_stablehlo)  # (they register passes)
 from .upstream import (fill_tensor, max_pool_indices, negative_indices,  # noqa: F401
                        shield_constants, static_slices, strip_constant_shields,

@@ -36,6 +36,7 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 LEGALIZE_FOR_CPU = ("builtin.module(outofplace-composites-as-kernel-calls, "
                     "outofplace-squeeze-state, "
                     "outofplace-fold-transposes-into-dots, "
+                    "outofplace-vector-dots-weight-first, "
                     "outofplace-convolutions-as-kernel-calls, "
                     "outofplace-small-convolutions-as-dots, "
                     "outofplace-dots-as-kernel-calls, "
@@ -116,10 +117,10 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
     handler = "kernel handler " + ("registered" if custom_calls.register_eager()
                                    else "absent")
     entry = compile_cache.key(
-        "xla", stablehlo, LEGALIZE_FOR_CPU, temporaries.POLICY, repr(sorted(options.items())),
-        os.environ.get("XLA_FLAGS", ""), client().platform_version, compile_cache.cpu(),
-        handler) if compile_cache.enabled(cache) and client_module.COLLECTIVES is None \
-        else None
+        "xla", stablehlo, LEGALIZE_FOR_CPU, temporaries.POLICY,
+        repr(sorted(options.items())), os.environ.get("XLA_FLAGS", ""),
+        client().platform_version, compile_cache.cpu(), handler) \
+        if compile_cache.enabled(cache) and client_module.COLLECTIVES is None else None
     found = compile_cache.read("xla", entry) if entry is not None else None
     if found is not None:
         metadata, blob = found
@@ -141,7 +142,7 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
         executable = compile_for_cpu(text, options)
         kept = temporaries.kept(text, executable, options, compile_for_cpu)
         if kept is not None:
-            text, executable, kept_temporaries = kept
+            executable, kept_temporaries = kept
     if entry is not None:
         compile_cache.write("xla", entry, {"inputs": inputs, "results": results,
                                            "same_results": sorted(same_results.items()),

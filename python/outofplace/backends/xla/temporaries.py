@@ -37,10 +37,10 @@ Temporary = tuple[tuple[int, ...], str]  # (shape, torch dtype name)
 
 def kept(text: str, executable: Any, options: dict[str, Any],
          compile: Callable[[str, dict[str, Any]], Any]
-         ) -> tuple[str, Any, list[Temporary]] | None:
-    """For a legalized module `text` compiled as `executable`: the module with its large
-    kernel results kept (outofplace-kernel-results-as-state), its executable (`compile`)
-    and its kept temporaries; None when the temporaries are under `MAPPED_FRESH`, the
+         ) -> tuple[Any, list[Temporary]] | None:
+    """For a legalized module `text` compiled as `executable`: the executable
+    (`compile`) of the module with its large kernel results kept
+    (outofplace-kernel-results-as-state), and its kept temporaries; None when the temporaries are under `MAPPED_FRESH`, the
     module has no such result, or keeping them would not shrink XLA's temporaries or
     would hold more than twice their bytes between calls."""
     before = executable.get_compiled_memory_stats().temp_size_in_bytes
@@ -58,6 +58,8 @@ def kept(text: str, executable: Any, options: dict[str, Any],
         module = ir.Module.parse(text)
         run_pipeline(module, "builtin.module(outofplace-kernel-results-as-state)")
         main = main_function(module)
+        if "arg_attrs" not in main.attributes:
+            return None
         elements = {str(element_type(d, signless=True)): d for d in _DTYPES}
         temporaries = []
         for argument, attrs in zip(main.entry_block.arguments, main.arg_attrs):
@@ -81,7 +83,7 @@ def kept(text: str, executable: Any, options: dict[str, Any],
     logger.info("outofplace: %d kernel results (%d MB) kept between calls: XLA's "
                 "temporaries %d MB -> %d MB", len(temporaries), held >> 20, before >> 20,
                 after >> 20)
-    return new_text, candidate, temporaries
+    return candidate, temporaries
 
 
 def _nbytes(temporary: Temporary) -> int:
