@@ -28,9 +28,10 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 # The passes the XLA engine runs on the program before XLA:CPU compiles it: written
 # arguments without their unit dimensions (a batch-1 KV cache that attention reads is
 # copied otherwise), the dots then read through the reshapes that leaves and the
-# transposes of weights, convolutions whose window is larger than their input are
-# dots (XLA:CPU's convolution is hundreds of times slower there), larger convolutions
-# and matrix products are eager's kernels, and written arguments
+# transposes of weights, a vector's dot with a weight taken weight first (XLA:CPU
+# copies the weight transposed otherwise), convolutions whose window is larger than
+# their input are dots (XLA:CPU's convolution is hundreds of times slower there),
+# larger convolutions and matrix products are eager's kernels, and written arguments
 # updated elementwise (an optimizer's) are flat (XLA:CPU vectorizes only a loop's
 # innermost dimension).
 LEGALIZE_FOR_CPU = ("builtin.module(outofplace-composites-as-kernel-calls, "
