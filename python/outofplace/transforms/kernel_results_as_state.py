@@ -27,9 +27,11 @@ pages every call. The argument is only ever written, never read, and is marked
 
 A result counts when it holds at least `MIN_BYTES` and static shape, is the kernel's own
 (not the new value of an operand it writes in place) and main does not return it
-already. The XLA engine runs the pass only when a program's temporaries are over what
-glibc maps fresh, and keeps its output only where it saves more than it holds
-(backends/xla/temporaries.py); the program a user exports keeps its own signature.
+already, a direct operation of main (not in a loop's body). The XLA engine runs the
+pass only when a program's temporaries are over what glibc maps fresh, and keeps its
+output only where XLA's temporaries shrink and what it holds between calls is at most
+twice their bytes (backends/xla/temporaries.py); the program a user exports keeps its
+own signature.
 """
 
 from __future__ import annotations
