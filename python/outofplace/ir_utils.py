@@ -144,6 +144,24 @@ def tensor_literal(tensor: torch.Tensor, loc: ir.Location | None = None,
                                attributes={"value": value}, loc=loc, ip=ip).result
 
 
+def plain_dot(op: ir.Operation, element_types: tuple[str, ...]) -> bool:
+    """Whether a `stablehlo.dot_general` computes as written, by XLA or by eager's
+    kernel alike: static shapes, operands and result of one element type among
+    `element_types`, the default precision, no algorithm."""
+    values = [*op.operands, op.result]
+    if any(not isinstance(v.type, ir.RankedTensorType) or
+           not ir.RankedTensorType(v.type).has_static_shape for v in values):
+        return False
+    element = ir.RankedTensorType(op.result.type).element_type
+    if str(element) not in element_types or \
+            any(ir.RankedTensorType(v.type).element_type != element for v in values):
+        return False
+    return "algorithm" not in op.attributes and (
+        "precision_config" not in op.attributes or all(
+            str(p) == "#stablehlo<precision DEFAULT>"
+            for p in ir.ArrayAttr(op.attributes["precision_config"])))
+
+
 def ranked_shape(value: ir.Value) -> list[int]:
     """The sizes of a ranked tensor value."""
     return list(ir.RankedTensorType(value.type).shape)

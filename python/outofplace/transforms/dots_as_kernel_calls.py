@@ -52,7 +52,7 @@ import math
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import all_operations, ranked_shape, row_major_layout
+from ..ir_utils import all_operations, plain_dot, ranked_shape, row_major_layout
 from . import kernel_calls
 from .composites_as_kernel_calls import TARGET as COMPOSITE
 from .convolutions_as_kernel_calls import TARGET as CONVOLUTION
@@ -88,18 +88,7 @@ def _plan(op: ir.Operation, least: int) -> dict | None:
     """The aten op and its operands' views for `op`, or None where it stays XLA's (among
     others, under `least` multiply-adds)."""
     lhs, rhs = op.operands
-    if any(not isinstance(v.type, ir.RankedTensorType) or
-           not ir.RankedTensorType(v.type).has_static_shape for v in (lhs, rhs, op.result)):
-        return None
-    element = ir.RankedTensorType(op.result.type).element_type
-    if str(element) not in ELEMENT_TYPES or \
-            any(ir.RankedTensorType(v.type).element_type != element for v in (lhs, rhs)):
-        return None
-    if "precision_config" in op.attributes and any(
-            str(p) not in ("#stablehlo<precision DEFAULT>",)
-            for p in ir.ArrayAttr(op.attributes["precision_config"])):
-        return None
-    if "algorithm" in op.attributes or weight_first(op):  # (XLA's own: faster)
+    if not plain_dot(op, ELEMENT_TYPES) or weight_first(op):  # (weight first: XLA's)
         return None
     numbers = _stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     lb, rb = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)

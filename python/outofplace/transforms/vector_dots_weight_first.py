@@ -31,7 +31,7 @@ import math
 from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import all_operations, ranked_shape
+from ..ir_utils import all_operations, plain_dot, ranked_shape
 from .registry import register_pass
 
 ELEMENT_TYPES = ("f32", "f64")
@@ -39,19 +39,7 @@ ELEMENT_TYPES = ("f32", "f64")
 
 def _vector_and_weight(op: ir.Operation) -> tuple[int, int] | None:
     """(the vector's operand index, the weight's) of a dot this pass is about, or None."""
-    if op.name != "stablehlo.dot_general" or "algorithm" in op.attributes:
-        return None
-    values = [*op.operands, op.result]
-    if any(not isinstance(v.type, ir.RankedTensorType) or
-           not ir.RankedTensorType(v.type).has_static_shape for v in values):
-        return None
-    if any(str(ir.RankedTensorType(v.type).element_type) not in ELEMENT_TYPES
-           for v in values) or len({str(ir.RankedTensorType(v.type).element_type)
-                                    for v in values}) != 1:
-        return None
-    if "precision_config" in op.attributes and any(
-            str(p) != "#stablehlo<precision DEFAULT>"
-            for p in ir.ArrayAttr(op.attributes["precision_config"])):
+    if op.name != "stablehlo.dot_general" or not plain_dot(op, ELEMENT_TYPES):
         return None
     numbers = _stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     if list(numbers.lhs_batching_dimensions) or \
