@@ -116,7 +116,7 @@ class KeptTemporaries:
         return getattr(self._executable, name)
 
     def execute_sharded(self, arguments: list[Any]) -> "_Results":
-        if self._arrays is None or any(a.is_deleted() for a in self._arrays):
+        if self._arrays is None:  # the first call, or the last one failed
             self._arrays = [owned_copy(torch.empty(shape, dtype=getattr(torch, dtype)))
                             for shape, dtype in self.temporaries]
         arrays, self._arrays = self._arrays, None  # (donated: XLA's until it returns)
