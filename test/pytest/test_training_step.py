@@ -191,3 +191,62 @@ def test_new_gradient_without_a_tensor_to_write_is_refused():
     with pytest.raises(outofplace.UnsupportedMutationError, match="run one step eagerly"):
         outofplace.compile(step, (torch.randn(2, 6),))
     assert all(p.grad is None for p in model.parameters())
+
+
+
+def _helper_step(model, opt):
+    """The step names only a helper and the optimizer: the model is reached through the
+    helper's closure (`loss = compute_loss(x, y)`, as user code factors a step)."""
+    def compute_loss(x, y):
+        return F.cross_entropy(model(x), y)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = compute_loss(x, y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+class _Loop:
+    """A training loop object whose step is a method reaching the model and the
+    optimizer through `self`."""
+
+    def __init__(self, model, opt) -> None:
+        self.parts = {"model": model}
+        self.opt = opt
+
+    def step(self, x, y):
+        self.opt.zero_grad()
+        loss = F.cross_entropy(self.parts["model"](x), y)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+
+def _method_step(model, opt):
+    return _Loop(model, opt).step
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("form", [_helper_step, _method_step], ids=["helper", "method"])
+def test_step_reaching_the_model_indirectly_matches_eager(form, path, dtype):
+    torch.manual_seed(0)
+    trainer = Trainer(CNN().train().to(dtype),
+                      lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), form)
+
+    def data():
+        return torch.randn(2, 3, 8, 8, dtype=dtype), torch.randint(5, (2,))
+    trainer.step(*data())
+    eager = trainer.twin()
+    compiled = outofplace.compile(trainer.step, data()) if path == "compile" else \
+        torch.compile(trainer.step, backend="outofplace")
+    if path == "compile":
+        written = {compiled.input_names[i] for i in compiled.io_map}
+        assert {f"model.{n}" for n, _ in trainer.model.named_parameters()} <= written
+    for i in range(STEPS):
+        batch = data()
+        assert_same(compiled(*batch), eager.step(*batch), f"step {i} loss")
+        _assert_trainers_match(trainer, eager, f"step {i}")

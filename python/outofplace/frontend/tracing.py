@@ -46,11 +46,11 @@ def function_module(fn: Callable) -> torch.nn.Module:
     torch.fx.proxy._register_stack_trace_anchor(fn)
     name = getattr(fn, "__name__", "function")
     module = type(name, (torch.nn.Module,), {"forward": staticmethod(fn)})()
-    # Modules the function names are its submodules: their parameters and buffers are
-    # arguments read at every call (an optimizer step writes them), not constants.
-    for attr, value in training.program_roots(fn).items():
-        if isinstance(value, torch.nn.Module):
-            module.add_module(attr, value)
+    # Modules the function names, or reaches through plain objects (`self.model`), are
+    # its submodules: their parameters and buffers are arguments read at every call (an
+    # optimizer step writes them), not constants.
+    for attr, value in training.program_modules(training.program_roots(fn)).items():
+        module.add_module(attr, value)
     return module
 
 

@@ -25,6 +25,7 @@ backward's saved tensors the tracer missed in saved_tensors.py.
 from __future__ import annotations
 
 import traceback
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -423,26 +424,73 @@ def find_paths(roots: dict[str, Any], targets: list[torch.Tensor]
     return [None if f is None else (f[0], f[1], path_name(f[2], f[1])) for f in found]
 
 
-def program_roots(f: Any) -> dict[str, Any]:
+def program_roots(f: Any, _seen: set[int] | None = None) -> dict[str, Any]:
     """Where a program's held tensors are looked for: the objects a function names
-    (globals and closure cells); for a module, itself and those its forward names."""
+    (globals and closure cells), and those the user's functions it names in turn name
+    (`loss = compute_loss(x)` reaching the model only through the helper); for a module,
+    itself and those its forward names; for a bound method, its object too. A helper's name that another object took already
+    is prefixed with the helper's (`compute_loss.model`)."""
     if isinstance(f, torch.nn.Module):
-        return {**program_roots(type(f).forward), "": f}
+        return {**program_roots(type(f).forward, _seen), "": f}
+    if isinstance(f, types.MethodType):  # `trainer.step`: its object too, as `self`
+        code = f.__func__.__code__
+        name = code.co_varnames[0] if code.co_argcount else "self"
+        return {**program_roots(f.__func__, _seen), name: f.__self__}
+    seen = set() if _seen is None else _seen
     code = getattr(f, "__code__", None)
-    if code is None:
+    if code is None or id(code) in seen:
         return {}
-    roots = {}
+    seen.add(id(code))
+    named = {}
     scope = getattr(f, "__globals__", {})
     for name in code.co_names:
         if name in scope:
-            roots[name] = scope[name]
+            named[name] = scope[name]
     for name, cell in zip(code.co_freevars, f.__closure__ or ()):
         try:
-            roots[name] = cell.cell_contents
+            named[name] = cell.cell_contents
         except ValueError:  # an empty cell
             continue
-    return {k: v for k, v in roots.items()
-            if not isinstance(v, type) and not callable(v) or isinstance(v, torch.nn.Module)}
+    roots = {k: v for k, v in named.items()
+             if not isinstance(v, type) and not callable(v) or isinstance(v, torch.nn.Module)}
+    for helper in named.values():
+        if not isinstance(helper, (types.FunctionType, types.MethodType)) or \
+                (helper.__module__ or "").split(".")[0] in _LIBRARIES:
+            continue
+        for name, value in program_roots(helper, seen).items():
+            if roots.get(name, value) is not value:
+                name = f"{helper.__name__}.{name}"
+            roots.setdefault(name, value)
+    return roots
+
+
+def program_modules(roots: dict[str, Any]) -> dict[str, torch.nn.Module]:
+    """The modules a program's roots are or hold through plain Python objects (a
+    trainer's `self.model`, a dict of models), named as the program names them, or by
+    their attribute (`model`) when that name is free: the modules whose parameters and
+    buffers the program reads as arguments. Optimizers and modules are not looked into."""
+    found: dict[str, torch.nn.Module] = {}
+    seen: set[int] = set()
+    queue = [(name, value, 0) for name, value in roots.items() if name]
+    while queue:
+        name, value, depth = queue.pop(0)
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, torch.nn.Module):
+            if all(value is not m for m in found.values()):
+                found[name if name not in found else f"{name}_{len(found)}"] = value
+            continue
+        if depth >= 2 or isinstance(value, (torch.Tensor, torch.optim.Optimizer)):
+            continue
+        for (_, key), child in _children(value):
+            queue.append((str(key) if isinstance(key, str) and key.isidentifier()
+                          else f"{name}_{key}", child, depth + 1))
+    return found
+
+
+# Packages whose functions a program calls are not looked into for held tensors.
+_LIBRARIES = frozenset(("torch", "numpy", "transformers", "jax", "outofplace"))
 
 
 def reached_through_optimizer(root: Any, path: tuple[Step, ...]) -> bool:
