@@ -11,7 +11,9 @@ a first compile's; bench/compile_cache.py measures a second process), and render
 rows. Weights are random (no
 downloads); a decoder is transformers' `LlamaForCausalLM` in its static-cache export
 wrapper (`TorchExportableModuleWithStaticCache`, docs/models.md), batch 1, a cache of
-`CACHE` positions, timed on one decode step at a time as a serving loop calls it.
+`CACHE` positions, timed on one decode step at a time as a serving loop calls it. A
+training row times eager, outofplace and inductor in turns (`_interleaved`), so that the
+three meet the same phases of a shared machine.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, Callable
 warnings.filterwarnings("ignore")
 
 CACHE = 256
+TRAINING_ROUNDS = 8  # turns of eager, outofplace and inductor in a training row
 DECODERS = {  # name: LlamaConfig fields (the names are the parameter counts)
     "12.7M": dict(hidden_size=256, intermediate_size=1536, num_hidden_layers=6,
                   num_attention_heads=8, num_key_value_heads=4, vocab_size=8192),
@@ -83,6 +86,24 @@ def _times(step: Callable[[], Any], calls: int, budget: float) -> list[float]:
         start = time.perf_counter()
         step()
         out.append(time.perf_counter() - start)
+    return out
+
+
+def _interleaved(steps: dict[str, Callable[[], Any]], rounds: int, per_round: int
+                 ) -> dict[str, list[float]]:
+    """Seconds per call of each step, measured in turns: each round calls every step
+    `per_round` times, one step after the other, so that all meet the same phases of a
+    shared machine (its speed drifts by 10-20% over tens of seconds, and a step measured
+    whole before another would meet other phases than it); one warm-up call each."""
+    for step in steps.values():
+        step()
+    out: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            for _ in range(per_round):
+                start = time.perf_counter()
+                step()
+                out[name].append(time.perf_counter() - start)
     return out
 
 
@@ -262,23 +283,25 @@ def _training_row(name: str, calls: int) -> dict[str, Any]:
         train(x, y)  # the state the compiled step updates
         return train
 
-    budget = 30.0
     eager = step_of(copy.deepcopy(model))
-    row["eager"] = statistics.median(_times(lambda: eager(x, y), calls, budget))
     train = step_of(copy.deepcopy(model))
     start = time.perf_counter()
     compiled = outofplace.compile(train, (x, y))
     row["compile_s"] = time.perf_counter() - start
-    row["outofplace"] = statistics.median(_times(lambda: compiled(x, y), calls, budget))
+    steps = {"eager": lambda: eager(x, y), "outofplace": lambda: compiled(x, y)}
     try:
         inductor_step = step_of(copy.deepcopy(model))
         inductor = torch.compile(inductor_step)
         start = time.perf_counter()
         inductor(x, y)
         row["inductor_compile_s"] = time.perf_counter() - start
-        row["inductor"] = statistics.median(_times(lambda: inductor(x, y), calls, budget))
+        steps["inductor"] = lambda: inductor(x, y)
     except Exception as error:
         row["inductor_error"] = f"{type(error).__name__}: {str(error)[:200]}"
+    # in turns (`_interleaved`): eager measured first and whole met other phases of the
+    # machine than the compiled step after it, by as much as the difference measured
+    times = _interleaved(steps, TRAINING_ROUNDS, max(2, calls // 4))
+    row.update({name: statistics.median(t) for name, t in times.items()})
     return row
 
 
@@ -309,7 +332,9 @@ def render(rows: list[dict[str, Any]], load: tuple) -> str:
              "(median); the limit is the weights' bytes read once at the machine's copy "
              "bandwidth (a 256 MiB `copy_`, bytes read and written a second). A training "
              "step is forward, backward and SGD with momentum on ResNet-18 built from "
-             "torch.nn layers, batch 8. "
+             "torch.nn layers, batch 8; eager, inductor and outofplace run it in turns "
+             f"({TRAINING_ROUNDS} rounds; the median of every call), so that the three "
+             "meet the same phases of the shared machine. "
              f"Load average over the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}.",
              "", "| model | parameters | eager | inductor | outofplace | outofplace / "
              "eager | limit | outofplace / limit | caches copied |",
