@@ -144,3 +144,38 @@ def test_transformer_encoder_layer_training_without_dropout():
     layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
     model = torch.nn.Sequential(layer, torch.nn.BatchNorm1d(3)).train()
     _several_steps(model, [torch.randn(2, 3, 8) for _ in range(3)])
+
+
+class _Counting(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+        self.register_buffer("seen", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        self.seen.add_(y.detach().sum(0))
+        return y
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bound_forward_reads_the_current_weights(path, dtype):
+    """`compile(model.forward, ...)`: the module's parameters and buffers are the
+    program's arguments (named through `self`), read at every call, so weights changed
+    between calls are the ones used (they were baked in as constants)."""
+    torch.manual_seed(0)
+    model = _Counting().to(dtype)
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 4, dtype=dtype)
+    compiled = outofplace.compile(model.forward, (x,)) if path == "compile" else \
+        torch.compile(model.forward, backend="outofplace")
+    if path == "compile":
+        assert {"self.lin.weight", "self.seen"} <= set(compiled.input_names)
+    for step in range(3):
+        with torch.no_grad():
+            for m in (model, eager):
+                m.lin.weight.mul_(1.5)
+        x = torch.randn(2, 4, dtype=dtype)
+        assert_same_tree(compiled(x), eager(x), f"step {step} output")
+        assert_module_state_matches(model, eager, f"step {step}")

@@ -428,8 +428,10 @@ def program_roots(f: Any, _seen: set[int] | None = None) -> dict[str, Any]:
     """Where a program's held tensors are looked for: the objects a function names
     (globals and closure cells), and those the user's functions it names in turn name
     (`loss = compute_loss(x)` reaching the model only through the helper); for a module,
-    itself and those its forward names; for a bound method, its object too. A helper's name that another object took already
-    is prefixed with the helper's (`compute_loss.model`)."""
+    itself and those its forward names; for a bound method, its object too, by the name
+    the method gives it (`self`: `compile(model.forward)` reads the module's parameters
+    at every call). A helper's name that another object took already is prefixed with
+    the helper's (`compute_loss.model`)."""
     if isinstance(f, torch.nn.Module):
         return {**program_roots(type(f).forward, _seen), "": f}
     if isinstance(f, types.MethodType):  # `trainer.step`: its object too, as `self`
@@ -478,6 +480,7 @@ def program_modules(roots: dict[str, Any]) -> dict[str, torch.nn.Module]:
             continue
         seen.add(id(value))
         if isinstance(value, torch.nn.Module):
+            name = name.replace(".", "_")  # (a submodule's name has no dots)
             if all(value is not m for m in found.values()):
                 found[name if name not in found else f"{name}_{len(found)}"] = value
             continue
