@@ -5,6 +5,7 @@ eagerly on a copy: loss, parameters, gradients, optimizer state and buffers.
 """
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -229,9 +230,35 @@ def _method_step(model, opt):
     return _Loop(model, opt).step
 
 
+class _CalledLoop(_Loop):
+    """The loop object itself is the step (`__call__`)."""
+
+    def __call__(self, x, y):
+        return self.step(x, y)
+
+
+def _called_object_step(model, opt):
+    return _CalledLoop(model, opt)
+
+
+def _step_of(model, opt, x, y):
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+def _partial_step(model, opt):
+    """`functools.partial(step, model, opt)`: the model and optimizer are bound arguments."""
+    return functools.partial(_step_of, model, opt)
+
+
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("form", [_helper_step, _method_step], ids=["helper", "method"])
+@pytest.mark.parametrize("form", [_helper_step, _method_step, _called_object_step,
+                                  _partial_step],
+                         ids=["helper", "method", "called object", "partial"])
 def test_step_reaching_the_model_indirectly_matches_eager(form, path, dtype):
     torch.manual_seed(0)
     trainer = Trainer(CNN().train().to(dtype),

@@ -14,6 +14,7 @@ import functools
 import inspect
 import sys
 import traceback
+import types
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,8 +44,11 @@ def function_module(fn: Callable) -> torch.nn.Module:
     stack-trace anchor keeps fn's own lines in the FX stack traces, which export would
     otherwise cut down to frames named `forward`.
     """
+    name = getattr(fn, "__name__", type(fn).__name__)
+    if not isinstance(fn, (types.FunctionType, types.MethodType, functools.partial)) and \
+            isinstance(getattr(fn, "__call__", None), types.MethodType):
+        fn = fn.__call__  # an object called as a function: its method (export reads code)
     torch.fx.proxy._register_stack_trace_anchor(fn)
-    name = getattr(fn, "__name__", "function")
     module = type(name, (torch.nn.Module,), {"forward": staticmethod(fn)})()
     # Modules the function names, or reaches through plain objects (`self.model`), are
     # its submodules: their parameters and buffers are arguments read at every call (an

@@ -24,6 +24,8 @@ backward's saved tensors the tracer missed in saved_tensors.py.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import traceback
 import types
 from dataclasses import dataclass
@@ -344,6 +346,10 @@ def _describe(value: Any) -> str:
     return repr(value)
 
 
+# Callables that are code, not objects holding state (an object with `__call__` is one).
+_CODE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
+
+
 def _children(value: Any) -> list[tuple[Step, Any]]:
     """The objects a path may go through from `value`."""
     if isinstance(value, torch.Tensor):
@@ -359,9 +365,8 @@ def _children(value: Any) -> list[tuple[Step, Any]]:
         return [(("item", k), v) for k, v in value.items()]
     if isinstance(value, (list, tuple)):
         return [(("item", i), v) for i, v in enumerate(value)]
-    if hasattr(value, "__dict__") and not isinstance(value, type) and \
-            not callable(value) and type(value).__module__.split(".")[0] not in (
-                "torch", "builtins", "numpy"):
+    if hasattr(value, "__dict__") and not isinstance(value, (type, *_CODE)) and \
+            type(value).__module__.split(".")[0] not in ("torch", "builtins", "numpy"):
         return [(("attr", k), v) for k, v in vars(value).items() if not k.startswith("__")]
     return []
 
@@ -434,6 +439,17 @@ def program_roots(f: Any, _seen: set[int] | None = None) -> dict[str, Any]:
     the helper's (`compute_loss.model`)."""
     if isinstance(f, torch.nn.Module):
         return {**program_roots(type(f).forward, _seen), "": f}
+    if isinstance(f, functools.partial):  # its bound arguments, by their parameters' names
+        try:
+            names = list(inspect.signature(f.func).parameters)[:len(f.args)]
+        except (TypeError, ValueError):  # (no signature to read)
+            names = [f"arg{i}" for i in range(len(f.args))]
+        bound = {**dict(zip(names, f.args)), **f.keywords}
+        return {**program_roots(f.func, _seen),
+                **{k: v for k, v in bound.items() if _held(v)}}
+    if not isinstance(f, (types.FunctionType, types.MethodType)) and \
+            isinstance(getattr(f, "__call__", None), types.MethodType):
+        return program_roots(f.__call__, _seen)  # an object called as a function
     if isinstance(f, types.MethodType):  # `trainer.step`: its object too, as `self`
         code = f.__func__.__code__
         name = code.co_varnames[0] if code.co_argcount else "self"
@@ -453,8 +469,7 @@ def program_roots(f: Any, _seen: set[int] | None = None) -> dict[str, Any]:
             named[name] = cell.cell_contents
         except ValueError:  # an empty cell
             continue
-    roots = {k: v for k, v in named.items()
-             if not isinstance(v, type) and not callable(v) or isinstance(v, torch.nn.Module)}
+    roots = {k: v for k, v in named.items() if _held(v)}
     for helper in named.values():
         if not isinstance(helper, (types.FunctionType, types.MethodType)) or \
                 (helper.__module__ or "").split(".")[0] in _LIBRARIES:
@@ -490,6 +505,13 @@ def program_modules(roots: dict[str, Any]) -> dict[str, torch.nn.Module]:
             queue.append((str(key) if isinstance(key, str) and key.isidentifier()
                           else f"{name}_{key}", child, depth + 1))
     return found
+
+
+def _held(value: Any) -> bool:
+    """Whether a value a program names may hold its tensors: not a class or a function
+    (a module, though callable, does)."""
+    return not isinstance(value, type) and not callable(value) or \
+        isinstance(value, torch.nn.Module)
 
 
 # Packages whose functions a program calls are not looked into for held tensors.
