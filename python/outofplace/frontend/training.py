@@ -366,7 +366,8 @@ def _children(value: Any) -> list[tuple[Step, Any]]:
     if isinstance(value, (list, tuple)):
         return [(("item", i), v) for i, v in enumerate(value)]
     if hasattr(value, "__dict__") and not isinstance(value, (type, *_CODE)) and \
-            type(value).__module__.split(".")[0] not in ("torch", "builtins", "numpy"):
+            type(value).__module__.split(".")[0] not in ("torch", "builtins", "numpy") and \
+            (not callable(value) or _users(value)):
         return [(("attr", k), v) for k, v in vars(value).items() if not k.startswith("__")]
     return []
 
@@ -508,10 +509,16 @@ def program_modules(roots: dict[str, Any]) -> dict[str, torch.nn.Module]:
 
 
 def _held(value: Any) -> bool:
-    """Whether a value a program names may hold its tensors: not a class or a function
-    (a module, though callable, does)."""
-    return not isinstance(value, type) and not callable(value) or \
-        isinstance(value, torch.nn.Module)
+    """Whether a value a program names may hold its tensors: a module, an object that is
+    not called, or one of the user's own classes that is (a trainer with `__call__`);
+    not a class, a function or a library's callable."""
+    return isinstance(value, torch.nn.Module) or not isinstance(value, (type, *_CODE)) and \
+        (not callable(value) or _users(value))
+
+
+def _users(value: Any) -> bool:
+    """Whether value's class is the user's, not a library's."""
+    return (type(value).__module__ or "").split(".")[0] not in _LIBRARIES
 
 
 # Packages whose functions a program calls are not looked into for held tensors.
