@@ -241,6 +241,15 @@ def _called_object_step(model, opt):
     return _CalledLoop(model, opt)
 
 
+def _named_object_step(model, opt):
+    """A function calling a loop object it names (the object has `__call__`)."""
+    loop = _CalledLoop(model, opt)
+
+    def step(x, y):
+        return loop(x, y)
+    return step
+
+
 def _step_of(model, opt, x, y):
     opt.zero_grad()
     loss = F.cross_entropy(model(x), y)
@@ -257,8 +266,9 @@ def _partial_step(model, opt):
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("form", [_helper_step, _method_step, _called_object_step,
-                                  _partial_step],
-                         ids=["helper", "method", "called object", "partial"])
+                                  _named_object_step, _partial_step],
+                         ids=["helper", "method", "called object", "named called object",
+                              "partial"])
 def test_step_reaching_the_model_indirectly_matches_eager(form, path, dtype):
     torch.manual_seed(0)
     trainer = Trainer(CNN().train().to(dtype),
