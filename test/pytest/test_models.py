@@ -171,10 +171,17 @@ class _Caller:
         return self.model(x)
 
 
+def _defaulted(module):
+    def apply(x, model=module):  # the module a default argument
+        return model(x)
+    return apply
+
+
 FORMS = {  # a function reaching the module, and the input name of its weight
     "bound forward": (lambda m: m.forward, "self.lin.weight"),
     "partial": (lambda m: functools.partial(_apply, m), "model.lin.weight"),
     "called object": (lambda m: _Caller(m), "model.lin.weight"),
+    "default argument": (_defaulted, "model.lin.weight"),
 }
 
 
@@ -183,7 +190,7 @@ FORMS = {  # a function reaching the module, and the input name of its weight
 @pytest.mark.parametrize("form", list(FORMS))
 def test_module_reached_by_the_program_reads_the_current_weights(form, path, dtype):
     """`compile(model.forward, ...)`, `compile(functools.partial(f, model), ...)`, an
-    object with `__call__`: the module's parameters and buffers are the program's
+    object with `__call__`, a default argument (`def f(x, model=model)`): the module's parameters and buffers are the program's
     arguments, read at every call, so weights changed between calls are the ones used
     (they were baked in as constants, or the object refused with export's
     AttributeError)."""

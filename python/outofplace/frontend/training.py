@@ -432,7 +432,7 @@ def find_paths(roots: dict[str, Any], targets: list[torch.Tensor]
 
 def program_roots(f: Any, _seen: set[int] | None = None) -> dict[str, Any]:
     """Where a program's held tensors are looked for: the objects a function names
-    (globals and closure cells), and those the user's functions it names in turn name
+    (globals, closure cells and its parameters' defaults), and those the user's functions it names in turn name
     (`loss = compute_loss(x)` reaching the model only through the helper); for a module,
     itself and those its forward names; for a bound method, its object too, by the name
     the method gives it (`self`: `compile(model.forward)` reads the module's parameters
@@ -470,6 +470,10 @@ def program_roots(f: Any, _seen: set[int] | None = None) -> dict[str, Any]:
             named[name] = cell.cell_contents
         except ValueError:  # an empty cell
             continue
+    defaults = getattr(f, "__defaults__", None) or ()  # `def f(x, model=model)`
+    named.update(zip(code.co_varnames[code.co_argcount - len(defaults):code.co_argcount],
+                     defaults))
+    named.update(getattr(f, "__kwdefaults__", None) or {})
     roots = {k: v for k, v in named.items() if _held(v)}
     for helper in named.values():
         if not isinstance(helper, (types.FunctionType, types.MethodType)) or \
