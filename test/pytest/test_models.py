@@ -210,3 +210,31 @@ def test_module_reached_by_the_program_reads_the_current_weights(form, path, dty
         x = torch.randn(2, 4, dtype=dtype)
         assert_same_tree(compiled(x), eager(x), f"step {step} output")
         assert_module_state_matches(model, eager, f"step {step}")
+
+
+class _Registry:
+    """A class used as a namespace: the program reaches the module through no object it
+    names (torch.export lifts its parameters as constants of the program)."""
+    model = None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_constant_reached_through_a_class_attribute_written_since_is_refused(dtype):
+    torch.manual_seed(0)
+    _Registry.model = _Counting().lin.to(dtype)
+
+    def apply(x):
+        return _Registry.model(x) * 2
+
+    x = torch.randn(2, 4, dtype=dtype)
+    compiled = outofplace.compile(apply, (x,))
+    assert_same_tree(compiled(x), apply(x), "before a write")
+    with torch.no_grad():
+        _Registry.model.weight.mul_(1.5)
+    kept = _Registry.model.weight.clone()
+    with pytest.raises(ValueError, match=r"shape \[3, 4\].*written or replaced since"):
+        compiled(x)
+    assert torch.equal(_Registry.model.weight, kept)
+    # the torch.compile backend reads the attribute at each call (dynamo's guards)
+    dynamo = torch.compile(apply, backend="outofplace")
+    assert_same_tree(dynamo(x), apply(x), "torch.compile")

@@ -102,8 +102,8 @@ def _propagate_fake_values(gm: torch.fx.GraphModule) -> None:
 
 
 def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
-                   check_bounds: bool = False, leaves: list[Any] | None = None
-                   ) -> tuple[torch.fx.GraphModule, ProgramSignature]:
+                   check_bounds: bool = False, leaves: list[Any] | None = None,
+                   met: Any = None) -> tuple[torch.fx.GraphModule, ProgramSignature]:
     """A copy of the exported graph whose placeholders are exactly main's arguments.
 
     Tensor constants become module attributes (imported as literals), unless they are
@@ -129,7 +129,8 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
              for spec in ep.graph_signature.input_specs
              if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
     state_views = _take_state_views(ep, graph, state)
-    held, read_constants = _held_constants(ep, graph, placeholders, roots or {}, state)
+    held, read_constants = _held_constants(ep, graph, placeholders, roots or {}, state,
+                                           met)
     for node in graph.nodes:  # ops on a fake constant would run on the caller's tensor
         if isinstance(node.meta.get("val"), torch._subclasses.FakeTensor):
             node.meta["val"].constant = None
@@ -349,13 +350,15 @@ def _state_node(value: torch.Tensor, state: list[tuple[torch.Tensor, torch.fx.No
 
 def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
                     placeholders: dict[str, torch.fx.Node], roots: dict[str, Any],
-                    state: list[tuple[torch.Tensor, torch.fx.Node]]
+                    state: list[tuple[torch.Tensor, torch.fx.Node]], met: Any = None
                     ) -> tuple[dict[str, training.HeldTensor], list[training.HeldConstant]]:
     """Constant target -> how to find it at each call, for each tensor constant that is
     state the caller holds: one the program writes, or a `.grad` or an optimizer's (found
     through `roots`). A written constant without a path is the exported tensor itself.
     And the other constants found through `roots` (a module's plain tensor attribute, a
-    global), which stay literals of the program: each checked unchanged at a call."""
+    global), which stay literals of the program: each checked unchanged at a call, the
+    caller's tensor `met` (tensor_data.RealTensorsMet) gives back where no path reaches
+    it (a module held by a class attribute: its versions say whether it was written)."""
     _, written = view_roots(graph)
     specs = [spec for spec in ep.graph_signature.input_specs
              if spec.kind == InputKind.CONSTANT_TENSOR and
@@ -373,6 +376,10 @@ def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
         elif is_written:
             root, path, name = value, (), spec.target
         else:
+            caller = met.held_by(value) if found is None and met is not None else None
+            if caller is not None:
+                found = (caller, (), f"the tensor of shape {list(value.shape)} the program "
+                         f"reads as {spec.target}")
             if found is not None:
                 read.append(training.HeldConstant(training.HeldTensor(
                     found[0], found[1], found[2], tuple(value.shape), value.dtype)))

@@ -26,7 +26,7 @@ from ..signature import ProgramSignature, state_tensor
 from .graph_preparation import (prepare_graph, prepare_region,
                                 refuse_data_dependent_shapes, state_value)
 from .mutable_tensors import mark_mutable_tensors
-from .tensor_data import DataAsDetach
+from .tensor_data import DataAsDetach, RealTensorsMet
 
 
 _INLINED_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
@@ -46,14 +46,16 @@ class _InlineConstants(FxImporterHooks):
 
 def import_program(ep: ExportedProgram, context: ir.Context,
                    roots: dict[str, Any] | None = None, check_bounds: bool = False,
-                   leaves: list[Any] | None = None) -> tuple[ir.Module, ProgramSignature]:
+                   leaves: list[Any] | None = None, met: RealTensorsMet | None = None
+                   ) -> tuple[ir.Module, ProgramSignature]:
     """Imports an exported program into mutable torch IR with named arguments; state it
     reaches through Python objects is looked for from `roots` (training.program_roots).
     `check_bounds` adds the flags of frontend/bounds_checks.py as a result. `leaves` are
     those of the user's (args, kwargs) it was traced with (a user tensor viewing another
-    argument is taken from it)."""
+    argument is taken from it); `met`, the real tensors the trace met (a constant over
+    one of them is checked unchanged at each call)."""
     with torch.no_grad():  # fake values of the rewrites are values, not autograd steps
-        gm, signature = prepare_graph(ep, roots, check_bounds, leaves)
+        gm, signature = prepare_graph(ep, roots, check_bounds, leaves, met)
     refuse_data_dependent_shapes(gm.graph)
     importer = FxImporter(context=context, hooks=_InlineConstants())
     func_op = importer.import_stateless_graph(gm.graph, func_name="main")
@@ -94,12 +96,12 @@ def compile_to_torch_ir(f: Any, args: tuple, kwargs: dict | None, context: ir.Co
     if dynamic_shapes is not None and isinstance(f, ExportedProgram):
         raise ValueError("dynamic_shapes is for a program to export: an ExportedProgram "
                          "has its dynamic dimensions already")
-    data = DataAsDetach()
+    data, met = DataAsDetach(), RealTensorsMet()
     with progress.stage("trace"):
-        ep = tracing.export(source, args, kwargs, steps, dynamic_shapes, data)
+        ep = tracing.export(source, args, kwargs, steps, dynamic_shapes, data, met)
     with progress.stage("import"):
         module, signature = import_program(ep, context, roots, check_bounds,
-                                           _leaves(ep, args, kwargs or {}))
+                                           _leaves(ep, args, kwargs or {}), met)
         with context:  # the process groups of its collectives, if any
             collectives.annotate(module)
     if not isinstance(f, (torch.nn.Module, ExportedProgram)):

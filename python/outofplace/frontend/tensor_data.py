@@ -92,3 +92,31 @@ def _mark(written: dict[int, torch.Tensor], tensor: torch.Tensor) -> None:
     """Records `tensor`'s root in `written` (by id; the root kept alive while tracing)."""
     root = _root(tensor)
     written[id(root)] = root
+
+
+class RealTensorsMet(TorchFunctionMode):
+    """While tracing: the real tensors the program's ops take (not the trace's fake ones),
+    by their memory. torch.export lifts a tensor the program reaches other than as its
+    module's state (a module held by a class attribute, a module of the user's) as a
+    constant over the same memory but with a version of its own: `held_by` gives back
+    the caller's tensor, whose version says whether it was written since."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._met: dict[int, list[torch.Tensor]] = {}
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        for leaf in pytree.tree_leaves((args, kwargs or {})):
+            if type(leaf) in (torch.Tensor, torch.nn.Parameter) and not leaf.is_meta:
+                met = self._met.setdefault(leaf.data_ptr(), [])
+                if all(t is not leaf for t in met):
+                    met.append(leaf)
+        return func(*args, **(kwargs or {}))
+
+    def held_by(self, constant: torch.Tensor) -> torch.Tensor | None:
+        """The real tensor met over `constant`'s memory, shape, strides and dtype that is
+        not `constant` itself, or None."""
+        return next((t for t in self._met.get(constant.data_ptr(), ())
+                     if t is not constant and t.shape == constant.shape and
+                     t.stride() == constant.stride() and t.dtype == constant.dtype), None)

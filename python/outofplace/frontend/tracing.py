@@ -34,7 +34,7 @@ from .masked_values import MaskedValues
 from .saved_tensors import SavedTensors
 from .runtime_positions import RuntimePositions, user_line
 from .shape_changes import InputShapeChanges
-from .tensor_data import DataAsDetach
+from .tensor_data import DataAsDetach, RealTensorsMet
 
 
 def function_module(fn: Callable) -> torch.nn.Module:
@@ -136,13 +136,13 @@ def _distinct_tensors(tree: Any) -> Any:
 
 def export(f: Any, args: tuple, kwargs: dict | None = None,
            steps: training.OptimizerSteps | None = None,
-           dynamic_shapes: Any = None, data: DataAsDetach | None = None
-           ) -> ExportedProgram:
+           dynamic_shapes: Any = None, data: DataAsDetach | None = None,
+           met: RealTensorsMet | None = None) -> ExportedProgram:
     """Traces `f` to ATen with its mutations and views kept. Gradients are traced as
     eager computes them (`torch.autograd.grad`, `backward()`); `steps` is told where
     the traced forward starts and ends. `dynamic_shapes` is torch.export's spec. `data`
     traces `x.data` (frontend/tensor_data.py) and names the state written only through
-    it (`data.unversioned`)."""
+    it (`data.unversioned`); `met` keeps the real tensors the program's ops take."""
     if isinstance(f, ExportedProgram):
         return f
     module = f if isinstance(f, torch.nn.Module) else function_module(f)
@@ -157,6 +157,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     # before export's own handler of __getitem__ (which calls .item() on a position).
     positions, masked, shapes = RuntimePositions(), MaskedValues(), InputShapeChanges()
     data, regions = data or DataAsDetach(), control_flow.region_mode()
+    met = met or RealTensorsMet()
 
     items = steps.items_as_tensors()
     saved_tensors = SavedTensors()
@@ -175,6 +176,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         items.__enter__()
         shapes.__enter__()
         data.__enter__()
+        met.__enter__()
         positions.__enter__()
         masked.__enter__()
         regions.__enter__()
@@ -183,6 +185,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         regions.__exit__(None, None, None)
         masked.__exit__(None, None, None)
         positions.__exit__(None, None, None)
+        met.__exit__(None, None, None)
         data.__exit__(None, None, None)
         shapes.__exit__(None, None, None)
         items.__exit__(None, None, None)

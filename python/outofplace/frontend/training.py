@@ -334,10 +334,12 @@ class HeldConstant:
         value = self.held()
         if value is not self.tensor or value._version != self.version or \
                 value.data_ptr() != self.address:
+            name = self.held.name
             raise ValueError(
-                f"`{self.held.name}` is a constant of the compiled program (its values "
-                "when compiled), and it was written or replaced since: compile again, "
-                "or make it a buffer or an argument (read at every call)")
+                f"{name if ' ' in name else f'`{name}`'} is a constant of the compiled "
+                "program (its values when compiled), and it was written or replaced "
+                "since: compile again, or make it a buffer or an argument (read at every "
+                "call)")
 
 
 def _describe(value: Any) -> str:
