@@ -43,6 +43,10 @@ DECODERS = {  # name: LlamaConfig fields (the names are the parameter counts)
     "1.1B": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,  # TinyLlama
                  num_attention_heads=32, num_key_value_heads=4, vocab_size=32000),
 }
+# The 148M decoder in bfloat16, weights and cache (how decoders are served): its
+# projections are eager's kernels called from the program (XLA:CPU's bfloat16 dot reads
+# a weight at 1.5 GB/s, transforms/vector_dots_weight_first.py).
+DECODERS["148M bfloat16"] = dict(DECODERS["148M"], dtype="bfloat16")
 RESNET = {"resnet18 64x64": 64, "resnet18 224x224": 224}
 ROWS = [*DECODERS, *RESNET]
 
@@ -122,9 +126,11 @@ def _decoder(name: str, meta: bool = False) -> Any:
     from transformers.integrations import executorch
 
     torch.manual_seed(0)
+    fields = dict(DECODERS[name])
+    dtype = getattr(torch, fields.pop("dtype", "float32"))
     config = transformers.LlamaConfig(max_position_embeddings=2 * CACHE,
-                                      attn_implementation="sdpa", **DECODERS[name])
-    model = transformers.LlamaForCausalLM(config).eval()
+                                      attn_implementation="sdpa", **fields)
+    model = transformers.LlamaForCausalLM(config).to(dtype).eval()
     model.generation_config = transformers.GenerationConfig(
         use_cache=True, cache_implementation="static", max_new_tokens=8)
     wrapper = executorch.TorchExportableModuleWithStaticCache(
