@@ -108,7 +108,8 @@ class RealTensorsMet(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
         for leaf in pytree.tree_leaves((args, kwargs or {})):
-            if type(leaf) in (torch.Tensor, torch.nn.Parameter) and not leaf.is_meta:
+            if type(leaf) in (torch.Tensor, torch.nn.Parameter) and not leaf.is_meta and \
+                    leaf.layout == torch.strided and leaf.numel():
                 met = self._met.setdefault(leaf.data_ptr(), [])
                 if all(t is not leaf for t in met):
                     met.append(leaf)
