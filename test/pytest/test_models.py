@@ -190,10 +190,10 @@ FORMS = {  # a function reaching the module, and the input name of its weight
 @pytest.mark.parametrize("form", list(FORMS))
 def test_module_reached_by_the_program_reads_the_current_weights(form, path, dtype):
     """`compile(model.forward, ...)`, `compile(functools.partial(f, model), ...)`, an
-    object with `__call__`, a default argument (`def f(x, model=model)`): the module's parameters and buffers are the program's
-    arguments, read at every call, so weights changed between calls are the ones used
-    (they were baked in as constants, or the object refused with export's
-    AttributeError)."""
+    object with `__call__`, a default argument (`def f(x, model=model)`): the module's
+    parameters and buffers are the program's arguments, read at every call, so weights
+    changed between calls are the ones used (they were baked in as constants, or the
+    object refused with export's AttributeError)."""
     torch.manual_seed(0)
     model = _Counting().to(dtype)
     eager = copy.deepcopy(model)
