@@ -100,6 +100,27 @@ def squared_mean_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) 
     return step
 
 
+def assert_sgd_steps_match_eager(model: torch.nn.Module, x: torch.Tensor,
+                                 compile: Any, tolerance: dict) -> None:
+    """`squared_mean_step` of `model` with SGD and momentum, compiled by
+    `compile(step, (x,))` after one eager step (which makes the optimizer's state), against
+    the same on a copy run eagerly: the loss of three steps and the parameters after them,
+    within `tolerance` (`torch.testing.assert_close`'s rtol and atol)."""
+    import copy
+
+    eager_model = copy.deepcopy(model)
+
+    def step_of(m: torch.nn.Module) -> Any:
+        return squared_mean_step(m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9))
+    eager, step = step_of(eager_model), step_of(model)
+    eager(x), step(x)  # (the optimizer's state made eagerly, by its first step)
+    compiled = compile(step, (x,))
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), eager(x), **tolerance)
+    for got, expected in zip(model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(got, expected, **tolerance)
+
+
 def assert_module_state_matches(compiled_module: torch.nn.Module,
                                 eager_module: torch.nn.Module, what: str = "state",
                                 engine: str = "") -> None:

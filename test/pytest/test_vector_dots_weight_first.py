@@ -128,22 +128,11 @@ def test_batch_one_training_step_matches_eager(path, dtype):
     """An MLP trained on one example a step: the forward's products and the input's
     gradient (`g @ w`) are vector-weight dots; the weights' gradients are outer
     products. Loss and parameters after three steps as eager's."""
-    import copy
-
-    from differential import squared_mean_step
+    from differential import assert_sgd_steps_match_eager
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(2048, 1024), torch.nn.GELU(),
                                 torch.nn.Linear(1024, 512)).to(dtype)
-    x = torch.randn(1, 2048, dtype=dtype)
-    eager_model = copy.deepcopy(model)
-
-    def step_of(m):
-        return squared_mean_step(m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9))
-    eager, step = step_of(eager_model), step_of(model)
-    eager(x), step(x)  # (the optimizer's state made eagerly, by its first step)
-    compiled = compiled_on(path, step, (x,))
-    for _ in range(3):
-        torch.testing.assert_close(compiled(x), eager(x), **tolerance(dtype))
-    for got, expected in zip(model.parameters(), eager_model.parameters()):
-        torch.testing.assert_close(got, expected, **tolerance(dtype))
+    assert_sgd_steps_match_eager(model, torch.randn(1, 2048, dtype=dtype),
+                                 lambda step, args: compiled_on(path, step, args),
+                                 tolerance(dtype))
