@@ -101,6 +101,20 @@ def _assert_trainers_match(actual: Trainer, expected: Trainer, what: str) -> Non
                 assert_same(a[key], e[key], f"{what} state '{key}'")
 
 
+def _assert_steps_match(compiled, trainer: Trainer, eager: Trainer, data, path: str
+                        ) -> None:
+    """STEPS calls of `compiled` against `eager.step` on fresh `data()`: the loss, then
+    parameters, gradients, optimizer state and buffers after each; on the compile path,
+    every parameter of the model written in place first."""
+    if path == "compile":
+        written = {compiled.input_names[i] for i in compiled.io_map}
+        assert {f"model.{n}" for n, _ in trainer.model.named_parameters()} <= written
+    for i in range(STEPS):
+        batch = data()
+        assert_same(compiled(*batch), eager.step(*batch), f"step {i} loss")
+        _assert_trainers_match(trainer, eager, f"step {i}")
+
+
 def _mse_data():
     return torch.randn(4, 6), torch.randn(4, 3)
 
@@ -133,13 +147,8 @@ def test_training_step_matches_eager(case):
     if make_opt is not None:  # the first step creates the optimizer's state and .grad
         trainer.step(*example)
     eager = trainer.twin()
-    compiled = outofplace.compile(trainer.step, example)
-    written = {compiled.input_names[i] for i in compiled.io_map}
-    assert {f"model.{n}" for n, _ in trainer.model.named_parameters()} <= written
-    for i in range(STEPS):
-        batch = data()
-        assert_same(compiled(*batch), eager.step(*batch), f"step {i} loss")
-        _assert_trainers_match(trainer, eager, f"step {i}")
+    _assert_steps_match(outofplace.compile(trainer.step, example), trainer, eager, data,
+                        "compile")
 
 
 def test_tiny_llama_training_step_matches_eager():
@@ -280,10 +289,4 @@ def test_step_reaching_the_model_indirectly_matches_eager(form, path, dtype):
     eager = trainer.twin()
     compiled = outofplace.compile(trainer.step, data()) if path == "compile" else \
         torch.compile(trainer.step, backend="outofplace")
-    if path == "compile":
-        written = {compiled.input_names[i] for i in compiled.io_map}
-        assert {f"model.{n}" for n, _ in trainer.model.named_parameters()} <= written
-    for i in range(STEPS):
-        batch = data()
-        assert_same(compiled(*batch), eager.step(*batch), f"step {i} loss")
-        _assert_trainers_match(trainer, eager, f"step {i}")
+    _assert_steps_match(compiled, trainer, eager, data, path)
