@@ -14,7 +14,6 @@ import functools
 import inspect
 import sys
 import traceback
-import types
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,9 +44,7 @@ def function_module(fn: Callable) -> torch.nn.Module:
     otherwise cut down to frames named `forward`.
     """
     name = getattr(fn, "__name__", type(fn).__name__)
-    if not isinstance(fn, (types.FunctionType, types.MethodType, functools.partial)) and \
-            isinstance(getattr(fn, "__call__", None), types.MethodType):
-        fn = fn.__call__  # an object called as a function: its method (export reads code)
+    fn = training.called_method(fn) or fn  # (an object called as a function: its method)
     torch.fx.proxy._register_stack_trace_anchor(fn)
     module = type(name, (torch.nn.Module,), {"forward": staticmethod(fn)})()
     # Modules the function names, or reaches through plain objects (`self.model`), are

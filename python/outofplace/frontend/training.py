@@ -450,9 +450,8 @@ def program_roots(f: Any, _seen: set[int] | None = None) -> dict[str, Any]:
         bound = {**dict(zip(names, f.args)), **f.keywords}
         return {**program_roots(f.func, _seen),
                 **{k: v for k, v in bound.items() if _held(v)}}
-    if not isinstance(f, (types.FunctionType, types.MethodType)) and \
-            isinstance(getattr(f, "__call__", None), types.MethodType):
-        return program_roots(f.__call__, _seen)  # an object called as a function
+    if called_method(f) is not None:
+        return program_roots(called_method(f), _seen)
     if isinstance(f, types.MethodType):  # `trainer.step`: its object too, as `self`
         code = f.__func__.__code__
         name = code.co_varnames[0] if code.co_argcount else "self"
@@ -486,6 +485,16 @@ def program_roots(f: Any, _seen: set[int] | None = None) -> dict[str, Any]:
                 name = f"{helper.__name__}.{name}"
             roots.setdefault(name, value)
     return roots
+
+
+def called_method(f: Any) -> types.MethodType | None:
+    """The method an object called as a function runs (`obj.__call__`, a bound method
+    whose code export can read), or None for a function, a method, a partial or a
+    module."""
+    if isinstance(f, (*_CODE, torch.nn.Module)):
+        return None
+    method = getattr(f, "__call__", None)
+    return method if isinstance(method, types.MethodType) else None
 
 
 def program_modules(roots: dict[str, Any]) -> dict[str, torch.nn.Module]:
