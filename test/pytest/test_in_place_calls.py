@@ -242,18 +242,21 @@ def test_memory_numpy_shares_is_still_copied() -> None:
     assert array[2].tolist() == [1.0] * 256
 
 
-def test_generate_through_the_torch_compile_backend_in_place() -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_generate_through_the_torch_compile_backend_in_place(dtype, monkeypatch) -> None:
     """transformers' documented path: `model.forward = torch.compile(model.forward,
     backend="outofplace")` and `generate` with a static cache. The caches the prefill graph
-    creates are updated in place by the decode graph: the same tokens as eager, no copy."""
+    creates are updated in place by the decode graph: the same tokens as eager, no copy
+    (in bfloat16 too: outofplace-bfloat16-state-as-bits)."""
     transformers = pytest.importorskip("transformers")
     torch._dynamo.reset()
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = transformers.LlamaForCausalLM(config).to(dtype).eval()
     prompt = torch.tensor([[1, 5, 9, 2]])
+    monkeypatch.setattr(xla.executable, "WARN_BYTES", 0)  # these caches' few bytes too
 
     def generate():
         return model.generate(prompt, max_new_tokens=6, do_sample=False,

@@ -12,12 +12,13 @@ from typing import Callable
 
 from torch_mlir import ir, passmanager
 
-from . import (collectives, composites_as_kernel_calls,  # noqa: F401
+from . import (bfloat16_state_as_bits, collectives,  # noqa: F401
+               composites_as_kernel_calls,
                convolutions_as_kernel_calls,
                decompose_diagonal, dots_as_kernel_calls, dynamic_broadcasts,
                dynamic_shapes, flatten_state, fold_constants, fold_empty_tensors,
-               fold_transposes_into_dots, inplace_to_outofplace, kernel_calls,
-               kernel_results_as_state,
+               fold_transposes_into_dots, inplace_to_outofplace,
+               kernel_calls, kernel_results_as_state,
                lower_regions, lower_updates, narrow_indices, refuse_unknown_shapes,
                round_through_float32, scatter_barriers, sharding,
                small_convolutions_as_dots, split_bounds_check, squeeze_state,

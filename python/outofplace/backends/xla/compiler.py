@@ -31,9 +31,10 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 # transposes of weights, a vector's dot with a weight taken weight first (XLA:CPU
 # copies the weight transposed otherwise), convolutions whose window is larger than
 # their input are dots (XLA:CPU's convolution is hundreds of times slower there),
-# larger convolutions and matrix products are eager's kernels, and written arguments
+# larger convolutions and matrix products are eager's kernels, written arguments
 # updated elementwise (an optimizer's) are flat (XLA:CPU vectorizes only a loop's
-# innermost dimension).
+# innermost dimension), and bfloat16 ones updated in place (a cache) are their 16-bit
+# integers (XLA:CPU converts the whole cache to float32 and back otherwise).
 LEGALIZE_FOR_CPU = ("builtin.module(outofplace-composites-as-kernel-calls, "
                     "outofplace-squeeze-state, "
                     "outofplace-fold-transposes-into-dots, "
@@ -41,19 +42,24 @@ LEGALIZE_FOR_CPU = ("builtin.module(outofplace-composites-as-kernel-calls, "
                     "outofplace-convolutions-as-kernel-calls, "
                     "outofplace-small-convolutions-as-dots, "
                     "outofplace-dots-as-kernel-calls, "
-                    "outofplace-flatten-state)")
+                    "outofplace-flatten-state, "
+                    "outofplace-bfloat16-state-as-bits)")
 
 
 def legalize_for_cpu(stablehlo: str) -> tuple[str, list[tuple[int, ...]], list[tuple[int, ...]]]:
     """The StableHLO the XLA engine compiles for a module (`LEGALIZE_FOR_CPU`), and the
     shapes of its arguments and results: a written argument's without its unit
     dimensions, or flat (the caller's buffer holds the same bytes)."""
-    return legalized(stablehlo)[:3]
+    text, inputs, results, _ = legalized(stablehlo)
+    return text, [shape for shape, _ in inputs], [shape for shape, _ in results]
+
+
+TensorType = tuple[tuple[int, ...], str]  # (shape, element type: "f32", "bf16", "i16")
 
 
 def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
-              ) -> tuple[str, list[tuple[int, ...]], list[tuple[int, ...]], dict[int, int]]:
-    """The module after `pipeline` (`LEGALIZE_FOR_CPU`, or the mesh's), the shapes of its
+              ) -> tuple[str, list[TensorType], list[TensorType], dict[int, int]]:
+    """The module after `pipeline` (`LEGALIZE_FOR_CPU`, or the mesh's), the types of its
     arguments and results, and each result that returns the same value as an earlier
     result: {result: that earlier result}."""
     from torch_mlir import ir
@@ -71,12 +77,12 @@ def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
         run_pipeline(module, pipeline)
         main = main_function(module)
         function_type = ir.FunctionType(main.type)
-        shapes = [[tuple(ir.RankedTensorType(t).shape) for t in types]
-                  for types in (function_type.inputs, function_type.results)]
+        types = [[(tuple(ir.RankedTensorType(t).shape), str(ir.RankedTensorType(t).element_type))
+                  for t in ts] for ts in (function_type.inputs, function_type.results)]
         returned = list(main.regions[0].blocks[0].operations)[-1].operands
         first: dict[Any, int] = {}
         same = {r: first.setdefault(v, r) for r, v in enumerate(returned)}
-        return module.operation.get_asm(), *shapes, {r: f for r, f in same.items() if f != r}
+        return module.operation.get_asm(), *types, {r: f for r, f in same.items() if f != r}
 
 
 def options_of(options: dict[str, Any]) -> Any:
@@ -102,9 +108,8 @@ def compile_for_cpu(stablehlo: str, options: dict[str, Any] = None) -> Any:
 
 
 def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool | None
-                           ) -> tuple[Any, list[tuple[int, ...]], list[tuple[int, ...]],
-                                      dict[int, int]]:
-    """`compile_for_cpu` of `legalized(stablehlo)`: the executable, the shapes of its
+                           ) -> tuple[Any, list[TensorType], list[TensorType], dict[int, int]]:
+    """`compile_for_cpu` of `legalized(stablehlo)`: the executable, the types of its
     arguments and results and the results returning an earlier one's value; or, when the
     compile cache holds them (compile_cache.py, on unless `cache` is False), the
     executable PJRT serialized then, deserialized, and the rest as they were. An
@@ -131,7 +136,7 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
             kept = [(tuple(shape), dtype) for shape, dtype in metadata["temporaries"]]
             if kept:
                 executable = KeptTemporaries(executable, kept)
-            return executable, *([tuple(s) for s in metadata[k]]
+            return executable, *([(tuple(s), e) for s, e in metadata[k]]
                                  for k in ("inputs", "results")), \
                 {int(r): f for r, f in metadata["same_results"]}
         except Exception as error:  # read back whole, yet PJRT refuses it: compile

@@ -51,18 +51,22 @@ class CpuExecutable:
         self.names, self.io_map = names, io_map
         self.donated = sorted(io_map)
         self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
-        self.executable, input_shapes, result_shapes, same_results = \
+        self.executable, xla_inputs, xla_results, same_results = \
             cached_compile_for_cpu(stablehlo, options, cache)
-        # The shape XLA takes each written argument in (its unit dimensions dropped, or
-        # flat: outofplace-squeeze-state, outofplace-flatten-state).
-        self._squeezed = {i: input_shapes[i] for i in self.donated
-                          if input_shapes[i] != tuple(inputs[i][0])}
+        # The shape and dtype XLA takes each written argument in: without its unit
+        # dimensions, or flat (outofplace-squeeze-state, outofplace-flatten-state), a
+        # bfloat16 or float16 one as its 16-bit integers (outofplace-half-state-as-bits).
+        self._as_xla = {i: (shape, _dtype(element, inputs[i][1]))
+                        for i, (shape, element) in enumerate(xla_inputs) if i in io_map and
+                        (shape, _dtype(element, inputs[i][1])) != (tuple(inputs[i][0]),
+                                                                   inputs[i][1])}
         self._viewers = [Viewer(s, d) for s, d in results]
         # What makes each result a jax Array, in C++
         # (`disassemble_into_single_device_arrays` makes them in Python: µs a call).
         self._handlers = [xla_client.array_result_handler(
-            load_jax().core.ShapedArray(s, numpy_dtype(d)), device_sharding(), committed=True,
-            _skip_checks=True) for s, (_, d) in zip(result_shapes, results)]
+            load_jax().core.ShapedArray(s, numpy_dtype(_dtype(e, d))), device_sharding(),
+            committed=True, _skip_checks=True)
+            for (s, e), (_, d) in zip(xla_results, results)]
         self._stages = {i: Stage(s, d) for i, (s, d) in enumerate(inputs)
                         if i not in io_map and self.input_bytes[i] <= STAGED_BYTES}
         self._zero_copied = [i for i in range(len(inputs))
@@ -179,6 +183,13 @@ class CpuExecutable:
         self._views[i] = (address, array)
         return array
 
+    def _xla_view(self, i: int, tensor: torch.Tensor) -> torch.Tensor:
+        """Written argument i's contiguous tensor viewed as XLA takes it (`_as_xla`)."""
+        if i not in self._as_xla:
+            return tensor
+        shape, dtype = self._as_xla[i]
+        return tensor.view(dtype).view(shape)
+
     def _run(self, inputs: list[torch.Tensor], holders: list[Holder] | None = None
              ) -> list[torch.Tensor | None]:
         """Runs the program; `holders`, when given, are the written arguments' (else each
@@ -195,14 +206,13 @@ class CpuExecutable:
             holder = holder_of(tensor) if holders is None else holders[n]
             if holder is None:
                 why = why_not_adoptable(tensor)
-                shape = self._squeezed.get(i, tensor.shape)
                 if why is None:
-                    holder = Holder(owned_copy(tensor.view(shape)))  # the only copy, ever
+                    holder = Holder(owned_copy(self._xla_view(i, tensor)))  # the only copy
                     re_point(tensor, holder)
                 else:
                     self._copied(i, 2 * self.input_bytes[i], f"it is {why}")
                     copied.append(i)
-                    arguments[i] = owned_copy(tensor.contiguous().view(shape))
+                    arguments[i] = owned_copy(self._xla_view(i, tensor.contiguous()))
                     continue
             adopted[i] = holder
             arguments[i] = holder.array
@@ -248,7 +258,8 @@ class CpuExecutable:
         it took (their memory re-pointed at zeros), or returns when it took none."""
         lost = [i for i, h in adopted.items() if h.array.is_deleted()]
         for i in lost:  # XLA took the buffer: the memory may be gone
-            zeros = torch.zeros(self._squeezed.get(i, inputs[i].shape), dtype=inputs[i].dtype)
+            zeros = self._xla_view(i, torch.zeros_like(inputs[i],
+                                                       memory_format=torch.contiguous_format))
             re_point(inputs[i], Holder(owned_copy(zeros)))
         if lost:
             raise CallFailed(
@@ -265,6 +276,12 @@ class CpuExecutable:
             f"{_named(self.names, done)} already hold the call's new values "
             f"(updated in place); {_named(self.names, kept)} keep their values from "
             "before the call") from error
+
+
+def _dtype(element: str, dtype: torch.dtype) -> torch.dtype:
+    """The dtype of XLA's element type `element` for a tensor of `dtype`: its own, or
+    int16 where a 16-bit float goes in as its bits (outofplace-half-state-as-bits)."""
+    return torch.int16 if element == "i16" else dtype
 
 
 def _named(names: list[str], indices: list[int]) -> str:

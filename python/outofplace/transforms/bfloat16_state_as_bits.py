@@ -1,0 +1,150 @@
+"""`outofplace-bfloat16-state-as-bits`: a bfloat16 written argument that is updated in place
+(a KV cache's `scatter` or `dynamic_update_slice`) is passed, updated and returned as its
+16-bit integers, for XLA:CPU.
+
+XLA:CPU computes nothing in bfloat16 but its library's matrix products: its float
+normalization makes every other op on bfloat16 a float32 one, converts around it
+included (float16 it computes as it is, and updates in place).
+An update in place becomes `convert(dynamic_update_slice(convert(cache), convert(k)))`:
+the whole cache converted to float32, updated and converted back into a new buffer, the
+donated parameter copied first (a 148M Llama's bfloat16 caches, 28 of 28 copied on every
+token; JAX's own program pays the same). Its integers are only moved, so the update is
+done in place; each reader takes the bits back as `bitcast_convert`, which XLA fuses into
+its own conversion to float32:
+
+    func.func @main(%cache: tensor<12x256x64xbf16> {tf.aliasing_output = 1 : i32}, ...)
+      %u = "stablehlo.scatter"(%cache, %i, %k) ({ ^bb0(%a: tensor<bf16>, %b: tensor<bf16>):
+          stablehlo.return %b }) ...
+      %s = stablehlo.dot_general %q, %u, ...
+      return %s, %u
+  =>
+    func.func @main(%cache: tensor<12x256x64xi16> {tf.aliasing_output = 1 : i32}, ...)
+      %k1 = stablehlo.bitcast_convert %k : (tensor<12x1x64xbf16>) -> tensor<12x1x64xi16>
+      %u = "stablehlo.scatter"(%cache, %i, %k1) ({ ^bb0(%a: tensor<i16>, %b: tensor<i16>):
+          stablehlo.return %b }) ...
+      %u1 = stablehlo.bitcast_convert %u : (tensor<12x256x64xi16>) -> tensor<12x256x64xbf16>
+      %s = stablehlo.dot_general %q, %u1, ...
+      return %s, %u
+
+Only an argument whose returned value is made from it by such updates alone (and
+reshapes) is changed: a `scatter` whose computation returns the update (a combining one
+adds floats), a `dynamic_update_slice`. Its other readers, of the argument itself or of
+a value between, read the bits back. The caller's buffer holds the same bytes: the
+executable hands XLA a view of it as int16 (backends/xla/executable.py). Only the XLA
+engine runs it (backends/xla): the program a user exports keeps the caller's types.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir.dialects import func as func_d
+
+from ..ir_utils import operations, terminator
+from ..signature import io_map_of
+from .registry import register_pass
+
+_UPDATES = ("stablehlo.dynamic_update_slice", "stablehlo.scatter", "stablehlo.reshape")
+
+
+def _bfloat16(type_: ir.Type) -> bool:
+    return isinstance(type_, ir.RankedTensorType) and isinstance(type_.element_type, ir.BF16Type)
+
+
+def _replaces(scatter: ir.Operation) -> bool:
+    """Whether a single-input scatter's computation returns the update as it is."""
+    block = scatter.regions[0].blocks[0]
+    body = operations(block)
+    return len(scatter.operands) == 3 and len(body) == 1 and \
+        body[0].name == "stablehlo.return" and body[0].operands[0] == block.arguments[1]
+
+
+def _chain(returned: ir.Value, argument: ir.Value) -> list[ir.Operation] | None:
+    """The updates (and reshapes) that make `returned` from `argument`, first to last,
+    each on the one before; None when it is made otherwise."""
+    chain = []
+    value = returned
+    while value != argument:
+        if not isinstance(value, ir.OpResult) or value.owner.name not in _UPDATES or \
+                (value.owner.name == "stablehlo.scatter" and not _replaces(value.owner)):
+            return None
+        chain.append(value.owner)
+        value = value.owner.operands[0]
+    return chain[::-1]
+
+
+def _as(value: ir.Value, element: ir.Type, ip: ir.InsertionPoint, loc: ir.Location
+        ) -> ir.Value:
+    """value's bits as `element` (a `bitcast_convert` of the same width)."""
+    type_ = ir.RankedTensorType.get(ir.RankedTensorType(value.type).shape, element)
+    return ir.Operation.create("stablehlo.bitcast_convert", results=[type_],
+                               operands=[value], ip=ip, loc=loc).result
+
+
+def _read_back(value: ir.Value, bf16: ir.Type, ip: ir.InsertionPoint, loc: ir.Location,
+               inside) -> None:
+    """value's readers outside the chain (`inside(use)` says a use is in it) read its
+    bits back as `bf16`."""
+    outside = [(use.owner, use.operand_number) for use in value.uses if not inside(use)]
+    if not outside:
+        return
+    back = _as(value, bf16, ip, loc)
+    for owner, number in outside:
+        owner.operands[number] = back
+
+
+def _as_bits(function: func_d.FuncOp) -> None:
+    block = function.entry_block
+    ret = terminator(block)
+    bits = ir.IntegerType.get_signless(16)
+    changed = False
+    for argument_number, result in sorted(io_map_of(function).items()):
+        argument = block.arguments[argument_number]
+        if not _bfloat16(argument.type):
+            continue
+        chain = _chain(ret.operands[result], argument)
+        if not chain or not any(op.name != "stablehlo.reshape" for op in chain):
+            continue
+        bf16 = ir.RankedTensorType(argument.type).element_type
+        results = {op.result for op in chain}  # (values hash as what they are)
+
+        def inside(use, results=results, result=result) -> bool:
+            """Each chain op reads the value before it as operand 0, the return the last."""
+            if use.owner.name == "func.return":
+                return use.operand_number == result
+            return use.operand_number == 0 and len(use.owner.results) == 1 and \
+                use.owner.results[0] in results
+        argument.set_type(ir.RankedTensorType.get(
+            ir.RankedTensorType(argument.type).shape, bits))
+        first = operations(block)[0]
+        _read_back(argument, bf16, ir.InsertionPoint(first), first.location, inside)
+        for op in chain:
+            ip = ir.InsertionPoint(op)
+            if op.name == "stablehlo.dynamic_update_slice":
+                op.operands[1] = _as(op.operands[1], bits, ip, op.location)
+            elif op.name == "stablehlo.scatter":
+                op.operands[2] = _as(op.operands[2], bits, ip, op.location)
+                for value in op.regions[0].blocks[0].arguments:
+                    value.set_type(ir.RankedTensorType.get([], bits))
+            op.result.set_type(ir.RankedTensorType.get(
+                ir.RankedTensorType(op.result.type).shape, bits))
+            _read_back(op.result, bf16, ir.InsertionPoint.after(op), op.location, inside)
+        changed = True
+    if changed:
+        function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            [a.type for a in block.arguments], [v.type for v in ret.operands]))
+
+
+@register_pass(
+    "outofplace-bfloat16-state-as-bits",
+    "Pass, update and return bfloat16 state updated in place as 16-bit integers (XLA:CPU)",
+    "a bfloat16 written argument whose new value scatters and "
+    "dynamic_update_slices alone make from it (a KV cache) becomes i16, its updates "
+    "done on the bits and its readers reading them back through bitcast_convert: "
+    "XLA:CPU's float normalization converts a bfloat16 update to float32, the whole "
+    "cache converted and copied on every call (the XLA engine's legalization, "
+    "backends/xla)")
+def bfloat16_state_as_bits(module: ir.Operation) -> None:
+    for op in operations(module.regions[0].blocks[0]):
+        if op.name == "func.func":
+            with op.location:
+                _as_bits(op.opview)

@@ -1,0 +1,109 @@
+"""outofplace-bfloat16-state-as-bits (transforms/bfloat16_state_as_bits.py): the XLA engine
+passes a bfloat16 cache that is updated in place as its 16-bit integers, so XLA:CPU
+updates it in the caller's memory instead of converting the whole cache to float32 and
+back, copied, on every call. Values against eager's on every engine and on both paths
+(`outofplace.compile`, `torch.compile`), the types XLA takes (a float16 cache, which
+XLA:CPU updates in place as it is, keeps its type), in place with no warning, and a call
+that fails after XLA took the bits."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+
+import outofplace
+from outofplace.backends import xla
+
+from differential import assert_matches_eager, assert_same
+
+pytestmark = pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax")
+
+HALVES = [torch.bfloat16, torch.float16]
+
+
+def write_then_attend(c, pos, q, u):
+    """A KV cache's step: the new row written at a runtime position, then attention's
+    scores over the whole cache."""
+    c.index_copy_(2, pos, u)
+    return q @ c.transpose(-1, -2)
+
+
+def read_then_write(c, pos, q, u):
+    """The scores of the cache before the write, then a slice write."""
+    scores = q @ c.transpose(-1, -2)
+    c[:, :, pos] = u
+    return scores
+
+
+def args_of(dtype: torch.dtype, batch: int, position: int = 2) -> tuple:
+    """A cache of 8 KB or more (so a copy would warn), small integers: every product and
+    sum is exact in float32 and in the 16-bit type, so eager and XLA agree bit for bit."""
+    def ints(*shape):
+        return torch.randint(-4, 4, shape).to(dtype)
+    return ints(batch, 4, 128, 8), torch.tensor([position]), ints(batch, 4, 1, 8), \
+        ints(batch, 4, 1, 8)
+
+
+@pytest.mark.parametrize("f", [write_then_attend, read_then_write])
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("dtype", HALVES)
+def test_half_cache_matches_eager_in_place(dtype, batch, f) -> None:
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*copied on every call")
+        compiled = assert_matches_eager(f, *args_of(dtype, batch))
+        cache, pos, q, u = args_of(dtype, batch)
+        eager = cache.clone()
+        for position in (5, 0, 127):
+            pos = torch.tensor([position])
+            assert_same(compiled(cache, pos, q, u), f(eager, pos, q, u), f"at {position}")
+            assert torch.equal(cache, eager), f"cache after the write at {position}"
+    assert compiled.in_place_report == {"c": "in place"}
+    # XLA takes a bfloat16 cache as its bits, an i16 parameter; a float16 one as it is
+    _, inputs, _, _ = xla.compiler.legalized(compiled.stablehlo)
+    assert inputs[compiled.input_names.index("c")][1] == \
+        {torch.bfloat16: "i16", torch.float16: "f16"}[dtype]
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_half_cache_through_torch_compile_in_place(dtype) -> None:
+    """The torch.compile path: the same values as eager over several calls, no copy."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    run = torch.compile(write_then_attend, backend="outofplace", dynamic=False)
+    cache, _, q, u = args_of(dtype, 1)
+    eager = cache.clone()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*copied on every call")
+        for position in (3, 64, 3):
+            pos = torch.tensor([position])
+            assert_same(run(cache, pos, q, u), write_then_attend(eager, pos, q, u),
+                        f"scores at {position}")
+            assert torch.equal(cache, eager), f"cache after the write at {position}"
+
+
+def test_call_failing_after_xla_took_the_bits_leaves_zeros() -> None:
+    """A failure after XLA took a cache passed as bits: the cache reads zeros of its own
+    dtype and the next call runs (its buffer is the int16 XLA takes)."""
+    cache, pos, q, u = args_of(torch.bfloat16, 1)
+    compiled = outofplace.compile(write_then_attend, args_of(torch.bfloat16, 1))
+    compiled(cache, pos, q, u)
+    executable = compiled._xla
+    loaded = executable.executable
+
+    class Failing:
+        def execute_sharded(self, arrays):
+            arrays[0].delete()  # as a donation into a failed execution leaves it
+            raise RuntimeError("injected")
+    executable.executable = Failing()
+    with pytest.raises(xla.CallFailed, match="arguments 'c': their values are lost"):
+        compiled(cache, pos, q, u)
+    executable.executable = loaded
+    assert cache.dtype == torch.bfloat16 and bool((cache == 0).all())
+    expected = torch.zeros_like(cache)
+    assert_same(compiled(cache, pos, q, u), write_then_attend(expected, pos, q, u),
+                "the next call")
+    assert torch.equal(cache, expected)
