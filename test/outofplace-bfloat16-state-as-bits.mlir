@@ -69,3 +69,34 @@ func.func @left(%f: tensor<4x8xf32> {tf.aliasing_output = 0 : i32}, %h: tensor<4
   %uh = stablehlo.dynamic_update_slice %h, %rh, %p, %p : (tensor<4x8xf16>, tensor<1x8xf16>, tensor<i64>, tensor<i64>) -> tensor<4x8xf16>
   return %u, %s, %e, %z, %uh : tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf16>
 }
+
+// A cache a loop carries and its body writes (a decode loop): carried as bits, the
+// body's update on bits, the body's other reader reading them back; the loop's result
+// is returned as bits.
+// CHECK-LABEL: func.func @loop(
+// CHECK-SAME:    %[[C:[^:]*]]: tensor<4x8xi16> {tf.aliasing_output = 0 : i32}
+// CHECK-SAME:    -> (tensor<4x8xi16>, tensor<i64>)
+// CHECK:         %[[W:.*]]:3 = stablehlo.while(%[[IC:.*]] = %[[C]], %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) : tensor<4x8xi16>, tensor<i64>, tensor<1x8xbf16>
+// CHECK:         do {
+// CHECK-NEXT:      %[[READ:.*]] = stablehlo.bitcast_convert %[[IC]] : (tensor<4x8xi16>) -> tensor<4x8xbf16>
+// CHECK-NEXT:      %[[S:.*]] = stablehlo.slice %[[READ]]
+// CHECK:           %[[R1:.*]] = stablehlo.bitcast_convert %{{.*}} : (tensor<1x8xbf16>) -> tensor<1x8xi16>
+// CHECK-NEXT:      %[[U:.*]] = stablehlo.dynamic_update_slice %[[IC]], %[[R1]], %{{.*}} : (tensor<4x8xi16>, tensor<1x8xi16>, tensor<i64>, tensor<i64>) -> tensor<4x8xi16>
+// CHECK:           stablehlo.return %[[U]], %{{.*}}, %{{.*}} : tensor<4x8xi16>, tensor<i64>, tensor<1x8xbf16>
+// CHECK:         return %[[W]]#0, %[[W]]#1 : tensor<4x8xi16>, tensor<i64>
+func.func @loop(%c: tensor<4x8xbf16> {tf.aliasing_output = 0 : i32}, %r: tensor<1x8xbf16>, %n: tensor<i64>) -> (tensor<4x8xbf16>, tensor<i64>) {
+  %z = stablehlo.constant dense<0> : tensor<i64>
+  %w:3 = stablehlo.while(%ic = %c, %i = %z, %ir = %r) : tensor<4x8xbf16>, tensor<i64>, tensor<1x8xbf16>
+   cond {
+    %lt = stablehlo.compare LT, %i, %n : (tensor<i64>, tensor<i64>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  } do {
+    %s = stablehlo.slice %ic [0:1, 0:8] : (tensor<4x8xbf16>) -> tensor<1x8xbf16>
+    %nr = stablehlo.add %s, %ir : tensor<1x8xbf16>
+    %u = stablehlo.dynamic_update_slice %ic, %nr, %i, %z : (tensor<4x8xbf16>, tensor<1x8xbf16>, tensor<i64>, tensor<i64>) -> tensor<4x8xbf16>
+    %one = stablehlo.constant dense<1> : tensor<i64>
+    %ni = stablehlo.add %i, %one : tensor<i64>
+    stablehlo.return %u, %ni, %nr : tensor<4x8xbf16>, tensor<i64>, tensor<1x8xbf16>
+  }
+  return %w#0, %w#1 : tensor<4x8xbf16>, tensor<i64>
+}

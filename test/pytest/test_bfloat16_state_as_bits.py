@@ -3,16 +3,18 @@ passes a bfloat16 cache that is updated in place as its 16-bit integers, so XLA:
 updates it in the caller's memory instead of converting the whole cache to float32 and
 back, copied, on every call. Values against eager's on every engine and on both paths
 (`outofplace.compile`, `torch.compile`), the types XLA takes (a float16 cache, which
-XLA:CPU updates in place as it is, keeps its type), in place with no warning, and a call
-that fails after XLA took the bits."""
+XLA:CPU updates in place as it is, keeps its type), in place with no warning, a cache a
+loop carries, and a call that fails after XLA took the bits."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
 import torch
 import torch._dynamo
+from torch._higher_order_ops import while_loop
 
 import outofplace
 from outofplace.backends import xla
@@ -107,3 +109,58 @@ def test_call_failing_after_xla_took_the_bits_leaves_zeros() -> None:
     assert_same(compiled(cache, pos, q, u), write_then_attend(expected, pos, q, u),
                 "the next call")
     assert torch.equal(cache, expected)
+
+
+def fill_rows(cache, h, start, n):
+    """A decode loop's cache: each iteration writes its row at start + i and reads the
+    cache back."""
+    def cond_fn(i, h):
+        return i < n
+
+    def body_fn(i, h):
+        cache.index_copy_(0, (start + i).reshape(1), h[None])
+        return i + 1, h + cache[start]
+
+    return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), h))[1]
+
+
+def fill_rows_eager(cache, h, start, n):
+    """fill_rows as the Python loop `while_loop` is documented to equal."""
+    for i in range(int(n)):
+        cache[int(start) + i] = h
+        h = h + cache[int(start)]
+    return h
+
+
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_cache_a_loop_carries_is_bits_and_in_place(path) -> None:
+    """The while carries the cache as bits: XLA:CPU's optimized program copies it
+    nowhere (its float normalization converted and copied it at every iteration), and
+    every call over runtime trip counts gives eager's values (small integers: exact)."""
+    cache, h = torch.zeros(512, 16, dtype=torch.bfloat16), torch.ones(16, dtype=torch.bfloat16)
+    example = (cache.clone(), h, torch.tensor(1), torch.tensor(2))
+    if path == "outofplace.compile":
+        compiled = outofplace.compile(fill_rows, example)
+        assert compiled.in_place_report == {"cache": "in place"}
+        hlo = "\n".join(m.to_string() for m in xla.compile_for_cpu(
+            xla.legalize_for_cpu(compiled.stablehlo)[0]).hlo_modules())
+        assert " while(" in hlo and "s16[512,16]" in hlo
+        # no copy of the cache, no float32 cache materialized (a fusion's result)
+        assert not re.search(r"\[512,16\]\{1,0\} copy\(", hlo)
+        assert not re.search(r"f32\[512,16\]\{1,0\} fusion\(", hlo)
+        run = compiled
+    else:
+        torch._dynamo.reset()
+        dynamo = torch.compile(fill_rows, backend="outofplace")
+
+        def run(*args):
+            with torch.no_grad():  # dynamo takes writes in regions without gradients only
+                return dynamo(*args)
+    expected = cache.clone()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*copied on every call")
+        for start, n in ((3, 4), (0, 0), (100, 3)):
+            args = (torch.tensor(start), torch.tensor(n))
+            assert_same(run(cache, h, *args), fill_rows_eager(expected, h, *args),
+                        f"h from {start}")
+            assert torch.equal(cache, expected), f"cache after {n} rows from {start}"

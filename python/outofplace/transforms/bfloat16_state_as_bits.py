@@ -28,10 +28,13 @@ its own conversion to float32:
 
 Only an argument whose returned value is made from it by such updates alone (and
 reshapes) is changed: a `scatter` whose computation returns the update (a combining one
-adds floats), a `dynamic_update_slice`. Its other readers, of the argument itself or of
-a value between, read the bits back. The caller's buffer holds the same bytes: the
-executable hands XLA a view of it as int16 (backends/xla/executable.py). Only the XLA
-engine runs it (backends/xla): the program a user exports keeps the caller's types.
+adds floats), a `dynamic_update_slice`, a `stablehlo.while` carrying it whose body makes
+its new value so (a decode loop's cache: carried as bits, where XLA:CPU converted and
+copied it at every iteration). Its other readers, of the argument itself or of a value
+between, in the loop's regions too, read the bits back. The caller's buffer holds the
+same bytes: the executable hands XLA a view of it as int16 (backends/xla/executable.py).
+Only the XLA engine runs it (backends/xla): the program a user exports keeps the
+caller's types.
 """
 
 from __future__ import annotations
@@ -58,17 +61,32 @@ def _replaces(scatter: ir.Operation) -> bool:
         body[0].name == "stablehlo.return" and body[0].operands[0] == block.arguments[1]
 
 
-def _chain(returned: ir.Value, argument: ir.Value) -> list[ir.Operation] | None:
-    """The updates (and reshapes) that make `returned` from `argument`, first to last,
-    each on the one before; None when it is made otherwise."""
-    chain = []
+Link = tuple[ir.Operation, int]  # an op of a chain, and the operand it reads the chain at
+
+
+def _chain(returned: ir.Value, start: ir.Value) -> list[Link] | None:
+    """The links that make `returned` from `start`, first to last, each reading the one
+    before: updates and reshapes (at operand 0), and loops carrying the value (at its
+    position) whose body makes its new value the same way; None when it is made
+    otherwise."""
+    chain: list[Link] = []
     value = returned
-    while value != argument:
-        if not isinstance(value, ir.OpResult) or value.owner.name not in _UPDATES or \
-                (value.owner.name == "stablehlo.scatter" and not _replaces(value.owner)):
+    while value != start:
+        if not isinstance(value, ir.OpResult):
             return None
-        chain.append(value.owner)
-        value = value.owner.operands[0]
+        op = value.owner
+        if op.name == "stablehlo.while":
+            k = value.result_number
+            body = op.regions[1].blocks[0]
+            if _chain(terminator(body).operands[k], body.arguments[k]) is None:
+                return None
+        elif op.name not in _UPDATES or \
+                (op.name == "stablehlo.scatter" and not _replaces(op)):
+            return None
+        else:
+            k = 0
+        chain.append((op, k))
+        value = op.operands[k]
     return chain[::-1]
 
 
@@ -80,54 +98,65 @@ def _as(value: ir.Value, element: ir.Type, ip: ir.InsertionPoint, loc: ir.Locati
                                operands=[value], ip=ip, loc=loc).result
 
 
-def _read_back(value: ir.Value, bf16: ir.Type, ip: ir.InsertionPoint, loc: ir.Location,
-               inside) -> None:
-    """value's readers outside the chain (`inside(use)` says a use is in it) read its
-    bits back as `bf16`."""
-    outside = [(use.owner, use.operand_number) for use in value.uses if not inside(use)]
-    if not outside:
-        return
-    back = _as(value, bf16, ip, loc)
-    for owner, number in outside:
-        owner.operands[number] = back
+def _as_bits_type(value: ir.Value) -> None:
+    value.set_type(ir.RankedTensorType.get(ir.RankedTensorType(value.type).shape,
+                                           ir.IntegerType.get_signless(16)))
+
+
+def _rewrite(start: ir.Value, chain: list[Link], end: Link) -> None:
+    """`start` (an argument, a loop's block argument), the chain from it and its last
+    value on bits; `end` (the terminator, the operand) reads the last value as bits,
+    every other reader outside the chain reads it back as bfloat16."""
+    bf16 = ir.RankedTensorType(start.type).element_type
+    links = [*chain, end]
+
+    def inside(use) -> bool:  # a link reading the value before it
+        return any(use.owner == op and use.operand_number == k for op, k in links)
+
+    def read_back(value: ir.Value, ip: ir.InsertionPoint, loc: ir.Location) -> None:
+        outside = [(use.owner, use.operand_number) for use in value.uses if not inside(use)]
+        if outside:
+            back = _as(value, bf16, ip, loc)
+            for owner, number in outside:
+                owner.operands[number] = back
+
+    _as_bits_type(start)
+    first = start.owner.operations[0]
+    read_back(start, ir.InsertionPoint(first), first.location)
+    for op, k in chain:
+        ip = ir.InsertionPoint(op)
+        if op.name == "stablehlo.dynamic_update_slice":
+            op.operands[1] = _as(op.operands[1], ir.IntegerType.get_signless(16), ip,
+                                 op.location)
+        elif op.name == "stablehlo.scatter":
+            op.operands[2] = _as(op.operands[2], ir.IntegerType.get_signless(16), ip,
+                                 op.location)
+            for value in op.regions[0].blocks[0].arguments:
+                _as_bits_type(value)
+        elif op.name == "stablehlo.while":
+            cond, body = (region.blocks[0] for region in op.regions)
+            body_return = terminator(body)
+            _rewrite(body.arguments[k],
+                     _chain(body_return.operands[k], body.arguments[k]), (body_return, k))
+            _as_bits_type(cond.arguments[k])  # (the condition only reads it)
+            read_back(cond.arguments[k], ir.InsertionPoint(cond.operations[0]),
+                      cond.operations[0].location)
+        _as_bits_type(op.results[k])
+        read_back(op.results[k], ir.InsertionPoint.after(op), op.location)
 
 
 def _as_bits(function: func_d.FuncOp) -> None:
     block = function.entry_block
     ret = terminator(block)
-    bits = ir.IntegerType.get_signless(16)
     changed = False
     for argument_number, result in sorted(io_map_of(function).items()):
         argument = block.arguments[argument_number]
         if not _bfloat16(argument.type):
             continue
         chain = _chain(ret.operands[result], argument)
-        if not chain or not any(op.name != "stablehlo.reshape" for op in chain):
+        if not chain or all(op.name == "stablehlo.reshape" for op, _ in chain):
             continue
-        bf16 = ir.RankedTensorType(argument.type).element_type
-        results = {op.result for op in chain}  # (values hash as what they are)
-
-        def inside(use, results=results, result=result) -> bool:
-            """Each chain op reads the value before it as operand 0, the return the last."""
-            if use.owner.name == "func.return":
-                return use.operand_number == result
-            return use.operand_number == 0 and len(use.owner.results) == 1 and \
-                use.owner.results[0] in results
-        argument.set_type(ir.RankedTensorType.get(
-            ir.RankedTensorType(argument.type).shape, bits))
-        first = operations(block)[0]
-        _read_back(argument, bf16, ir.InsertionPoint(first), first.location, inside)
-        for op in chain:
-            ip = ir.InsertionPoint(op)
-            if op.name == "stablehlo.dynamic_update_slice":
-                op.operands[1] = _as(op.operands[1], bits, ip, op.location)
-            elif op.name == "stablehlo.scatter":
-                op.operands[2] = _as(op.operands[2], bits, ip, op.location)
-                for value in op.regions[0].blocks[0].arguments:
-                    value.set_type(ir.RankedTensorType.get([], bits))
-            op.result.set_type(ir.RankedTensorType.get(
-                ir.RankedTensorType(op.result.type).shape, bits))
-            _read_back(op.result, bf16, ir.InsertionPoint.after(op), op.location, inside)
+        _rewrite(argument, chain, (ret, result))
         changed = True
     if changed:
         function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
@@ -138,8 +167,9 @@ def _as_bits(function: func_d.FuncOp) -> None:
     "outofplace-bfloat16-state-as-bits",
     "Pass, update and return bfloat16 state updated in place as 16-bit integers (XLA:CPU)",
     "a bfloat16 written argument whose new value scatters and "
-    "dynamic_update_slices alone make from it (a KV cache) becomes i16, its updates "
-    "done on the bits and its readers reading them back through bitcast_convert: "
+    "dynamic_update_slices alone make from it (a KV cache, also carried by a while) "
+    "becomes i16, its updates done on the bits and its readers reading them back "
+    "through bitcast_convert: "
     "XLA:CPU's float normalization converts a bfloat16 update to float32, the whole "
     "cache converted and copied on every call (the XLA engine's legalization, "
     "backends/xla)")
