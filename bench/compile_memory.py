@@ -133,7 +133,7 @@ def main() -> None:
             model.to_empty(device="cpu")
             for parameter in model.parameters():
                 parameter.normal_(0, 0.02)
-            model.model.rotary_emb = type(model.model.rotary_emb)(config)
+            model.model.rotary_emb = type(model.model.rotary_emb)(config).to(dtype)
         stages.measure("first call", weights,
                        lambda: compiled(ids, cache_position=position))
         stages.measure("second call", weights,
