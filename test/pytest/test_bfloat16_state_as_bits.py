@@ -52,7 +52,7 @@ def args_of(dtype: torch.dtype, batch: int, position: int = 2) -> tuple:
 @pytest.mark.parametrize("f", [write_then_attend, read_then_write])
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("dtype", HALVES)
-def test_half_cache_matches_eager_in_place(dtype, batch, f) -> None:
+def test_16_bit_float_cache_matches_eager_in_place(dtype, batch, f) -> None:
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*copied on every call")
@@ -71,7 +71,7 @@ def test_half_cache_matches_eager_in_place(dtype, batch, f) -> None:
 
 
 @pytest.mark.parametrize("dtype", HALVES)
-def test_half_cache_through_torch_compile_in_place(dtype) -> None:
+def test_16_bit_float_cache_through_torch_compile_in_place(dtype) -> None:
     """The torch.compile path: the same values as eager over several calls, no copy."""
     torch._dynamo.reset()
     torch.manual_seed(0)

@@ -53,13 +53,15 @@ class CpuExecutable:
         self.input_bytes = [math.prod(s) * d.itemsize for s, d in inputs]
         self.executable, xla_inputs, xla_results, same_results = \
             cached_compile_for_cpu(stablehlo, options, cache)
-        # The shape and dtype XLA takes each written argument in: without its unit
-        # dimensions, or flat (outofplace-squeeze-state, outofplace-flatten-state), a
-        # bfloat16 or float16 one as its 16-bit integers (outofplace-half-state-as-bits).
-        self._as_xla = {i: (shape, _dtype(element, inputs[i][1]))
-                        for i, (shape, element) in enumerate(xla_inputs) if i in io_map and
-                        (shape, _dtype(element, inputs[i][1])) != (tuple(inputs[i][0]),
-                                                                   inputs[i][1])}
+        # The shape and dtype XLA takes a written argument in where they are not the
+        # caller's: without its unit dimensions, or flat (outofplace-squeeze-state,
+        # outofplace-flatten-state), a bfloat16 one as its 16-bit integers
+        # (outofplace-bfloat16-state-as-bits).
+        self._as_xla: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}
+        for i in self.donated:
+            shape, dtype = xla_inputs[i][0], _dtype(xla_inputs[i][1], inputs[i][1])
+            if (shape, dtype) != (tuple(inputs[i][0]), inputs[i][1]):
+                self._as_xla[i] = (shape, dtype)
         self._viewers = [Viewer(s, d) for s, d in results]
         # What makes each result a jax Array, in C++
         # (`disassemble_into_single_device_arrays` makes them in Python: µs a call).
@@ -280,7 +282,7 @@ class CpuExecutable:
 
 def _dtype(element: str, dtype: torch.dtype) -> torch.dtype:
     """The dtype of XLA's element type `element` for a tensor of `dtype`: its own, or
-    int16 where a 16-bit float goes in as its bits (outofplace-half-state-as-bits)."""
+    int16 where a bfloat16 one goes in as its bits (outofplace-bfloat16-state-as-bits)."""
     return torch.int16 if element == "i16" else dtype
 
 
