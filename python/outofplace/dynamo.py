@@ -285,10 +285,14 @@ class ViewsOfInputs:
                 placeholders[i].replace_all_uses_with(view)
                 gm.graph.erase_node(placeholders[i])
         gm.recompile()
-        dropped = {i for i, _, _ in views}
+        dropped = [i for i, _, _ in views]
         kept = [i for i in range(len(inputs)) if i not in dropped]
         program = _compile_graph(gm, [inputs[i] for i in kept], options=self.options)
-        return lambda *args: program(*[args[i] for i in kept])
+
+        def run(*args: Any) -> Any:
+            out = program(*[args[i] for i in kept])
+            return _callers_views(out, [args[i] for i in dropped])
+        return run
 
     def __call__(self, *args: Any) -> Any:
         layouts, inputs = self._layouts(args)
@@ -306,6 +310,29 @@ class ViewsOfInputs:
         else:
             self.programs.move_to_end(layouts)
         return program(*inputs)
+
+
+def _callers_views(out: Any, views: list[Any]) -> Any:
+    """A graph's outputs, each that is one of `views` (inputs the program took as views
+    of their base) in all but the object, the same memory, shape and layout, as that
+    input itself, as eager returns it (`v &= y` on a view a graph break passed). The
+    program makes it again as a view of the base, its unit dimensions' strides its own,
+    where PyTorch's checks of a write read them: copying it into the input raised
+    "some elements of the input tensor and the written-to tensor refer to a single
+    memory location"."""
+    def same(a: Any, b: Any) -> bool:
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+            a.dtype == b.dtype and a.shape == b.shape and \
+            a.requires_grad == b.requires_grad and \
+            a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and \
+            a.storage_offset() == b.storage_offset() and \
+            all(x == y for x, y, n in zip(a.stride(), b.stride(), a.shape) if n != 1)
+
+    def callers(leaf: Any) -> Any:
+        return next((view for view in views if same(leaf, view)), leaf)
+    if isinstance(out, (tuple, list)):
+        return type(out)(callers(leaf) for leaf in out)
+    return callers(out)
 
 
 def _needs_gradients(example_inputs: list[Any]) -> bool:

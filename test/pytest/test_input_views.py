@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+import torch._dynamo
 
 import outofplace
 from differential import ENGINES, assert_call_matches_eager, assert_matches_eager, \
@@ -346,3 +347,61 @@ def test_graph_break_passing_two_views_overlapping_in_part(dtype):
         torch.testing.assert_close(x, theirs, rtol=0, atol=0)
     assert_matches_eager(_writes_one_of_two_overlapping_views_after_a_break,
                          torch.randn(4, 3, dtype=dtype), torch.tensor(2, dtype=torch.int32))
+
+
+def _write_and_return_the_view(x, v):
+    x.mul_(2)
+    v.add_(1)
+    return v
+
+
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_argument_viewing_another_returned_is_the_callers_tensor(dtype, path):
+    """An argument that views another, written and returned: the output is the caller's
+    tensor itself, as in eager (outofplace.compile made it again as a view of the base,
+    the strides of its unit dimensions its own)."""
+    def make():
+        x = torch.arange(12, dtype=dtype).reshape(3, 1, 4)
+        return x, x[1:2].unsqueeze(0)[..., 0:3]  # unit dimensions of stride 4
+    if path == "outofplace.compile":
+        compiled = outofplace.compile(_write_and_return_the_view, make())
+    else:
+        torch._dynamo.reset()
+        compiled = torch.compile(_write_and_return_the_view, backend="outofplace",
+                                 dynamic=False)
+    (x, v), (eager_x, eager_v) = make(), make()
+    expected = _write_and_return_the_view(eager_x, eager_v)
+    out = compiled(x, v)
+    assert out is v and out.stride() == expected.stride()
+    torch.testing.assert_close(x, eager_x, rtol=0, atol=0)
+
+
+def _add_into_a_view_of_unit_dimensions(x0, pos):
+    x0[:, 0::2, -3, :, ...] = 1.0
+    v = x0.mT.view(-1, 3, 3)
+    # `pos`, a 0-d int32 position: dynamo breaks the graph, the next one takes the view
+    # and adds into it, then eager's setitem copies the graph's output into the view
+    v.view(1, 1, 3, 3)[::3, -1::2, :, pos] += x0.split(1, -2)[1].unbind(2)[0]
+    x0.reshape(1, 1, 9).neg_()
+    return x0 * 2
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_graph_break_writing_a_view_of_unit_dimensions_it_was_passed(dtype, offset):
+    """(A fuzzer's finding.) The graph after the break returns the view it was passed
+    and wrote: it is the view itself, so eager's setitem copies it onto itself. The
+    backend returned it made again from its base, the strides of its unit dimensions
+    not the view's, which PyTorch's overlap check of the copy refused: "some elements of
+    the input tensor and the written-to tensor refer to a single memory location"."""
+    torch._dynamo.reset()
+    compiled = torch.compile(_add_into_a_view_of_unit_dimensions, backend="outofplace",
+                             dynamic=False)
+    base = torch.arange(10, dtype=dtype)
+    for position in (0, 2, 0):  # (at 1, eager refuses its own write: the two overlap)
+        pos = torch.tensor(position, dtype=torch.int32)
+        eager, ours = (base.clone()[offset:offset + 9].view(1, 1, 3, 3) for _ in range(2))
+        expected = _add_into_a_view_of_unit_dimensions(eager, pos)
+        torch.testing.assert_close(compiled(ours, pos), expected, rtol=0, atol=0)
+        torch.testing.assert_close(ours, eager, rtol=0, atol=0)

@@ -33,11 +33,11 @@ from .fx_graph import (call, fake_mode_of, is_position_view, op_effects, operand
 from ..symbolic_sizes import SymbolicSizes
 
 
-def _same_tensor(node: torch.fx.Node) -> torch.fx.Node:
+def _same_tensor(node: torch.fx.Node, views: bool = True) -> torch.fx.Node:
     """The node whose tensor `node` is in all but name: through in-place and out= ops
     that write its data (not `t_`, `squeeze_`, `resize_`: the tensor then has another
-    shape) and views that change nothing of it (`detach`, `alias`, a `to` of its own
-    dtype: torch.export returns `t.float()` of a float32 `t` for `t`)."""
+    shape) and, with `views`, views that change nothing of it (`detach`, `alias`, a `to`
+    of its own dtype: torch.export returns `t.float()` of a float32 `t` for `t`)."""
     while True:
         effects = op_effects(node)
         if effects is None or effects.result_views is None or effects.rebinds_view:
@@ -48,7 +48,7 @@ def _same_tensor(node: torch.fx.Node) -> torch.fx.Node:
         if effects.written:
             node = base
             continue
-        if effects.result_views != 0:
+        if effects.result_views != 0 or not views:
             return node
         value, base = node.meta.get("val"), base.meta.get("val")
         if not (isinstance(value, torch.Tensor) and isinstance(base, torch.Tensor)) or \
@@ -183,9 +183,9 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     values = {node: value for value, node in state}
     values.update((arguments[len(state_targets) + k], leaves[position])
                   for k, position in enumerate(user_input_leaves) if leaves is not None)
-    input_views, spans = _take_input_views(graph, arguments, input_names,
-                                           len(state_targets),
-                                           [values.get(node) for node in arguments])
+    input_views, spans, taken = _take_input_views(graph, arguments, input_names,
+                                                  len(state_targets),
+                                                  [values.get(node) for node in arguments])
     redirected = redirected or bool(input_views)
     if redirected:  # storages of the fake values must agree with the new aliasing
         _propagate_fake_values(gm)
@@ -197,7 +197,12 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     leaves: list[tuple[str, Any, ...]] = []
     kept: dict[torch.fx.Node, int] = {}
     argument_index = {node: i for i, node in enumerate(arguments)}
+    # (a user tensor viewing another argument, taken inside the program from it, is
+    # the caller's tensor itself when returned as it is, or as an in-place op returns
+    # it: eager returns that object)
     aliases = [None if _constant_output(value) else
+               (taken[_same_tensor(value, views=False)], ())
+               if _same_tensor(value, views=False) in taken else
                _argument_alias(value, argument_index, frozenset(written))
                for value in output.args[0]]
     # Outputs the program makes (not the caller's tensors): one viewing another
@@ -284,7 +289,8 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
 
 def _take_input_views(graph: torch.fx.Graph, arguments: list[torch.fx.Node],
                       input_names: list[str], state: int, values: list[Any]
-                      ) -> tuple[dict[int, tuple[int, tuple]], list[tuple[int, ...]]]:
+                      ) -> tuple[dict[int, tuple[int, tuple]], list[tuple[int, ...]],
+                                 dict[torch.fx.Node, int]]:
     """Each user tensor that views the elements of another argument of main (`f(x,
     x[0])`, `m(m.cache[1])`; `values` are the caller's tensors, None where unknown)
     taken inside the program from that one (input_views.take_view): as separate
@@ -292,11 +298,12 @@ def _take_input_views(graph: torch.fx.Graph, arguments: list[torch.fx.Node],
     overlap in part, neither viewing the other (`f(x[:6], x[3:])`), are taken so from a
     tensor of the storage they span, one more argument of main after the others
     (`memory_of_a_b`, memory.span_tensor). The views' own arguments stay, unread.
-    Returns (index -> (its base's index, the view's layout), each span's members): a
-    call whose arguments are not laid out so is compiled again (call_checks.relayout)."""
+    Returns (index -> (its base's index, the view's layout), each span's members, each
+    view taken -> the index of the tensor it stands for): a call whose arguments are not
+    laid out so is compiled again (call_checks.relayout)."""
     relation, spans = shared_memory(values, first=state)
     if not relation:
-        return {}, []
+        return {}, [], {}
     placeholders = graph.find_nodes(op="placeholder")
     for span in spans:  # the synthetic bases, after every argument
         with graph.inserting_after(placeholders[-1]):
@@ -308,11 +315,13 @@ def _take_input_views(graph: torch.fx.Graph, arguments: list[torch.fx.Node],
         arguments.append(node)
         input_names.append(node.name)
     body = placeholders[-1].next  # (constants' get_attrs are above)
+    taken = {}
     with graph.inserting_before(body):
         for i, (base, layout) in relation.items():
-            arguments[i].replace_all_uses_with(
-                input_views.take_view(graph, arguments[base], layout))
-    return relation, [span[0] for span in spans]
+            view = input_views.take_view(graph, arguments[base], layout)
+            arguments[i].replace_all_uses_with(view)
+            taken[view] = i
+    return relation, [span[0] for span in spans], taken
 
 
 def _take_state_views(ep: ExportedProgram, graph: torch.fx.Graph,
