@@ -7,6 +7,7 @@ tensor (and, for an nn.Module, every buffer and parameter) with the same final v
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import zlib
@@ -130,6 +131,24 @@ def assert_module_state_matches(compiled_module: torch.nn.Module,
     for name, expected in eager_state.items():
         assert_same(compiled_state[name].detach(), expected.detach(), f"{what} '{name}'",
                     engine)
+
+
+@contextlib.contextmanager
+def engine_failing_after_taking_buffers(compiled: outofplace.Compiled):
+    """Within the block, `compiled`'s XLA executable fails after taking the buffer of its
+    first argument (deleted, as a donation into a failed execution leaves it)."""
+    executable = compiled._xla
+    loaded = executable.executable
+
+    class Failing:
+        def execute_sharded(self, arrays):
+            arrays[0].delete()
+            raise RuntimeError("injected")
+    executable.executable = Failing()
+    try:
+        yield
+    finally:
+        executable.executable = loaded
 
 
 from outofplace.backends import iree  # noqa: E402

@@ -19,7 +19,8 @@ from torch._higher_order_ops import while_loop
 import outofplace
 from outofplace.backends import xla
 
-from differential import assert_matches_eager, assert_same
+from differential import assert_matches_eager, assert_same, \
+    engine_failing_after_taking_buffers
 
 pytestmark = pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax")
 
@@ -93,17 +94,9 @@ def test_call_failing_after_xla_took_the_bits_leaves_zeros() -> None:
     cache, pos, q, u = args_of(torch.bfloat16, 1)
     compiled = outofplace.compile(write_then_attend, args_of(torch.bfloat16, 1))
     compiled(cache, pos, q, u)
-    executable = compiled._xla
-    loaded = executable.executable
-
-    class Failing:
-        def execute_sharded(self, arrays):
-            arrays[0].delete()  # as a donation into a failed execution leaves it
-            raise RuntimeError("injected")
-    executable.executable = Failing()
-    with pytest.raises(xla.CallFailed, match="arguments 'c': their values are lost"):
+    with engine_failing_after_taking_buffers(compiled), \
+            pytest.raises(xla.CallFailed, match="arguments 'c': their values are lost"):
         compiled(cache, pos, q, u)
-    executable.executable = loaded
     assert cache.dtype == torch.bfloat16 and bool((cache == 0).all())
     expected = torch.zeros_like(cache)
     assert_same(compiled(cache, pos, q, u), write_then_attend(expected, pos, q, u),

@@ -17,7 +17,8 @@ from outofplace import UnsupportedMutationError
 from outofplace.backends import xla
 
 from differential import (assert_matches_eager, assert_refused_alike, assert_same,
-                          assert_same_tree, count_planned_calls)
+                          assert_same_tree, count_planned_calls,
+                          engine_failing_after_taking_buffers)
 
 pytest.importorskip("jax")
 pytestmark = pytest.mark.filterwarnings("ignore::outofplace.OutOfBoundsPolicyWarning")
@@ -663,17 +664,9 @@ def test_engine_failing_after_taking_the_buffer_says_so() -> None:
     compiled = outofplace.compile(step, step_args())
     cache, pos, k = step_args()
     compiled(cache, pos, k)
-    executable = compiled._xla
-    loaded = executable.executable
-
-    class Failing:
-        def execute_sharded(self, arrays):
-            arrays[0].delete()  # as a donation into a failed execution leaves it
-            raise RuntimeError("injected")
-    executable.executable = Failing()
-    with pytest.raises(xla.CallFailed, match="arguments 'cache': their values are lost"):
+    with engine_failing_after_taking_buffers(compiled), \
+            pytest.raises(xla.CallFailed, match="arguments 'cache': their values are lost"):
         compiled(cache, pos, k)
-    executable.executable = loaded
     assert bool((cache == 0).all())  # usable memory, not a dangling pointer
     compiled(cache, pos, k)
     assert_same(cache[:, 3], k, "cache after the next call")
