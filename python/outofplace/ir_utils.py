@@ -50,6 +50,14 @@ def terminator(block: ir.Block) -> ir.Operation:
     return block.operations[len(block.operations) - 1].operation
 
 
+def retype_function(function: func_d.FuncOp) -> None:
+    """The function's type made again from its entry block's arguments and the values
+    its return returns, after a pass changed their types."""
+    block = function.entry_block
+    function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], [v.type for v in terminator(block).operands]))
+
+
 def torch_constant(kind: str, value: Any, loc: ir.Location, ip: ir.InsertionPoint
                    ) -> ir.Value:
     """`torch.constant.<kind>` for kind int, float, bool or none."""

@@ -18,7 +18,7 @@ from torch_mlir.dialects import func as func_d
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
-from ..ir_utils import operations, terminator
+from ..ir_utils import operations, retype_function
 
 
 def _root_of(value: ir.Value, roots: dict[ir.Value, ir.Value]) -> ir.Value:
@@ -89,6 +89,4 @@ def mark_mutable_tensors(func: func_d.FuncOp) -> None:
             _copy_operands(op, to_value=True)
         if op.name == "torch.vtensor.literal" and op.results[0] in written:
             raise UnsupportedMutationError.at(op, "a tensor constant is written in place")
-    ret = terminator(block)
-    func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-        [a.type for a in block.arguments], [v.type for v in ret.operands]))
+    retype_function(func)

@@ -42,7 +42,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 
-from ..ir_utils import operations, terminator
+from ..ir_utils import operations, retype_function, terminator
 from ..signature import io_map_of
 from .registry import register_pass
 
@@ -159,8 +159,7 @@ def _as_bits(function: func_d.FuncOp) -> None:
         _rewrite(argument, chain, (ret, result))
         changed = True
     if changed:
-        function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-            [a.type for a in block.arguments], [v.type for v in ret.operands]))
+        retype_function(function)
 
 
 @register_pass(

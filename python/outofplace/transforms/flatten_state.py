@@ -40,7 +40,7 @@ import math
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 
-from ..ir_utils import all_operations, operations, ranked_shape, reshape
+from ..ir_utils import all_operations, operations, ranked_shape, reshape, retype_function
 from ..signature import io_map_of
 from .registry import register_pass
 
@@ -160,8 +160,7 @@ def _flatten(function: func_d.FuncOp) -> None:
         if op.name in ("stablehlo.reshape", "stablehlo.constant") and \
                 not list(op.result.uses):
             op.erase()
-    function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-        [a.type for a in block.arguments], [v.type for v in ret.operands]))
+    retype_function(function)
 
 
 @register_pass(

@@ -36,7 +36,7 @@ from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 from torch_mlir.dialects import func as func_d
 
-from ..ir_utils import all_operations, operations, ranked_shape, reshape
+from ..ir_utils import all_operations, operations, ranked_shape, reshape, retype_function
 from ..signature import io_map_of
 from .registry import register_pass
 
@@ -225,10 +225,7 @@ def _squeeze(function: func_d.FuncOp) -> None:
              if op.name == "stablehlo.while"]
     if not changed and not any(loops):
         return
-    block = function.entry_block
-    function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-        [a.type for a in block.arguments],
-        [v.type for v in block.operations[len(block.operations) - 1].operands]))
+    retype_function(function)
     for op in all_operations(function.operation):  # in program order: a chain of updates
         if op.name in ("stablehlo.dynamic_update_slice", "stablehlo.scatter"):
             _squeeze_update(op)
