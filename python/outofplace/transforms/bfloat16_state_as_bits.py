@@ -61,7 +61,8 @@ def _replaces(scatter: ir.Operation) -> bool:
         body[0].name == "stablehlo.return" and body[0].operands[0] == block.arguments[1]
 
 
-Link = tuple[ir.Operation, int]  # an op of a chain, and the operand it reads the chain at
+# An op of a chain, the operand it reads the chain at, and for a loop its body's chain.
+Link = tuple[ir.Operation, int, "list[Link] | None"]
 
 
 def _chain(returned: ir.Value, start: ir.Value) -> list[Link] | None:
@@ -74,18 +75,17 @@ def _chain(returned: ir.Value, start: ir.Value) -> list[Link] | None:
     while value != start:
         if not isinstance(value, ir.OpResult):
             return None
-        op = value.owner
+        op, k, inner = value.owner, 0, None
         if op.name == "stablehlo.while":
             k = value.result_number
             body = op.regions[1].blocks[0]
-            if _chain(terminator(body).operands[k], body.arguments[k]) is None:
+            inner = _chain(terminator(body).operands[k], body.arguments[k])
+            if inner is None:
                 return None
         elif op.name not in _UPDATES or \
                 (op.name == "stablehlo.scatter" and not _replaces(op)):
             return None
-        else:
-            k = 0
-        chain.append((op, k))
+        chain.append((op, k, inner))
         value = op.operands[k]
     return chain[::-1]
 
@@ -103,12 +103,13 @@ def _as_bits_type(value: ir.Value) -> None:
                                            ir.IntegerType.get_signless(16)))
 
 
-def _rewrite(start: ir.Value, chain: list[Link], end: Link) -> None:
+def _rewrite(start: ir.Value, chain: list[Link], end: tuple[ir.Operation, int]) -> None:
     """`start` (an argument, a loop's block argument), the chain from it and its last
     value on bits; `end` (the terminator, the operand) reads the last value as bits,
     every other reader outside the chain reads it back as bfloat16."""
     bf16 = ir.RankedTensorType(start.type).element_type
-    links = [*chain, end]
+    bits = ir.IntegerType.get_signless(16)
+    links = [(op, k) for op, k, _ in chain] + [end]
 
     def inside(use) -> bool:  # a link reading the value before it
         return any(use.owner == op and use.operand_number == k for op, k in links)
@@ -123,21 +124,17 @@ def _rewrite(start: ir.Value, chain: list[Link], end: Link) -> None:
     _as_bits_type(start)
     first = start.owner.operations[0]
     read_back(start, ir.InsertionPoint(first), first.location)
-    for op, k in chain:
+    for op, k, inner in chain:
         ip = ir.InsertionPoint(op)
         if op.name == "stablehlo.dynamic_update_slice":
-            op.operands[1] = _as(op.operands[1], ir.IntegerType.get_signless(16), ip,
-                                 op.location)
+            op.operands[1] = _as(op.operands[1], bits, ip, op.location)
         elif op.name == "stablehlo.scatter":
-            op.operands[2] = _as(op.operands[2], ir.IntegerType.get_signless(16), ip,
-                                 op.location)
+            op.operands[2] = _as(op.operands[2], bits, ip, op.location)
             for value in op.regions[0].blocks[0].arguments:
                 _as_bits_type(value)
         elif op.name == "stablehlo.while":
             cond, body = (region.blocks[0] for region in op.regions)
-            body_return = terminator(body)
-            _rewrite(body.arguments[k],
-                     _chain(body_return.operands[k], body.arguments[k]), (body_return, k))
+            _rewrite(body.arguments[k], inner, (terminator(body), k))
             _as_bits_type(cond.arguments[k])  # (the condition only reads it)
             read_back(cond.arguments[k], ir.InsertionPoint(cond.operations[0]),
                       cond.operations[0].location)
@@ -154,7 +151,7 @@ def _as_bits(function: func_d.FuncOp) -> None:
         if not _bfloat16(argument.type):
             continue
         chain = _chain(ret.operands[result], argument)
-        if not chain or all(op.name == "stablehlo.reshape" for op, _ in chain):
+        if not chain or all(op.name == "stablehlo.reshape" for op, _, _ in chain):
             continue
         _rewrite(argument, chain, (ret, result))
         changed = True
