@@ -201,9 +201,8 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     # the caller's tensor itself when returned as it is, or as an in-place op returns
     # it: eager returns that object)
     aliases = [None if _constant_output(value) else
-               (taken[_same_tensor(value, views=False)], ())
-               if _same_tensor(value, views=False) in taken else
-               _argument_alias(value, argument_index, frozenset(written))
+               (taken[itself], ()) if (itself := _same_tensor(value, views=False)) in taken
+               else _argument_alias(value, argument_index, frozenset(written))
                for value in output.args[0]]
     # Outputs the program makes (not the caller's tensors): one viewing another
     # (`return t, t.select(1, 0)`) is that one's view, as in eager, where a write into
