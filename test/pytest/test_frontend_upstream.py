@@ -31,6 +31,21 @@ def attention(q, k, v, mask):  # attention.py
         F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+def attention_without_keys(q, k, v, keep, bias):  # attention.py: a query every key of
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep) + \
+        F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # which is masked: zeros
+
+
+def _without_keys(d):
+    """A padding query's row (0) masked whole, as a left-padded prefill's is."""
+    keep = torch.ones(1, 1, 4, 6, dtype=torch.bool)
+    keep[..., 0, :] = False
+    keep[..., 1:, 0] = False
+    bias = torch.zeros(1, 1, 4, 6, dtype=d).masked_fill(~keep, float("-inf"))
+    return (torch.randn(1, 2, 4, 8, dtype=d), torch.randn(1, 2, 6, 8, dtype=d),
+            torch.randn(1, 2, 6, 8, dtype=d), keep, bias)
+
+
 def remainder(a, b):  # remainder.py
     a.remainder_(b)
     return torch.remainder(b, -1.5) + torch.fmod(a, 0.75)
@@ -67,6 +82,7 @@ CASES = [
     (attention, lambda d: (torch.randn(1, 2, 3, 4, dtype=d), torch.randn(1, 2, 3, 4, dtype=d),
                            torch.randn(1, 2, 3, 4, dtype=d),
                            torch.tensor([[True, False, True]]).expand(3, 3))),
+    (attention_without_keys, _without_keys),
     (remainder, lambda d: (torch.randn(5, dtype=d) * 4, torch.tensor([1.5, -1.5, 2.0, -0.5, 3.0],
                                                                      dtype=d))),
     (scans, lambda d: (torch.tensor([[1e4, 1.0, -3.0], [0.5, 2.0, 1e3]], dtype=d),

@@ -174,3 +174,28 @@ def test_decoders_at_batch_one_keep_every_cache_in_place(family, kv_heads, dtype
         close(actual, expected, msg=f"buffer '{name}'")
     caches = {n: v for n, v in compiled.in_place_report.items() if "cache" in n}
     assert len(caches) == 4 and all(v == "in place" for v in caches.values()), caches
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_left_padded_batch_generates_eager_tokens(dtype):
+    """A batch of prompts of two lengths, left-padded, through `generate` with the
+    torch.compile backend: the padding positions' queries have every key masked in the
+    prefill, where eager's attention reads zeros (softmax alone gives NaNs, which reached
+    every later position through those positions' keys and values: token 0 emitted)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=32, pad_token_id=0)
+    model = transformers.LlamaForCausalLM(config).to(dtype).eval()
+    prompts = torch.tensor([[0, 0, 5, 9], [7, 1, 5, 2]])
+    mask = (prompts != 0).long()
+
+    def generate():
+        return model.generate(prompts, attention_mask=mask, max_new_tokens=5,
+                              do_sample=False, cache_implementation="static")
+
+    with torch.no_grad():
+        expected = generate()
+        model.forward = torch.compile(model.forward, backend="outofplace")
+        assert torch.equal(generate(), expected)

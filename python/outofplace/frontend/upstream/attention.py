@@ -6,6 +6,11 @@ lowering fails ("failed to legalize operation"). Upstream: llvm/torch-mlir#3473 
 the StableHLO pattern proposed in llvm/torch-mlir#3406 (open). The rewrite is taken for
 every call, so that masked and unmasked attention compute alike.
 Canary: test/pytest/test_fx_upstream_canaries.py::test_masked_attention_does_not_lower.
+
+A query whose every key is masked (a padding token's row in a left-padded batch's prefill,
+a prompt that starts with the pad token) reads zeros, as eager's CPU attention returns
+them, not softmax's NaNs: those would reach the next layer through that position's keys
+and values, and every later token's logits (a batch's generate then emitted token 0).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from ..fx_graph import call
 
 
 def _attention(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    """softmax(q @ k.transpose(-2, -1) * scale + mask) @ v     (no dropout)"""
+    """softmax(q @ k.transpose(-2, -1) * scale + mask) @ v     (no dropout), a query
+    every key of which is masked reading zeros"""
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
              "enable_gqa")
     defaults = (None, None, None, None, 0.0, False, None, False)
@@ -37,6 +43,7 @@ def _attention(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     scores = call(graph, torch.ops.aten.mul.Scalar, call(
         graph, torch.ops.aten.matmul.default, q,
         call(graph, torch.ops.aten.transpose.int, k, -2, -1)), scale)
+    masked = mask is not None  # (a causal mask leaves every query a key)
     if causal:
         length, source = q_val.shape[-2], k_val.shape[-2]
         ones = call(graph, torch.ops.aten.ones.default, [length, source], dtype=torch.bool)
@@ -47,6 +54,10 @@ def _attention(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     elif mask is not None:
         scores = call(graph, torch.ops.aten.add.Tensor, scores, mask)
     weights = call(graph, torch.ops.aten._softmax.default, scores, -1, False)
+    if masked:
+        top = call(graph, torch.ops.aten.amax.default, scores, [-1], True)
+        unread = call(graph, torch.ops.aten.eq.Scalar, top, float("-inf"))
+        weights = call(graph, torch.ops.aten.masked_fill.Scalar, weights, unread, 0.0)
     return call(graph, torch.ops.aten.matmul.default, weights, v)
 
 
