@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from differential import assert_matches_eager, by_dynamo
+import outofplace
+from differential import assert_matches_eager, assert_sgd_steps_match_eager, by_dynamo
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -103,3 +104,49 @@ def test_matches_eager_on_both_paths(f, make, dtype):
 def test_bool_clamp_matches_eager_on_both_paths():
     both_paths(bool_clamp, torch.tensor([True, False, False, True]),
                torch.tensor([False, True, False, True]))
+
+
+class _Attention(torch.nn.Module):
+    """Self-attention of 4 query heads over `kv_heads` key heads, with `mask` or causal."""
+
+    def __init__(self, kv_heads: int, mask: torch.Tensor | None, causal: bool) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(16, h * 8) for h in (4, kv_heads, kv_heads))
+        self.register_buffer("mask", mask)
+        self.causal = causal
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        q, k, v = (p(x).view(b, n, -1, 8).transpose(1, 2) for p in (self.q, self.k, self.v))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask,
+                                             is_causal=self.causal, enable_gqa=True)
+        return out.transpose(1, 2).reshape(b, n, -1)
+
+
+_PADDED = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+_PADDED[0, :, :2] = False  # batch 0's two padding queries read no key
+ATTENTION_STEPS = {"padding-mask": (4, _PADDED), "causal": (4, None),
+                   "grouped-float-mask": (2, torch.randn(2, 1, 6, 6))}
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", list(ATTENTION_STEPS))
+def test_attention_training_steps_match_eager(case, dtype, path):
+    """Autograd's graphs call eager's CPU attention kernel and its backward, the
+    kernel's second result a logsumexp the backward reads (attention.py; PyTorch's own
+    decomposition gave the attention weights there: a transformers model's training step
+    with sdpa attention failed on the torch.compile path). Three SGD steps against
+    eager's: losses, then parameters."""
+    torch.manual_seed(0)
+    kv_heads, mask = ATTENTION_STEPS[case]
+    model = _Attention(kv_heads, None if mask is None else mask.to(
+        dtype if mask.is_floating_point() else torch.bool), mask is None).to(dtype)
+    x = torch.randn(2, 6, 16, dtype=dtype)
+    torch._dynamo.reset()
+    tolerance = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else \
+        dict(rtol=1e-10, atol=1e-12)
+    assert_sgd_steps_match_eager(
+        model, x, outofplace.compile if path == "compile" else
+        lambda step, args: torch.compile(step, backend="outofplace", dynamic=False),
+        tolerance)

@@ -27,8 +27,10 @@ class SavedTensors(TorchDispatchMode):
     While entered, every op below autograd is recorded with its operands and the graph's
     last node at the time; when the tracer looks up a tensor it has not seen, the op that
     made it is traced from its operands at that point of the graph, so the backward reads
-    the values the forward computed. Ops drawing random numbers are not replayed (a
-    second draw would differ): their saved values stay unsupported."""
+    the values the forward computed (eager's CPU attention kernel saves its output and
+    logsumexp). Ops drawing random numbers are not replayed (a second draw would
+    differ): their saved values stay unsupported; an attention kernel with dropout
+    probability 0 draws none."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -64,7 +66,8 @@ class SavedTensors(TorchDispatchMode):
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         results = func(*args, **kwargs)
-        if self.made is None or torch.Tag.nondeterministic_seeded in func.tags:
+        if self.made is None or torch.Tag.nondeterministic_seeded in func.tags and \
+                not _draws_nothing(func, args, kwargs):
             return results
         replay = _functional_variant(func) if func._schema.is_mutable else func
         if replay is not None:
@@ -117,6 +120,19 @@ class SavedTensors(TorchDispatchMode):
             if isinstance(result, torch.Tensor):
                 self.made.pop(result, None)
         return tracker.get(tensor)
+
+
+def _draws_nothing(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    """Whether a call of an op tagged as drawing random numbers draws none: its only
+    randomness a dropout, given probability 0 (eager's CPU attention kernel, which
+    saves its output and logsumexp for the backward)."""
+    names = [a.name for a in op._schema.arguments]
+    if "dropout_p" not in names:
+        return False
+    position = names.index("dropout_p")
+    p = kwargs.get("dropout_p", args[position] if position < len(args) else
+                   op._schema.arguments[position].default_value)
+    return isinstance(p, (int, float)) and p == 0
 
 
 def _functional_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:

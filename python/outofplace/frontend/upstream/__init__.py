@@ -12,7 +12,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `undefined_ops.py` | ravel, mT/swapaxes/..., squeeze.dims, real conjugations, _efficientzerotensor | not defined by the dialect |
 | `unlowered_ops.py` | ops decomposed by torch-mlir's and PyTorch's tables; the undefined rest refused | not defined, or not lowered (`NOT_LOWERED`), or lowered wrongly |
 | `scalar_operands.py` | Python scalars as 0-d tensors; bitwise Scalar forms as Tensor forms | the importer's float32/bool scalars; no bitwise Scalar forms |
-| `attention.py` | scaled_dot_product_attention → matmul, softmax | masked or causal attention does not lower |
+| `attention.py` | scaled_dot_product_attention, eager's CPU attention kernel and its backward (autograd's graphs) → matmul, softmax | masked or causal attention does not lower; PyTorch's decomposition of the kernel gives the weights for its logsumexp |
 | `remainder.py` | remainder → fmod and a sign fix; fmod.Scalar → fmod.Tensor | remainder with C's sign; fmod.Scalar does not lower |
 | `scans.py` | logcumsumexp as a doubling scan; cumsum of a 0-d tensor | log(cumsum(exp)) overflows; 0-d cumsum does not lower |
 | `scatters.py` | as_strided_scatter → index_put; select_scatter index from the end; slice_scatter bounds clamped | no lowering; no scatter indices; unbounded allocation |
