@@ -18,7 +18,7 @@ import torch._dynamo
 
 import outofplace
 from differential import ENGINES, assert_call_matches_eager, assert_matches_eager, \
-    by_dynamo
+    assert_sgd_steps_match_eager, by_dynamo
 from outofplace import memory
 from outofplace.frontend import input_views
 
@@ -405,3 +405,32 @@ def test_graph_break_writing_a_view_of_unit_dimensions_it_was_passed(dtype, offs
         expected = _add_into_a_view_of_unit_dimensions(eager, pos)
         torch.testing.assert_close(compiled(ours, pos), expected, rtol=0, atol=0)
         torch.testing.assert_close(ours, eager, rtol=0, atol=0)
+
+
+class _Embeddings(torch.nn.Module):
+    """BERT's embeddings: token kinds read through an expanded slice of a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.word, self.kind = torch.nn.Embedding(16, 8), torch.nn.Embedding(2, 8)
+        self.register_buffer("kinds", torch.zeros(1, 32, dtype=torch.long))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        kinds = self.kinds[:, :ids.shape[1]].expand(ids.shape[0], ids.shape[1])
+        return self.word(ids) + self.kind(kinds)
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_training_step_reading_a_buffer_through_two_expanded_views(path, dtype):
+    """The backward graph AOTAutograd makes of BERT's embeddings takes two views of the
+    `kinds` buffer that overlap, neither viewing the other: taken from a tensor of the
+    memory they span, whose fake value (of dynamo's meta stand-ins) was on the meta
+    device (a transformers BERT's training step failed on the torch.compile path)."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    assert_sgd_steps_match_eager(
+        _Embeddings().to(dtype), torch.randint(16, (2, 12)),
+        outofplace.compile if path == "compile" else
+        lambda step, args: torch.compile(step, backend="outofplace", dynamic=False),
+        dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-14))

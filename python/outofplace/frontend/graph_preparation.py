@@ -308,8 +308,9 @@ def _take_input_views(graph: torch.fx.Graph, arguments: list[torch.fx.Node],
         with graph.inserting_after(placeholders[-1]):
             node = graph.placeholder("memory_of_" + "_".join(input_names[i]
                                                               for i in span[0]))
-        node.meta["val"] = fake_mode_of(graph).from_tensor(span_tensor(values, span),
-                                                           static_shapes=True)
+        with meta_state.traced_as_cpu():  # (a meta value stands for a CPU tensor)
+            node.meta["val"] = fake_mode_of(graph).from_tensor(span_tensor(values, span),
+                                                               static_shapes=True)
         placeholders.append(node)
         arguments.append(node)
         input_names.append(node.name)
