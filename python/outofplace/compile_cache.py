@@ -92,9 +92,19 @@ def versions() -> str:
     return "\n".join(lines)
 
 
-@functools.cache
 def cpu() -> str:
-    """What an XLA:CPU executable is compiled for: the CPU's model and feature flags."""
+    """What an XLA:CPU executable is compiled for: the CPU's model and feature flags, and
+    the cores this process may run on (XLA splits a loop into as many parts as it has
+    when compiling)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return f"{_cpu_model()}\nschedulable cores: {cores}"
+
+
+@functools.cache
+def _cpu_model() -> str:
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:

@@ -153,6 +153,23 @@ def test_a_changed_constant_or_option_misses(cache_dir):
     assert len(_entries(cache_dir / "lowered")) == 4
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two cores to run on one")
+def test_fewer_cores_miss_the_xla_entry(cache_dir):
+    """XLA:CPU splits a loop into as many parts as the process may use cores when it
+    compiles: an executable compiled on one core is not read on two."""
+    w = torch.randn(32, 32)
+    _compile_and_call(Scaled(w))
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})
+    try:
+        stats, x = _compile_and_call(Scaled(w))
+    finally:
+        os.sched_setaffinity(0, cores)
+    assert stats["lowered hit"] == 1 and stats["xla miss"] == 1, stats
+    assert torch.equal(x, w)
+
+
 def test_cache_false_writes_nothing(cache_dir):
     stats, x = _compile_and_call(Scaled(torch.full((32, 32), 3.0)), cache=False)
     assert stats == {}
