@@ -199,3 +199,22 @@ def test_left_padded_batch_generates_eager_tokens(dtype):
         expected = generate()
         model.forward = torch.compile(model.forward, backend="outofplace")
         assert torch.equal(generate(), expected)
+
+
+def test_a_decoder_reading_its_cache_length_as_a_number_is_refused_at_its_line():
+    """OPT's forward slices its positions at the cache's length read as a Python number
+    (`position_ids[:, past_seen_tokens:]`), which torch.export's tracer cannot take (a
+    raw RuntimeError of its own): refused naming the model's line."""
+    torch.manual_seed(0)
+    config = transformers.OPTConfig(hidden_size=32, ffn_dim=64, word_embed_proj_dim=32,
+                                    num_hidden_layers=1, num_attention_heads=4,
+                                    vocab_size=VOCAB, max_position_embeddings=32)
+    model = transformers.OPTForCausalLM(config).eval()
+    model.generation_config = transformers.GenerationConfig(
+        use_cache=True, cache_implementation="static")
+    wrapper = executorch.TorchExportableModuleWithStaticCache(model, batch_size=1,
+                                                              max_cache_len=MAX_CACHE_LEN)
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=r"modeling_opt\.py:\d+: .*decides a shape, an index or a branch"):
+        outofplace.compile(wrapper, (torch.tensor([[5]]),),
+                           {"cache_position": torch.tensor([0])})

@@ -85,6 +85,20 @@ _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
                    DynamicOutputShapeException, PendingUnbackedSymbolNotFound)
 
 
+# What torch.export's tracer raises where a program reads a tensor's value as a Python
+# number it then uses (OPT's `torch.ones(n, past_seen_tokens + 1)`)
+_ITEM_IN_TRACE = "trying to get value out of a tracing tensor"
+
+
+def _refuse_data_dependent(error: BaseException, what: str) -> None:
+    frames = traceback.extract_tb(error.__traceback__)
+    raise UnsupportedMutationError(
+        "torch.export", "a value read from a tensor's data decides a shape, an index "
+        f"or a branch here ({what}); outofplace compiles programs whose shapes and "
+        "control flow do not depend on the data", location=user_line(frames),
+        shape_from_values=True) from error
+
+
 # What tracing raises for a write into an expanded view that eager let through (a copy
 # of a tensor onto itself returns early in eager).
 _INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a single memory"
@@ -203,12 +217,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
             return torch.export.export(module, args, kwargs, strict=False,
                                        dynamic_shapes=dynamic_shapes)
     except _DATA_DEPENDENT as error:
-        frames = traceback.extract_tb(error.__traceback__)
-        raise UnsupportedMutationError(
-            "torch.export", "a value read from a tensor's data decides a shape, an index "
-            f"or a branch here ({type(error).__name__}); outofplace compiles programs "
-            "whose shapes and control flow do not depend on the data",
-            location=user_line(frames), shape_from_values=True) from error
+        _refuse_data_dependent(error, type(error).__name__)
     except TypeError as error:
         if not items.lines:
             raise
@@ -237,6 +246,8 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
                 "while tracing it stays in it as a constant (torch.export alone fails "
                 "alike; with autograd.grad through a batch norm without affine "
                 "parameters, for one)", location=_forward_line(module, frames)) from error
+        if _ITEM_IN_TRACE in str(error):  # (torch.export's tracer reading a value)
+            _refuse_data_dependent(error, "a value read with .item() while tracing")
         if _INTERNAL_OVERLAP not in str(error):
             raise
         raise UnsupportedMutationError(
