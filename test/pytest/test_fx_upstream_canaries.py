@@ -114,6 +114,19 @@ def test_masked_attention_does_not_lower() -> None:
     assert _fails_to_legalize(result), f"masked attention lowers now:\n{result.stdout}"
 
 
+def test_pytorch_decomposes_the_cpu_attention_kernel_with_weights_for_logsumexp() -> None:
+    """upstream/attention.py: PyTorch's decomposition of eager's CPU attention kernel
+    (torch/_decomp/decompositions.py, for export) returns the attention weights where
+    the kernel returns each query's logsumexp, which the kernel's backward reads."""
+    from torch._decomp import decomposition_table
+
+    q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    assert kernel(q, k, v)[1].shape == (1, 2, 3)
+    assert decomposition_table[kernel](q, k, v)[1].shape == (1, 2, 3, 5), \
+        "PyTorch's decomposition returns the logsumexp now"
+
+
 def test_remainder_keeps_the_dividends_sign() -> None:
     """upstream/remainder.py: remainder is stablehlo.remainder, C's sign, and nothing
     else (llvm/torch-mlir#4440)."""
