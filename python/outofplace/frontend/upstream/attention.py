@@ -44,14 +44,19 @@ def _grouped(graph: torch.fx.Graph, q: torch.fx.Node, k: torch.fx.Node,
             call(graph, A.repeat_interleave.self_int, v, groups, -3), groups)
 
 
+def _scale(q: torch.fx.Node, scale: float | None) -> float:
+    """The scores' factor: `scale`, by default 1 / sqrt(the head's size)."""
+    return scale if scale is not None else 1.0 / float(q.meta["val"].shape[-1]) ** 0.5
+
+
 def _scores(graph: torch.fx.Graph, q: torch.fx.Node, k: torch.fx.Node, mask: Any,
             causal: bool, scale: float | None) -> torch.fx.Node:
     """q @ k.transpose(-2, -1) * scale, the masked scores -inf (a bool mask's False, a
     causal mask's future) or the float mask added."""
     q_val, k_val = q.meta["val"], k.meta["val"]
-    scale = scale if scale is not None else 1.0 / float(q_val.shape[-1]) ** 0.5
     scores = call(graph, A.mul.Scalar, call(
-        graph, A.matmul.default, q, call(graph, A.transpose.int, k, -2, -1)), scale)
+        graph, A.matmul.default, q, call(graph, A.transpose.int, k, -2, -1)),
+        _scale(q, scale))
     if causal:
         length, source = q_val.shape[-2], k_val.shape[-2]
         ones = call(graph, A.ones.default, [length, source], dtype=torch.bool)
@@ -131,8 +136,7 @@ def _flash_for_cpu_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> tuple
         (None, None, None, None, None, None, 0.0, False, None, None))
     if dropout:
         return None
-    q_val = q.meta["val"]
-    factor = scale if scale is not None else 1.0 / float(q_val.shape[-1]) ** 0.5
+    factor = _scale(q, scale)
     kr, vr, groups = _grouped(graph, q, k, v)
     scores = _scores(graph, q, kr, mask, causal, scale)
     if lse.meta["val"].dtype != scores.meta["val"].dtype:
