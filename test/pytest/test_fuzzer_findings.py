@@ -533,3 +533,27 @@ def test_reduced_precision_op_keeps_the_storage_its_views_see() -> None:
     assert_matches_eager(_bfloat16_out_then_strided_write,
                          torch.tensor([3.0, 1.0, -1.0, 2.0, 0.0], dtype=torch.bfloat16),
                          torch.tensor(1.0, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+def test_index_put_into_a_runtime_position_read_of_values_viewing_it(path: str) -> None:
+    """Fuzzer seed 73000144: `c[:, :, pos].index_put_((i,), c.select(-1, 1),
+    accumulate=True)` writes eager's view of c at a runtime position from a view of c,
+    row by row in the order of i (each row added to another already written or not): the
+    traced read at the position was a copy, so the overlap went unseen and both paths
+    computed value semantics, another result than eager's for i = [1, 0, 2] (in the
+    fuzzer's program the torch.compile path refused, its graph otherwise). Refused on
+    both now."""
+    def f(c, pos, i):
+        c[:, :, pos].index_put_((i,), c.select(-1, 1), accumulate=True)
+        return c
+
+    args = (torch.arange(24.0).reshape(3, 4, 2), torch.tensor(1), torch.tensor([1, 0, 2]))
+    with pytest.raises(Exception, match="its operand `values` shares memory with the "
+                                        "tensor it writes") as info:
+        if path == "compile":
+            outofplace.compile(f, list(args))
+        else:
+            torch._dynamo.reset()
+            torch.compile(f, backend="outofplace", dynamic=False)(*args)
+    assert f"{__file__}:{f.__code__.co_firstlineno + 1}" in str(info.value)

@@ -17,7 +17,8 @@ import torch.fx
 from .. import op_registry
 from ..errors import UnsupportedMutationError
 from ..memory import symbolic
-from .fx_graph import element_offsets, op_effects, operand_at, overlaps, source_line
+from .fx_graph import element_offsets, is_position_view, op_effects, operand_at, \
+    overlaps, source_line, view_base
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -143,6 +144,9 @@ def refuse_overlapping_operands(graph: torch.fx.Graph,
     each shared element from its own place (`v.copy_(v[0])`), and so has a slice at
     runtime positions written from another of the same dimensions (`x[:, i] += x[:, j]`):
     the same or disjoint.
+    A tensor written through a read at runtime positions (`x[:, pos].index_put_(...)`),
+    whose traced value is a copy where eager's is a view of x, may share any of x's
+    memory: an op other than a pointwise one reading x there is refused too.
     `nodes`: only these (the per-tensor ops a `_foreach_*` op was decomposed into)."""
     for node in graph.nodes if nodes is None else nodes:
         effects = op_effects(node)
@@ -155,10 +159,12 @@ def refuse_overlapping_operands(graph: torch.fx.Graph,
             written = target.meta.get("val") if isinstance(target, torch.fx.Node) else None
             if not isinstance(written, torch.Tensor):
                 continue
+            indexed = None if elementwise else _indexed_at_runtime(target)
             for operand in node.all_input_nodes:
                 read = operand.meta.get("val")
                 if operand is target or not isinstance(read, torch.Tensor) or \
-                        not overlaps(written, read):
+                        not overlaps(written, read) and \
+                        (indexed is None or not overlaps(indexed, read)):
                     continue
                 if elementwise and _same_layout(written, read) or \
                         (node.target, _argument_name(node, operand)) in _READ_FIRST or \
@@ -171,6 +177,18 @@ def refuse_overlapping_operands(graph: torch.fx.Graph,
                     f"its operand `{_argument_name(node, operand)}` shares memory with the "
                     "tensor it writes: eager's result then depends on the order it writes "
                     "the elements in; clone the operand first", location=source_line(node))
+
+
+def _indexed_at_runtime(node: torch.fx.Node) -> torch.Tensor | None:
+    """The (fake) tensor a read at runtime positions indexes, when `node` is that read or
+    a view of it (fx_graph.is_position_view): in eager `node` lies somewhere in its
+    memory."""
+    while node is not None:
+        if is_position_view(node):
+            value = node.args[0].meta.get("val")
+            return value if isinstance(value, torch.Tensor) else None
+        node = view_base(node)
+    return None
 
 
 def _argument_name(node: torch.fx.Node, operand: torch.fx.Node) -> str:
