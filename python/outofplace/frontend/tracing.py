@@ -15,7 +15,7 @@ import inspect
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import torch
 import torch.fx
@@ -86,11 +86,13 @@ _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
 
 
 # What torch.export's tracer raises where a program reads a tensor's value as a Python
-# number it then uses (OPT's `torch.ones(n, past_seen_tokens + 1)`)
+# number it then needs (OPT's `position_ids[:, past_seen_tokens:]`)
 _ITEM_IN_TRACE = "trying to get value out of a tracing tensor"
 
 
-def _refuse_data_dependent(error: BaseException, what: str) -> None:
+def _refuse_data_dependent(error: BaseException, what: str) -> NoReturn:
+    """Refuses a program whose shapes or control flow depend on its data, at the user's
+    line the traceback of `error` reaches."""
     frames = traceback.extract_tb(error.__traceback__)
     raise UnsupportedMutationError(
         "torch.export", "a value read from a tensor's data decides a shape, an index "
