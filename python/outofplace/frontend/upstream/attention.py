@@ -69,19 +69,19 @@ def _scores(graph: torch.fx.Graph, q: torch.fx.Node, k: torch.fx.Node, mask: Any
     return scores
 
 
-def _unread(graph: torch.fx.Graph, scores: torch.fx.Node, keepdim: bool) -> torch.fx.Node:
-    """Whether each query's every key is masked (its scores all -inf)."""
-    top = call(graph, A.amax.default, scores, [-1], keepdim)
+def _unread(graph: torch.fx.Graph, top: torch.fx.Node) -> torch.fx.Node:
+    """Whether each query's every key is masked: its top score (`top`, the scores' amax
+    over the keys, kept as a dimension) is -inf."""
     return call(graph, A.eq.Scalar, top, float("-inf"))
 
 
-def _weights(graph: torch.fx.Graph, scores: torch.fx.Node, masked: bool) -> torch.fx.Node:
-    """softmax of the scores, a query every key of which is masked weighing none
-    (`masked`: a mask was given; a causal mask leaves every query a key)."""
+def _weights(graph: torch.fx.Graph, scores: torch.fx.Node,
+             unread: torch.fx.Node | None) -> torch.fx.Node:
+    """softmax of the scores, a query `unread` says every key of which is masked
+    weighing none (None: no mask was given; a causal mask leaves every query a key)."""
     weights = call(graph, A._softmax.default, scores, -1, False)
-    if masked:
-        weights = call(graph, A.masked_fill.Scalar, weights,
-                       _unread(graph, scores, True), 0.0)
+    if unread is not None:
+        weights = call(graph, A.masked_fill.Scalar, weights, unread, 0.0)
     return weights
 
 
@@ -96,7 +96,9 @@ def _attention(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     if gqa:
         k, v, _ = _grouped(graph, q, k, v)
     scores = _scores(graph, q, k, mask, causal, scale)
-    return call(graph, A.matmul.default, _weights(graph, scores, mask is not None), v)
+    unread = None if mask is None else \
+        _unread(graph, call(graph, A.amax.default, scores, [-1], True))
+    return call(graph, A.matmul.default, _weights(graph, scores, unread), v)
 
 
 def _flash_for_cpu(graph: torch.fx.Graph, node: torch.fx.Node) -> tuple | None:
@@ -112,14 +114,15 @@ def _flash_for_cpu(graph: torch.fx.Graph, node: torch.fx.Node) -> tuple | None:
         return None
     k, v, _ = _grouped(graph, q, k, v)
     scores = _scores(graph, q, k, mask, causal, scale)
-    output = call(graph, A.matmul.default, _weights(graph, scores, mask is not None), v)
     top = call(graph, A.amax.default, scores, [-1], True)
+    unread = None if mask is None else _unread(graph, top)
+    output = call(graph, A.matmul.default, _weights(graph, scores, unread), v)
     total = call(graph, A.sum.dim_IntList, call(graph, A.exp.default, call(
         graph, A.sub.Tensor, scores, top)), [-1], True)
-    lse = call(graph, A.squeeze.dim, call(graph, A.add.Tensor, top, call(
-        graph, A.log.default, total)), -1)
-    if mask is not None:
-        lse = call(graph, A.masked_fill.Scalar, lse, _unread(graph, scores, False), 0.0)
+    lse = call(graph, A.add.Tensor, top, call(graph, A.log.default, total))
+    if unread is not None:
+        lse = call(graph, A.masked_fill.Scalar, lse, unread, 0.0)
+    lse = call(graph, A.squeeze.dim, lse, -1)
     dtype = node.meta["val"][1].dtype
     if lse.meta["val"].dtype != dtype:
         lse = call(graph, A._to_copy.default, lse, dtype=dtype)
