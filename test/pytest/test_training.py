@@ -155,6 +155,49 @@ def test_optimizer_of_parameters_no_module_registers():
         _assert_state_matches(opt, eager_opt, f"step {i}")
 
 
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("kind", ["AdamW", "SGD"])
+def test_foreach_step_of_a_function_reads_each_parameter_once(kind, dtype, path):
+    """A foreach optimizer's step as a plain function (the optimizer a global): tracing
+    meets each parameter as two tensor objects (AdamW's weight decay and its update, two
+    constants of one memory), which are one argument, written in place. (The default
+    dtype is the model's: under torch.compile the step counters, of the default dtype,
+    make AdamW's bias corrections, docs/training.md.)"""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        _foreach_step_of_a_function(kind, dtype, path)
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _foreach_step_of_a_function(kind: str, dtype: torch.dtype, path: str) -> None:
+    torch.manual_seed(0)
+    options = dict(lr=0.01, foreach=True, weight_decay=0.1)
+    if kind == "SGD":
+        options["momentum"] = 0.9
+    model = Net().to(dtype)
+    opt = getattr(torch.optim, kind)(model.parameters(), **options)
+    eager_model = copy.deepcopy(model)
+    eager_opt = getattr(torch.optim, kind)(eager_model.parameters(), **options)
+    _set_grads(model, eager_model)
+    opt.step()
+    eager_opt.step()
+
+    def step() -> None:
+        opt.step()
+
+    compiled = outofplace.compile(step, ()) if path == "compile" else \
+        torch.compile(step, backend="outofplace")
+    for i in range(STEPS):
+        _set_grads(model, eager_model)
+        compiled()
+        eager_opt.step()
+        _assert_params_match(model, eager_model, f"step {i}")
+        _assert_state_matches(opt, eager_opt, f"step {i}")
+
+
 def test_ema_with_foreach_lerp():
     """An exponential moving average of a model's weights with torch._foreach_lerp_."""
     torch.manual_seed(0)

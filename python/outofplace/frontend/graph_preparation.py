@@ -141,6 +141,7 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
     user_position = 0
     user_input_leaves: list[int] = []
     constant_inputs: dict[int, tuple[str, Any]] = {}
+    arguments_of: dict[str, torch.fx.Node] = {}  # a held tensor's name -> its argument
     for spec in ep.graph_signature.input_specs:
         node = placeholders[spec.arg.name]
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and \
@@ -155,11 +156,17 @@ def prepare_graph(ep: ExportedProgram, roots: dict[str, Any] | None = None,
             node.replace_all_uses_with(_state_node(ep.constants[spec.target], state))
             graph.erase_node(node)
             redirected = True
+        elif spec.kind == InputKind.CONSTANT_TENSOR and spec.target in held and \
+                held[spec.target].name in arguments_of:  # another constant's tensor
+            node.replace_all_uses_with(arguments_of[held[spec.target].name])
+            graph.erase_node(node)
+            redirected = True
         elif spec.kind == InputKind.CONSTANT_TENSOR and spec.target in held:
             name = held[spec.target].name
             state_targets.append(name)
             input_names.append(name)
             arguments.append(node)
+            arguments_of[name] = node
         elif spec.kind == InputKind.CONSTANT_TENSOR:
             meta_state.refuse_meta_constant(spec.target, ep.constants[spec.target])
             attr = f"_outofplace_constant_{len(gm._buffers)}"
@@ -376,12 +383,19 @@ def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
     held: dict[str, training.HeldTensor] = {}
     read: list[training.HeldConstant] = []
     names: set[str] = set()
+    first: dict[tuple[int, tuple], str] = {}  # (root, path) -> the first constant there
     for spec, found in zip(specs, paths):
         value = ep.constants[spec.target]
         is_written = placeholders[spec.arg.name] in written
+        if found is not None and (id(found[0]), found[1]) in first:
+            # the tensor another constant is (a foreach optimizer's parameter, traced
+            # twice as two tensor objects): that constant, one argument
+            held[spec.target] = held[first[id(found[0]), found[1]]]
+            continue
         if found is not None and (is_written or training.reached_through_optimizer(
                 found[0], found[1])):
             root, path, name = found
+            first[id(root), path] = spec.target
         elif is_written:
             root, path, name = value, (), spec.target
         else:
