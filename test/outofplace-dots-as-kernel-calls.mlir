@@ -5,7 +5,7 @@
 // dimension): eager's aten::linear on the operands as they are.
 // CHECK-LABEL: func.func @linear(
 // CHECK:         %[[Y:.*]] = stablehlo.custom_call @"aten::matmul"(%arg0, %arg1)
-// CHECK-SAME:      backend_config = {outofplace.op = "aten::linear", outofplace.operands = array<i64: 0, 1>, outofplace.results = array<i64: -1>, outofplace.tensors = array<i64: 0, 1>}
+// CHECK-SAME:      backend_config = {outofplace.op = "aten::linear.out", outofplace.operands = array<i64: 0, 1>, outofplace.out.3 = 0 : i64, outofplace.results = array<i64: -1>, outofplace.tensors = array<i64: 0, 1>}
 // CHECK-SAME:      operand_layouts = [dense<[2, 1, 0]> : tensor<3xindex>, dense<[1, 0]> : tensor<2xindex>]
 // CHECK-SAME:      : (tensor<1x1x768xf32>, tensor<2048x768xf32>) -> tensor<1x1x2048xf32>
 // CHECK-NEXT:    return %[[Y]]
@@ -17,7 +17,7 @@ func.func @linear(%x: tensor<1x1x768xf32>, %w: tensor<2048x768xf32>) -> tensor<1
 // A weight [K, N] contracted on its first dimension: aten::matmul.
 // CHECK-LABEL: func.func @matmul(
 // CHECK:         stablehlo.custom_call @"aten::matmul"(%arg0, %arg1)
-// CHECK-SAME:      outofplace.op = "aten::matmul"
+// CHECK-SAME:      outofplace.op = "aten::matmul.out"
 // CHECK-SAME:      : (tensor<4x1024xf64>, tensor<1024x512xf64>) -> tensor<4x512xf64>
 func.func @matmul(%x: tensor<4x1024xf64>, %w: tensor<1024x512xf64>) -> tensor<4x512xf64> {
   %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<4x1024xf64>, tensor<1024x512xf64>) -> tensor<4x512xf64>
@@ -41,7 +41,7 @@ func.func @weight_gradient(%g: tensor<512x1024xf32>, %x: tensor<512x768xf32>) ->
 // buffer: offset 0, sizes, strides).
 // CHECK-LABEL: func.func @scores(
 // CHECK:         stablehlo.custom_call @"aten::matmul"(%arg0, %arg1)
-// CHECK-SAME:      outofplace.op = "aten::matmul", outofplace.operands = array<i64: 0, 1>, outofplace.results = array<i64: -1>, outofplace.tensors = array<i64: 0, 1>, outofplace.view.1 = array<i64: 0, 12, 64, 256, 16384, 1, 64>}
+// CHECK-SAME:      outofplace.op = "aten::matmul.out", outofplace.operands = array<i64: 0, 1>, outofplace.out.2 = 0 : i64, outofplace.results = array<i64: -1>, outofplace.tensors = array<i64: 0, 1>, outofplace.view.1 = array<i64: 0, 12, 64, 256, 16384, 1, 64>}
 // CHECK-SAME:      : (tensor<12x8x64xf32>, tensor<12x256x64xf32>) -> tensor<12x8x256xf32>
 func.func @scores(%q: tensor<12x8x64xf32>, %k: tensor<12x256x64xf32>) -> tensor<12x8x256xf32> {
   %0 = stablehlo.dot_general %q, %k, batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<12x8x64xf32>, tensor<12x256x64xf32>) -> tensor<12x8x256xf32>

@@ -30,7 +30,7 @@ func.func @matmul(%x: tensor<1x2048xf64>, %w: tensor<2048x1024xf64>) -> tensor<1
 // batch of rows (eager's matrix product), a dot with batch dimensions (attention).
 // CHECK-LABEL: func.func @others(
 // CHECK-NEXT:    stablehlo.custom_call @"aten::matmul"(%arg0, %arg1)
-// CHECK-SAME:      outofplace.op = "aten::linear"
+// CHECK-SAME:      outofplace.op = "aten::linear.out"
 // CHECK-SAME:      (tensor<1x1x2048xbf16>, tensor<5632x2048xbf16>) -> tensor<1x1x5632xbf16>
 // CHECK-NEXT:    stablehlo.custom_call @"aten::matmul"(%arg2, %arg3)
 // CHECK-SAME:      (tensor<8x2048xf32>, tensor<1024x2048xf32>) -> tensor<8x1024xf32>

@@ -12,7 +12,7 @@
 // no operand), which of the op's returns are the call's results (`outofplace.returns`,
 // default: every return that aliases no argument), and a result written permuted
 // (`outofplace.permute.<result>`: XLA's buffer holds `permute` of the op's return).
-// transforms/composites_as_kernel_calls.py adds one: an out= argument
+// transforms/composites_as_kernel_calls.py and dots_as_kernel_calls.py add one: an out= argument
 // (`outofplace.out.<position>` = the result whose buffer it is: the op writes it there).
 // This one handler, registered for every such target, wraps XLA's buffers as CPU tensors
 // (from_blob, no copy) and calls the op through the c10 dispatcher on the thread that
