@@ -36,3 +36,27 @@ func.func @main(%x: tensor<4x16x64x64xf32>, %m: tensor<16x1024x64xf32>) -> (tens
   %s = stablehlo.add %o, %o : tensor<4x16x64x64xf32>
   return %r#0, %r#1, %s : tensor<4x16x64x64xf32>, tensor<16xf32>, tensor<4x16x64x64xf32>
 }
+
+// -----
+
+// Not kept either: results main returns as XLA returns them, without moving a byte: a
+// weight's gradient through two transposes undoing each other (`(g.T @ x).T.T`), and one
+// through a reshape (a flat state). Kept twice, XLA would copy each at every call. A
+// result through transposes that move its elements is kept.
+// CHECK-LABEL: func.func @main(
+// CHECK-SAME:    %[[G:[^:]*]]: tensor<256x1024xf32>, %[[X:[^:]*]]: tensor<256x512xf32>, %[[T:[^:]*]]: tensor<1024x512xf32> {outofplace.temporary, tf.aliasing_output = 3 : i32})
+// CHECK-SAME:    -> (tensor<1024x512xf32>, tensor<524288xf32>, tensor<512x1024xf32>, tensor<1024x512xf32>)
+// CHECK:         stablehlo.custom_call @"aten::matmul"(%[[G]], %[[X]])
+// CHECK:         stablehlo.custom_call @"aten::matmul"(%[[G]], %[[X]])
+// CHECK:         %[[E:.*]] = stablehlo.custom_call @"aten::matmul"(%[[G]], %[[X]])
+// CHECK:         return %{{.*}}, %{{.*}}, %{{.*}}, %[[E]] :
+func.func @main(%g: tensor<256x1024xf32>, %x: tensor<256x512xf32>) -> (tensor<1024x512xf32>, tensor<524288xf32>, tensor<512x1024xf32>) {
+  %c = stablehlo.custom_call @"aten::matmul"(%g, %x) {api_version = 4 : i32, backend_config = {outofplace.op = "aten::matmul.out", outofplace.operands = array<i64: 0, 1>, outofplace.out.2 = 0 : i64, outofplace.results = array<i64: -1>, outofplace.tensors = array<i64: 0, 1>, outofplace.view.0 = array<i64: 0, 1024, 256, 1, 1024>}} : (tensor<256x1024xf32>, tensor<256x512xf32>) -> tensor<1024x512xf32>
+  %t = stablehlo.transpose %c, dims = [1, 0] : (tensor<1024x512xf32>) -> tensor<512x1024xf32>
+  %tt = stablehlo.transpose %t, dims = [1, 0] : (tensor<512x1024xf32>) -> tensor<1024x512xf32>
+  %d = stablehlo.custom_call @"aten::matmul"(%g, %x) {api_version = 4 : i32, backend_config = {outofplace.op = "aten::matmul.out", outofplace.operands = array<i64: 0, 1>, outofplace.out.2 = 0 : i64, outofplace.results = array<i64: -1>, outofplace.tensors = array<i64: 0, 1>, outofplace.view.0 = array<i64: 0, 1024, 256, 1, 1024>}} : (tensor<256x1024xf32>, tensor<256x512xf32>) -> tensor<1024x512xf32>
+  %r = stablehlo.reshape %d : (tensor<1024x512xf32>) -> tensor<524288xf32>
+  %e = stablehlo.custom_call @"aten::matmul"(%g, %x) {api_version = 4 : i32, backend_config = {outofplace.op = "aten::matmul.out", outofplace.operands = array<i64: 0, 1>, outofplace.out.2 = 0 : i64, outofplace.results = array<i64: -1>, outofplace.tensors = array<i64: 0, 1>, outofplace.view.0 = array<i64: 0, 1024, 256, 1, 1024>}} : (tensor<256x1024xf32>, tensor<256x512xf32>) -> tensor<1024x512xf32>
+  %et = stablehlo.transpose %e, dims = [1, 0] : (tensor<1024x512xf32>) -> tensor<512x1024xf32>
+  return %tt, %r, %et : tensor<1024x512xf32>, tensor<524288xf32>, tensor<512x1024xf32>
+}

@@ -27,7 +27,10 @@ pages every call. The argument is only ever written, never read, and is marked
 
 A result counts when it holds at least `MIN_BYTES` and static shape, is the kernel's own
 (not the new value of an operand it writes in place) and main does not return it
-already, a direct operation of main (not in a loop's body). The XLA engine runs the
+already (as XLA returns it: through reshapes, or transposes undoing each other; kept
+too, it would be copied from one result to the other at every call: a Llama training
+step's weight gradients, `(g.T @ x).T.T`), a direct operation of main (not in a loop's
+body). The XLA engine runs the
 pass only when a program's temporaries are over what glibc maps fresh, and keeps its
 output only where XLA's temporaries shrink and what it holds between calls is at most
 twice their bytes (backends/xla/temporaries.py); the program a user exports keeps its
@@ -70,9 +73,33 @@ def _nbytes(value: ir.Value) -> int | None:
     return math.prod(type_.shape) * max(1, type_.element_type.width // 8)
 
 
+def _same_bytes(value: ir.Value) -> list[ir.Value]:
+    """`value` and the values it is made of without moving a byte, which XLA returns as
+    it would `value` (a kept result returned twice is copied at every call): through
+    reshapes and transposes undoing each other (a weight's gradient `(g.T @ x).T.T`)."""
+    out = [value]
+    while isinstance(value, ir.OpResult):
+        op = value.owner
+        if op.name == "stablehlo.reshape":
+            value = op.operands[0]
+        elif op.name == "stablehlo.transpose" and isinstance(op.operands[0], ir.OpResult) \
+                and op.operands[0].owner.name == "stablehlo.transpose":
+            inner = op.operands[0].owner
+            outer_dims = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+            inner_dims = list(ir.DenseI64ArrayAttr(inner.attributes["permutation"]))
+            if [inner_dims[d] for d in outer_dims] != list(range(len(outer_dims))):
+                break
+            value = inner.operands[0]
+        else:
+            break
+        out.append(value)
+    return out
+
+
 def kept_results(main: ir.Operation, min_bytes: int) -> list[ir.Value]:
     """The kernel calls' results the pass returns, in program order."""
-    returned = set(terminator(main.regions[0].blocks[0]).operands)
+    returned = {source for value in terminator(main.regions[0].blocks[0]).operands
+                for source in _same_bytes(value)}
     kept = []
     for op in all_operations(main):
         if op.name != "stablehlo.custom_call" or op.parent.name != "func.func":
@@ -93,7 +120,7 @@ def kept_results(main: ir.Operation, min_bytes: int) -> list[ir.Value]:
     "outofplace-kernel-results-as-state",
     "Return large kernel results through written arguments (XLA:CPU's temporaries)",
     "each result of a kernel call of at least 1 MiB (not an operand's new value, not "
-    "returned already) is also returned through a new argument of main, aliased to it "
+    "returned already, through reshapes or transposes undoing each other) is also returned through a new argument of main, aliased to it "
     "and marked outofplace.temporary, so it is written into a buffer the caller keeps "
     "between calls instead of XLA:CPU's temporaries, mapped fresh at each call "
     "(the XLA engine's legalization, backends/xla/temporaries.py)")
