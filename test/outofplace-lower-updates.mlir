@@ -284,3 +284,34 @@ func.func @scatter_mean(%x: !torch.vtensor<[4],si64>, %i: !torch.vtensor<[3],si6
   %0 = torch.aten.scatter_reduce.two %x, %int0, %i, %s, %str, %false : !torch.vtensor<[4],si64>, !torch.int, !torch.vtensor<[3],si64>, !torch.vtensor<[3],si64>, !torch.str, !torch.bool -> !torch.vtensor<[4],si64>
   return %0 : !torch.vtensor<[4],si64>
 }
+
+// -----
+
+// slice_scatter of constant bounds between static shapes (autograd's backward of
+// `x[..., :32]` writes the slice's gradient into zeros so) is the box it writes: a
+// dynamic_update_slice at the start, here along the last dimension; with a step, the
+// strided box (a scatter of the strided dimension's positions, or pad+select); a start
+// from the end and an open end (INT64_MAX) as eager clamps them.
+// CHECK-LABEL: func.func @slice_scatter(
+// CHECK-COUNT-3: stablehlo.constant dense<0> : tensor<i64>
+// CHECK-NEXT:    %[[C32:.*]] = stablehlo.constant dense<32> : tensor<i64>
+// CHECK-NEXT:    stablehlo.dynamic_update_slice %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[C32]] : (tensor<4x8x64x64xf32>, tensor<4x8x64x32xf32>, tensor<i64>, tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<4x8x64x64xf32>
+// CHECK:         "stablehlo.scatter"
+// CHECK-SAME:      inserted_window_dims = [3], scatter_dims_to_operand_dims = [3]
+// CHECK-NOT:     torch.aten.slice_scatter
+// SELECT-LABEL: func.func @slice_scatter(
+// SELECT:        stablehlo.dynamic_update_slice
+// SELECT:        stablehlo.pad
+// SELECT:        stablehlo.select
+func.func @slice_scatter(%x: !torch.vtensor<[4,8,64,64],f32>, %g: !torch.vtensor<[4,8,64,32],f32>) -> (!torch.vtensor<[4,8,64,64],f32>, !torch.vtensor<[4,8,64,64],f32>) {
+  %int-1 = torch.constant.int -1
+  %int-32 = torch.constant.int -32
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int3 = torch.constant.int 3
+  %int0 = torch.constant.int 0
+  %max = torch.constant.int 9223372036854775807
+  %0 = torch.aten.slice_scatter %x, %g, %int-1, %int-32, %max, %int1 : !torch.vtensor<[4,8,64,64],f32>, !torch.vtensor<[4,8,64,32],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[4,8,64,64],f32>
+  %1 = torch.aten.slice_scatter %x, %g, %int3, %int0, %max, %int2 : !torch.vtensor<[4,8,64,64],f32>, !torch.vtensor<[4,8,64,32],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[4,8,64,64],f32>
+  return %0, %1 : !torch.vtensor<[4,8,64,64],f32>, !torch.vtensor<[4,8,64,64],f32>
+}

@@ -290,3 +290,54 @@ def test_step_reaching_the_model_indirectly_matches_eager(form, path, dtype):
     compiled = outofplace.compile(trainer.step, data()) if path == "compile" else \
         torch.compile(trainer.step, backend="outofplace")
     _assert_steps_match(compiled, trainer, eager, data, path)
+
+
+class Rotary(torch.nn.Module):
+    """A rotary embedding's halves (`rotate_half`: `cat(-x[..., 32:], x[..., :32])`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        q = self.proj(x)
+        half = torch.cat((-q[..., 32:], q[..., :32]), dim=-1)
+        return q * cos + half * sin
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_gradient_of_slices_is_written_as_a_box(path, dtype):
+    """The backward of `q[..., :32]` writes the slice's gradient into zeros
+    (`slice_scatter`): a dynamic_update_slice, not torch-mlir's scatter of one window per
+    position (XLA:CPU's loop of 32 strided windows), equal to eager's."""
+    torch.manual_seed(0)
+    model = Rotary().to(dtype)
+    eager = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1)
+
+    def step_of(m, o):
+        def step(x, cos, sin):
+            o.zero_grad()
+            loss = m(x, cos, sin).square().mean()
+            loss.backward()
+            o.step()
+            return loss.detach()
+        return step
+
+    def data():
+        return tuple(torch.randn(2, 4, 16, 64, dtype=dtype) for _ in range(3))
+    step, eager_step = step_of(model, opt), step_of(eager, eager_opt)
+    step(*data())  # (the gradients' tensors, which the compiled step writes)
+    eager.load_state_dict(model.state_dict())
+    compiled = outofplace.compile(step, data()) if path == "compile" else \
+        torch.compile(step, backend="outofplace")
+    if path == "compile":
+        assert "stablehlo.dynamic_update_slice" in compiled.stablehlo
+        assert "stablehlo.scatter" not in compiled.stablehlo
+    for i in range(3):
+        batch = data()
+        assert_same(compiled(*batch), eager_step(*batch), f"step {i} loss")
+        for (name, p), e in zip(model.named_parameters(), eager.parameters()):
+            assert_same(p.detach(), e.detach(), f"step {i} {name}")

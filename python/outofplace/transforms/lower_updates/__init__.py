@@ -11,6 +11,9 @@ everything else (torch-mlir leaves StableHLO between torch_c casts alone):
     tensor.insert_slice %u into %r[1] [4] [2]
     =>  stablehlo.select(pad(true, interior 1), pad(%u, interior 1), %r)  (strided)
 
+    torch.aten.slice_scatter %z, %g, %int3, %int0, %int32, %int1   (constant bounds)
+    =>  stablehlo.dynamic_update_slice %z, %g, %c0, %c0, %c0, %c0   (as insert_slice)
+
     torch.aten.index_put %c, [%none, %pos], %k          (0-d runtime positions)
     =>  stablehlo.dynamic_update_slice %c, %k', %c0, %pos'
 
@@ -22,7 +25,7 @@ everything else (torch-mlir leaves StableHLO between torch_c casts alone):
     =>  torch.aten.where.self %mask, %v', %b
 
 One pass, one rewrite pattern per update form, a module per concern: boxes.py
-(insert_slice), positions.py (0-d runtime positions), index_tensors.py (integer index
+(insert_slice, slice_scatter of constant bounds), positions.py (0-d runtime positions), index_tensors.py (integer index
 tensors and the index_* ops), masks.py (a bool mask), reductions.py (scatter_reduce and
 the scatters into a dimension); common.py holds the StableHLO builders they share.
 """
@@ -32,7 +35,7 @@ from __future__ import annotations
 from torch_mlir import ir, rewrite
 
 from ..registry import Option, register_pass
-from .boxes import _insert_slice
+from .boxes import _insert_slice, _slice_scatter
 from .index_tensors import _index_op, _index_put_with_tensors
 from .masks import _index_put_with_mask
 from .positions import _index_put_at_positions
@@ -50,8 +53,9 @@ from .reductions import _scatter_into_dimension, _scatter_reduce
     "(torch-mlir has no op for them: `torch.operator`s); negative index tensors count "
     "from the end; `index_put` with one bool mask → `where(mask, v, b)`, v's rows picked by "
     "a running count of the trues (never `nonzero`); `scatter_reduce` (sum, prod, amax, amin, mean; "
-    'torch-mlir has no lowering) → a `scatter` whose body reduces; `slice_scatter` with a '
-    'runtime end and `select_scatter` into a dynamic dimension → one `scatter` of the '
+    'torch-mlir has no lowering) → a `scatter` whose body reduces; `slice_scatter` of '
+    'constant bounds between static shapes (autograd\'s backward of a slice) → the box '
+    'it writes, as `tensor.insert_slice`; `slice_scatter` with a runtime end and `select_scatter` into a dynamic dimension → one `scatter` of the '
     'whole source; an insert of the whole destination → its source',
     options=[Option("strided", "cheaper", ("cheaper", "scatter", "select"),
                     "how a strided box is written: whichever touches fewer bytes, or "
@@ -66,6 +70,8 @@ def lower_updates(module: ir.Operation, strided: str = "cheaper") -> None:
     patterns.add("torch.aten.index_put", _index_put_with_mask)
     patterns.add("torch.operator", _index_op)
     patterns.add("torch.aten.scatter_reduce.two", _scatter_reduce)
+    patterns.add("torch.aten.slice_scatter",
+                 lambda op, rewriter: _slice_scatter(op, rewriter, strided))
     patterns.add("torch.aten.slice_scatter", _scatter_into_dimension)
     patterns.add("torch.aten.select_scatter", _scatter_into_dimension)
     rewrite.walk_and_apply_patterns(module, patterns.freeze())

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from torch_mlir import ir, rewrite
 
-from ...ir_utils import unnamed
+from ...indexing import clamp_slice, constant_bound
+from ...ir_utils import constant_int, to_builtin, unnamed
 from .common import (_scalar_constant, _static, _dynamic_update_slice, _pad,
                      _indexed_windows, _scatter_numbers, _iota_column, _index_vectors,
-                     _scatter, _count)
+                     _scatter, _count, _ranked_tensor)
 
 
 def _strided_select(dest: ir.Value, source: ir.Value, offsets: list[int],
@@ -88,12 +89,57 @@ def _insert_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter,
         rewriter.replace_op(op, [source])
         return False
     with rewriter.ip, op.location:
-        if all(s == 1 for s in strides):
-            new = _dynamic_update_slice(dest, source, offsets, op.location)
-        elif strided == "scatter" or strided == "cheaper" and \
-                _scatter_is_cheaper(dest, source, offsets, strides):
-            new = _strided_scatter(dest, source, offsets, strides, op.location)
-        else:
-            new = _strided_select(dest, source, offsets, strides, op.location)
+        new = _box(dest, source, offsets, strides, strided, op.location)
     rewriter.replace_op(op, new)
+    return False
+
+
+def _box(dest: ir.Value, source: ir.Value, offsets: list[int], strides: list[int],
+         strided: str, loc: ir.Location) -> ir.Operation:
+    """`source` written into `dest` at static offsets and strides, by `strided` where
+    a stride is not 1."""
+    if all(s == 1 for s in strides):
+        return _dynamic_update_slice(dest, source, offsets, loc)
+    if strided == "scatter" or strided == "cheaper" and \
+            _scatter_is_cheaper(dest, source, offsets, strides):
+        return _strided_scatter(dest, source, offsets, strides, loc)
+    return _strided_select(dest, source, offsets, strides, loc)
+
+
+def _slice_scatter(op: ir.Operation, rewriter: rewrite.PatternRewriter,
+                   strided: str = "cheaper") -> bool:
+    """`slice_scatter` of constant bounds between static shapes as the box it writes:
+    autograd's backward of a slice (`x[..., :32]`, a rotary embedding's halves) writes
+    the slice's gradient into zeros so, which torch-mlir lowers to a scatter of one
+    window per position of the dimension (XLA:CPU's loop of 32 strided windows, 1 ms
+    for a [4, 8, 64, 32] gradient where `dynamic_update_slice` writes it at memory speed).
+    Other bounds are left to outofplace's scatter (`_scatter_into_dimension`) or
+    torch-mlir's."""
+    self, src, dim_value, start_value, end_value, step_value = op.operands
+    self_t, src_t = _ranked_tensor(self), _ranked_tensor(src)
+    if self_t is None or src_t is None or self_t.dtype != src_t.dtype or \
+            -1 in self_t.sizes or -1 in src_t.sizes or len(self_t.sizes) != len(src_t.sizes):
+        return True
+    dim, step = constant_int(dim_value), constant_int(step_value)
+    if dim is None or step is None or step < 1:
+        return True
+    dim %= len(self_t.sizes)
+    size = self_t.sizes[dim]
+    start, end = constant_bound(start_value, 0), constant_bound(end_value, size)
+    if start is None or end is None:
+        return True
+    start, end = clamp_slice(start, end, size)
+    expected = list(self_t.sizes)
+    expected[dim] = -(-(end - start) // step)
+    if list(src_t.sizes) != expected or expected[dim] == 0:
+        return True
+    offsets, strides = [0] * len(expected), [1] * len(expected)
+    offsets[dim], strides[dim] = start, step
+    with rewriter.ip, op.location:
+        dest, source = to_builtin(self), to_builtin(src)
+        new = source if src_t.sizes == self_t.sizes else \
+            _box(dest, source, offsets, strides, strided, op.location).result
+        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
+                                     operands=[new])
+    rewriter.replace_op(op, result)
     return False
