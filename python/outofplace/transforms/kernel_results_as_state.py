@@ -120,7 +120,8 @@ def kept_results(main: ir.Operation, min_bytes: int) -> list[ir.Value]:
     "outofplace-kernel-results-as-state",
     "Return large kernel results through written arguments (XLA:CPU's temporaries)",
     "each result of a kernel call of at least 1 MiB (not an operand's new value, not "
-    "returned already, through reshapes or transposes undoing each other) is also returned through a new argument of main, aliased to it "
+    "returned already, through reshapes or transposes undoing each other) is also "
+    "returned through a new argument of main, aliased to it "
     "and marked outofplace.temporary, so it is written into a buffer the caller keeps "
     "between calls instead of XLA:CPU's temporaries, mapped fresh at each call "
     "(the XLA engine's legalization, backends/xla/temporaries.py)")
