@@ -341,3 +341,58 @@ def test_gradient_of_slices_is_written_as_a_box(path, dtype):
         assert_same(compiled(*batch), eager_step(*batch), f"step {i} loss")
         for (name, p), e in zip(model.named_parameters(), eager.parameters()):
             assert_same(p.detach(), e.detach(), f"step {i} {name}")
+
+
+
+_HELD = {}  # the leaf tensors the programs below hold (no module's parameters)
+
+
+def _held_leaf_gradients(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    w, b = _HELD["w"], _HELD["b"]
+    loss = torch.log_softmax(torch.tanh(x @ w + b).exp(), -1).sum()
+    return (loss.detach(), *torch.autograd.grad(loss, (w, b)))
+
+
+def _held_leaf_backward(x: torch.Tensor) -> torch.Tensor:
+    _HELD["w"].grad = None
+    loss = torch.tanh(x @ _HELD["w"]).sum()
+    loss.backward()
+    return loss.detach()
+
+
+def _hold_leaves(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    _HELD.update(w=torch.randn(6, 5, dtype=dtype, requires_grad=True),
+                 b=torch.randn(5, dtype=dtype).requires_grad_())
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_gradients_of_held_leaves_through_saved_outputs(path, dtype):
+    """`torch.autograd.grad` of leaf tensors the program holds (`w = torch.randn(...,
+    requires_grad=True)`, no module's parameters) through ops whose backward reads their
+    output (tanh, exp, log_softmax): outofplace.compile refused it (the saved outputs,
+    never seen by torch.export's tracer, were fake constants)."""
+    _hold_leaves(dtype)
+    x = torch.randn(4, 6, dtype=dtype)
+    compiled = outofplace.compile(_held_leaf_gradients, (x,)) if path == "compile" else \
+        torch.compile(_held_leaf_gradients, backend="outofplace")
+    for i in range(3):
+        x = torch.randn(4, 6, dtype=dtype)
+        for got, expected, what in zip(compiled(x), _held_leaf_gradients(x),
+                                       ("loss", "w's gradient", "b's gradient")):
+            assert_same(got, expected, f"call {i} {what}")
+
+
+def test_backward_into_a_held_leaf_is_refused_and_leaves_its_grad():
+    """`loss.backward()` writing `.grad` of a tensor the program holds outside any module:
+    outofplace.compile left a fake tensor in it (and the compiled program never wrote
+    it). Refused at the backward's line, the tensor's `.grad` as it was."""
+    _hold_leaves(torch.float32)
+    before = torch.ones(6, 5)
+    _HELD["w"].grad = before
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=r"test_training_step.py:\d+: .*backward: it writes `.grad` of "
+                             r"`_HELD.w`, a tensor the program holds outside any module"):
+        outofplace.compile(_held_leaf_backward, (torch.randn(4, 6),))
+    assert _HELD["w"].grad is before and torch.equal(before, torch.ones(6, 5))

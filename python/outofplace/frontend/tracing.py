@@ -147,6 +147,61 @@ def _distinct_tensors(tree: Any) -> Any:
     return pytree.tree_map(distinct, tree)
 
 
+class _GradientsOutsideModules:
+    """`.grad` that `backward()` writes of leaf tensors that are no module's parameters:
+    one the program holds (`w = torch.randn(..., requires_grad=True)`, a global) or
+    takes as an argument. The compiled program writes only its modules' parameters'
+    `.grad` (training.OptimizerSteps): tracing would leave a fake tensor in a held one's
+    `.grad`, and an argument's would stay as it was, where eager writes it. Such a
+    program is refused at the line whose backward writes it, and the tensors' `.grad`
+    are left as they were. (Their gradients by `torch.autograd.grad` are results.)"""
+
+    def __init__(self, module: torch.nn.Module, roots: dict[str, Any]) -> None:
+        parameters = {id(p) for p in module.parameters()}
+        held = [t for t in training.reachable_tensors(roots) if t.is_leaf and
+                t.requires_grad and id(t) not in parameters]
+        names = [found[2] if found is not None else "a tensor the program holds"
+                 for found in training.find_paths(roots, held)]
+        self.held = list(zip(names, held))
+        self.grads = [t.grad for t in held]
+        self.written: list[tuple[str, str]] = []  # (whose, the user's line)
+        self.handles = [t.register_post_accumulate_grad_hook(self._hook(
+            f"`{name}`, a tensor the program holds outside any module")) for name, t in self.held]
+
+    def _hook(self, whose: str) -> Callable[[torch.Tensor], None]:
+        def written(_: torch.Tensor) -> None:
+            self.written.append((whose, user_line(traceback.extract_stack())))
+        return written
+
+    def watch_arguments(self, forward: Callable, args: tuple, kwargs: dict) -> None:
+        """The traced forward's arguments (its fake tensors), at its start."""
+        try:
+            names = list(inspect.signature(forward).parameters)
+        except (TypeError, ValueError):
+            names = []
+        given = [*zip(names, args), *kwargs.items()]
+        for name, value in given:
+            if isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad:
+                self.handles.append(value.register_post_accumulate_grad_hook(self._hook(
+                    f"argument `{name}`")))
+
+    def release(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        for (_, tensor), grad in zip(self.held, self.grads):
+            if tensor.grad is not grad:
+                tensor.grad = grad
+
+    def refuse(self) -> None:
+        if self.written:
+            whose, line = self.written[0]
+            raise UnsupportedMutationError(
+                "backward", f"it writes `.grad` of {whose}; the compiled program writes "
+                "only its modules' parameters' `.grad`: make the tensor an nn.Parameter "
+                "of a module the program calls, or take its gradient with "
+                "torch.autograd.grad", location=line)
+
+
 def export(f: Any, args: tuple, kwargs: dict | None = None,
            steps: training.OptimizerSteps | None = None,
            dynamic_shapes: Any = None, data: DataAsDetach | None = None,
@@ -174,6 +229,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
 
     items = steps.items_as_tensors()
     saved_tensors = SavedTensors()
+    gradients = _GradientsOutsideModules(module, steps.roots)
     # The exception being handled when the forward starts (the caller may compile inside
     # an `except` block): at its end another one means the forward raised.
     handled: list[BaseException | None] = []
@@ -182,10 +238,13 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         handled.append(sys.exc_info()[1])
         shapes.watch(module, args, kwargs)
         steps.enter()
-        if torch.is_grad_enabled() and any(  # autograd records: gradients may be taken
+        if torch.is_grad_enabled() and (gradients.held or any(  # autograd records:
+                # gradients may be taken (of a parameter, an argument, or a tensor the
+                # program holds: `w = torch.randn(..., requires_grad=True)`, a global)
                 t.requires_grad for t in (*module.parameters(), *pytree.tree_leaves(
-                    (args, kwargs))) if isinstance(t, torch.Tensor)):
+                    (args, kwargs))) if isinstance(t, torch.Tensor))):
             saved_tensors.__enter__()
+            gradients.watch_arguments(module.forward, args, kwargs)
         items.__enter__()
         shapes.__enter__()
         data.__enter__()
@@ -216,8 +275,10 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     try:
         with steps, cumulative_batch_norm.traced(module), meta_state.traced_as_cpu(), \
                 control_flow.traced(module):
-            return torch.export.export(module, args, kwargs, strict=False,
-                                       dynamic_shapes=dynamic_shapes)
+            ep = torch.export.export(module, args, kwargs, strict=False,
+                                     dynamic_shapes=dynamic_shapes)
+        gradients.refuse()
+        return ep
     except _DATA_DEPENDENT as error:
         _refuse_data_dependent(error, type(error).__name__)
     except TypeError as error:
@@ -262,6 +323,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         while torch._C._len_torch_function_stack() > modes:
             torch._C._pop_torch_function_stack()
         saved_tensors.release()
+        gradients.release()
         for hook in hooks:
             hook.remove()
         saved.restore()
