@@ -48,7 +48,10 @@ DECODERS = {  # name: LlamaConfig fields (the names are the parameter counts)
 # a weight at 1.5 GB/s, transforms/vector_dots_weight_first.py).
 DECODERS["148M bfloat16"] = dict(DECODERS["148M"], dtype="bfloat16")
 RESNET = {"resnet18 64x64": 64, "resnet18 224x224": 224}
-ROWS = [*DECODERS, *RESNET]
+# A decoder's training step: the 12.7M Llama (its config above), a batch of 4 sequences
+# of 64 tokens, its causal-LM loss, AdamW
+LLAMA_TRAINING = {"12.7M llama": dict(batch=4, tokens=64)}
+ROWS = [*DECODERS, *RESNET, *LLAMA_TRAINING]
 
 
 def _rss() -> int:
@@ -261,47 +264,68 @@ def resnet18() -> Any:
     return nn.Sequential(*layers)
 
 
+def _training_case(name: str) -> tuple[Any, tuple, Callable, Callable]:
+    """A training row's model, inputs, optimizer and loss: ResNet-18 with SGD (momentum)
+    and cross entropy, or the 12.7M Llama with AdamW and its causal-LM loss."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    if name in RESNET:
+        side = RESNET[name]
+        inputs = (torch.randn(8, 3, side, side), torch.randint(1000, (8,)))
+        return (resnet18(), inputs,
+                lambda net: torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9),
+                lambda net, x, y: F.cross_entropy(net(x), y))
+    import transformers
+
+    shape = LLAMA_TRAINING[name]
+    config = transformers.LlamaConfig(max_position_embeddings=2 * CACHE,
+                                      attn_implementation="sdpa",
+                                      **DECODERS[name.split()[0]])
+    ids = torch.randint(config.vocab_size, (shape["batch"], shape["tokens"]))
+    return (transformers.LlamaForCausalLM(config).train(), (ids,),
+            lambda net: torch.optim.AdamW(net.parameters(), lr=1e-4),
+            lambda net, ids: net(input_ids=ids, labels=ids).loss)
+
+
 def _training_row(name: str, calls: int) -> dict[str, Any]:
     import copy
 
     import torch
-    import torch.nn.functional as F
 
     import outofplace
 
-    side = RESNET[name]
-    torch.manual_seed(0)
-    model = resnet18()
-    x, y = torch.randn(8, 3, side, side), torch.randint(1000, (8,))
+    model, inputs, optimizer, loss_of = _training_case(name)
     row: dict[str, Any] = {"row": name, "kind": "training",
                            "parameters": sum(p.numel() for p in model.parameters())}
     row["weight_bytes"] = sum(p.nbytes for p in model.parameters())
 
-    def step_of(net: Any) -> Callable[[], Any]:
-        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    def step_of(net: Any) -> Callable[..., Any]:
+        opt = optimizer(net)
 
-        def train(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        def train(*inputs: torch.Tensor) -> torch.Tensor:
             opt.zero_grad()
-            loss = F.cross_entropy(net(x), y)
+            loss = loss_of(net, *inputs)
             loss.backward()
             opt.step()
             return loss.detach()
-        train(x, y)  # the state the compiled step updates
+        train(*inputs)  # the state the compiled step updates
         return train
 
     eager = step_of(copy.deepcopy(model))
     train = step_of(copy.deepcopy(model))
     start = time.perf_counter()
-    compiled = outofplace.compile(train, (x, y))
+    compiled = outofplace.compile(train, inputs)
     row["compile_s"] = time.perf_counter() - start
-    steps = {"eager": lambda: eager(x, y), "outofplace": lambda: compiled(x, y)}
+    steps = {"eager": lambda: eager(*inputs), "outofplace": lambda: compiled(*inputs)}
     try:
         inductor_step = step_of(copy.deepcopy(model))
         inductor = torch.compile(inductor_step)
         start = time.perf_counter()
-        inductor(x, y)
+        inductor(*inputs)
         row["inductor_compile_s"] = time.perf_counter() - start
-        steps["inductor"] = lambda: inductor(x, y)
+        steps["inductor"] = lambda: inductor(*inputs)
     except Exception as error:
         row["inductor_error"] = f"{type(error).__name__}: {str(error)[:200]}"
     # in turns (`_interleaved`): eager measured first and whole met other phases of the
@@ -338,7 +362,9 @@ def render(rows: list[dict[str, Any]], load: tuple) -> str:
              "(median); the limit is the weights' bytes read once at the machine's copy "
              "bandwidth (a 256 MiB `copy_`, bytes read and written a second). A training "
              "step is forward, backward and SGD with momentum on ResNet-18 built from "
-             "torch.nn layers, batch 8; eager, inductor and outofplace run it in turns "
+             "torch.nn layers, batch 8, or forward, backward and AdamW on the 12.7M "
+             "Llama (its causal-LM loss, 4 sequences of 64 tokens); eager, inductor and "
+             "outofplace run it in turns "
              f"({TRAINING_ROUNDS} rounds; the median of every call), so that the three "
              "meet the same phases of the shared machine. "
              f"Load average over the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}.",

@@ -396,3 +396,20 @@ def test_backward_into_a_held_leaf_is_refused_and_leaves_its_grad():
                              r"`_HELD.w`, a tensor the program holds outside any module"):
         outofplace.compile(_held_leaf_backward, (torch.randn(4, 6),))
     assert _HELD["w"].grad is before and torch.equal(before, torch.ones(6, 5))
+
+
+def _argument_backward(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    loss = torch.tanh(x @ w).sum()
+    loss.backward()
+    return loss.detach()
+
+
+def test_backward_into_an_argument_is_refused():
+    """`loss.backward()` writing `.grad` of a tensor passed as an argument: the compiled
+    call left it as it was, where eager writes it. Refused at the backward's line."""
+    w = torch.randn(6, 5, requires_grad=True)
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=r"test_training_step.py:\d+: .*backward: it writes `.grad` of "
+                             r"argument `w`"):
+        outofplace.compile(_argument_backward, (torch.randn(4, 6), w))
+    assert w.grad is None
