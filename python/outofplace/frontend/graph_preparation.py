@@ -370,8 +370,9 @@ def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
                     ) -> tuple[dict[str, training.HeldTensor], list[training.HeldConstant]]:
     """Constant target -> how to find it at each call, for each tensor constant that is
     state the caller holds: one the program writes, or a `.grad` or an optimizer's (found
-    through `roots`). A written constant without a path is the exported tensor itself.
-    And the other constants found through `roots` (a module's plain tensor attribute, a
+    through `roots`). A written constant without a path is the exported tensor itself;
+    constants found at one path are one tensor, one HeldTensor (prepare_graph makes them
+    one argument). And the other constants found through `roots` (a module's plain tensor attribute, a
     global), which stay literals of the program: each checked unchanged at a call, the
     caller's tensor `met` (tensor_data.RealTensorsMet) gives back where no path reaches
     it (a module held by a class attribute: its versions say whether it was written)."""
