@@ -1333,3 +1333,26 @@ def test_copy_whose_moved_elements_are_read_is_refused(path):
     assert "its operand `src` shares memory with the tensor it writes" in str(error)
     line = _copy_shifted_by_a_row.__code__.co_firstlineno + 1
     assert f"{__file__}:{line}:" in str(error)
+
+
+_LINEAR = {}  # the module test_out_resized_in_a_program_with_parameters reads
+
+
+def _out_resized_beside_a_layer(x):
+    o = torch.empty(0, dtype=x.dtype)
+    torch.mul(x, 2, out=o)  # resized from [0]: a fresh tensor of the result's shape
+    return o + _LINEAR["layer"](x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_out_resized_in_a_program_with_parameters(path, dtype):
+    """An `out=` tensor the program makes empty and the op resizes, in a program whose
+    gradients may be taken (a layer's parameters): torch.export's trace reads it through
+    a `detach` of its own, and the resize was refused as a view's; it is the fresh
+    tensor it is in eager."""
+    torch.manual_seed(0)
+    _LINEAR["layer"] = torch.nn.Linear(7, 7).to(dtype)
+    x = torch.randn(7, dtype=dtype)
+    result = run_on_path(path, _out_resized_beside_a_layer, (x,), (x,))
+    _assert_close(result, _out_resized_beside_a_layer(x), "result")

@@ -111,9 +111,31 @@ def _write(graph: torch.fx.Graph, node: torch.fx.Node, out: torch.fx.Node,
     return result
 
 
+def _undetach_fresh_outs(graph: torch.fx.Graph) -> None:
+    """An `out=` argument that is `detach` of a tensor the program made and nothing else
+    reads becomes that tensor: torch.export's trace of `o = torch.empty(0)` in a
+    program whose gradients may be taken reads `o` through a `detach` of its own, which
+    the resize of `o` would otherwise take for a view's (eager's `o` is a fresh tensor)."""
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        schema = node.target._schema
+        for i in _out_positions(schema):
+            name = schema.arguments[i].name
+            out = node.kwargs.get(name, node.args[i] if i < len(node.args) else None)
+            if isinstance(out, torch.fx.Node) and out.op == "call_function" and \
+                    out.target is torch.ops.aten.detach.default and \
+                    isinstance(out.args[0], torch.fx.Node) and \
+                    out.args[0].op == "call_function" and len(out.args[0].users) == 1:
+                base = out.args[0]
+                out.replace_all_uses_with(base)
+                graph.erase_node(out)
+
+
 def functional_out_writes(graph: torch.fx.Graph) -> None:
     """Each op with `out=` arguments as its functional form and a whole-tensor write of
     each result into its `out`."""
+    _undetach_fresh_outs(graph)
     roots, _ = view_roots(graph)
     for node in list(graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
