@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from typing import Any
 
 import torch
 import torch.fx
@@ -111,6 +112,13 @@ def _write(graph: torch.fx.Graph, node: torch.fx.Node, out: torch.fx.Node,
     return result
 
 
+def _out_targets(node: torch.fx.Node) -> list[Any]:
+    """What `node` (an op with `out=` arguments) writes, in its schema's order."""
+    schema = node.target._schema
+    return [node.kwargs[schema.arguments[i].name] if schema.arguments[i].name in node.kwargs
+            else node.args[i] for i in _out_positions(schema)]
+
+
 def _undetach_fresh_outs(graph: torch.fx.Graph) -> None:
     """An `out=` argument that is `detach` of a tensor the program made and nothing else
     reads becomes that tensor: torch.export's trace of `o = torch.empty(0)` in a
@@ -119,10 +127,7 @@ def _undetach_fresh_outs(graph: torch.fx.Graph) -> None:
     for node in list(graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
-        schema = node.target._schema
-        for i in _out_positions(schema):
-            name = schema.arguments[i].name
-            out = node.kwargs.get(name, node.args[i] if i < len(node.args) else None)
+        for out in _out_targets(node):
             if isinstance(out, torch.fx.Node) and out.op == "call_function" and \
                     out.target is torch.ops.aten.detach.default and \
                     isinstance(out.args[0], torch.fx.Node) and \
@@ -152,8 +157,7 @@ def functional_out_writes(graph: torch.fx.Graph) -> None:
                 location=source_line(node))
         names = [schema.arguments[i].name for i in outs]
         kwargs = {k: v for k, v in node.kwargs.items() if k not in names}
-        targets = [node.kwargs[n] if n in node.kwargs else node.args[i]
-                   for n, i in zip(names, outs)]
+        targets = _out_targets(node)
         first = node.prev
         with graph.inserting_before(node):
             result = call(graph, functional, *node.args, **kwargs)
