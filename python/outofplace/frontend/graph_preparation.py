@@ -369,13 +369,14 @@ def _held_constants(ep: ExportedProgram, graph: torch.fx.Graph,
                     state: list[tuple[torch.Tensor, torch.fx.Node]], met: Any = None
                     ) -> tuple[dict[str, training.HeldTensor], list[training.HeldConstant]]:
     """Constant target -> how to find it at each call, for each tensor constant that is
-    state the caller holds: one the program writes, or a `.grad` or an optimizer's (found
-    through `roots`). A written constant without a path is the exported tensor itself;
-    constants found at one path are one tensor, one HeldTensor (prepare_graph makes them
-    one argument). And the other constants found through `roots` (a module's plain tensor attribute, a
-    global), which stay literals of the program: each checked unchanged at a call, the
-    caller's tensor `met` (tensor_data.RealTensorsMet) gives back where no path reaches
-    it (a module held by a class attribute: its versions say whether it was written)."""
+    state the caller holds: one the program writes, or a `.grad` or an optimizer's
+    (found through `roots`). A written constant without a path is the exported tensor
+    itself; constants found at one path are one tensor, one HeldTensor (prepare_graph
+    makes them one argument). And the other constants found through `roots` (a module's
+    plain tensor attribute, a global), which stay literals of the program: each checked
+    unchanged at a call, the caller's tensor `met` (tensor_data.RealTensorsMet) gives
+    back where no path reaches it (a module held by a class attribute: its versions say
+    whether it was written)."""
     _, written = view_roots(graph)
     specs = [spec for spec in ep.graph_signature.input_specs
              if spec.kind == InputKind.CONSTANT_TENSOR and

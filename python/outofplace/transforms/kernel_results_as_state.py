@@ -26,15 +26,14 @@ pages every call. The argument is only ever written, never read, and is marked
       return %loss, %y : tensor<f32>, tensor<8x64x112x112xf32>
 
 A result counts when it holds at least `MIN_BYTES` and static shape, is the kernel's own
-(not the new value of an operand it writes in place) and main does not return it
-already (as XLA returns it: through reshapes, or transposes undoing each other; kept
-too, it would be copied from one result to the other at every call: a Llama training
-step's weight gradients, `(g.T @ x).T.T`), a direct operation of main (not in a loop's
-body). The XLA engine runs the
-pass only when a program's temporaries are over what glibc maps fresh, and keeps its
-output only where XLA's temporaries shrink and what it holds between calls is at most
-twice their bytes (backends/xla/temporaries.py); the program a user exports keeps its
-own signature.
+(not the new value of an operand it writes in place) and main does not return it already
+(as XLA returns it: through reshapes, or transposes undoing each other; kept too, it
+would be copied from one result to the other at every call: a Llama training step's
+weight gradients, `(g.T @ x).T.T`), a direct operation of main (not in a loop's body).
+The XLA engine runs the pass only when a program's temporaries are over what glibc maps
+fresh, and keeps its output only where XLA's temporaries shrink and what it holds
+between calls is at most twice their bytes (backends/xla/temporaries.py); the program a
+user exports keeps its own signature.
 """
 
 from __future__ import annotations

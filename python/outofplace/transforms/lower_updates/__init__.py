@@ -25,9 +25,10 @@ everything else (torch-mlir leaves StableHLO between torch_c casts alone):
     =>  torch.aten.where.self %mask, %v', %b
 
 One pass, one rewrite pattern per update form, a module per concern: boxes.py
-(insert_slice, slice_scatter of constant bounds), positions.py (0-d runtime positions), index_tensors.py (integer index
-tensors and the index_* ops), masks.py (a bool mask), reductions.py (scatter_reduce and
-the scatters into a dimension); common.py holds the StableHLO builders they share.
+(insert_slice, slice_scatter of constant bounds), positions.py (0-d runtime positions),
+index_tensors.py (integer index tensors and the index_* ops), masks.py (a bool mask),
+reductions.py (scatter_reduce and the scatters into a dimension); common.py holds the
+StableHLO builders they share.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ from .reductions import _scatter_into_dimension, _scatter_reduce
     "a running count of the trues (never `nonzero`); `scatter_reduce` (sum, prod, amax, amin, mean; "
     'torch-mlir has no lowering) → a `scatter` whose body reduces; `slice_scatter` of '
     'constant bounds between static shapes (autograd\'s backward of a slice) → the box '
-    'it writes, as `tensor.insert_slice`; `slice_scatter` with a runtime end and `select_scatter` into a dynamic dimension → one `scatter` of the '
+    'it writes, as `tensor.insert_slice`; `slice_scatter` with a runtime end and '
+    '`select_scatter` into a dynamic dimension → one `scatter` of the '
     'whole source; an insert of the whole destination → its source',
     options=[Option("strided", "cheaper", ("cheaper", "scatter", "select"),
                     "how a strided box is written: whichever touches fewer bytes, or "
