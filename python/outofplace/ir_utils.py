@@ -113,6 +113,14 @@ def to_builtin(value: ir.Value, loc: ir.Location | None = None,
                                operands=[value], loc=loc, ip=ip).result
 
 
+def from_builtin(value: ir.Value, vtensor: ir.Type, loc: ir.Location | None = None,
+                 ip: ir.InsertionPoint | None = None) -> ir.Value:
+    """`torch_c.from_builtin_tensor`: a builtin tensor as the `!torch.vtensor` type
+    `vtensor`, back in torch IR."""
+    return ir.Operation.create("torch_c.from_builtin_tensor", results=[vtensor],
+                               operands=[value], loc=loc, ip=ip).result
+
+
 def int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.Value:
     """`torch.prim.ListConstruct` of int constants."""
     items = [torch_constant("int", v, loc, ip) for v in values]

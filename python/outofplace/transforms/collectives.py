@@ -35,7 +35,7 @@ from torch_mlir import ir
 from .. import torch_types
 from ..errors import UnsupportedMutationError
 from ..frontend.collectives import GROUP_OPERAND, GROUPS, WORLD, collective_name
-from ..ir_utils import all_operations, to_builtin, unnamed
+from ..ir_utils import all_operations, from_builtin, to_builtin, unnamed
 from .registry import register_pass
 
 _BODIES = {"sum": "stablehlo.add", "avg": "stablehlo.add", "product": "stablehlo.multiply",
@@ -185,9 +185,7 @@ class _Lowering:
                                         operands=[value, count.result], loc=loc,
                                         ip=ip).result
         for old in op.results:  # all_reduce_: its result and the written root's value
-            cast = ir.Operation.create("torch_c.from_builtin_tensor", results=[old.type],
-                                       operands=[value], loc=loc, ip=ip)
-            old.replace_all_uses_with(cast.result)
+            old.replace_all_uses_with(from_builtin(value, old.type, loc, ip))
         op.erase()
 
 

@@ -22,7 +22,7 @@ from torch_mlir.dialects import tensor
 from . import views
 from .. import torch_types
 from ..indexing import inverse_permutation, slice_length
-from ..ir_utils import int_list, to_builtin, unnamed
+from ..ir_utils import from_builtin, int_list, to_builtin, unnamed
 
 
 @dataclass(frozen=True)
@@ -147,5 +147,4 @@ def emit_insert(root: ir.Value, update: ir.Value, plan: InsertPlan, loc: ir.Loca
     inserted = tensor.insert_slice(to_builtin(update, loc, ip), dest, [], [], [],
                                    list(plan.offsets), list(plan.sizes),
                                    list(plan.strides), loc=named, ip=ip)
-    return ir.Operation.create("torch_c.from_builtin_tensor", results=[root.type],
-                               operands=[inserted], loc=loc, ip=ip).result
+    return from_builtin(inserted, root.type, loc, ip)

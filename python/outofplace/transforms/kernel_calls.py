@@ -40,7 +40,7 @@ from torch_mlir._mlir_libs import _stablehlo
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
-from ..ir_utils import all_operations, to_builtin, unnamed
+from ..ir_utils import all_operations, from_builtin, to_builtin, unnamed
 from . import kernel_writes
 from .registry import register_pass
 
@@ -169,9 +169,7 @@ def lower_call(op: ir.Operation) -> None:
     if kernel_writes.RESULT_NAMES in op.attributes:  # for outofplace-name-kernel-results
         call.attributes[kernel_writes.RESULT_NAMES] = op.attributes[kernel_writes.RESULT_NAMES]
     for old, new in zip(op.results, call.results):
-        cast = ir.Operation.create("torch_c.from_builtin_tensor", results=[old.type],
-                                   operands=[new], loc=unnamed(loc), ip=ip)
-        old.replace_all_uses_with(cast.result)
+        old.replace_all_uses_with(from_builtin(new, old.type, unnamed(loc), ip))
     op.erase()
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from ..errors import UnsupportedMutationError
-from ..ir_utils import all_operations, operations, terminator
+from ..ir_utils import all_operations, from_builtin, operations, terminator
 from . import registry
 from .registry import register_pass
 
@@ -191,8 +191,7 @@ def _lower_region(op: ir.Operation, functions: dict[str, ir.Operation],
                             else returned[:1])
             results = list(new.results)[:carried] + [new.results[i] for i in written]
         for old, value in zip(unpacked.results, results):
-            cast = _create("torch_c.from_builtin_tensor", [old.type], [value]).result
-            old.replace_all_uses_with(cast)
+            old.replace_all_uses_with(from_builtin(value, old.type))
     number = op.operands[0]
     unpacked.erase()
     op.erase()

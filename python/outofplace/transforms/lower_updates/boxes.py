@@ -7,7 +7,7 @@ from __future__ import annotations
 from torch_mlir import ir, rewrite
 
 from ...indexing import clamp_slice, constant_bound
-from ...ir_utils import constant_int, to_builtin, unnamed
+from ...ir_utils import constant_int, from_builtin, to_builtin, unnamed
 from .common import (_scalar_constant, _static, _dynamic_update_slice, _pad,
                      _indexed_windows, _scatter_numbers, _iota_column, _index_vectors,
                      _scatter, _count, _ranked_tensor)
@@ -139,7 +139,6 @@ def _slice_scatter(op: ir.Operation, rewriter: rewrite.PatternRewriter,
         dest, source = to_builtin(self), to_builtin(src)
         new = source if src_t.sizes == self_t.sizes else \
             _box(dest, source, offsets, strides, strided, op.location).result
-        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
-                                     operands=[new])
-    rewriter.replace_op(op, result)
+        result = from_builtin(new, op.result.type)
+    rewriter.replace_op(op, [result])
     return False

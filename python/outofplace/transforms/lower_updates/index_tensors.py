@@ -11,7 +11,8 @@ from torch_mlir import ir, rewrite
 from ... import torch_types
 from ...op_registry import OPERATOR_TWINS, aten_name
 from ...errors import UnsupportedMutationError
-from ...ir_utils import constant_bool, constant_int, to_builtin, torch_constant, unnamed
+from ...ir_utils import (constant_bool, constant_int, from_builtin, to_builtin,
+                         torch_constant, unnamed)
 from .common import (_i64, _scalar_constant, _indexed_windows, _scatter_numbers,
                      _iota_column, _index_vectors, _scatter, _stablehlo, _static_tensor,
                      _ranked_tensor, _dynamic, _constant_number)
@@ -200,7 +201,6 @@ def _scatter_at_indices(op: ir.Operation, rewriter: rewrite.PatternRewriter,
                            combine=None if not accumulating else
                            "or" if self_t.dtype == torch.bool else "add",
                            unique=False, loc=op.location)
-        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
-                                     operands=[scatter.result])
-    rewriter.replace_op(op, result)
+        result = from_builtin(scatter.result, op.result.type)
+    rewriter.replace_op(op, [result])
     return False

@@ -11,7 +11,7 @@ from torch_mlir import ir, rewrite
 from ... import torch_types
 from ...errors import warn_out_of_bounds_policy
 from ...indexing import index_entries
-from ...ir_utils import builtin_shape, constant_bool, to_builtin, unnamed
+from ...ir_utils import builtin_shape, constant_bool, from_builtin, to_builtin, unnamed
 from .common import (_i64, _scalar_constant, _scatter_numbers, _scatter, _stablehlo,
                      _static_tensor, _ranked_tensor, _dimension_size)
 
@@ -99,9 +99,8 @@ def _index_put_at_positions(op: ir.Operation, rewriter: rewrite.PatternRewriter)
             starts = [_scalar_constant(_i64(), 0, None) if s is None else s for s in starts]
             new = _stablehlo("dynamic_update_slice", dest.type, dest, update, *starts,
                              loc=op.location)
-        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
-                                     operands=[new])
-    rewriter.replace_op(op, result)
+        result = from_builtin(new, self.type)
+    rewriter.replace_op(op, [result])
     return False
 
 

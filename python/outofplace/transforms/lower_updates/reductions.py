@@ -10,7 +10,7 @@ from torch_mlir import ir, rewrite
 from ... import torch_types
 from ...errors import UnsupportedMutationError
 from ...indexing import constant_bound, from_end
-from ...ir_utils import constant_bool, constant_int, to_builtin, unnamed
+from ...ir_utils import constant_bool, constant_int, from_builtin, to_builtin, unnamed
 from .common import (_i64, _index_vectors, _scatter, _stablehlo, _static_tensor,
                      _ranked_tensor, _splat, _constant_str)
 
@@ -104,9 +104,8 @@ def _scatter_reduce(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool
                 new = _stablehlo("select", count.type, below, _stablehlo(
                     "subtract", count.type, new, _splat(element, 1, full)), new,
                     loc=op.location)
-        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[self.type],
-                                     operands=[new])
-    rewriter.replace_op(op, result)
+        result = from_builtin(new, self.type)
+    rewriter.replace_op(op, [result])
     return False
 
 
@@ -151,7 +150,6 @@ def _scatter_into_dimension(op: ir.Operation, rewriter: rewrite.PatternRewriter)
             f"scatter_dims_to_operand_dims = [{dim}], index_vector_dim = 0>")
         scatter = _scatter(to_builtin(self), indices, to_builtin(src), numbers,
                            combine=None, unique=True, loc=op.location)
-        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
-                                     operands=[scatter.result])
-    rewriter.replace_op(op, result)
+        result = from_builtin(scatter.result, op.result.type)
+    rewriter.replace_op(op, [result])
     return False

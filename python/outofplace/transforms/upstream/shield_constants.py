@@ -35,7 +35,7 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import torch_types
-from ...ir_utils import all_operations
+from ...ir_utils import all_operations, from_builtin
 from ..registry import register_pass
 
 SHIELD = "outofplace.constant_shield"
@@ -79,8 +79,7 @@ def shield_constants(module: ir.Operation) -> None:
                                       operands=[constant.result],
                                       attributes={SHIELD: ir.UnitAttr.get()},
                                       loc=op.location, ip=ip)
-        cast = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
-                                   operands=[barrier.result], loc=op.location, ip=ip)
-        op.result.replace_all_uses_with(cast.result)
+        op.result.replace_all_uses_with(
+            from_builtin(barrier.result, op.result.type, op.location, ip))
         op.erase()
 

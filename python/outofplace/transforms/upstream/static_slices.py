@@ -19,7 +19,7 @@ from torch_mlir import ir, rewrite
 
 from ... import torch_types
 from ...indexing import clamp_slice, constant_bound, slice_length
-from ...ir_utils import constant_int, to_builtin, unnamed
+from ...ir_utils import constant_int, from_builtin, to_builtin, unnamed
 from ..lower_updates.common import _stablehlo, _static_tensor
 from ..registry import register_pass
 
@@ -59,9 +59,8 @@ def _static_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
                             start_indices=ir.DenseI64ArrayAttr.get(starts),
                             limit_indices=ir.DenseI64ArrayAttr.get(limits),
                             strides=ir.DenseI64ArrayAttr.get(strides), loc=op.location)
-        result = ir.Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
-                                     operands=[sliced])
-    rewriter.replace_op(op, result)
+        result = from_builtin(sliced, op.result.type)
+    rewriter.replace_op(op, [result])
     return False
 
 
