@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard python/outofplace/backends/*.cpp py
 demo: $(STAMP)
 	$(BIN)/python examples/kv_cache.py
 
-# Each part says how long it took (the whole, about 10 minutes on 2 idle cores).
+# Each part says how long it took (the whole, about 15 minutes on 2 idle cores).
 test: lit pytest
 
 lit: $(STAMP)
@@ -30,9 +30,9 @@ lit: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" FILECHECK_OPTS=-enable-var-scope $(BIN)/lit -sv test; \
 	status=$$?; echo "lit: $$(( $$(date +%s) - start )) s"; exit $$status
 
-# test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about two minutes and a
-# half), with optimizer-style programs and views at runtime positions drawn too, and 36
-# nn.Modules with state on both paths (test_fuzz_modules.py, about 50 s of it).
+# test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about a minute and a
+# half), with optimizer-style programs and views at runtime positions drawn too, and 24
+# nn.Modules with state on both paths (test_fuzz_modules.py, about 30 s of it).
 pytest: $(STAMP)
 	@start=$$(date +%s); \
 	OUTOFPLACE_FUZZ_OPTIMIZER=1 OUTOFPLACE_FUZZ_POSITION_VIEWS=1 \
