@@ -156,12 +156,12 @@ class _GradientsOutsideModules:
     program is refused at the line whose backward writes it, and the tensors' `.grad`
     are left as they were. (Their gradients by `torch.autograd.grad` are results.)"""
 
-    def __init__(self, module: torch.nn.Module, roots: dict[str, Any]) -> None:
-        parameters = {id(p) for p in module.parameters()}
-        held = [t for t in training.reachable_tensors(roots) if t.is_leaf and
-                t.requires_grad and id(t) not in parameters]
+    def __init__(self, steps: training.OptimizerSteps) -> None:
+        parameters = {id(p) for p in steps.module.parameters()}
+        held = [t for t in steps.reachable if t.is_leaf and t.requires_grad and
+                id(t) not in parameters]
         names = [found[2] if found is not None else "a tensor the program holds"
-                 for found in training.find_paths(roots, held)]
+                 for found in training.find_paths(steps.roots, held)]
         self.held = list(zip(names, held))
         self.grads = [t.grad for t in held]
         self.written: list[tuple[str, str]] = []  # (whose, the user's line)
@@ -229,7 +229,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
 
     items = steps.items_as_tensors()
     saved_tensors = SavedTensors()
-    gradients = _GradientsOutsideModules(module, steps.roots)
+    gradients = _GradientsOutsideModules(steps)
     # The exception being handled when the forward starts (the caller may compile inside
     # an `except` block): at its end another one means the forward raised.
     handled: list[BaseException | None] = []

@@ -128,6 +128,11 @@ class OptimizerSteps:
         self.settings: dict[int, OptimizerSettings] = {}  # per optimizer stepped, by id
         self.item_mode = ItemAsTensor()
 
+    @functools.cached_property
+    def reachable(self) -> list[torch.Tensor]:
+        """The tensors the roots reach (`reachable_tensors`), found once for the trace."""
+        return reachable_tensors(self.roots)
+
     def __enter__(self) -> "OptimizerSteps":
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                            register_optimizer_step_pre_hook)
@@ -136,7 +141,7 @@ class OptimizerSteps:
         # leave them as they were.
         # (The module's buffers are export's own snapshot: tracing.export.)
         buffers = {id(t) for t in self.module.buffers()}
-        self.saved = Snapshot([t for t in reachable_tensors(self.roots) if id(t) not in buffers],
+        self.saved = Snapshot([t for t in self.reachable if id(t) not in buffers],
                               uncopied_state(self.module, self.roots))
         self.handles = [register_optimizer_step_pre_hook(self._before),
                         register_optimizer_step_post_hook(self._after)]
