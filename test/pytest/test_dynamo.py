@@ -413,11 +413,14 @@ def test_a_float_dynamo_makes_an_input_is_read_at_every_call(dtype):
     assert len(compiles) == 2  # the first value's, then the one reading the input
 
 
+@pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_training_step_with_a_learning_rate_scheduler(dtype):
+def test_training_step_with_a_learning_rate_scheduler(dtype, foreach):
     """SGD with momentum and weight decay, its learning rate halved after every step
     (StepLR): dynamo makes the rate an input after its first change; the parameters and
-    losses as eager's over five steps."""
+    losses as eager's over five steps. The foreach step takes the rate, a number read
+    from that input, as its `_foreach_add_`'s alpha (it was refused at the second step:
+    no per-parameter `add_` took a number that is a node of the graph)."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(),
@@ -425,7 +428,8 @@ def test_training_step_with_a_learning_rate_scheduler(dtype):
     x = torch.randn(5, 6, dtype=dtype)
 
     def training(m):
-        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3,
+                              foreach=foreach)
         scheduler = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
         return squared_mean_step(m, opt), scheduler
     eager_model = copy.deepcopy(model)

@@ -43,7 +43,10 @@ def _matches(argument: torch._C.Argument, value: Any) -> bool:
         if value is None:
             return True
         kind = argument.type.getElementType().kind()
-    if isinstance(value, torch.fx.Node):
+    if isinstance(value, torch.fx.Node):  # a tensor, or a number dynamo made an input
+        number = value.meta.get("val")
+        if isinstance(number, (torch.SymFloat, torch.SymInt, torch.SymBool)):
+            return kind in ("NumberType", "FloatType", "IntType", "BoolType")
         return kind == "TensorType"
     if isinstance(value, bool):
         return kind == "BoolType"
