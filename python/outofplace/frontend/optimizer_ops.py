@@ -103,6 +103,11 @@ def _decompose_foreach(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         if overload is None and name in ("addcmul", "addcdiv", "addcmul_", "addcdiv_") \
                 and len(args) == 4:
             overload, kwargs = getattr(packet, "default"), {"value": args.pop()}
+        if overload is None and name.rstrip("_") in ("maximum", "minimum"):
+            # with a number (ASGD's capturable step: `_foreach_maximum_(mus, 1.0)`): the
+            # clamp, which keeps NaN as `maximum` does
+            overload = _per_tensor_overload(
+                aten.clamp_min if name.startswith("maximum") else aten.clamp_max, args, kwargs)
         if overload is None:
             raise UnsupportedMutationError(
                 str(node.target), f"no overload of aten.{name} takes its elements",
