@@ -68,14 +68,14 @@ def operand_at(node: torch.fx.Node, position: int) -> Any:
 
 def replace_node(graph: torch.fx.Graph, node: torch.fx.Node, results: Any) -> None:
     """Erases `node`, its uses taking `results`: one node, or a sequence that replaces
-    the `operator.getitem` users of a node with several results."""
+    the `operator.getitem` users of a node with several results (a result that is a
+    sequence itself, a region's `native_layer_norm` say, replaces its own getitems)."""
     if isinstance(results, torch.fx.Node):
         node.replace_all_uses_with(results)
     else:
         for user in list(node.users):
             assert user.target is operator.getitem
-            user.replace_all_uses_with(results[user.args[1]])
-            graph.erase_node(user)
+            replace_node(graph, user, results[user.args[1]])
     graph.erase_node(node)
 
 

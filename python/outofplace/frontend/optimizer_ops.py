@@ -53,7 +53,7 @@ def _matches(argument: torch._C.Argument, value: Any) -> bool:
     if isinstance(value, (int, float)):
         return kind in ("NumberType", "FloatType", "IntType") and not (
             kind == "IntType" and isinstance(value, float))
-    return value is None
+    return False  # (None: only an optional argument takes it, above)
 
 
 def _per_tensor_overload(packet: Any, args: list[Any], kwargs: dict[str, Any]
@@ -74,10 +74,15 @@ def _per_tensor_overload(packet: Any, args: list[Any], kwargs: dict[str, Any]
     return None
 
 
+# foreach ops whose per-tensor op is named otherwise: `_foreach_norm(tensors, ord,
+# dtype)` (clip_grad_norm_'s) is each tensor's `linalg_vector_norm(t, ord, dtype=dtype)`
+_PER_TENSOR = {"norm": "linalg_vector_norm"}
+
+
 def _decompose_foreach(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     schema = node.target._schema
     name = node.target.overloadpacket.__name__.removeprefix("_foreach_")
-    packet = getattr(aten, name, None)
+    packet = getattr(aten, _PER_TENSOR.get(name, name), None)
     copy_back = packet is None and name.endswith("_")  # maximum_: maximum, then copy_
     if copy_back:
         packet = getattr(aten, name[:-1], None)
@@ -95,7 +100,7 @@ def _decompose_foreach(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
                 value = value[i]
             elif argument.name == "scalars" and isinstance(value, torch.fx.Node):
                 value = call(graph, aten.select.int, value, 0, i)
-            if argument.kwarg_only:
+            if argument.kwarg_only or name in _PER_TENSOR and argument.name == "dtype":
                 kwargs[argument.name] = value
             else:
                 args.append(value)
