@@ -62,6 +62,9 @@ NOT_LOWERED = frozenset({
     "aten.upsample_bilinear2d.default", "aten.upsample_nearest2d.default",
     "aten.pad.default", "aten.im2col.default", "aten.col2im.default", "aten.roll.default",
     "aten.logsumexp.default", "aten.meshgrid.indexing", "aten.meshgrid.default",
+    # (of tensors of two dtypes: `F.mse_loss(float32, float64)`, "operand types should
+    # have the same type as the list contained type")
+    "aten.broadcast_tensors.default",
 })
 
 
