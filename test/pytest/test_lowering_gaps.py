@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import outofplace
-from differential import assert_matches_eager
+from differential import assert_matches_eager, by_dynamo
 
 
 def einsum_to_scalar(x):
@@ -45,8 +45,8 @@ def empty_then_written(x):
 
 
 def empty_read_and_written(x):  # nothing of the empty tensor reaches the output
-    z = torch.empty(3)
-    return z.mul_(0).add_(x)
+    z = torch.empty(3)  # (eager's memory may hold a NaN or an inf: times 0, still one)
+    return z.mul_(0).nan_to_num_(0.0, 0.0, 0.0).add_(x)
 
 
 COMPILED = [
@@ -65,6 +65,27 @@ COMPILED = [
 @pytest.mark.parametrize("f, args", COMPILED, ids=[f.__name__ for f, _ in COMPILED])
 def test_compiles_and_matches_eager(f, args):
     assert_matches_eager(f, *args)
+
+
+def mse_of_two_dtypes(x, target):
+    return F.mse_loss(x, target)
+
+
+def l1_of_two_dtypes(x, target):
+    return F.l1_loss(x, target) + torch.broadcast_tensors(x, target[0])[1].sum()
+
+
+@pytest.mark.parametrize("f", [mse_of_two_dtypes, l1_of_two_dtypes])
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float64),
+                                    (torch.float64, torch.float32)], ids=["32-64", "64-32"])
+def test_broadcast_of_two_dtypes_matches_eager_on_both_paths(f, dtypes):
+    """`broadcast_tensors` of tensors of two dtypes (a loss of a float32 output against a
+    float64 target): torch-mlir's lowering wants one element type in the list and failed
+    ("operand types should have the same type as the list contained type"); it is
+    decomposed into each tensor's `expand`."""
+    args = (torch.randn(4, 3, dtype=dtypes[0]), torch.randn(4, 3, dtype=dtypes[1]))
+    assert_matches_eager(f, *args)
+    by_dynamo(f, f, args, {})
 
 
 def cholesky(x):
