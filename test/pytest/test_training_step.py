@@ -543,3 +543,25 @@ def test_torch_export_alone_fails_on_a_checkpointed_step():
 
     with pytest.raises(AssertionError, match="Unexpected key"):
         torch.export.export(Step(), (torch.randn(4, 6),), strict=False)
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_layer_norm_without_affine_parameters_trains_as_eager(dtype, path):
+    """LayerNorm(elementwise_affine=False): its backward's gradients of the weight and
+    bias are None, which kept PyTorch's decomposition from it, and torch-mlir's lowering
+    refused it ("failed to legalize operation 'torch.constant.bool'")."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8),
+                                torch.nn.LayerNorm(8, elementwise_affine=False),
+                                torch.nn.Linear(8, 3)).to(dtype)
+    trainer = Trainer(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                      _optimizer_step(F.cross_entropy))
+
+    def data():
+        return torch.randn(4, 6, dtype=dtype), torch.randint(3, (4,))
+    trainer.step(*data())
+    eager = trainer.twin()
+    compiled = outofplace.compile(trainer.step, data()) if path == "compile" else \
+        torch.compile(trainer.step, backend="outofplace")
+    _assert_steps_match(compiled, trainer, eager, data, path)

@@ -142,9 +142,11 @@ def decompose_unregistered(graph: torch.fx.Graph) -> None:
 
 
 def _computes_tensors(node: torch.fx.Node) -> bool:
-    """Whether a node's value is tensors: a size (`sym_size.int` of a dynamic dimension,
-    CompositeImplicitAutograd) traced would be the size it has in the trace, a constant."""
-    return all(isinstance(v, torch.Tensor) for v in pytree.tree_leaves(node.meta.get("val")))
+    """Whether a node's value is tensors (or None: a gradient its output mask leaves out):
+    a size (`sym_size.int` of a dynamic dimension, CompositeImplicitAutograd) traced
+    would be the size it has in the trace, a constant."""
+    return all(v is None or isinstance(v, torch.Tensor)
+               for v in pytree.tree_leaves(node.meta.get("val")))
 
 
 def _as_twin_and_copy(graph: torch.fx.Graph, node: torch.fx.Node,
