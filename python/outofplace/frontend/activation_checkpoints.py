@@ -13,7 +13,8 @@ that they are: its determinism check), and which activations the compiled progra
 is for its backend's memory planning to decide.
 
 Upstream: torch.export cannot trace a backward that recomputes a checkpointed module
-(no issue found); canary: test_training_step.py::test_torch_export_alone_fails_on_a_checkpointed_step.
+(no issue found). Canary:
+test_training_step.py::test_torch_export_alone_fails_on_a_checkpointed_step.
 """
 
 from __future__ import annotations
