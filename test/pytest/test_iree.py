@@ -9,7 +9,15 @@ import torch
 import outofplace
 from outofplace.backends import hlo_proto, iree, xla
 
+import differential
 from differential import assert_matches_eager, assert_same_tree
+
+
+@pytest.fixture(autouse=True)
+def _every_program_on_iree(monkeypatch):
+    """This file's checks are of IREE: every program runs there (differential.py runs
+    IREE on half the programs elsewhere)."""
+    monkeypatch.setattr(differential, "IREE_ON_ALL", True)
 
 needs_iree = pytest.mark.skipif(not iree.available(), reason="needs the iree extra")
 needs_xla = pytest.mark.skipif(not xla.available(), reason="needs the xla extra")
