@@ -115,6 +115,17 @@ def _assert_steps_match(compiled, trainer: Trainer, eager: Trainer, data, path: 
         _assert_trainers_match(trainer, eager, f"step {i}")
 
 
+def _compiled_on(path: str, trainer: Trainer, data) -> tuple:
+    """After one eager step (which creates the optimizer's state and `.grad`): the
+    trainer's step compiled on `path` ("compile" or "torch.compile"), and its eager
+    twin."""
+    trainer.step(*data())
+    eager = trainer.twin()
+    compiled = outofplace.compile(trainer.step, data()) if path == "compile" else \
+        torch.compile(trainer.step, backend="outofplace")
+    return compiled, eager
+
+
 def _mse_data():
     return torch.randn(4, 6), torch.randn(4, 3)
 
@@ -285,10 +296,7 @@ def test_step_reaching_the_model_indirectly_matches_eager(form, path, dtype):
 
     def data():
         return torch.randn(2, 3, 8, 8, dtype=dtype), torch.randint(5, (2,))
-    trainer.step(*data())
-    eager = trainer.twin()
-    compiled = outofplace.compile(trainer.step, data()) if path == "compile" else \
-        torch.compile(trainer.step, backend="outofplace")
+    compiled, eager = _compiled_on(path, trainer, data)
     _assert_steps_match(compiled, trainer, eager, data, path)
 
 
@@ -470,10 +478,7 @@ def test_clipped_or_autocast_step_matches_eager(form, dtype, path):
 
     def data():
         return torch.randn(4, 6, dtype=dtype), torch.randn(4, 3, dtype=dtype)
-    trainer.step(*data())
-    eager = trainer.twin()
-    compiled = outofplace.compile(trainer.step, data()) if path == "compile" else \
-        torch.compile(trainer.step, backend="outofplace")
+    compiled, eager = _compiled_on(path, trainer, data)
     if form is _clipped_step or dtype == torch.float64:
         _assert_steps_match(compiled, trainer, eager, data, path)
         return
@@ -518,10 +523,7 @@ def test_checkpointed_step_matches_eager(use_reentrant, dtype, path):
 
     def data():
         return torch.randn(4, 6, dtype=dtype), torch.randint(3, (4,))
-    trainer.step(*data())
-    eager = trainer.twin()
-    compiled = outofplace.compile(trainer.step, data()) if path == "compile" else \
-        torch.compile(trainer.step, backend="outofplace")
+    compiled, eager = _compiled_on(path, trainer, data)
     _assert_steps_match(compiled, trainer, eager, data, path)
 
 
@@ -560,8 +562,5 @@ def test_layer_norm_without_affine_parameters_trains_as_eager(dtype, path):
 
     def data():
         return torch.randn(4, 6, dtype=dtype), torch.randint(3, (4,))
-    trainer.step(*data())
-    eager = trainer.twin()
-    compiled = outofplace.compile(trainer.step, data()) if path == "compile" else \
-        torch.compile(trainer.step, backend="outofplace")
+    compiled, eager = _compiled_on(path, trainer, data)
     _assert_steps_match(compiled, trainer, eager, data, path)
