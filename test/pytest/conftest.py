@@ -36,3 +36,15 @@ def _fresh_torch_compile_programs() -> None:
     import outofplace.dynamo
 
     outofplace.dynamo._PROGRAMS.clear()
+
+
+
+@pytest.fixture(autouse=True)
+def _torch_compile_flags_restored():
+    """No call leaves torch's compile flags set, whether it returned or raised: eager
+    code reads them (torch.optim's steps read their step counts as tensors while
+    `torch.compiler.is_compiling()`, and an eager Adamax step then fails)."""
+    yield
+    leaked = torch.compiler._is_compiling_flag or torch.compiler._is_exporting_flag
+    torch.compiler._is_compiling_flag = torch.compiler._is_exporting_flag = False
+    assert not leaked, "torch.compiler.is_compiling() left True after the test"

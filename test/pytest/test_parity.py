@@ -552,6 +552,10 @@ def test_optimizer_branching_on_its_step_is_refused_at_its_line(kind, options):
         outofplace.compile(step, (x, y))
     assert "a value read from a tensor's data decides" in str(error.value)
     assert __file__ in str(error.value)
+    # and eager code runs as eager after it: an Adamax step reads its step count with
+    # .item() (it failed in _foreach_addcdiv_ when the refusal left torch compiling)
+    assert not torch.compiler.is_compiling()
+    torch.optim.Adamax(model.parameters(), foreach=True).step()
 
 
 def _write_through_a_made_view(x, pos):

@@ -57,6 +57,7 @@ _OPTIONS = {"SGD": [dict(lr=0.1, momentum=0.9),
                                             weight_decay=0.1)],
             "Adagrad": [dict(lr=0.1), dict(lr=0.1, lr_decay=0.01, weight_decay=0.1)],
             "NAdam": [dict(lr=0.01, weight_decay=0.1)],
+            "Adamax": [dict(lr=0.01, weight_decay=0.1)],
             "Adadelta": [dict(lr=0.5, weight_decay=0.1)],
             # (its loop form decides with Python on the step counter's value: refused)
             "ASGD": [dict(lr=0.01, foreach=True)]}

@@ -239,15 +239,21 @@ class OptimizerSteps:
         # them with .item() as Python floats: the step traces eager's code.
         compiling = torch.compiler._is_compiling_flag
         torch.compiler._is_compiling_flag = False
+        scalar_lists = self.scalar_lists
 
-        def end_step() -> None:  # after the step, or after a step that raised
+        def end_step() -> None:  # after the step
             torch.compiler._is_compiling_flag = compiling
-            self.scalar_lists.__exit__(None, None, None)
-        self.end_step = end_step
-        self.restores.append(end_step)
+            scalar_lists.__exit__(None, None, None)
+
+        def after_raise() -> None:  # after a step that raised, once export has returned:
+            # export restored the flag as it left (setting it here would leave it set,
+            # and eager's optimizers would read their step counts as tensors after)
+            scalar_lists.__exit__(None, None, None)
+        self.end_step, self.after_raise = end_step, after_raise
+        self.restores.append(after_raise)
 
     def _after(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self.restores.remove(self.end_step)
+        self.restores.remove(self.after_raise)
         self.end_step()
         names = {id(p): n for n, p in self.module.named_parameters(remove_duplicate=False)}
         for key, entries in opt.state.items():
