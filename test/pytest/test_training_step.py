@@ -547,15 +547,25 @@ def test_torch_export_alone_fails_on_a_checkpointed_step():
         torch.export.export(Step(), (torch.randn(4, 6),), strict=False)
 
 
+_NORMS = {
+    # its backward's gradients of the weight and bias are None, which kept PyTorch's
+    # decomposition from it, and torch-mlir's lowering refused it ("failed to legalize
+    # operation 'torch.constant.bool'")
+    "LayerNorm without affine": lambda: torch.nn.LayerNorm(8, elementwise_affine=False),
+    # eager's fused kernel saves `rstd`, made by `mean`, `add_` and `rsqrt_` below
+    # autograd: replayed for the backward op by op (the trace left it a constant)
+    "RMSNorm": lambda: torch.nn.RMSNorm(8),
+    "RMSNorm without affine": lambda: torch.nn.RMSNorm(8, eps=1e-3,
+                                                       elementwise_affine=False)}
+
+
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_layer_norm_without_affine_parameters_trains_as_eager(dtype, path):
-    """LayerNorm(elementwise_affine=False): its backward's gradients of the weight and
-    bias are None, which kept PyTorch's decomposition from it, and torch-mlir's lowering
-    refused it ("failed to legalize operation 'torch.constant.bool'")."""
+@pytest.mark.parametrize("norm", list(_NORMS))
+def test_normalization_layer_trains_as_eager(norm, dtype, path):
+    """A normalization layer's training step, SGD with momentum, on both paths."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 8),
-                                torch.nn.LayerNorm(8, elementwise_affine=False),
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), _NORMS[norm](),
                                 torch.nn.Linear(8, 3)).to(dtype)
     trainer = Trainer(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
                       _optimizer_step(F.cross_entropy))

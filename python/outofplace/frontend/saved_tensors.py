@@ -34,7 +34,9 @@ class SavedTensors(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.made: Any = None  # tensor -> (op, args, kwargs, results, last node then)
+        # tensor -> the ops that made it, last last: (op, its replay, args, kwargs,
+        # results, the graph's last node then); an in-place op adds to its operand's
+        self.made: Any = None
         self.tracer: Any = None
 
     def __enter__(self) -> "SavedTensors":
@@ -74,15 +76,19 @@ class SavedTensors(TorchDispatchMode):
             last = self.tracer.graph._root.prev
             for result in pytree.tree_leaves(results):
                 if isinstance(result, torch.Tensor):
-                    self.made[result] = (func, replay, args, kwargs, results, last)
+                    if result not in self.made:
+                        self.made[result] = []
+                    self.made[result].append((func, replay, args, kwargs, results, last))
         return results
 
     def _replay(self, tensor: torch.Tensor) -> Any:
-        """The proxy of `tensor`, traced again from the op that made it, or None."""
-        record = self.made.pop(tensor, None) if self.made is not None else None
-        if record is None:
+        """The proxy of `tensor`, traced again from the op that made it, or None. An
+        in-place op's operand, the tensor itself (`_fused_rms_norm` saves `rstd` made by
+        `mean`, `add_` and `rsqrt_`), is traced from the op before it."""
+        records = self.made.get(tensor) if self.made is not None else None
+        if not records:
             return None
-        func, replay, args, kwargs, results, last = record
+        func, replay, args, kwargs, results, last = records.pop()
         tracker = self.tracker
         leaves, spec = pytree.tree_flatten((args, kwargs))
         proxies = []
