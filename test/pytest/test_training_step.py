@@ -574,3 +574,39 @@ def test_normalization_layer_trains_as_eager(norm, dtype, path):
         return torch.randn(4, 6, dtype=dtype), torch.randint(3, (4,))
     compiled, eager = _compiled_on(path, trainer, data)
     _assert_steps_match(compiled, trainer, eager, data, path)
+
+
+class _Recurrent(torch.nn.Module):
+    """A recurrent layer and a classifier of its last step's output."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+        self.out = torch.nn.Linear(layer.hidden_size * (1 + layer.bidirectional), 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.layer(x)[0][:, -1])
+
+
+_RECURRENT = {
+    "LSTM bidirectional": lambda: torch.nn.LSTM(6, 8, bidirectional=True,
+                                                batch_first=True),
+    "GRU": lambda: torch.nn.GRU(6, 8, batch_first=True)}
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("layer", list(_RECURRENT))
+def test_recurrent_layer_trains_as_eager(layer, dtype, path):
+    """An RNN's training step: eager runs oneDNN's kernel (`mkldnn_rnn_layer`) on
+    float32, which torch-mlir does not define; the program computes its cells' ops
+    (PyTorch's decomposition with oneDNN off), on both paths."""
+    torch.manual_seed(0)
+    model = _Recurrent(_RECURRENT[layer]()).to(dtype)
+    trainer = Trainer(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                      _optimizer_step(F.cross_entropy))
+
+    def data():
+        return torch.randn(2, 3, 6, dtype=dtype), torch.randint(3, (2,))
+    compiled, eager = _compiled_on(path, trainer, data)
+    _assert_steps_match(compiled, trainer, eager, data, path)

@@ -19,7 +19,9 @@ Canary: test/pytest/test_fx_upstream_canaries.py::test_logsumexp_does_not_lower.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from typing import Iterator
 
 import torch
 import torch.utils._pytree as pytree
@@ -130,7 +132,8 @@ def decompose_unregistered(graph: torch.fx.Graph) -> None:
             if op in decomposition_table:
                 table[op] = decomposition_table[op]
         try:
-            gm, inputs = trace(graph, node.target, node.args, node.kwargs, table)
+            with _without_onednn():
+                gm, inputs = trace(graph, node.target, node.args, node.kwargs, table)
         except Exception:  # noqa: BLE001 - one that reads tensor data: refused below
             continue
         recorded = [n.target for n in gm.graph.nodes if n.op == "call_function"]
@@ -139,6 +142,19 @@ def decompose_unregistered(graph: torch.fx.Graph) -> None:
         with graph.inserting_before(node):
             result = inline(graph, gm, inputs, node.meta.get("stack_trace"))
         replace_node(graph, node, result)
+
+
+@contextlib.contextmanager
+def _without_onednn() -> Iterator[None]:
+    """oneDNN off while a decomposition is traced: PyTorch's decomposition of an RNN
+    (`lstm`, `gru`) then records its cells' ops, where it would record eager's oneDNN
+    kernel (`mkldnn_rnn_layer`), which torch-mlir does not define."""
+    enabled = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = enabled
 
 
 def _computes_tensors(node: torch.fx.Node) -> bool:
