@@ -547,7 +547,7 @@ def test_torch_export_alone_fails_on_a_checkpointed_step():
         torch.export.export(Step(), (torch.randn(4, 6),), strict=False)
 
 
-_NORMS = {
+_LAYERS = {  # each a layer from 8 features to 8
     # its backward's gradients of the weight and bias are None, which kept PyTorch's
     # decomposition from it, and torch-mlir's lowering refused it ("failed to legalize
     # operation 'torch.constant.bool'")
@@ -556,16 +556,25 @@ _NORMS = {
     # autograd: replayed for the backward op by op (the trace left it a constant)
     "RMSNorm": lambda: torch.nn.RMSNorm(8),
     "RMSNorm without affine": lambda: torch.nn.RMSNorm(8, eps=1e-3,
-                                                       elementwise_affine=False)}
+                                                       elementwise_affine=False),
+    # neither torch-mlir nor PyTorch's decompositions had its backward (windows of 3
+    # positions to 2 overlap), nor weight norm's forward and backward
+    "AdaptiveMaxPool2d": lambda: torch.nn.Sequential(
+        torch.nn.Linear(8, 18), torch.nn.Unflatten(1, (2, 3, 3)),
+        torch.nn.AdaptiveMaxPool2d(2), torch.nn.Flatten()),
+    "weight_norm": lambda: torch.nn.utils.parametrizations.weight_norm(
+        torch.nn.Linear(8, 8)),
+    "weight_norm dim=1": lambda: torch.nn.utils.parametrizations.weight_norm(
+        torch.nn.Linear(8, 8), dim=1)}
 
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("norm", list(_NORMS))
-def test_normalization_layer_trains_as_eager(norm, dtype, path):
-    """A normalization layer's training step, SGD with momentum, on both paths."""
+@pytest.mark.parametrize("layer", list(_LAYERS))
+def test_layer_trains_as_eager(layer, dtype, path):
+    """A layer's training step, SGD with momentum, on both paths."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 8), _NORMS[norm](),
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), _LAYERS[layer](),
                                 torch.nn.Linear(8, 3)).to(dtype)
     trainer = Trainer(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
                       _optimizer_step(F.cross_entropy))

@@ -549,3 +549,66 @@ def _instance_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
             call(graph, torch.ops.aten.copy_.default, running,
                  _running_update(graph, running, batch, momentum, scale))
     return out
+
+
+# Gradients of layers that neither torch-mlir defines nor PyTorch decomposes.
+
+def _scattered_gradient(grad: torch.Tensor, indices: torch.Tensor, shape: tuple,
+                        spatial: int) -> torch.Tensor:
+    """Each output's gradient added at the input position its index names (the index of
+    the position in its sample and channel, as eager's kernel adds it)."""
+    flat = grad.new_zeros((*shape[:-spatial], torch.Size(shape[-spatial:]).numel()))
+    return flat.scatter_add(-1, indices.flatten(-spatial), grad.flatten(-spatial)) \
+        .view(shape)
+
+
+@_decomposes(torch.ops.aten.adaptive_max_pool2d_backward.default,
+             torch.ops.aten.adaptive_max_pool3d_backward.default)
+def _adaptive_max_pool_backward(graph: torch.fx.Graph, node: torch.fx.Node
+                                ) -> torch.fx.Node:
+    """adaptive_max_pool{2,3}d_backward(grad, x, indices): the gradient scattered into
+    zeros of x's shape at the indices the forward chose."""
+    grad, x, indices = node.args[:3]
+    spatial = 2 if node.target is torch.ops.aten.adaptive_max_pool2d_backward.default else 3
+    return inline_call(graph, node, _scattered_gradient, grad, indices,
+                       tuple(x.meta["val"].shape), spatial)
+
+
+def _weight_norm(v: torch.Tensor, g: torch.Tensor, dim: int) -> tuple[torch.Tensor, ...]:
+    """w = v * (g / ‖v‖) and ‖v‖, the norm over every dimension but `dim`, kept with
+    size 1 in those (as g is), as eager's kernel computes them."""
+    others = [d for d in range(v.dim()) if d != dim % v.dim()]
+    norms = (v * v).sum(others, keepdim=True).sqrt()
+    return v * (g / norms), norms
+
+
+@_decomposes(torch.ops.aten._weight_norm_interface.default)
+def _weight_norm_forward(graph: torch.fx.Graph, node: torch.fx.Node
+                         ) -> tuple[torch.fx.Node, ...]:
+    """_weight_norm_interface(v, g, dim) (weight_norm's parametrization): `_weight_norm`."""
+    v, g = node.args[:2]
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    return tuple(inline_call(graph, node, _weight_norm, v, g, dim))
+
+
+def _weight_norm_gradients(grad_w: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                           norms: torch.Tensor, dim: int) -> tuple[torch.Tensor, ...]:
+    """The gradients of v and g of w = g * v / ‖v‖ (the norm over every dimension but
+    `dim`; g and norms are kept with size 1 in those), as eager's kernel computes them:
+
+        grad_g = Σ grad_w * v / ‖v‖    grad_v = g / ‖v‖ * (grad_w - v * Σ grad_w * v / ‖v‖²)
+    """
+    others = [d for d in range(v.dim()) if d != dim % v.dim()]
+    norms = norms.view(g.shape)
+    sums = (grad_w * v).sum(others, keepdim=True)
+    grad_v = g / norms * (grad_w - v * (sums / (norms * norms)))
+    return grad_v, (sums / norms).view(g.shape)
+
+
+@_decomposes(torch.ops.aten._weight_norm_interface_backward.default)
+def _weight_norm_backward(graph: torch.fx.Graph, node: torch.fx.Node
+                          ) -> tuple[torch.fx.Node, ...]:
+    """_weight_norm_interface_backward(grad_w, v, g, norms, dim) (weight_norm's
+    parametrization in training): v's and g's gradients (`_weight_norm_gradients`)."""
+    grad_w, v, g, norms, dim = node.args[:5]
+    return tuple(inline_call(graph, node, _weight_norm_gradients, grad_w, v, g, norms, dim))
