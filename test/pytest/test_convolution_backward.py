@@ -53,6 +53,44 @@ def test_gradients_match_eager(case, dtype):
                                    atol=1e-4 if dtype == torch.float32 else 1e-11)
 
 
+TRANSPOSED = [  # (input shape, weight shape, stride, padding, dilation, output_padding,
+    # bias, groups)
+    ((2, 3, 8, 8), (3, 4, 2, 2), 2, 0, 1, 0, True, 1),
+    ((2, 4, 5, 6), (4, 3, 3, 3), 2, 1, 1, 1, False, 1),
+    ((1, 4, 6, 5), (4, 2, 3, 2), (2, 1), (1, 0), (1, 2), (1, 0), True, 2),
+    ((2, 2, 7), (2, 3, 4), 3, 1, 1, 2, True, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", TRANSPOSED,
+                         ids=[str(c[:2]) + f" s{c[2]} op{c[5]}" for c in TRANSPOSED])
+def test_transposed_gradients_match_eager(case, dtype):
+    """A transposed convolution's gradients (ConvTranspose2d in training)."""
+    x_shape, w_shape, stride, padding, dilation, output_padding, bias, groups = case
+    torch.manual_seed(0)
+    x = torch.randn(x_shape, dtype=dtype, requires_grad=True)
+    w = torch.randn(w_shape, dtype=dtype, requires_grad=True)
+    b = torch.randn(w_shape[1] * groups, dtype=dtype, requires_grad=True) if bias else None
+    wrt = [t for t in (x, w, b) if t is not None]
+    transpose = {1: F.conv_transpose1d, 2: F.conv_transpose2d}[x.dim() - 2]
+
+    def forward(x, w, b):
+        return transpose(x, w, b, stride, padding, output_padding, groups, dilation)
+
+    def gradients(x, w, b, g):
+        return torch.autograd.grad(forward(x, w, b), [t for t in (x, w, b) if t is not None],
+                                   g)
+
+    g = torch.randn(forward(x, w, b).shape, dtype=dtype)
+    expected = gradients(x, w, b, g)
+    got = outofplace.compile(gradients, (x, w, b, g))(x, w, b, g)
+    assert len(got) == len(wrt)
+    for e, r in zip(expected, got):
+        torch.testing.assert_close(r, e, rtol=1e-5 if dtype == torch.float32 else 1e-12,
+                                   atol=1e-4 if dtype == torch.float32 else 1e-11)
+
+
 def test_weight_gradient_is_one_ungrouped_convolution():
     """The weight's gradient is a convolution over the batch, not one grouped by it."""
     x = torch.randn(8, 4, 12, 12, requires_grad=True)

@@ -278,6 +278,28 @@ func.func @main(%g: !torch.vtensor<[8,6,5,5],f32>, %x: !torch.vtensor<[8,4,12,12
         f"the weight gradient's convolution changed:\n{result.stdout}"
 
 
+def test_transposed_convolution_backward_does_not_lower() -> None:
+    """upstream/convolution_backward.py: a transposed convolution's backward (stride 2,
+    ConvTranspose2d's) fails to legalize."""
+    result = _to_stablehlo("""
+func.func @main(%g: !torch.vtensor<[2,4,16,16],f32>, %x: !torch.vtensor<[2,3,8,8],f32>, %w: !torch.vtensor<[3,4,2,2],f32>) -> !torch.vtensor<[3,4,2,2],f32> {
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %false = torch.constant.bool false
+  %true = torch.constant.bool true
+  %none = torch.constant.none
+  %s = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %p = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %d = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %m = torch.prim.ListConstruct %false, %true, %false : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
+  %0:3 = torch.aten.convolution_backward %g, %x, %w, %none, %s, %p, %d, %true, %p, %int1, %m : !torch.vtensor<[2,4,16,16],f32>, !torch.vtensor<[2,3,8,8],f32>, !torch.vtensor<[3,4,2,2],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int, !torch.list<bool> -> !torch.none, !torch.vtensor<[3,4,2,2],f32>, !torch.none
+  return %0#1 : !torch.vtensor<[3,4,2,2],f32>
+}""")
+    assert _fails_to_legalize(result), \
+        f"a transposed convolution's backward lowers now:\n{result.stdout}"
+
+
 def test_logsumexp_does_not_lower() -> None:
     """upstream/unlowered_ops.py: one op of NOT_LOWERED, left undecomposed by torch-mlir's
     pipeline, fails to legalize."""

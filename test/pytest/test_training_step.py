@@ -562,6 +562,10 @@ _LAYERS = {  # each a layer from 8 features to 8
     "AdaptiveMaxPool2d": lambda: torch.nn.Sequential(
         torch.nn.Linear(8, 18), torch.nn.Unflatten(1, (2, 3, 3)),
         torch.nn.AdaptiveMaxPool2d(2), torch.nn.Flatten()),
+    # its gradients, which torch-mlir's lowering refused, as convolutions
+    "ConvTranspose2d": lambda: torch.nn.Sequential(
+        torch.nn.Unflatten(1, (2, 2, 2)), torch.nn.ConvTranspose2d(2, 3, 2, stride=2),
+        torch.nn.Flatten(), torch.nn.Linear(48, 8)),
     "weight_norm": lambda: torch.nn.utils.parametrizations.weight_norm(
         torch.nn.Linear(8, 8)),
     "weight_norm dim=1": lambda: torch.nn.utils.parametrizations.weight_norm(

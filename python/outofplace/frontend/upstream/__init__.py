@@ -18,7 +18,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `scatters.py` | as_strided_scatter → index_put; select_scatter index from the end; slice_scatter bounds clamped | no lowering; no scatter indices; unbounded allocation |
 | `max_pool.py` | max_pool2d_with_indices stride [] → the kernel | an empty stride read as 1 |
 | `bool_clamp.py` | clamp of bools → and/or | the missing bound filled with False |
-| `convolution_backward.py` | convolution_backward as JAX's transposes | a weight gradient grouped by the batch (3x slower) |
+| `convolution_backward.py` | convolution_backward as JAX's transposes, a transposed convolution's too | a weight gradient grouped by the batch (3x slower); a transposed convolution's backward does not lower |
 """
 
 from __future__ import annotations

@@ -3,10 +3,13 @@
 torch-mlir computes the weight's gradient as a convolution grouped by the batch
 (feature_group_count = N) over a window one row and column too big, which XLA:CPU runs
 3x slower than JAX's program (a stride-2 3x3 convolution's backward, bench/op_classes.py).
-Not wrong, slow: the rewrite is a performance workaround.
+Not wrong, slow: the rewrite is a performance workaround. A transposed convolution's
+gradients, which torch-mlir's lowering refused ("failed to legalize operation
+'torch.constant.bool'"), are convolutions too (`_transposed_gradients`).
 
 Upstream: no issue found.
-Canary: test/pytest/test_fx_upstream_canaries.py::test_weight_gradient_is_grouped_by_the_batch.
+Canaries: test/pytest/test_fx_upstream_canaries.py::test_weight_gradient_is_grouped_by_the_batch,
+::test_transposed_convolution_backward_does_not_lower.
 Tests: test/pytest/test_convolution_backward.py.
 """
 
@@ -61,15 +64,38 @@ def _convolution_gradients(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
     return grad_input, grad_weight, grad_bias
 
 
+def _transposed_gradients(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+                          stride: list[int], padding: list[int], dilation: list[int],
+                          groups: int, mask: list[bool]) -> tuple[torch.Tensor | None, ...]:
+    """The gradients of the transposed convolution `conv_transpose(x, w, stride, padding,
+    dilation, output_padding, groups)`, the adjoint of `convolution(·, w, stride,
+    padding, dilation, groups)`: the input's that convolution of the output's gradient
+    (rows an output_padding added are read by no window), the weight's that
+    convolution's weight gradient with the output's gradient as its input and x as its
+    output's gradient."""
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        grad_input = torch.ops.aten.convolution(grad, w, None, stride, padding, dilation,
+                                                False, [0] * len(stride), groups)
+    if mask[1]:
+        grad_weight = _convolution_gradients(x, grad, w, stride, padding, dilation,
+                                             groups, [False, True, False])[1]
+    if mask[2]:
+        grad_bias = grad.sum([0, *range(2, grad.dim())])
+    return grad_input, grad_weight, grad_bias
+
+
 def _convolution_backward(graph: torch.fx.Graph, node: torch.fx.Node
                           ) -> tuple[torch.fx.Node | None, ...] | None:
-    """convolution_backward (not transposed)  =>  `_convolution_gradients`"""
+    """convolution_backward  =>  `_convolution_gradients`, or `_transposed_gradients` of
+    a transposed convolution (which torch-mlir's lowering refused)"""
     (grad, x, w, _, stride, padding, dilation, transposed, output_padding, groups,
      mask) = node.args
-    if transposed or any(output_padding):
+    if not transposed and any(output_padding):
         return None
-    return inline_call(graph, node, _convolution_gradients, grad, x, w, list(stride),
-                       list(padding), list(dilation), groups, list(mask))
+    return inline_call(graph, node, _transposed_gradients if transposed else
+                       _convolution_gradients, grad, x, w, list(stride), list(padding),
+                       list(dilation), groups, list(mask))
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
