@@ -300,6 +300,42 @@ func.func @main(%g: !torch.vtensor<[2,4,16,16],f32>, %x: !torch.vtensor<[2,3,8,8
         f"a transposed convolution's backward lowers now:\n{result.stdout}"
 
 
+_AVG_POOL_LISTS = """
+  %int0 = torch.constant.int 0
+  %int2 = torch.constant.int 2
+  %int3 = torch.constant.int 3
+  %false = torch.constant.bool false
+  %true = torch.constant.bool true
+  %none = torch.constant.none
+  %k = torch.prim.ListConstruct %int3, %int3 : (!torch.int, !torch.int) -> !torch.list<int>
+  %s = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %p = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+"""
+
+
+def test_avg_pool_backward_does_not_lower() -> None:
+    """upstream/avg_pool.py: avg_pool2d_backward (a 3x3 window, stride 2) fails to
+    legalize."""
+    result = _to_stablehlo("""
+func.func @main(%g: !torch.vtensor<[2,3,3,3],f32>, %x: !torch.vtensor<[2,3,8,8],f32>) -> !torch.vtensor<[2,3,8,8],f32> {""" + _AVG_POOL_LISTS + """
+  %0 = torch.aten.avg_pool2d_backward %g, %x, %k, %s, %p, %false, %true, %none : !torch.vtensor<[2,3,3,3],f32>, !torch.vtensor<[2,3,8,8],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[2,3,8,8],f32>
+  return %0 : !torch.vtensor<[2,3,8,8],f32>
+}""")
+    assert _fails_to_legalize(result), f"avg_pool2d_backward lowers now:\n{result.stdout}"
+
+
+def test_avg_pool_with_ceil_mode_fails_to_verify() -> None:
+    """upstream/avg_pool.py: avg_pool2d with ceil_mode (8 to 4 windows of 3, stride 2)
+    lowers to a reduce_window whose result type is not the one it infers."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[2,3,8,8],f32>) -> !torch.vtensor<[2,3,4,4],f32> {""" + _AVG_POOL_LISTS + """
+  %0 = torch.aten.avg_pool2d %x, %k, %s, %p, %true, %true, %none : !torch.vtensor<[2,3,8,8],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[2,3,4,4],f32>
+  return %0 : !torch.vtensor<[2,3,4,4],f32>
+}""")
+    assert result.returncode != 0 and "reduce_window" in result.stderr, \
+        f"avg_pool2d with ceil_mode lowers now:\n{result.stdout}"
+
+
 def test_logsumexp_does_not_lower() -> None:
     """upstream/unlowered_ops.py: one op of NOT_LOWERED, left undecomposed by torch-mlir's
     pipeline, fails to legalize."""
