@@ -336,6 +336,23 @@ func.func @main(%x: !torch.vtensor<[2,3,8,8],f32>) -> !torch.vtensor<[2,3,4,4],f
         f"avg_pool2d with ceil_mode lowers now:\n{result.stdout}"
 
 
+def test_max_pool_with_ceil_mode_pads_both_ends() -> None:
+    """upstream/max_pool.py: max_pool2d with ceil_mode (8 to 4 windows of 3, stride 2,
+    the last partial, no padding) lowers to a reduce_window padded by one at both ends:
+    its windows start one early, silently wrong values (max_pool2d_with_indices' fails
+    to verify instead)."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[2,3,8,8],f32>) -> !torch.vtensor<[2,3,4,4],f32> {""" + _AVG_POOL_LISTS + """
+  %int1 = torch.constant.int 1
+  %d = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %0 = torch.aten.max_pool2d %x, %k, %s, %p, %d, %true : !torch.vtensor<[2,3,8,8],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool -> !torch.vtensor<[2,3,4,4],f32>
+  return %0 : !torch.vtensor<[2,3,4,4],f32>
+}""")
+    assert result.returncode == 0, result.stderr
+    assert "padding = dense<[[0, 0], [0, 0], [1, 1], [1, 1]]>" in result.stdout, \
+        f"max_pool2d with ceil_mode lowers otherwise now:\n{result.stdout}"
+
+
 def test_logsumexp_does_not_lower() -> None:
     """upstream/unlowered_ops.py: one op of NOT_LOWERED, left undecomposed by torch-mlir's
     pipeline, fails to legalize."""

@@ -24,6 +24,9 @@ WINDOWS = [  # kernel, stride, padding, dilation, ceil_mode
     (3, 1, 1, 1, False),
     (3, 2, 1, 2, True),
     ((2, 3), (1, 2), (1, 0), 1, True),
+    # ceil_mode adding a partial last window (upstream/max_pool.py pads the input)
+    (2, 2, 0, 1, True),
+    ((3, 2), 2, (0, 1), 1, True),
 ]
 
 
@@ -77,8 +80,18 @@ def pool1d_with_indices(x):
     return F.max_pool1d(x.flatten(2), 4, 3, 1, return_indices=True)
 
 
+def ceil_mode_pool(x):
+    # a partial last window: torch-mlir padded both ends (silently wrong values)
+    return F.max_pool2d(x, (2, 3), 2, 0, 1, True)
+
+
+def ceil_mode_pool_with_indices(x):
+    return F.max_pool2d(x, 3, 2, (0, 1), 1, True, return_indices=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("f", [pool_with_indices, pool1d_with_indices],
+@pytest.mark.parametrize("f", [pool_with_indices, pool1d_with_indices, ceil_mode_pool,
+                               ceil_mode_pool_with_indices],
                          ids=lambda f: f.__name__)
 def test_indices_match_eager_on_both_paths(f, dtype):
     x = _input((2, 3, 9, 11), dtype)

@@ -30,6 +30,7 @@ import torch.fx
 import torch.nn.functional as F
 
 from .inline import inline_call
+from .upstream import max_pool
 
 _FORWARD = torch.ops.aten.max_pool2d_with_indices.default
 _BACKWARD = torch.ops.aten.max_pool2d_with_indices_backward.default
@@ -116,14 +117,20 @@ def _max_pool_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.N
     window = _window(node.args[2:], node.kwargs)
     forward = indices.args[0] if isinstance(indices, torch.fx.Node) and \
         indices.target is operator.getitem and indices.args[1] == 1 else None
-    if window is None or not isinstance(forward, torch.fx.Node) or \
-            forward.target is not _FORWARD or forward.args[0] is not x or \
-            _window(forward.args[1:], forward.kwargs) != window or \
+    if isinstance(forward, torch.fx.Node) and forward.target is _FORWARD:
+        pooled, args, kwargs = forward.args[0], forward.args[1:], forward.kwargs
+    elif isinstance(indices, torch.fx.Node) and max_pool.INDICES_OF in indices.meta:
+        pooled, args, kwargs = indices.meta[max_pool.INDICES_OF]  # a ceil_mode pooling's
+        forward = None
+    else:
+        return None
+    if window is None or pooled is not x or _window(args, kwargs) != window or \
             x.meta["val"].dim() not in (3, 4) or \
             not x.meta["val"].dtype.is_floating_point:
         return None
     kernel, stride, padding, dilation, _ = window
-    _share_values(graph, forward, window)
+    if forward is not None:
+        _share_values(graph, forward, window)
     return inline_call(graph, node, _gradient, grad, indices,
                        tuple(x.meta["val"].shape[-2:]), kernel, stride, padding, dilation)
 

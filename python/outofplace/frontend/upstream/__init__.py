@@ -16,7 +16,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `remainder.py` | remainder → fmod and a sign fix; fmod.Scalar → fmod.Tensor | remainder with C's sign; fmod.Scalar does not lower |
 | `scans.py` | logcumsumexp as a doubling scan; cumsum of a 0-d tensor | log(cumsum(exp)) overflows; 0-d cumsum does not lower |
 | `scatters.py` | as_strided_scatter → index_put; select_scatter index from the end; slice_scatter bounds clamped | no lowering; no scatter indices; unbounded allocation |
-| `max_pool.py` | max_pool2d_with_indices stride [] → the kernel | an empty stride read as 1 |
+| `max_pool.py` | max_pool2d_with_indices stride [] → the kernel; ceil_mode's partial windows → the input padded with -inf | an empty stride read as 1; ceil_mode's windows start early (wrong values) or fail to verify |
 | `bool_clamp.py` | clamp of bools → and/or | the missing bound filled with False |
 | `convolution_backward.py` | convolution_backward as JAX's transposes, a transposed convolution's too | a weight gradient grouped by the batch (3x slower); a transposed convolution's backward does not lower |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool2d with ceil_mode → convolutions by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type |
