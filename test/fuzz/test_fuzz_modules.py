@@ -27,8 +27,8 @@ from fuzz_modules import ModuleProgram, module_programs
 from fuzz_modules_check import UpstreamDivergence, assert_module_matches_eager, eager_rejects
 from test_fuzz import BASE_SEED, BUDGET, FIXED, Reports, _Stats
 
-FIXED_PROGRAMS = 24  # about 2 s each on the three paths: half a minute on two workers
-PROGRAMS_PER_SHARD = 6
+FIXED_PROGRAMS = 12  # about 2 s each on the three paths: 12 s on two workers
+PROGRAMS_PER_SHARD = 3
 LONG_PROGRAMS_PER_SHARD = 50
 TOTAL = FIXED_PROGRAMS if FIXED else BUDGET
 PER_SHARD = PROGRAMS_PER_SHARD if FIXED else LONG_PROGRAMS_PER_SHARD

@@ -574,11 +574,11 @@ _LAYERS = {  # each a layer from 8 features to 8
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("layer", list(_LAYERS))
-def test_layer_trains_as_eager(layer, dtype, path):
-    """A layer's training step, SGD with momentum, on both paths."""
+def test_layers_train_as_eager(dtype, path):
+    """The training step, SGD with momentum, of a model of every layer of _LAYERS one
+    after the other (a mismatch names the parameter), on both paths."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 8), _LAYERS[layer](),
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), *(make() for make in _LAYERS.values()),
                                 torch.nn.Linear(8, 3)).to(dtype)
     trainer = Trainer(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
                       _optimizer_step(F.cross_entropy))
@@ -590,32 +590,30 @@ def test_layer_trains_as_eager(layer, dtype, path):
 
 
 class _Recurrent(torch.nn.Module):
-    """A recurrent layer and a classifier of its last step's output."""
+    """Recurrent layers one after the other and a classifier of the last one's output
+    at the last step."""
 
-    def __init__(self, layer: torch.nn.Module) -> None:
+    def __init__(self, *layers: torch.nn.Module) -> None:
         super().__init__()
-        self.layer = layer
-        self.out = torch.nn.Linear(layer.hidden_size * (1 + layer.bidirectional), 3)
+        self.layers = torch.nn.ModuleList(layers)
+        self.out = torch.nn.Linear(layers[-1].hidden_size * (1 + layers[-1].bidirectional), 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.layer(x)[0][:, -1])
-
-
-_RECURRENT = {
-    "LSTM bidirectional": lambda: torch.nn.LSTM(6, 8, bidirectional=True,
-                                                batch_first=True),
-    "GRU": lambda: torch.nn.GRU(6, 8, batch_first=True)}
+        for layer in self.layers:
+            x = layer(x)[0]
+        return self.out(x[:, -1])
 
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("layer", list(_RECURRENT))
-def test_recurrent_layer_trains_as_eager(layer, dtype, path):
-    """An RNN's training step: eager runs oneDNN's kernel (`mkldnn_rnn_layer`) on
-    float32, which torch-mlir does not define; the program computes its cells' ops
-    (PyTorch's decomposition with oneDNN off), on both paths."""
+def test_recurrent_layers_train_as_eager(dtype, path):
+    """RNNs' training step (a bidirectional LSTM, then a GRU): eager runs oneDNN's
+    kernel (`mkldnn_rnn_layer`) on float32, which torch-mlir does not define; the
+    program computes their cells' ops (PyTorch's decomposition with oneDNN off), on
+    both paths."""
     torch.manual_seed(0)
-    model = _Recurrent(_RECURRENT[layer]()).to(dtype)
+    model = _Recurrent(torch.nn.LSTM(6, 4, bidirectional=True, batch_first=True),
+                       torch.nn.GRU(8, 8, batch_first=True)).to(dtype)
     trainer = Trainer(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
                       _optimizer_step(F.cross_entropy))
 
