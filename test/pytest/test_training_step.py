@@ -621,3 +621,22 @@ def test_recurrent_layers_train_as_eager(dtype, path):
         return torch.randn(2, 3, 6, dtype=dtype), torch.randint(3, (2,))
     compiled, eager = _compiled_on(path, trainer, data)
     _assert_steps_match(compiled, trainer, eager, data, path)
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_embedding_with_max_norm_trains_as_eager(dtype, path):
+    """nn.Embedding(max_norm=...) scales the rows it looks up in place before reading
+    them (`embedding_renorm_`, which has no out-of-place twin: refused before), rows
+    looked up twice in a batch among them; the weight is a parameter, updated by the
+    step too."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 8, max_norm=1.5), torch.nn.Flatten(),
+                                torch.nn.Linear(24, 3)).to(dtype)
+    trainer = Trainer(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                      _optimizer_step(F.cross_entropy))
+
+    def data():
+        return torch.randint(10, (4, 3)), torch.randint(3, (4,))
+    compiled, eager = _compiled_on(path, trainer, data)
+    _assert_steps_match(compiled, trainer, eager, data, path)

@@ -612,3 +612,30 @@ def _weight_norm_backward(graph: torch.fx.Graph, node: torch.fx.Node
     parametrization in training): v's and g's gradients (`_weight_norm_gradients`)."""
     grad_w, v, g, norms, dim = node.args[:5]
     return tuple(inline_call(graph, node, _weight_norm_gradients, grad_w, v, g, norms, dim))
+
+
+def _renormed_rows(weight: torch.Tensor, indices: torch.Tensor, max_norm: float,
+                   norm_type: float) -> torch.Tensor:
+    """The rows of `weight` that `indices` names, each whose norm passes `max_norm`
+    scaled to it, as eager's kernel scales them (the norm read as a double, the scale
+    `max_norm / (norm + 1e-7)` computed in double)."""
+    rows = weight[indices.flatten()]
+    norms = torch.linalg.vector_norm(rows, norm_type, dim=-1, keepdim=True).double()
+    scale = torch.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+    return rows * scale.to(weight.dtype)
+
+
+@_decomposes(torch.ops.aten.embedding_renorm_.default,
+             torch.ops.aten.embedding_renorm.default)
+def _embedding_renorm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """embedding_renorm_(weight, indices, max_norm, norm_type) (`nn.Embedding` with
+    `max_norm`): `weight.index_put_((indices,), renormed rows)`, an update of the rows
+    looked up (a row named twice is written twice with the same values); its functional
+    variant (AOTAutograd's, on the torch.compile path) `index_put`."""
+    weight, indices, max_norm, norm_type = node.args[:4]
+    rows = inline_call(graph, node, _renormed_rows, weight, indices, max_norm, norm_type)
+    flat = call(graph, torch.ops.aten.view.default, indices, [-1])
+    put = torch.ops.aten.index_put_.default \
+        if node.target is torch.ops.aten.embedding_renorm_.default \
+        else torch.ops.aten.index_put.default
+    return call(graph, put, weight, [flat], rows)
