@@ -18,6 +18,7 @@ CASES = [  # (input shape, kernel, stride, padding, ceil_mode, count_include_pad
     ((1, 2, 7, 8), 3, 2, 1, True, False, None),
     ((3, 6, 5), 2, 2, 0, True, True, 3),  # unbatched
     ((1, 2, 5, 6, 7), 3, 2, 1, False, False, None),  # 3-d
+    ((1, 2, 5, 6, 7), 2, 2, 0, True, True, None),
 ]
 
 

@@ -4,7 +4,7 @@ convolutions by a window of ones.
 torch-mlir's StableHLO lowering of `avg_pool2d_backward` fails to legalize (every
 configuration: no layer with `nn.AvgPool2d` trained), and of `avg_pool2d` with
 `ceil_mode=True` builds a reduce_window of the wrong result type (an MLIR verifier
-error, not a refusal). Both follow eager's CPU kernel: a window starts at
+error, not a refusal; `avg_pool3d` alike). Both follow eager's CPU kernel: a window starts at
 `o * stride - padding`, ends `kernel` later but not past the padded input; its divisor
 is that length (`count_include_pad`), or the length of the part inside the input, or
 `divisor_override`. The gradient is each window's gradient divided by its divisor,
@@ -80,7 +80,7 @@ def _gradient(grad: torch.Tensor, x: torch.Tensor, kernel: list[int], stride: li
 def _pooled(x: torch.Tensor, out: tuple[int, ...], kernel: list[int], stride: list[int],
             padding: list[int], count_include_pad: bool,
             divisor_override: int | None) -> torch.Tensor:
-    """avg_pool2d(x, ...) with windows past the padded input (ceil_mode)."""
+    """avg_pool{2,3}d(x, ...) with windows past the padded input (ceil_mode)."""
     spatial = len(kernel)
     batched = _batched(x, spatial)
     size = batched.shape[-spatial:]
@@ -114,6 +114,7 @@ def _window(kernel: Any, stride: Any, padding: Any, spatial: int) -> tuple | Non
 
 _BACKWARDS = {torch.ops.aten.avg_pool2d_backward.default: 2,
               torch.ops.aten.avg_pool3d_backward.default: 3}
+_FORWARDS = {torch.ops.aten.avg_pool2d.default: 2, torch.ops.aten.avg_pool3d.default: 3}
 
 
 def _avg_pool_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
@@ -129,7 +130,7 @@ def _avg_pool_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.N
 
 
 def _avg_pool_ceil_mode(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    """avg_pool2d(x, kernel, stride, padding, ceil_mode=True, ...)  =>  `_pooled`"""
+    """avg_pool{2,3}d(x, kernel, stride, padding, ceil_mode=True, ...)  =>  `_pooled`"""
     names = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
              "divisor_override")
     defaults = (None, [], 0, False, True, None)
@@ -137,15 +138,16 @@ def _avg_pool_ceil_mode(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.
     kernel, stride, padding, ceil_mode, count_include_pad, divisor_override = [
         node.args[i + 1] if i + 1 < len(node.args) else node.kwargs.get(name, default)
         for i, (name, default) in enumerate(zip(names, defaults))]
-    window = _window(kernel, stride, padding, 2)
+    spatial = _FORWARDS[node.target]
+    window = _window(kernel, stride, padding, spatial)
     if not ceil_mode or window is None or not x.meta["val"].dtype.is_floating_point:
         return None
-    out = tuple(node.meta["val"].shape[-2:])
+    out = tuple(node.meta["val"].shape[-spatial:])
     return inline_call(graph, node, _pooled, x, out, *window, bool(count_include_pad),
                        divisor_override)
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     **{op: _avg_pool_backward for op in _BACKWARDS},
-    torch.ops.aten.avg_pool2d.default: _avg_pool_ceil_mode,
+    **{op: _avg_pool_ceil_mode for op in _FORWARDS},
 }
