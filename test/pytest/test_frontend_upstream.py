@@ -74,6 +74,19 @@ def scalar_operands(x, mask):  # scalar_operands.py
     return x, mask.bitwise_xor(True)
 
 
+def activations(x, w, w1):  # activations.py
+    # x [2, 4, 4]: as many channels as elements in the last dimension, where prelu's
+    # lowering read its weights along the last dimension (wrong values)
+    return (F.softshrink(x, 0.5), F.prelu(x, w), F.prelu(x, w1), F.prelu(x[0, 0], w1),
+            F.prelu(x.unsqueeze(-1), w))
+
+
+def _activation_inputs(d):
+    x = torch.randn(2, 4, 4, dtype=d)
+    x[0, 0, :3] = torch.tensor([0.5, -0.5, float("nan")], dtype=d)  # at ±λ and NaN
+    return x, torch.tensor([0.1, -0.2, 0.3, 0.4], dtype=d), torch.tensor([0.25], dtype=d)
+
+
 def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
     return mask.clamp(min=low)
 
@@ -91,6 +104,7 @@ CASES = [
     (scatters, lambda d: (torch.randn(4, 3, dtype=d), torch.randn(2, 3, dtype=d))),
     (max_pool_with_indices, lambda d: (torch.randn(1, 2, 4, 6, dtype=d),)),
     (scalar_operands, lambda d: (torch.randn(4, dtype=d), torch.rand(4) > 0.5)),
+    (activations, _activation_inputs),
 ]
 
 

@@ -353,6 +353,35 @@ func.func @main(%x: !torch.vtensor<[2,3,8,8],f32>) -> !torch.vtensor<[2,3,4,4],f
         f"max_pool2d with ceil_mode lowers otherwise now:\n{result.stdout}"
 
 
+def test_softshrink_subtracts_below_minus_lambda() -> None:
+    """upstream/activations.py: softshrink(x, 0.5) below -0.5 adds -0.5 to x (eager adds
+    0.5), beside subtracting 0.5 above 0.5."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
+  %half = torch.constant.float 5.000000e-01
+  %0 = torch.aten.softshrink %x, %half : !torch.vtensor<[4],f32>, !torch.float -> !torch.vtensor<[4],f32>
+  return %0 : !torch.vtensor<[4],f32>
+}""")
+    assert result.returncode == 0, result.stderr
+    # -0.5 is both the lower bound compared with and the term added to x
+    minus_half = re.search(r"(%\w+) = \w+\.constant dense<-5\.000000e-01>", result.stdout)
+    assert minus_half and "stablehlo.add %arg0" in result.stdout and \
+        len(re.findall(rf"{minus_half.group(1)}\b", result.stdout)) == 3, \
+        f"softshrink's lowering changed:\n{result.stdout}"
+
+
+def test_prelu_broadcasts_along_the_last_dimension() -> None:
+    """upstream/activations.py: prelu of [2, 4, 3] by 4 channel weights broadcasts them
+    along the last dimension (3): a broadcast that fails."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[2,4,3],f32>, %w: !torch.vtensor<[4],f32>) -> !torch.vtensor<[2,4,3],f32> {
+  %0 = torch.aten.prelu %x, %w : !torch.vtensor<[2,4,3],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[2,4,3],f32>
+  return %0 : !torch.vtensor<[2,4,3],f32>
+}""")
+    assert result.returncode != 0 and "incompatible" in result.stderr, \
+        f"prelu's lowering changed:\n{result.stdout}{result.stderr}"
+
+
 def test_logsumexp_does_not_lower() -> None:
     """upstream/unlowered_ops.py: one op of NOT_LOWERED, left undecomposed by torch-mlir's
     pipeline, fails to legalize."""

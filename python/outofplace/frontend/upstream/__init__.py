@@ -19,6 +19,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `max_pool.py` | max_pool2d_with_indices stride [] → the kernel; ceil_mode's partial windows → the input padded with -inf | an empty stride read as 1; ceil_mode's windows start early (wrong values) or fail to verify |
 | `bool_clamp.py` | clamp of bools → and/or | the missing bound filled with False |
 | `convolution_backward.py` | convolution_backward as JAX's transposes, a transposed convolution's too | a weight gradient grouped by the batch (3x slower); a transposed convolution's backward does not lower |
+| `activations.py` | softshrink, prelu → eager's expressions | softshrink's sign below -λ; prelu's weights along the last dimension (wrong values) |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool2d with ceil_mode → convolutions by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type |
 """
 
@@ -26,12 +27,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import (attention, avg_pool, bool_clamp, convolution_backward, max_pool,
-               remainder, scans, scatters, undefined_ops)
+from . import (activations, attention, avg_pool, bool_clamp, convolution_backward,
+               max_pool, remainder, scans, scatters, undefined_ops)
 
 # op -> rewrite, for frontend/decompositions.py's `decompose` (a rewrite returns the
 # node's replacement, a tuple for an op of several results, or None: declined).
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     op: fn for module in (undefined_ops, attention, remainder, scans, scatters,
-                          max_pool, bool_clamp, convolution_backward, avg_pool)
+                          max_pool, bool_clamp, convolution_backward, avg_pool,
+                          activations)
     for op, fn in module.DECOMPOSITIONS.items()}
