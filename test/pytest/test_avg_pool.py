@@ -47,3 +47,31 @@ def test_pooling_and_its_gradient_match_eager(case, dtype):
     for e, r in zip(expected, got):
         torch.testing.assert_close(r, e, rtol=1e-6 if dtype == torch.float32 else 1e-14,
                                    atol=1e-6 if dtype == torch.float32 else 1e-14)
+
+
+ADAPTIVE = [  # (input shape, output size)
+    ((2, 3, 8, 7), (3, 5)),  # uneven, overlapping windows
+    ((3, 8, 7), 3),  # unbatched
+    ((2, 3, 8, 8), 4),  # even: only the gradient is rewritten
+    ((1, 2, 5, 6, 7), (2, 4, 3)),  # 3-d
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", ADAPTIVE, ids=[f"{c[0]} to {c[1]}" for c in ADAPTIVE])
+def test_adaptive_pooling_and_its_gradient_match_eager(case, dtype):
+    shape, out = case
+    pool = F.adaptive_avg_pool3d if len(shape) == 5 else F.adaptive_avg_pool2d
+    torch.manual_seed(0)
+    x = torch.randn(shape, dtype=dtype, requires_grad=True)
+    g = torch.randn(pool(x, out).shape, dtype=dtype)
+
+    def pooled_and_gradient(x, g):
+        y = pool(x, out)
+        return y.detach(), torch.autograd.grad(y, [x], g)[0]
+
+    expected = pooled_and_gradient(x, g)
+    got = outofplace.compile(pooled_and_gradient, (x, g))(x, g)
+    for e, r in zip(expected, got):
+        torch.testing.assert_close(r, e, rtol=1e-6 if dtype == torch.float32 else 1e-14,
+                                   atol=1e-6 if dtype == torch.float32 else 1e-14)

@@ -382,6 +382,27 @@ func.func @main(%x: !torch.vtensor<[2,4,3],f32>, %w: !torch.vtensor<[4],f32>) ->
         f"prelu's lowering changed:\n{result.stdout}{result.stderr}"
 
 
+def test_uneven_adaptive_avg_pool_does_not_lower() -> None:
+    """upstream/avg_pool.py: adaptive_avg_pool2d of 8x7 to 3x5 (windows of unequal
+    length) fails to lower; so does the gradient of any."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[2,3,8,7],f32>) -> !torch.vtensor<[2,3,3,5],f32> {
+  %int3 = torch.constant.int 3
+  %int5 = torch.constant.int 5
+  %out = torch.prim.ListConstruct %int3, %int5 : (!torch.int, !torch.int) -> !torch.list<int>
+  %0 = torch.aten.adaptive_avg_pool2d %x, %out : !torch.vtensor<[2,3,8,7],f32>, !torch.list<int> -> !torch.vtensor<[2,3,3,5],f32>
+  return %0 : !torch.vtensor<[2,3,3,5],f32>
+}""")
+    assert result.returncode != 0, f"uneven adaptive_avg_pool2d lowers now:\n{result.stdout}"
+    result = _to_stablehlo("""
+func.func @main(%g: !torch.vtensor<[2,3,4,4],f32>, %x: !torch.vtensor<[2,3,8,8],f32>) -> !torch.vtensor<[2,3,8,8],f32> {
+  %0 = torch.aten._adaptive_avg_pool2d_backward %g, %x : !torch.vtensor<[2,3,4,4],f32>, !torch.vtensor<[2,3,8,8],f32> -> !torch.vtensor<[2,3,8,8],f32>
+  return %0 : !torch.vtensor<[2,3,8,8],f32>
+}""")
+    assert _fails_to_legalize(result), \
+        f"_adaptive_avg_pool2d_backward lowers now:\n{result.stdout}"
+
+
 def test_logsumexp_does_not_lower() -> None:
     """upstream/unlowered_ops.py: one op of NOT_LOWERED, left undecomposed by torch-mlir's
     pipeline, fails to legalize."""

@@ -20,7 +20,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `bool_clamp.py` | clamp of bools → and/or | the missing bound filled with False |
 | `convolution_backward.py` | convolution_backward as JAX's transposes, a transposed convolution's too | a weight gradient grouped by the batch (3x slower); a transposed convolution's backward does not lower |
 | `activations.py` | softshrink, prelu → eager's expressions | softshrink's sign below -λ; prelu's weights along the last dimension (wrong values) |
-| `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool2d with ceil_mode → convolutions by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type |
+| `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """
 
 from __future__ import annotations

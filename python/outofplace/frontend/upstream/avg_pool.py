@@ -1,5 +1,6 @@
 """Average pooling's gradient, and its windows past the input (`ceil_mode=True`), as
-convolutions by a window of ones.
+convolutions by a window of ones; adaptive average pooling of uneven windows as
+products by matrices of ones.
 
 torch-mlir's StableHLO lowering of `avg_pool2d_backward` fails to legalize (every
 configuration: no layer with `nn.AvgPool2d` trained), and of `avg_pool2d` with
@@ -13,9 +14,16 @@ convolution_backward.py computes a convolution's input gradient). The forward wi
 `ceil_mode` is the sum of each window (a convolution by ones of the input padded with
 zeros to the last window's end) divided by its divisor.
 
+Adaptive average pooling whose windows differ in length or overlap (a size no multiple
+of the output's) fails torch-mlir's lowering ("condition must be true"), and its
+gradient does not lower at all: each window's sum is a product by a [output, input]
+matrix of ones, one dimension at a time, divided by its length in each dimension in
+turn (as eager divides); the gradient, each window's gradient so divided, is spread by
+the transposed products.
+
 Upstream: no issue found.
 Canaries: test/pytest/test_fx_upstream_canaries.py::test_avg_pool_backward_does_not_lower,
-::test_avg_pool_with_ceil_mode_fails_to_verify.
+::test_avg_pool_with_ceil_mode_fails_to_verify, ::test_uneven_adaptive_avg_pool_does_not_lower.
 Tests: test/pytest/test_avg_pool.py.
 """
 
@@ -147,7 +155,85 @@ def _avg_pool_ceil_mode(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.
                        divisor_override)
 
 
+def _adaptive_windows(size: int, out: int, dtype: torch.dtype
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Adaptive pooling's windows along one dimension, as eager's kernel places them
+    (output i from floor(i * size / out) to ceil((i + 1) * size / out)): a [out, size]
+    matrix of ones in each window, and each window's length."""
+    i = torch.arange(out)
+    start, end = i * size // out, ((i + 1) * size + out - 1) // out
+    position = torch.arange(size)
+    ones = (position >= start[:, None]) & (position < end[:, None])
+    return ones.to(dtype), end - start
+
+
+def _adaptive_average(x: torch.Tensor, out: tuple[int, ...]) -> torch.Tensor:
+    """adaptive_avg_pool{2,3}d(x, out): each window's sum (a product by its matrix of
+    ones, one dimension at a time) divided by its length in each dimension in turn,
+    as eager divides it."""
+    spatial = len(out)
+    result, lengths = x, []
+    for d in range(spatial):
+        dim = x.dim() - spatial + d
+        ones, length = _adaptive_windows(x.shape[dim], out[d], x.dtype)
+        result = torch.movedim(torch.movedim(result, dim, -1) @ ones.T, -1, dim)
+        lengths.append(length.to(x.dtype).view(-1, *[1] * (spatial - d - 1)))
+    for length in lengths:
+        result = result / length
+    return result
+
+
+def _adaptive_gradient(grad: torch.Tensor, x: torch.Tensor, spatial: int) -> torch.Tensor:
+    """_adaptive_avg_pool{2,3}d_backward(grad, x): each window's gradient divided by
+    its length in each dimension, added over the window's positions (a product by its
+    matrix of ones), one dimension at a time."""
+    result = grad
+    for d in range(spatial):
+        dim = x.dim() - spatial + d
+        ones, length = _adaptive_windows(x.shape[dim], grad.shape[dim], x.dtype)
+        result = result / length.to(x.dtype).view(-1, *[1] * (spatial - d - 1))
+        result = torch.movedim(torch.movedim(result, dim, -1) @ ones, -1, dim)
+    return result
+
+
+_ADAPTIVE = {torch.ops.aten.adaptive_avg_pool2d.default: 2,
+             torch.ops.aten._adaptive_avg_pool2d.default: 2,
+             torch.ops.aten.adaptive_avg_pool3d.default: 3,
+             torch.ops.aten._adaptive_avg_pool3d.default: 3}
+_ADAPTIVE_BACKWARDS = {torch.ops.aten._adaptive_avg_pool2d_backward.default: 2,
+                       torch.ops.aten._adaptive_avg_pool3d_backward.default: 3}
+
+
+def _uneven(x: torch.fx.Node, out: tuple[int, ...]) -> bool:
+    """Whether some dimension's windows differ in length or overlap (its size no
+    multiple of its output's), which torch-mlir's lowering refuses."""
+    size = x.meta["val"].shape[-len(out):]
+    return any(s % o for s, o in zip(size, out)) and \
+        x.meta["val"].dtype.is_floating_point
+
+
+def _adaptive_avg_pool(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """adaptive_avg_pool{2,3}d(x, out) of uneven windows  =>  `_adaptive_average`"""
+    x = node.args[0]
+    out = tuple(node.meta["val"].shape[-_ADAPTIVE[node.target]:])
+    if not _uneven(x, out):
+        return None
+    return inline_call(graph, node, _adaptive_average, x, out)
+
+
+def _adaptive_avg_pool_backward(graph: torch.fx.Graph, node: torch.fx.Node
+                                ) -> torch.fx.Node | None:
+    """_adaptive_avg_pool{2,3}d_backward(grad, x)  =>  `_adaptive_gradient`"""
+    grad, x = node.args[:2]
+    if not x.meta["val"].dtype.is_floating_point:
+        return None
+    return inline_call(graph, node, _adaptive_gradient, grad, x,
+                       _ADAPTIVE_BACKWARDS[node.target])
+
+
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
+    **{op: _adaptive_avg_pool for op in _ADAPTIVE},
+    **{op: _adaptive_avg_pool_backward for op in _ADAPTIVE_BACKWARDS},
     **{op: _avg_pool_backward for op in _BACKWARDS},
     **{op: _avg_pool_ceil_mode for op in _FORWARDS},
 }
