@@ -566,6 +566,22 @@ _LAYERS = {  # each a layer from 8 features to 8
     "ConvTranspose2d": lambda: torch.nn.Sequential(
         torch.nn.Unflatten(1, (2, 2, 2)), torch.nn.ConvTranspose2d(2, 3, 2, stride=2),
         torch.nn.Flatten(), torch.nn.Linear(48, 8)),
+    # average pooling's gradient, its ceil_mode (a partial window), adaptive pooling of
+    # uneven windows and its gradient, max pooling's ceil_mode: torch-mlir's lowering
+    # refused them, or gave wrong values
+    "AvgPool2d ceil_mode": lambda: torch.nn.Sequential(
+        torch.nn.Linear(8, 18), torch.nn.Unflatten(1, (2, 3, 3)),
+        torch.nn.AvgPool2d(2, ceil_mode=True, count_include_pad=False), torch.nn.Flatten()),
+    "AdaptiveAvgPool2d uneven": lambda: torch.nn.Sequential(
+        torch.nn.Linear(8, 18), torch.nn.Unflatten(1, (2, 3, 3)),
+        torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten()),
+    "MaxPool2d ceil_mode": lambda: torch.nn.Sequential(
+        torch.nn.Linear(8, 18), torch.nn.Unflatten(1, (2, 3, 3)),
+        torch.nn.MaxPool2d(2, ceil_mode=True), torch.nn.Flatten()),
+    # lowered wrongly: softshrink's sign below -λ, prelu's weights along the last
+    # dimension
+    "Softshrink": lambda: torch.nn.Softshrink(0.3),
+    "PReLU": lambda: torch.nn.PReLU(8),
     "weight_norm": lambda: torch.nn.utils.parametrizations.weight_norm(
         torch.nn.Linear(8, 8)),
     "weight_norm dim=1": lambda: torch.nn.utils.parametrizations.weight_norm(
