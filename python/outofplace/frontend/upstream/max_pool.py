@@ -88,8 +88,9 @@ def _max_pool(graph: torch.fx.Graph, node: torch.fx.Node) -> Any:
         return tuple(result)
     if not with_indices or list(stride):
         return None
-    return graph.call_function(node.target, (x, list(kernel), list(kernel), padding,
-                                             dilation, ceil_mode))
+    kwargs = {k: v for k, v in node.kwargs.items() if k != "stride"}
+    return graph.call_function(node.target, (x, list(kernel), list(kernel),
+                                             *node.args[3:]), kwargs)
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
