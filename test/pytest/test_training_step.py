@@ -656,3 +656,31 @@ def test_embedding_with_max_norm_trains_as_eager(dtype, path):
         return torch.randint(10, (4, 3)), torch.randint(3, (4,))
     compiled, eager = _compiled_on(path, trainer, data)
     _assert_steps_match(compiled, trainer, eager, data, path)
+
+
+def _losses(out: torch.Tensor, target: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
+    """Losses whose decompositions write a tensor autograd saved a copy of first
+    (`clamp_min_` of `margin - x`): the backward must read the copy, not the clamped."""
+    return (F.hinge_embedding_loss(out, sign) + F.margin_ranking_loss(out[:, 0], out[:, 1],
+                                                                      sign[:, 0]) +
+            F.soft_margin_loss(out, sign) + F.multi_margin_loss(out, target))
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_margin_losses_train_as_eager(dtype, path):
+    """Hinge embedding and margin ranking losses: the gradient read the value
+    `clamp_min_` left where autograd saved the one before (silently wrong gradients)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3).to(dtype)
+
+    def loss(out, target):
+        sign = torch.where(target[:, None] == torch.arange(3), 1.0, -1.0).to(out.dtype)
+        return _losses(out, target, sign)
+    trainer = Trainer(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                      _optimizer_step(loss))
+
+    def data():
+        return torch.randn(4, 6, dtype=dtype), torch.randint(3, (4,))
+    compiled, eager = _compiled_on(path, trainer, data)
+    _assert_steps_match(compiled, trainer, eager, data, path)

@@ -34,8 +34,8 @@ class SavedTensors(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        # tensor -> the ops that made it, last last: (op, its replay, args, kwargs,
-        # results, the graph's last node then); an in-place op adds to its operand's
+        # tensor -> the ops that made it (`_Record`s), the last last; an in-place op
+        # adds to its operand's
         self.made: Any = None
         self.tracer: Any = None
 
@@ -74,58 +74,111 @@ class SavedTensors(TorchDispatchMode):
         replay = _functional_variant(func) if func._schema.is_mutable else func
         if replay is not None:
             last = self.tracer.graph._root.prev
+            # each operand as the op read it: its proxy if the tracer saw it, else how
+            # many ops had made it then (an in-place op later changes it: autograd's
+            # copy of `clamp_min_`'s input is of the value before the op)
+            then = []
+            for leaf in pytree.tree_leaves((args, kwargs)):
+                seen = WeakTensorKeyDictionary.get(self.tracker, leaf) \
+                    if isinstance(leaf, torch.Tensor) else None
+                then.append(seen if seen is not None or not isinstance(leaf, torch.Tensor)
+                            else len(self.made.get(leaf, ())))
+            record = _Record(func, replay, args, kwargs, results, last, then)
             for result in pytree.tree_leaves(results):
                 if isinstance(result, torch.Tensor):
                     if result not in self.made:
                         self.made[result] = []
-                    self.made[result].append((func, replay, args, kwargs, results, last))
+                    self.made[result].append(record)
         return results
 
     def _replay(self, tensor: torch.Tensor) -> Any:
-        """The proxy of `tensor`, traced again from the op that made it, or None. An
-        in-place op's operand, the tensor itself (`_fused_rms_norm` saves `rstd` made by
-        `mean`, `add_` and `rsqrt_`), is traced from the op before it."""
+        """The proxy of `tensor`, traced again from the ops that made it, or None."""
         records = self.made.get(tensor) if self.made is not None else None
         if not records:
             return None
-        func, replay, args, kwargs, results, last = records.pop()
-        tracker = self.tracker
-        leaves, spec = pytree.tree_flatten((args, kwargs))
+        return self._state(tensor, len(records))
+
+    def _state(self, tensor: torch.Tensor, made: int) -> Any:
+        """The proxy of `tensor` as the first `made` ops that made it left it (an
+        in-place op's operand is the tensor as the ops before it left it: `_fused_rms_norm`
+        saves `rstd` made by `mean`, `add_` and `rsqrt_`), or None. Each op is traced
+        once, from its operands' values when it ran; the tensor's last op gives the
+        tracer its proxy."""
+        records = self.made.get(tensor, ())
+        if made == 0 or made > len(records):
+            return None
+        record = records[made - 1]
+        if record.proxies is None and not self._trace(record):
+            return None
+        return record.proxies.get(id(tensor))
+
+    def _trace(self, record: "_Record") -> bool:
+        """Traces `record`'s op at the point of the forward where it ran; False if an
+        operand has no proxy (or is symbolic)."""
+        leaves, spec = pytree.tree_flatten((record.args, record.kwargs))
         proxies = []
-        for leaf in leaves:
+        for leaf, then in zip(leaves, record.then):
             if isinstance(leaf, torch.Tensor):
-                proxy = tracker.get(leaf)
+                proxy = self._state(leaf, then) if isinstance(then, int) else then
                 if proxy is None:
-                    return None
+                    return False
                 proxies.append(proxy.proxy)
             elif isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-                return None
+                return False
             else:
                 proxies.append(leaf)
         # At the point of the forward where the op ran (after its operands' nodes): the
         # operands' values then, whatever the program wrote into them later.
         order = {node: i for i, node in enumerate(self.tracer.graph.nodes)}
-        after = max([last] + [p.node for p in proxies if isinstance(p, torch.fx.Proxy)],
+        after = max([record.last] +
+                    [p.node for p in proxies if isinstance(p, torch.fx.Proxy)],
                     key=lambda node: order.get(node, -1))
         proxy_args, proxy_kwargs = pytree.tree_unflatten(proxies, spec)
+        func, results = record.func, record.results
         with self.tracer.graph.inserting_after(after):
-            proxy = self.tracer.create_proxy("call_function", replay, proxy_args,
+            proxy = self.tracer.create_proxy("call_function", record.replay, proxy_args,
                                              proxy_kwargs)
-        if replay is not func:
+        proxy_tensor.set_meta(proxy, results)  # (the values the tracer knows)
+        if record.replay is not func:
             # The functional variant returns the op's results, then the new values of
             # the operands the op writes.
-            written = [kwargs[a.name] if a.name in kwargs else args[i]
+            written = [record.kwargs[a.name] if a.name in record.kwargs else record.args[i]
                        for i, a in enumerate(func._schema.arguments)
                        if a.alias_info is not None and a.alias_info.is_write]
-            firsts = results if isinstance(results, tuple) else (results,)
-            proxy.node.meta["val"] = (*firsts, *written)
             if isinstance(results, tuple):
+                proxy.node.meta["val"] = (*results, *written)
                 proxy = tuple(proxy[i] for i in range(len(results)))
-        proxy_tensor.track_tensor_tree(results, proxy, constant=None, tracer=self.tracer)
-        for result in pytree.tree_leaves(results):
-            if isinstance(result, torch.Tensor):
-                self.made.pop(result, None)
-        return tracker.get(tensor)
+        if isinstance(results, (tuple, list)) and not isinstance(proxy, tuple):
+            proxy = tuple(proxy[i] for i in range(len(results)))
+        pairs = list(zip(results, proxy)) if isinstance(results, (tuple, list)) else \
+            [(results, proxy)]
+        for t, p in pairs:
+            if isinstance(t, torch.Tensor) and "val" not in p.node.meta:
+                proxy_tensor.set_meta(p, t)
+        record.proxies = {id(t): proxy_tensor._ProxyTensor(p, None) for t, p in pairs
+                          if isinstance(t, torch.Tensor)}
+        # the tracer's proxy of each result this op made last
+        last_made = tuple(t if isinstance(t, torch.Tensor) and self.made[t][-1] is record
+                          else None for t, _ in pairs)
+        proxy_tensor.track_tensor_tree(
+            [t for t in last_made if t is not None],
+            [p for t, (_, p) in zip(last_made, pairs) if t is not None],
+            constant=None, tracer=self.tracer)
+        return True
+
+
+class _Record:
+    """An op below autograd that made a tensor: `then` holds each operand as the op
+    read it (a proxy, or how many ops had made it), `proxies` each result's proxy once
+    traced."""
+
+    __slots__ = ("func", "replay", "args", "kwargs", "results", "last", "then", "proxies")
+
+    def __init__(self, func: Any, replay: Any, args: tuple, kwargs: dict, results: Any,
+                 last: torch.fx.Node, then: list) -> None:
+        self.func, self.replay, self.args, self.kwargs = func, replay, args, kwargs
+        self.results, self.last, self.then = results, last, then
+        self.proxies: dict[int, Any] | None = None
 
 
 def _draws_nothing(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
