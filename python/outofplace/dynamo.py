@@ -27,6 +27,7 @@ import torch
 from .compiled import Compiled
 from .compiled import compile as compile_program
 from .errors import UnsupportedMutationError
+from .frontend import decompositions
 from .frontend.input_views import take_view
 from .memory import end_of, shared_memory, span_tensor
 
@@ -397,7 +398,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
                          f"{', '.join(BACKEND_OPTIONS)}, not {', '.join(unknown)}")
     if _needs_gradients(example_inputs):  # (AOTAutograd traces `.data` itself)
         names = [_user_name(n) for n in gm.graph.find_nodes(op="placeholder")]
-        return _training_backend(names, options)(gm, example_inputs)
+        with decompositions.eager_autograd_kernels():
+            return _training_backend(names, options)(gm, example_inputs)
     _data_as_detach(gm)
     if shared_memory(list(example_inputs))[0]:
         return ViewsOfInputs(gm, example_inputs, options)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import outofplace
-from differential import assert_same
+from differential import assert_matches_eager, assert_same, by_dynamo
 from test_training import Net as MLP  # two linear layers and a tanh
 
 STEPS = 3
@@ -660,17 +660,22 @@ def test_embedding_with_max_norm_trains_as_eager(dtype, path):
 
 def _losses(out: torch.Tensor, target: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
     """Losses whose decompositions write a tensor autograd saved a copy of first
-    (`clamp_min_` of `margin - x`): the backward must read the copy, not the clamped."""
+    (`clamp_min_` of `margin - x`): the backward must read the copy, not the clamped;
+    and multilabel margin, a class after each row's first -1 (PyTorch's tracers run
+    its decomposition, which counted it)."""
+    labels = torch.stack([target, torch.full_like(target, -1), (target + 1) % 3], 1)
     return (F.hinge_embedding_loss(out, sign) + F.margin_ranking_loss(out[:, 0], out[:, 1],
                                                                       sign[:, 0]) +
-            F.soft_margin_loss(out, sign) + F.multi_margin_loss(out, target))
+            F.soft_margin_loss(out, sign) + F.multi_margin_loss(out, target) +
+            F.multilabel_margin_loss(out, labels))
 
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_margin_losses_train_as_eager(dtype, path):
-    """Hinge embedding and margin ranking losses: the gradient read the value
-    `clamp_min_` left where autograd saved the one before (silently wrong gradients)."""
+    """Hinge embedding and margin ranking losses (the gradient read the value
+    `clamp_min_` left where autograd saved the one before) and multilabel margin loss
+    (PyTorch's decomposition): silently wrong before, on both paths for the last."""
     torch.manual_seed(0)
     model = torch.nn.Linear(6, 3).to(dtype)
 
@@ -684,3 +689,18 @@ def test_margin_losses_train_as_eager(dtype, path):
         return torch.randn(4, 6, dtype=dtype), torch.randint(3, (4,))
     compiled, eager = _compiled_on(path, trainer, data)
     _assert_steps_match(compiled, trainer, eager, data, path)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_multilabel_margin_loss_reads_its_target_as_eager(dtype, reduction):
+    """Without gradients the op is kept whole and decomposed by outofplace (PyTorch's
+    decomposition counted the classes after a row's first -1); a 1-d input too."""
+    def losses(x, labels):
+        return (F.multilabel_margin_loss(x, labels, reduction=reduction),
+                F.multilabel_margin_loss(x[0], labels[0], reduction=reduction))
+    labels = torch.tensor([[1, 3, -1, 0, 0], [4, -1, 2, 2, 2], [0, 1, 2, 3, 4],
+                           [-1, 0, 0, 0, 0]])
+    x = torch.randn(4, 5, dtype=dtype)
+    assert_matches_eager(losses, x, labels)
+    by_dynamo(losses, losses, (x, labels), {})

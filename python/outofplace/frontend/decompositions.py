@@ -17,7 +17,8 @@ mis-lowers, each with its issue and canary).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.fx
@@ -639,3 +640,96 @@ def _embedding_renorm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.No
         if node.target is torch.ops.aten.embedding_renorm_.default \
         else torch.ops.aten.index_put.default
     return call(graph, put, weight, [flat], rows)
+
+
+def _multilabel_margins(x: torch.Tensor, target: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """multilabel_margin_loss's terms, as eager's kernel reads its target: each row's
+    classes up to its first -1. Returns the [N, K, C] mask of the hinge terms
+    `1 - x[y_k] + x[j]` that count (k a target of the row, j none) and the terms, the
+    targets' positions clamped to 0, and the [N, C] is_target (as x's dtype)."""
+    x2, t2 = (x, target) if x.dim() == 2 else (x[None], target[None])
+    valid = torch.cumsum((t2 < 0).to(torch.int64), dim=1) == 0
+    classes = t2.clamp(min=0)
+    is_target = torch.zeros_like(x2).scatter_add(1, classes, valid.to(x2.dtype)) > 0
+    terms = 1 - x2.gather(1, classes)[:, :, None] + x2[:, None, :]
+    counted = valid[:, :, None] & ~is_target[:, None, :] & (terms > 0)
+    return counted, terms, classes, is_target.to(x.dtype)
+
+
+def _multilabel_margin_loss(x: torch.Tensor, target: torch.Tensor, reduction: int
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """multilabel_margin_loss_forward(x, target, reduction): each row's sum of its
+    counted hinge terms over the number of classes, reduced; and is_target."""
+    counted, terms, _, is_target = _multilabel_margins(x, target)
+    loss = torch.where(counted, terms, 0).sum((1, 2)) / x.shape[-1]
+    loss = loss if x.dim() == 2 else loss[0]
+    if reduction == 1:
+        loss = loss.mean()
+    elif reduction == 2:
+        loss = loss.sum()
+    return loss, is_target.view(x.shape)
+
+
+def _multilabel_margin_gradient(grad: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
+                                reduction: int) -> torch.Tensor:
+    """multilabel_margin_loss_backward: each counted term adds 1 / C to its class j and
+    takes 1 / C from its target y_k, times the output's gradient (over N for `mean`)."""
+    counted, _, classes, _ = _multilabel_margins(x, target)
+    counted = counted.to(x.dtype)
+    rows = counted.sum(1) - torch.zeros_like(counted.sum(1)).scatter_add(
+        1, classes, counted.sum(2))
+    scale = grad if reduction else (grad[:, None] if x.dim() == 2 else grad)
+    rows = rows / x.shape[-1] * scale
+    if reduction == 1:
+        rows = rows / (x.shape[0] if x.dim() == 2 else 1)
+    return rows.view(x.shape)
+
+
+@_decomposes(torch.ops.aten.multilabel_margin_loss_forward.default,
+             torch.ops.aten.multilabel_margin_loss.default)
+def _multilabel_margin(graph: torch.fx.Graph, node: torch.fx.Node) -> Any:
+    """multilabel_margin_loss[_forward](x, target, reduction) as eager's kernel reads
+    its target (PyTorch's decomposition adds the terms of the positions after the
+    first -1 too, as targets of class 0: wrong values)."""
+    x, target, reduction = (list(node.args) + [1])[:3]
+    loss, is_target = inline_call(graph, node, _multilabel_margin_loss, x, target,
+                                  reduction)
+    return (loss, is_target) if node.target is \
+        torch.ops.aten.multilabel_margin_loss_forward.default else loss
+
+
+@_decomposes(torch.ops.aten.multilabel_margin_loss_backward.default)
+def _multilabel_margin_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> Any:
+    """multilabel_margin_loss_backward(grad, x, target, reduction, is_target)"""
+    grad, x, target, reduction = node.args[:4]
+    return inline_call(graph, node, _multilabel_margin_gradient, grad, x, target, reduction)
+
+
+# PyTorch's decompositions that its tracers run in place of eager's kernel (a Python
+# kernel at the Autograd key: torch.export's, AOTAutograd's), wrong, and ours instead
+# while outofplace traces (`eager_autograd_kernels`)
+_WRONG_AUTOGRAD_KERNELS = {
+    torch.ops.aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss}
+
+
+@contextlib.contextmanager
+def eager_autograd_kernels() -> Iterator[None]:
+    """While entered, the ops of `_WRONG_AUTOGRAD_KERNELS` trace as eager computes them
+    (PyTorch's Python kernel of `multilabel_margin_loss_forward`, which its tracers
+    run, counts the positions after a row's first -1 as targets of class 0: wrong
+    losses and gradients, inductor's too)."""
+    key = torch._C.DispatchKey.Autograd
+    saved = {op: op.py_kernels.get(key) for op in _WRONG_AUTOGRAD_KERNELS}
+    try:
+        for op, fn in _WRONG_AUTOGRAD_KERNELS.items():
+            op.py_kernels[key] = fn
+            op._dispatch_cache.clear()
+        yield
+    finally:
+        for op, fn in saved.items():
+            if fn is None:
+                op.py_kernels.pop(key, None)
+            else:
+                op.py_kernels[key] = fn
+            op._dispatch_cache.clear()

@@ -26,7 +26,8 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            DynamicOutputShapeException)
 from torch.export import ExportedProgram
 
-from . import activation_checkpoints, control_flow, cumulative_batch_norm, meta_state, training
+from . import (activation_checkpoints, control_flow, cumulative_batch_norm, decompositions,
+               meta_state, training)
 from ..errors import UnsupportedMutationError
 from ..memory import end_of
 from .masked_values import MaskedValues
@@ -274,7 +275,8 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     args, kwargs = _distinct_tensors((tuple(args), kwargs or {}))
     try:
         with steps, cumulative_batch_norm.traced(module), meta_state.traced_as_cpu(), \
-                control_flow.traced(module), activation_checkpoints.traced():
+                control_flow.traced(module), activation_checkpoints.traced(), \
+                decompositions.eager_autograd_kernels():
             ep = torch.export.export(module, args, kwargs, strict=False,
                                      dynamic_shapes=dynamic_shapes)
         gradients.refuse()
