@@ -100,8 +100,8 @@ def index_copy_0d(x, i, v):
     x.index_copy_(0, i, v)
 
 
-def adaptive_pool(x):
-    return F.adaptive_avg_pool2d(x, (3, 3))
+def heaviside_promoted(x):
+    return torch.heaviside(x, torch.tensor(0.5))  # a float32 value for float64 x
 
 
 REFUSED = [
@@ -109,7 +109,7 @@ REFUSED = [
     (cumprod, (torch.randn(4),), "torch.aten.cumprod", "no pattern"),
     (index_copy_0d, (torch.tensor(1.0), torch.tensor([0]), torch.tensor(2.0)),
      "torch.aten.index_copy", "0-d tensor"),
-    (adaptive_pool, (torch.randn(1, 2, 5, 7),), "torch.aten.adaptive_avg_pool2d",
+    (heaviside_promoted, (torch.randn(4, dtype=torch.float64),), "torch.aten.heaviside",
      "fails on this statement"),
 ]
 
