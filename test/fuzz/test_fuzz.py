@@ -44,8 +44,8 @@ from outofplace.backends.iree import IreeCompileError
 import both_paths
 from fuzz_programs import Program, assert_program_matches_eager, programs
 
-FIXED_PROGRAMS = 48  # the fixed-seed budget of `make test`: about half a second each
-PROGRAMS_PER_SHARD = 12
+FIXED_PROGRAMS = 24  # the fixed-seed budget of `make test`: about half a second each
+PROGRAMS_PER_SHARD = 6
 LONG_PROGRAMS_PER_SHARD = 100
 BUDGET = int(os.environ.get("OUTOFPLACE_FUZZ_EXAMPLES", "0") or 0)
 FIXED = BUDGET <= 0

@@ -27,7 +27,7 @@ from fuzz_modules import ModuleProgram, module_programs
 from fuzz_modules_check import UpstreamDivergence, assert_module_matches_eager, eager_rejects
 from test_fuzz import BASE_SEED, BUDGET, FIXED, Reports, _Stats
 
-FIXED_PROGRAMS = 12  # about 2 s each on the three paths: 12 s on two workers
+FIXED_PROGRAMS = 6  # about 2 s each on the three paths: 6 s on two workers
 PROGRAMS_PER_SHARD = 3
 LONG_PROGRAMS_PER_SHARD = 50
 TOTAL = FIXED_PROGRAMS if FIXED else BUDGET
