@@ -28,14 +28,10 @@ def _pool(case):
     return lambda x: pool(x, kernel, stride, padding, ceil_mode, include, override)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]} k{c[1]} s{c[2]} p{c[3]} "
-                                             f"ceil={c[4]} include={c[5]} /{c[6]}"
-                                             for c in CASES])
-def test_pooling_and_its_gradient_match_eager(case, dtype):
+def _assert_pooling_matches_eager(pool, shape: tuple, dtype: torch.dtype) -> None:
+    """`pool(x)` and its gradient, compiled, against eager's."""
     torch.manual_seed(0)
-    pool = _pool(case)
-    x = torch.randn(case[0], dtype=dtype, requires_grad=True)
+    x = torch.randn(shape, dtype=dtype, requires_grad=True)
     g = torch.randn(pool(x).shape, dtype=dtype)
 
     def pooled_and_gradient(x, g):
@@ -47,6 +43,14 @@ def test_pooling_and_its_gradient_match_eager(case, dtype):
     for e, r in zip(expected, got):
         torch.testing.assert_close(r, e, rtol=1e-6 if dtype == torch.float32 else 1e-14,
                                    atol=1e-6 if dtype == torch.float32 else 1e-14)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]} k{c[1]} s{c[2]} p{c[3]} "
+                                             f"ceil={c[4]} include={c[5]} /{c[6]}"
+                                             for c in CASES])
+def test_pooling_and_its_gradient_match_eager(case, dtype):
+    _assert_pooling_matches_eager(_pool(case), case[0], dtype)
 
 
 ADAPTIVE = [  # (input shape, output size)
@@ -61,17 +65,5 @@ ADAPTIVE = [  # (input shape, output size)
 @pytest.mark.parametrize("case", ADAPTIVE, ids=[f"{c[0]} to {c[1]}" for c in ADAPTIVE])
 def test_adaptive_pooling_and_its_gradient_match_eager(case, dtype):
     shape, out = case
-    pool = F.adaptive_avg_pool3d if len(shape) == 5 else F.adaptive_avg_pool2d
-    torch.manual_seed(0)
-    x = torch.randn(shape, dtype=dtype, requires_grad=True)
-    g = torch.randn(pool(x, out).shape, dtype=dtype)
-
-    def pooled_and_gradient(x, g):
-        y = pool(x, out)
-        return y.detach(), torch.autograd.grad(y, [x], g)[0]
-
-    expected = pooled_and_gradient(x, g)
-    got = outofplace.compile(pooled_and_gradient, (x, g))(x, g)
-    for e, r in zip(expected, got):
-        torch.testing.assert_close(r, e, rtol=1e-6 if dtype == torch.float32 else 1e-14,
-                                   atol=1e-6 if dtype == torch.float32 else 1e-14)
+    adaptive = F.adaptive_avg_pool3d if len(shape) == 5 else F.adaptive_avg_pool2d
+    _assert_pooling_matches_eager(lambda x: adaptive(x, out), shape, dtype)

@@ -255,11 +255,12 @@ func.func @main(%x: !torch.vtensor<[4],i1>, %m: !torch.vtensor<[4],i1>) -> !torc
         f"a bool clamp's missing bound is no longer False:\n{result.stdout}"
 
 
-def test_weight_gradient_is_grouped_by_the_batch() -> None:
-    """upstream/convolution_backward.py: the weight's gradient is a convolution with
-    feature_group_count = N (the batch, 8), 4x4 windows where the kernel is 3x3."""
-    result = _to_stablehlo("""
-func.func @main(%g: !torch.vtensor<[8,6,5,5],f32>, %x: !torch.vtensor<[8,4,12,12],f32>, %w: !torch.vtensor<[6,4,3,3],f32>) -> !torch.vtensor<[6,4,3,3],f32> {
+def _weight_gradient(g: str, x: str, w: str, transposed: bool
+                     ) -> subprocess.CompletedProcess:
+    """convolution_backward's weight gradient (stride 2, no padding) of shapes g, x, w
+    (`[n,c,h,w]`), of a transposed convolution or not, lowered to StableHLO."""
+    return _to_stablehlo(f"""
+func.func @main(%g: !torch.vtensor<{g},f32>, %x: !torch.vtensor<{x},f32>, %w: !torch.vtensor<{w},f32>) -> !torch.vtensor<{w},f32> {{
   %int0 = torch.constant.int 0
   %int1 = torch.constant.int 1
   %int2 = torch.constant.int 2
@@ -270,9 +271,15 @@ func.func @main(%g: !torch.vtensor<[8,6,5,5],f32>, %x: !torch.vtensor<[8,4,12,12
   %p = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
   %d = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
   %m = torch.prim.ListConstruct %false, %true, %false : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
-  %0:3 = torch.aten.convolution_backward %g, %x, %w, %none, %s, %p, %d, %false, %p, %int1, %m : !torch.vtensor<[8,6,5,5],f32>, !torch.vtensor<[8,4,12,12],f32>, !torch.vtensor<[6,4,3,3],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int, !torch.list<bool> -> !torch.none, !torch.vtensor<[6,4,3,3],f32>, !torch.none
-  return %0#1 : !torch.vtensor<[6,4,3,3],f32>
-}""")
+  %0:3 = torch.aten.convolution_backward %g, %x, %w, %none, %s, %p, %d, %{"true" if transposed else "false"}, %p, %int1, %m : !torch.vtensor<{g},f32>, !torch.vtensor<{x},f32>, !torch.vtensor<{w},f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int, !torch.list<bool> -> !torch.none, !torch.vtensor<{w},f32>, !torch.none
+  return %0#1 : !torch.vtensor<{w},f32>
+}}""")
+
+
+def test_weight_gradient_is_grouped_by_the_batch() -> None:
+    """upstream/convolution_backward.py: the weight's gradient is a convolution with
+    feature_group_count = N (the batch, 8), 4x4 windows where the kernel is 3x3."""
+    result = _weight_gradient("[8,6,5,5]", "[8,4,12,12]", "[6,4,3,3]", transposed=False)
     assert result.returncode == 0, result.stderr
     assert "feature_group_count = 8" in result.stdout and "x4x4xf32>" in result.stdout, \
         f"the weight gradient's convolution changed:\n{result.stdout}"
@@ -281,21 +288,7 @@ func.func @main(%g: !torch.vtensor<[8,6,5,5],f32>, %x: !torch.vtensor<[8,4,12,12
 def test_transposed_convolution_backward_does_not_lower() -> None:
     """upstream/convolution_backward.py: a transposed convolution's backward (stride 2,
     ConvTranspose2d's) fails to legalize."""
-    result = _to_stablehlo("""
-func.func @main(%g: !torch.vtensor<[2,4,16,16],f32>, %x: !torch.vtensor<[2,3,8,8],f32>, %w: !torch.vtensor<[3,4,2,2],f32>) -> !torch.vtensor<[3,4,2,2],f32> {
-  %int0 = torch.constant.int 0
-  %int1 = torch.constant.int 1
-  %int2 = torch.constant.int 2
-  %false = torch.constant.bool false
-  %true = torch.constant.bool true
-  %none = torch.constant.none
-  %s = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
-  %p = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
-  %d = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
-  %m = torch.prim.ListConstruct %false, %true, %false : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
-  %0:3 = torch.aten.convolution_backward %g, %x, %w, %none, %s, %p, %d, %true, %p, %int1, %m : !torch.vtensor<[2,4,16,16],f32>, !torch.vtensor<[2,3,8,8],f32>, !torch.vtensor<[3,4,2,2],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int, !torch.list<bool> -> !torch.none, !torch.vtensor<[3,4,2,2],f32>, !torch.none
-  return %0#1 : !torch.vtensor<[3,4,2,2],f32>
-}""")
+    result = _weight_gradient("[2,4,16,16]", "[2,3,8,8]", "[3,4,2,2]", transposed=True)
     assert _fails_to_legalize(result), \
         f"a transposed convolution's backward lowers now:\n{result.stdout}"
 
