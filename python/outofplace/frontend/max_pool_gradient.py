@@ -30,9 +30,11 @@ import torch.fx
 import torch.nn.functional as F
 
 from .inline import inline_call
-from .upstream import max_pool
 
 _FORWARD = torch.ops.aten.max_pool2d_with_indices.default
+# A node's meta: the indices it holds are those of max_pool2d_with_indices(x, *args,
+# **kwargs), the value (a ceil_mode pooling upstream/max_pool.py rewrote)
+INDICES_OF = "outofplace.max_pool_indices_of"
 _BACKWARD = torch.ops.aten.max_pool2d_with_indices_backward.default
 
 
@@ -46,7 +48,7 @@ def _pair(value: Any) -> tuple[int, int] | None:
         else None
 
 
-def _window(args: tuple, kwargs: dict) -> tuple | None:
+def pooling_window(args: tuple, kwargs: dict) -> tuple | None:
     """(kernel, stride, padding, dilation, ceil_mode) of max_pool2d_with_indices'
     arguments after self, defaults filled in (an empty stride is the kernel's)."""
     names = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
@@ -114,17 +116,17 @@ def _max_pool_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.N
     the program's `max_pool2d(x, k, s, p, d, ceil)` then reads that pooling's values."""
     grad, x = node.args[:2]
     indices = node.args[7] if len(node.args) > 7 else node.kwargs.get("indices")
-    window = _window(node.args[2:], node.kwargs)
+    window = pooling_window(node.args[2:], node.kwargs)
     forward = indices.args[0] if isinstance(indices, torch.fx.Node) and \
         indices.target is operator.getitem and indices.args[1] == 1 else None
     if isinstance(forward, torch.fx.Node) and forward.target is _FORWARD:
         pooled, args, kwargs = forward.args[0], forward.args[1:], forward.kwargs
-    elif isinstance(indices, torch.fx.Node) and max_pool.INDICES_OF in indices.meta:
-        pooled, args, kwargs = indices.meta[max_pool.INDICES_OF]  # a ceil_mode pooling's
+    elif isinstance(indices, torch.fx.Node) and INDICES_OF in indices.meta:
+        pooled, args, kwargs = indices.meta[INDICES_OF]  # a ceil_mode pooling's
         forward = None
     else:
         return None
-    if window is None or pooled is not x or _window(args, kwargs) != window or \
+    if window is None or pooled is not x or pooling_window(args, kwargs) != window or \
             x.meta["val"].dim() not in (3, 4) or \
             not x.meta["val"].dtype.is_floating_point:
         return None
@@ -147,7 +149,7 @@ def _share_values(graph: torch.fx.Graph, forward: torch.fx.Node, window: tuple) 
     if plain.op != "call_function" or \
             plain.target is not torch.ops.aten.max_pool2d.default or \
             plain.args[0] is not forward.args[0] or \
-            _window(plain.args[1:], plain.kwargs) != window:
+            pooling_window(plain.args[1:], plain.kwargs) != window:
         return
     plain.prepend(forward)
     with graph.inserting_after(forward):

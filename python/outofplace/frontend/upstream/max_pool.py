@@ -29,68 +29,51 @@ import torch.fx
 import torch.nn.functional as F
 
 from ..inline import inline_call
+from ..max_pool_gradient import INDICES_OF, pooling_window
 
 _WITH_INDICES = torch.ops.aten.max_pool2d_with_indices.default
-# A node's meta: the indices it holds are those of max_pool2d_with_indices(x, *args,
-# **kwargs), the value (a ceil_mode pooling rewritten here)
-INDICES_OF = "outofplace.max_pool_indices_of"
-_NAMES = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
-_DEFAULTS = (None, [], 0, 1, False)
 
 
-def _pair(value: Any) -> list[int] | None:
-    values = [value] if isinstance(value, int) else list(value)
-    values = values * 2 if len(values) == 1 else values
-    return values if len(values) == 2 and all(isinstance(v, int) for v in values) else None
-
-
-def _ceil_mode_pool(x: torch.Tensor, kernel: list[int], stride: list[int],
-                    padding: list[int], dilation: list[int], out: list[int],
-                    with_indices: bool) -> Any:
-    """max_pool2d[_with_indices](x, ..., ceil_mode=True), whose result is `out` (its
-    last two sizes): of x padded with -inf to its last window's end."""
-    size = x.shape[-2:]
-    extra = [max(0, (out[d] - 1) * stride[d] + dilation[d] * (kernel[d] - 1) + 1
-                 - size[d] - 2 * padding[d]) for d in range(2)]
+def _ceil_mode_pool(x: torch.Tensor, kernel: tuple, stride: tuple, padding: tuple,
+                    dilation: tuple, extra: list[int], with_indices: bool) -> Any:
+    """max_pool2d[_with_indices](x, ..., ceil_mode=True): of x padded with -inf by
+    `extra` rows and columns at its end (to its last window's)."""
     padded = F.pad(x, [0, extra[1], 0, extra[0]], value=float("-inf"))
     if not with_indices:
         return torch.ops.aten.max_pool2d(padded, kernel, stride, padding, dilation, False)
     values, indices = _WITH_INDICES(padded, kernel, stride, padding, dilation, False)
-    width = size[1] + extra[1]
-    return values, indices // width * size[1] + indices % width
+    width = x.shape[-1] + extra[1]
+    return values, indices // width * x.shape[-1] + indices % width
 
 
 def _max_pool(graph: torch.fx.Graph, node: torch.fx.Node) -> Any:
     """max_pool2d_with_indices(x, k, stride=[])  =>  (x, k, stride=k); max_pool2d and
-    max_pool2d_with_indices with ceil_mode  =>  `_ceil_mode_pool`"""
+    max_pool2d_with_indices with ceil_mode and a partial window  =>  `_ceil_mode_pool`"""
     x = node.args[0]
-    kernel, stride, padding, dilation, ceil_mode = [
-        node.args[i + 1] if i + 1 < len(node.args) else node.kwargs.get(name, default)
-        for i, (name, default) in enumerate(zip(_NAMES, _DEFAULTS))]
     with_indices = node.target is _WITH_INDICES
-    if ceil_mode:
-        window = [_pair(kernel), _pair(stride) if list(stride) else _pair(kernel),
-                  _pair(padding), _pair(dilation)]
+    window = pooling_window(node.args[1:], node.kwargs)
+    if window is not None and window[4]:
+        kernel, stride, padding, dilation, _ = window
         value = x.meta["val"]
-        if None in window or not value.dtype.is_floating_point:
-            return None
-        out = list(node.meta["val"][0].shape[-2:] if with_indices else
-                   node.meta["val"].shape[-2:])
-        size = value.shape[-2:]
-        if all((out[d] - 1) * window[1][d] + window[3][d] * (window[0][d] - 1) + 1 <=
-               size[d] + 2 * window[2][d] for d in range(2)):
+        out = (node.meta["val"][0] if with_indices else node.meta["val"]).shape[-2:]
+        # the rows and columns the last window reaches past the padded input
+        extra = [max(0, (out[d] - 1) * stride[d] + dilation[d] * (kernel[d] - 1) + 1
+                     - value.shape[-2 + d] - 2 * padding[d]) for d in range(2)]
+        if not any(extra) or not value.dtype.is_floating_point:
             return None  # no partial window: lowered as it is
-        result = inline_call(graph, node, _ceil_mode_pool, x, *window, out, with_indices)
+        result = inline_call(graph, node, _ceil_mode_pool, x, *window[:4], extra,
+                             with_indices)
         if not with_indices:
             return result
         # (max_pool_gradient.py's gradient takes these indices as the pooling's)
         result[1].meta[INDICES_OF] = (x, node.args[1:], node.kwargs)
         return tuple(result)
+    stride = node.args[2] if len(node.args) > 2 else node.kwargs.get("stride", [])
     if not with_indices or list(stride):
         return None
+    kernel = list(node.args[1])
     kwargs = {k: v for k, v in node.kwargs.items() if k != "stride"}
-    return graph.call_function(node.target, (x, list(kernel), list(kernel),
-                                             *node.args[3:]), kwargs)
+    return graph.call_function(node.target, (x, kernel, kernel, *node.args[3:]), kwargs)
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
