@@ -87,6 +87,17 @@ def _activation_inputs(d):
     return x, torch.tensor([0.1, -0.2, 0.3, 0.4], dtype=d), torch.tensor([0.25], dtype=d)
 
 
+def histc(x, counts):  # histc.py: elements at the edges, outside them, NaN
+    counts.add_(torch.histc(x, bins=7, min=-1.5, max=2.0))
+    return torch.histc(x * 3, bins=3, min=0, max=2)
+
+
+def _histc_inputs(d):
+    x = torch.cat([torch.randn(40, dtype=d), torch.linspace(-1.5, 2.0, 15, dtype=d),
+                   torch.tensor([float("nan"), 1e9, -2.0], dtype=d)])
+    return x.view(2, -1), torch.ones(7, dtype=d)
+
+
 def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
     return mask.clamp(min=low)
 
@@ -105,6 +116,7 @@ CASES = [
     (max_pool_with_indices, lambda d: (torch.randn(1, 2, 4, 6, dtype=d),)),
     (scalar_operands, lambda d: (torch.randn(4, dtype=d), torch.rand(4) > 0.5)),
     (activations, _activation_inputs),
+    (histc, _histc_inputs),
 ]
 
 
@@ -113,6 +125,34 @@ CASES = [
 def test_matches_eager_on_both_paths(f, make, dtype):
     torch.manual_seed(0)
     both_paths(f, *make(dtype))
+
+
+def experts(x, w, experts):  # grouped_mm.py: transformers' grouped experts' forward
+    experts, order = torch.sort(experts)  # (ties in any order: rows go back below)
+    counts = torch.histc(experts.float(), bins=w.shape[0], min=0, max=w.shape[0] - 1)
+    offsets = torch.cumsum(counts, 0, dtype=torch.int32)
+    out = torch.empty(x.shape[0], w.shape[2], dtype=x.dtype)
+    out[order] = F.grouped_mm(x[order], w, offs=offsets)
+    return out
+
+
+def grouped_forms(a3, b2, a2, b3, offsets):  # grouped_mm.py: 3-d x 2-d, 2-d x 2-d, 3-d x 3-d
+    return (F.grouped_mm(a3, b2, offs=offsets), F.grouped_mm(a2, b2.T, offs=offsets),
+            F.grouped_mm(a3, b3))
+
+
+@pytest.mark.parametrize("tokens", [2, 9], ids=["fewer-rows-than-groups", "more"])
+def test_grouped_mm_matches_eager_on_both_paths(tokens):
+    """`F.grouped_mm` (bfloat16: PyTorch traces no other dtype), its groups cut at offsets
+    the program computes: each row's group read at run time, an expert with no row
+    among them."""
+    torch.manual_seed(0)
+    d = torch.bfloat16
+    both_paths(experts, torch.randn(tokens, 8, dtype=d), torch.randn(4, 8, 16, dtype=d),
+               torch.tensor([0, 3, 3, 1, 0, 3, 1, 1, 0][:tokens]))
+    both_paths(grouped_forms, torch.randn(4, 8, 8, dtype=d), torch.randn(8, 16, dtype=d),
+               torch.randn(8, 16, dtype=d), torch.randn(4, 8, 8, dtype=d),
+               torch.tensor([2, 5, 5, 16], dtype=torch.int32))
 
 
 def test_bool_clamp_matches_eager_on_both_paths():

@@ -51,6 +51,12 @@ def test_undefined_ops_are_still_undefined() -> None:
     assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
 
 
+def test_histc_and_grouped_mm_are_undefined() -> None:
+    """upstream/histc.py, upstream/grouped_mm.py: torch-mlir defines neither."""
+    defined = [n for n in ("torch.aten.histc", "torch.aten._grouped_mm") if _registered(n)]
+    assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
+
+
 def test_bitwise_scalar_forms_are_undefined() -> None:
     """upstream/scalar_operands.py: the bitwise ops' Scalar forms (llvm/torch-mlir#4448)."""
     defined = [n for n in scalar_operands.UNDEFINED_SCALAR_FORMS if _registered(n)]

@@ -244,18 +244,23 @@ def test_memory_numpy_shares_is_still_copied() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_generate_through_the_torch_compile_backend_in_place(dtype, monkeypatch) -> None:
+@pytest.mark.parametrize("family", ["Llama", "Mixtral"])
+def test_generate_through_the_torch_compile_backend_in_place(family, dtype,
+                                                             monkeypatch) -> None:
     """transformers' documented path: `model.forward = torch.compile(model.forward,
     backend="outofplace")` and `generate` with a static cache. The caches the prefill graph
     creates are updated in place by the decode graph: the same tokens as eager, no copy
-    (in bfloat16 too: outofplace-bfloat16-state-as-bits)."""
+    (in bfloat16 too: outofplace-bfloat16-state-as-bits). Mixtral's experts count their
+    tokens with histc and, in bfloat16, multiply with grouped_mm (frontend/upstream/)."""
     transformers = pytest.importorskip("transformers")
     torch._dynamo.reset()
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
+    experts = {"num_local_experts": 4, "num_experts_per_tok": 2} if family == "Mixtral" \
+        else {}
+    config = getattr(transformers, f"{family}Config")(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)
-    model = transformers.LlamaForCausalLM(config).to(dtype).eval()
+        num_key_value_heads=2, vocab_size=64, max_position_embeddings=64, **experts)
+    model = getattr(transformers, f"{family}ForCausalLM")(config).to(dtype).eval()
     prompt = torch.tensor([[1, 5, 9, 2]])
     monkeypatch.setattr(xla.executable, "WARN_BYTES", 0)  # these caches' few bytes too
 

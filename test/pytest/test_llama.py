@@ -136,13 +136,18 @@ DECODERS = {  # family: (config class, model class, extra config)
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 16}),
+    # mixture of experts: transformers' grouped experts (histc and, in bfloat16,
+    # grouped_mm: frontend/upstream/)
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                {"num_local_experts": 4, "num_experts_per_tok": 2}),
 }
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("family,kv_heads", [("llama", 4), ("llama", 2), ("qwen2", 1),
-                                             ("gemma", 2)],
-                         ids=["llama-mha", "llama-gqa", "qwen2-mqa", "gemma-gqa"])
+                                             ("gemma", 2), ("mixtral", 2)],
+                         ids=["llama-mha", "llama-gqa", "qwen2-mqa", "gemma-gqa",
+                              "mixtral-moe"])
 def test_decoders_at_batch_one_keep_every_cache_in_place(family, kv_heads, dtype):
     """A batch-1 decode step of transformers' decoders (MHA and grouped-query), in float32
     and bfloat16: logits as eager's over steps, and XLA:CPU updates every key and value

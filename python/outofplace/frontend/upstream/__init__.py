@@ -20,6 +20,8 @@ upstream fixed it; delete the module's entry, then the canary.
 | `bool_clamp.py` | clamp of bools → and/or | the missing bound filled with False |
 | `convolution_backward.py` | convolution_backward as JAX's transposes, a transposed convolution's too | a weight gradient grouped by the batch (3x slower); a transposed convolution's backward does not lower |
 | `activations.py` | softshrink, prelu → eager's expressions | softshrink's sign below -λ; prelu's weights along the last dimension (wrong values) |
+| `grouped_mm.py` | _grouped_mm → products with each row's group read from the offsets | not defined |
+| `histc.py` | histc → a scatter-add of ones at each element's bin (eager's arithmetic) | not defined |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """
 
@@ -28,12 +30,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import (activations, attention, avg_pool, bool_clamp, convolution_backward,
-               max_pool, remainder, scans, scatters, undefined_ops)
+               grouped_mm, histc, max_pool, remainder, scans, scatters, undefined_ops)
 
 # op -> rewrite, for frontend/decompositions.py's `decompose` (a rewrite returns the
 # node's replacement, a tuple for an op of several results, or None: declined).
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     op: fn for module in (undefined_ops, attention, remainder, scans, scatters,
                           max_pool, bool_clamp, convolution_backward, avg_pool,
-                          activations)
+                          activations, grouped_mm, histc)
     for op, fn in module.DECOMPOSITIONS.items()}
