@@ -128,14 +128,18 @@ class SavedTensors(TorchDispatchMode):
             else:
                 proxies.append(leaf)
         # At the point of the forward where the op ran (after its operands' nodes): the
-        # operands' values then, whatever the program wrote into them later.
+        # operands' values then, whatever the program wrote into them later. The tracer
+        # records an in-place op's node before autograd runs it, so an op autograd ran
+        # for it (`div_`'s and `pow_`'s copy of the original self, their backward's
+        # operand) read its operand before that node wrote it: traced before the node.
         order = {node: i for i, node in enumerate(self.tracer.graph.nodes)}
-        after = max([record.last] +
-                    [p.node for p in proxies if isinstance(p, torch.fx.Proxy)],
-                    key=lambda node: order.get(node, -1))
+        nodes = [p.node for p in proxies if isinstance(p, torch.fx.Proxy)]
+        after = max([record.last] + nodes, key=lambda node: order.get(node, -1))
+        before = after is record.last and _writes_any(record.last, nodes)
         proxy_args, proxy_kwargs = pytree.tree_unflatten(proxies, spec)
         func, results = record.func, record.results
-        with self.tracer.graph.inserting_after(after):
+        with self.tracer.graph.inserting_before(after) if before else \
+                self.tracer.graph.inserting_after(after):
             proxy = self.tracer.create_proxy("call_function", record.replay, proxy_args,
                                              proxy_kwargs)
         proxy_tensor.set_meta(proxy, results)  # (the values the tracer knows)
@@ -179,6 +183,21 @@ class _Record:
         self.func, self.replay, self.args, self.kwargs = func, replay, args, kwargs
         self.results, self.last, self.then = results, last, then
         self.proxies: dict[int, Any] | None = None
+
+
+def _writes_any(node: torch.fx.Node, operands: list[torch.fx.Node]) -> bool:
+    """Whether `node` is an op that writes one of `operands` (an in-place op's self)."""
+    op = node.target
+    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or \
+            not op._schema.is_mutable:
+        return False
+    for i, argument in enumerate(op._schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            value = node.kwargs.get(argument.name, node.args[i] if i < len(node.args)
+                                    else None)
+            if value in operands:
+                return True
+    return False
 
 
 def _draws_nothing(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
