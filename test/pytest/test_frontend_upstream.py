@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import outofplace
+from outofplace.backends.xla.compiler import legalize_for_cpu
 from differential import assert_matches_eager, assert_sgd_steps_match_eager, by_dynamo
 
 DTYPES = [torch.float32, torch.float64]
@@ -131,8 +132,11 @@ def experts(x, w, experts):  # grouped_mm.py: transformers' grouped experts' for
     experts, order = torch.sort(experts)  # (ties in any order: rows go back below)
     counts = torch.histc(experts.float(), bins=w.shape[0], min=0, max=w.shape[0] - 1)
     offsets = torch.cumsum(counts, 0, dtype=torch.int32)
-    out = torch.empty(x.shape[0], w.shape[2], dtype=x.dtype)
-    out[order] = F.grouped_mm(x[order], w, offs=offsets)
+    out = torch.empty(x.shape[0], w.shape[1], dtype=x.dtype)
+    # the weights [G, N, K] read transposed, as transformers' experts do (the XLA engine
+    # calls eager's kernel on a view of them, outofplace-transposed-kernel-operands; the
+    # decomposition gathers a few rows' matrices as the weights hold them)
+    out[order] = F.grouped_mm(x[order], w.transpose(-2, -1), offs=offsets)
     return out
 
 
@@ -145,11 +149,18 @@ def grouped_forms(a3, b2, a2, b3, offsets):  # grouped_mm.py: 3-d x 2-d, 2-d x 2
 def test_grouped_mm_matches_eager_on_both_paths(tokens):
     """`F.grouped_mm` (bfloat16: PyTorch traces no other dtype), its groups cut at offsets
     the program computes: each row's group read at run time, an expert with no row
-    among them."""
+    among them. The interpreter and IREE run the decomposition, the XLA engine eager's
+    kernel."""
     torch.manual_seed(0)
     d = torch.bfloat16
-    both_paths(experts, torch.randn(tokens, 8, dtype=d), torch.randn(4, 8, 16, dtype=d),
-               torch.tensor([0, 3, 3, 1, 0, 3, 1, 1, 0][:tokens]))
+    args = (torch.randn(tokens, 8, dtype=d), torch.randn(4, 16, 8, dtype=d),
+            torch.tensor([0, 3, 3, 1, 0, 3, 1, 1, 0][:tokens]))
+    both_paths(experts, *args)
+    # kept whole: the XLA engine calls eager's kernel on the weights as they are (a view
+    # of them transposed), no transpose of them left
+    legal = legalize_for_cpu(outofplace.compile(experts, args).stablehlo)[0]
+    assert legal.count('outofplace.op = "aten::_grouped_mm"') == 1
+    assert "stablehlo.transpose" not in legal and "outofplace.view.1" in legal
     both_paths(grouped_forms, torch.randn(4, 8, 8, dtype=d), torch.randn(8, 16, dtype=d),
                torch.randn(8, 16, dtype=d), torch.randn(4, 8, 8, dtype=d),
                torch.tensor([2, 5, 5, 16], dtype=torch.int32))

@@ -31,9 +31,10 @@ the first results; each later result is the argument `outofplace.written` names 
 the call: an operand it writes in place (aliased to that result: batch norm's running
 statistics, no copy) or an `out=` argument, a tensor over the result's buffer
 (`outofplace.out.<position>`: the output and the saved statistics written there).
-Operands and results are dense row-major; only float32 and float64 ops of static shapes
-are called (eager's kernel is the one the program's dtype has); the rest, and every
-composite on another engine, run their decomposition (a composite's meaning in
+Operands and results are dense row-major (a transposed operand a view of it,
+outofplace-transposed-kernel-operands); ops of static shapes in float32, float64 or
+bfloat16 are called (eager's kernel is the one the program's dtype has); the rest, and
+every composite on another engine, run their decomposition (a composite's meaning in
 StableHLO). A decomposition nothing calls any more is erased.
 
 Only the XLA engine runs this pass (its legalization, `LEGALIZE_FOR_CPU` in
@@ -50,7 +51,7 @@ from . import kernel_calls
 from .registry import register_pass
 
 TARGET = "aten::kernel"  # the custom call target of every call this pass makes
-ELEMENT_TYPES = ("f32", "f64")
+ELEMENT_TYPES = ("f32", "f64", "bf16")
 # the composite's attributes of the call (frontend/composites.py)
 KERNEL, TENSORS, RETURNS, WRITTEN = ("outofplace.kernel", "outofplace.tensors",
                                      "outofplace.returns", "outofplace.written")
@@ -58,12 +59,15 @@ OUT = "outofplace.out."  # + position: the result an out= argument is (kernel_ca
 
 
 def _callable(op: ir.Operation) -> bool:
-    """Whether the composite is an ATen op of ours (frontend/composites.py) on float32 or
-    float64 tensors of static shapes."""
+    """Whether the composite is an ATen op of ours (frontend/composites.py) on tensors of
+    static shapes, its floating-point ones float32, float64 or bfloat16 (integers, such
+    as grouped_mm's offsets, as they are)."""
     if KERNEL not in ir.DictAttr(op.attributes["composite_attributes"]):
         return False
     types = [ir.RankedTensorType(v.type) for v in [*op.operands, *op.results]]
-    return all(t.has_static_shape and str(t.element_type) in ELEMENT_TYPES for t in types)
+    return all(t.has_static_shape and (isinstance(t.element_type, ir.IntegerType) or
+                                       str(t.element_type) in ELEMENT_TYPES)
+               for t in types)
 
 
 def _config(op: ir.Operation) -> tuple[ir.DictAttr, list[ir.Attribute]]:
@@ -120,7 +124,7 @@ def _call(op: ir.Operation) -> ir.Operation:
     "outofplace-composites-as-kernel-calls",
     "Call eager's CPU kernel of an op kept whole (stablehlo.composite of an ATen op)",
     "a `stablehlo.composite` of an ATen op (frontend/composites.py: batch norm's forward "
-    "and backward), float32 or float64 of static shapes → `stablehlo.custom_call "
+    "and backward, grouped_mm), float32, float64 or bfloat16 of static shapes → `stablehlo.custom_call "
     "@\"aten::kernel\"` that the kernel handler (backends/kernel_call.cpp) runs with the "
     "composite's attributes as the op's arguments; decompositions no longer called "
     "erased (the XLA engine's legalization only, backends/xla; other engines and exports "

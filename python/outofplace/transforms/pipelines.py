@@ -22,7 +22,8 @@ from . import (bfloat16_state_as_bits, collectives,  # noqa: F401
                lower_regions, lower_updates, narrow_indices, refuse_unknown_shapes,
                round_through_float32, scatter_barriers, sharding,
                small_convolutions_as_dots, split_bounds_check, squeeze_state,
-               stablehlo_constants, vector_dots_weight_first,
+               stablehlo_constants, transposed_kernel_operands,
+               vector_dots_weight_first,
                verify_stablehlo)  # (they register passes)
 from .upstream import (fill_tensor, max_pool_indices, negative_indices,  # noqa: F401
                        shield_constants, static_slices, strip_constant_shields,

@@ -42,6 +42,7 @@ LEGALIZE_FOR_CPU = ("builtin.module(outofplace-composites-as-kernel-calls, "
                     "outofplace-convolutions-as-kernel-calls, "
                     "outofplace-small-convolutions-as-dots, "
                     "outofplace-dots-as-kernel-calls, "
+                    "outofplace-transposed-kernel-operands, "
                     "outofplace-flatten-state, "
                     "outofplace-bfloat16-state-as-bits)")
 

@@ -36,7 +36,9 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from ..inline import inline_call
+from .. import composites
+from ..fx_graph import source_line
+from ..inline import inline, trace
 
 
 def _groups(offsets: torch.Tensor, length: int) -> torch.Tensor:
@@ -49,42 +51,61 @@ def _groups(offsets: torch.Tensor, length: int) -> torch.Tensor:
 def _grouped_product(a: torch.Tensor, b: torch.Tensor,
                      offsets: torch.Tensor | None) -> torch.Tensor:
     """Eager's `_grouped_mm(a, b, offsets)`: reduced-precision operands multiplied in
-    float32 and the result rounded once, as eager's kernel accumulates."""
-    if a.dtype in (torch.bfloat16, torch.float16):
-        return _grouped_product(a.float(), b.float(), offsets).to(a.dtype)
+    float32 and the result rounded once, as eager's kernel accumulates (each operand
+    converted where it is multiplied: after a row's matrices are gathered, not the
+    whole of `b`)."""
+    exact = torch.float32 if a.dtype in (torch.bfloat16, torch.float16) else a.dtype
+
+    def product(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
+        return torch.einsum(equation, x.to(exact), y.to(exact))
+
     if offsets is None:
-        return torch.bmm(a, b)
+        return product(a, b, "gmk,gkn->gmn").to(a.dtype)
     count = offsets.shape[0]
+    zero = torch.zeros((), dtype=exact)
     if a.dim() == 2 and b.dim() == 3:
         rows = a.shape[0]
         group = _groups(offsets, rows)
-        known = group < count
         index = group.clamp(max=count - 1)
-        if rows <= count:
-            product = torch.bmm(a[:, None, :], b[index])[:, 0]
+        if rows <= count and b.stride(1) == 1 and b.stride(2) != 1:
+            # b read transposed (`weight.transpose(-2, -1)`): the rows' matrices
+            # gathered as the weight holds them, each product along its rows
+            mine = product(a, b.transpose(1, 2)[index], "sk,snk->sn")
+        elif rows <= count:
+            mine = product(a, b[index], "sk,skn->sn")
         else:
-            every = torch.einsum("sk,gkn->gsn", a, b)
-            product = every.gather(0, index[None, :, None].expand(1, rows, b.shape[2]))[0]
-        return torch.where(known[:, None], product, torch.zeros((), dtype=product.dtype))
+            every = product(a, b, "sk,gkn->gsn")
+            mine = every.gather(0, index[None, :, None].expand(1, rows, b.shape[2]))[0]
+        return torch.where((group < count)[:, None], mine, zero).to(a.dtype)
     if a.dim() == 3 and b.dim() == 2:
         columns = b.shape[1]
         group = _groups(offsets, columns)
-        known = group < count
-        every = torch.einsum("gmk,kn->gmn", a, b)
+        every = product(a, b, "gmk,kn->gmn")
         index = group.clamp(max=count - 1)[None, None, :].expand(1, a.shape[1], columns)
-        product = every.gather(0, index)[0]
-        return torch.where(known[None, :], product, torch.zeros((), dtype=product.dtype))
+        mine = every.gather(0, index)[0]
+        return torch.where((group < count)[None, :], mine, zero).to(a.dtype)
     group = _groups(offsets, a.shape[1])
     mine = group[None, :] == torch.arange(count, dtype=group.dtype)[:, None]   # [G, K]
     masked = torch.where(mine[:, None, :], a[None], torch.zeros((), dtype=a.dtype))
-    return torch.matmul(masked, b)
+    return product(masked, b, "gmk,kn->gmn").to(a.dtype)
 
 
 def _grouped_mm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """_grouped_mm(a, b, offs)  =>  `_grouped_product`"""
+    """_grouped_mm(a, b, offs)  =>  `_grouped_product`, kept whole (composites.py): the
+    XLA engine calls eager's kernel, which reads only the groups' own matrices."""
     arguments = dict(zip(("self", "mat2", "offs"), node.args), **node.kwargs)
-    return inline_call(graph, node, _grouped_product, arguments["self"],
-                       arguments["mat2"], arguments.get("offs"))
+    operands = [arguments["self"], arguments["mat2"], arguments.get("offs")]
+    stack_trace = node.meta.get("stack_trace")
+
+    def body(region: torch.fx.Graph, tensors: list) -> list[torch.fx.Node]:
+        traced, inputs = trace(graph, _grouped_product, tuple(operands), {})
+        given = {n: t for n, t in zip(operands, tensors) if n is not None}
+        return [inline(region, traced, [given[i] for i in inputs], stack_trace)]
+
+    op = torch.ops.aten._grouped_mm.default
+    return composites.composite(
+        graph, op, op, dict(enumerate(operands)), {}, body, source_line(node),
+        stack_trace, returns=[0])[0]
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
