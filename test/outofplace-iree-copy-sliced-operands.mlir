@@ -1,4 +1,4 @@
-// RUN: outofplace-opt %s --pass-pipeline='builtin.module(outofplace-iree-copy-sliced-operands)' | FileCheck %s
+// RUN: outofplace-opt %s --split-input-file --pass-pipeline='builtin.module(outofplace-iree-copy-sliced-operands)' | FileCheck %s
 
 // A gather's operand that is a slice goes behind a barrier; a scatter's (a slice of part
 // of y, through a reshape) too, then into a buffer of its own: select(barrier(true), it,
@@ -26,4 +26,21 @@ func.func @main(%x: tensor<4x3x1xf32>, %i: tensor<2x3xi64>, %y: tensor<4xf32>, %
     stablehlo.return %b : tensor<f32>
   }) : (tensor<1x1xf32>, tensor<3x1xi64>, tensor<3x1xf32>) -> tensor<1x1xf32>
   return %1, %4 : tensor<2xf32>, tensor<1x1xf32>
+}
+
+// -----
+
+// A sort of a slice of an argument (`topk(x[:, :8])`): its operand behind a barrier.
+// CHECK-LABEL: func.func @main(
+// CHECK:         %[[S:.*]] = stablehlo.slice %arg0 [0:3, 0:8]
+// CHECK:         %[[SB:.*]] = stablehlo.optimization_barrier %[[S]] : tensor<3x8xf32>
+// CHECK:         "stablehlo.sort"(%[[SB]])
+func.func @main(%x: tensor<3x130xf32>) -> tensor<3x8xf32> {
+  %0 = stablehlo.slice %x [0:3, 0:8] : (tensor<3x130xf32>) -> tensor<3x8xf32>
+  %1 = "stablehlo.sort"(%0) <{dimension = 1 : i64, is_stable = true}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %2 = stablehlo.compare GT, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %2 : tensor<i1>
+  }) : (tensor<3x8xf32>) -> tensor<3x8xf32>
+  return %1 : tensor<3x8xf32>
 }

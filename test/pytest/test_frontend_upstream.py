@@ -99,6 +99,12 @@ def _histc_inputs(d):
     return x.view(2, -1), torch.ones(7, dtype=d)
 
 
+def unsorted_topk(x, w):  # unsorted_topk.py
+    values, indices = torch.topk(x, 2, dim=-1, sorted=False)  # k * 64 <= n: eager sorts
+    chosen = torch.topk(x[:, :8], 3, dim=-1, sorted=False)[1]  # any order: read as a set
+    return values, indices, w.gather(1, chosen).sum(-1)
+
+
 def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
     return mask.clamp(min=low)
 
@@ -118,6 +124,7 @@ CASES = [
     (scalar_operands, lambda d: (torch.randn(4, dtype=d), torch.rand(4) > 0.5)),
     (activations, _activation_inputs),
     (histc, _histc_inputs),
+    (unsorted_topk, lambda d: (torch.randn(3, 130, dtype=d), torch.randn(3, 8, dtype=d))),
 ]
 
 

@@ -113,6 +113,25 @@ func.func @main(%q: !torch.vtensor<[1,4,3,8],f32>, %k: !torch.vtensor<[1,4,5,8],
 }"""
 
 
+_UNSORTED_TOPK = """
+func.func @main(%x: !torch.vtensor<[3,8],f32>) -> !torch.vtensor<[3,2],f32> {
+  %int2 = torch.constant.int 2
+  %int-1 = torch.constant.int -1
+  %true = torch.constant.bool true
+  %false = torch.constant.bool false
+  %values, %indices = torch.aten.topk %x, %int2, %int-1, %true, %false : !torch.vtensor<[3,8],f32>, !torch.int, !torch.int, !torch.bool, !torch.bool -> !torch.vtensor<[3,2],f32>, !torch.vtensor<[3,2],si64>
+  return %values : !torch.vtensor<[3,2],f32>
+}"""
+
+
+def test_unsorted_topk_does_not_lower() -> None:
+    """upstream/unsorted_topk.py: topk with sorted=false fails to legalize."""
+    result = _to_stablehlo(_UNSORTED_TOPK)
+    assert _fails_to_legalize(result), f"unsorted topk lowers now:\n{result.stdout}"
+    assert _fails_to_legalize(_to_stablehlo(_UNSORTED_TOPK.replace("%false :", "%true :"))) \
+        is False, "the sorted topk fails too: the canary tests nothing"
+
+
 def test_masked_attention_does_not_lower() -> None:
     """upstream/attention.py: attention with a mask is left undecomposed and fails to
     legalize (llvm/torch-mlir#3473)."""

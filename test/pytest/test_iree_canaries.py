@@ -52,6 +52,44 @@ func.func @main(%x: tensor<4x3x1xf32>, %i: tensor<2x3xi64>) -> tensor<2xf32> {
 }""")
 
 
+_TOPK = """
+func.func @main(%x: tensor<3x8xf32>) -> (tensor<3x2xf32>, tensor<3x2xi64>) {
+  %0 = stablehlo.iota dim = 1 : tensor<3x8xi64>
+  %1:2 = "stablehlo.sort"(%x, %0) <{dimension = 1 : i64, is_stable = false}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>, %c: tensor<i64>, %d: tensor<i64>):
+    %2 = stablehlo.compare GT, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %2 : tensor<i1>
+  }) : (tensor<3x8xf32>, tensor<3x8xi64>) -> (tensor<3x8xf32>, tensor<3x8xi64>)
+  %3 = stablehlo.slice %1#0 [0:3, 0:2] : (tensor<3x8xf32>) -> tensor<3x2xf32>
+  %4 = stablehlo.slice %1#1 [0:3, 0:2] : (tensor<3x8xi64>) -> tensor<3x2xi64>
+  return %3, %4 : tensor<3x2xf32>, tensor<3x2xi64>
+}"""
+
+
+def test_sort_of_a_sliced_argument_does_not_compile() -> None:
+    """`topk(x[:, :8])`: the sort reads a strided slice of an argument. Workaround:
+    outofplace-iree-copy-sliced-operands, a barrier on the sort's sliced operand."""
+    with pytest.raises(Exception, match="write affecting operations on global resources"):
+        _compile("""
+func.func @main(%x: tensor<3x130xf32>) -> tensor<3x8xf32> {
+  %0 = stablehlo.slice %x [0:3, 0:8] : (tensor<3x130xf32>) -> tensor<3x8xf32>
+  %1 = "stablehlo.sort"(%0) <{dimension = 1 : i64, is_stable = true}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %2 = stablehlo.compare GT, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %2 : tensor<i1>
+  }) : (tensor<3x8xf32>) -> tensor<3x8xf32>
+  return %1 : tensor<3x8xf32>
+}""")
+
+
+def test_topk_with_64_bit_indices_does_not_compile() -> None:
+    """torch-mlir's topk (a sort of the values and their 64-bit indices, sliced): IREE
+    matches it to a top_k of 32-bit indices and fails. Workaround:
+    outofplace-iree-sort-behind-barrier."""
+    with pytest.raises(Exception, match="'chlo.top_k' op inferred type"):
+        _compile(_TOPK)
+
+
 def test_adjacent_fills_of_one_constant_are_merged_wrongly() -> None:
     """Workaround: outofplace-iree-shield-constant-updates, a barrier on a constant update."""
     with pytest.raises(Exception, match="invalid Write access range"):

@@ -21,6 +21,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `convolution_backward.py` | convolution_backward as JAX's transposes, a transposed convolution's too | a weight gradient grouped by the batch (3x slower); a transposed convolution's backward does not lower |
 | `activations.py` | softshrink, prelu → eager's expressions | softshrink's sign below -λ; prelu's weights along the last dimension (wrong values) |
 | `grouped_mm.py` | _grouped_mm → products with each row's group read from the offsets | not defined |
+| `unsorted_topk.py` | topk(sorted=False) → topk(sorted=True), one of the orders eager gives | no pattern for `sorted=false` |
 | `histc.py` | histc → a scatter-add of ones at each element's bin (eager's arithmetic) | not defined |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """
@@ -30,12 +31,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import (activations, attention, avg_pool, bool_clamp, convolution_backward,
-               grouped_mm, histc, max_pool, remainder, scans, scatters, undefined_ops)
+               grouped_mm, histc, max_pool, remainder, scans, scatters, undefined_ops,
+               unsorted_topk)
 
 # op -> rewrite, for frontend/decompositions.py's `decompose` (a rewrite returns the
 # node's replacement, a tuple for an op of several results, or None: declined).
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     op: fn for module in (undefined_ops, attention, remainder, scans, scatters,
                           max_pool, bool_clamp, convolution_backward, avg_pool,
-                          activations, grouped_mm, histc)
+                          activations, grouped_mm, histc, unsorted_topk)
     for op, fn in module.DECOMPOSITIONS.items()}
