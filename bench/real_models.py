@@ -35,7 +35,8 @@ warnings.filterwarnings("ignore")
 
 CACHE = 256
 TRAINING_ROUNDS = 8  # turns of eager, outofplace and inductor in a training row
-DECODERS = {  # name: LlamaConfig fields (the names are the parameter counts)
+DECODERS = {  # name: LlamaConfig fields (the names are the parameter counts; "family"
+    # another transformers decoder's config and model)
     "12.7M": dict(hidden_size=256, intermediate_size=1536, num_hidden_layers=6,
                   num_attention_heads=8, num_key_value_heads=4, vocab_size=8192),
     "148M": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=14,
@@ -47,6 +48,13 @@ DECODERS = {  # name: LlamaConfig fields (the names are the parameter counts)
 # projections are eager's kernels called from the program (XLA:CPU's bfloat16 dot reads
 # a weight at 1.5 GB/s, transforms/vector_dots_weight_first.py).
 DECODERS["148M bfloat16"] = dict(DECODERS["148M"], dtype="bfloat16")
+# A mixture of experts (Mixtral's shape scaled down: 8 experts, 2 a token) in bfloat16:
+# transformers' grouped experts, whose weights the XLA engine's call of eager's
+# grouped_mm reads in place (frontend/upstream/grouped_mm.py)
+DECODERS["153M mixtral bfloat16"] = dict(
+    family="Mixtral", hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
+    num_attention_heads=8, num_key_value_heads=4, vocab_size=8192, num_local_experts=8,
+    num_experts_per_tok=2, dtype="bfloat16")
 RESNET = {"resnet18 64x64": 64, "resnet18 224x224": 224}
 # A decoder's training step: the 12.7M Llama (its config above), a batch of 4 sequences
 # of 64 tokens, its causal-LM loss, AdamW
@@ -131,9 +139,10 @@ def _decoder(name: str, meta: bool = False) -> Any:
     torch.manual_seed(0)
     fields = dict(DECODERS[name])
     dtype = getattr(torch, fields.pop("dtype", "float32"))
-    config = transformers.LlamaConfig(max_position_embeddings=2 * CACHE,
-                                      attn_implementation="sdpa", **fields)
-    model = transformers.LlamaForCausalLM(config).to(dtype).eval()
+    family = fields.pop("family", "Llama")
+    config = getattr(transformers, f"{family}Config")(
+        max_position_embeddings=2 * CACHE, attn_implementation="sdpa", **fields)
+    model = getattr(transformers, f"{family}ForCausalLM")(config).to(dtype).eval()
     model.generation_config = transformers.GenerationConfig(
         use_cache=True, cache_implementation="static", max_new_tokens=8)
     wrapper = executorch.TorchExportableModuleWithStaticCache(
@@ -150,6 +159,11 @@ def _decode_row(name: str, calls: int) -> dict[str, Any]:
     row: dict[str, Any] = {"row": name, "kind": "decode",
                            "parameters": sum(p.numel() for p in model.parameters())}
     row["weight_bytes"] = sum(p.nbytes for p in model.parameters())
+    # what a token reads: of a mixture of experts' weights, its experts' share
+    experts = getattr(model.config, "num_local_experts", None)
+    row["read_bytes"] = row["weight_bytes"] - sum(
+        p.nbytes * (1 - model.config.num_experts_per_tok / experts)
+        for n, p in model.named_parameters() if experts and ".experts." in n)
     row["cache_bytes"] = sum(b.nbytes for n, b in wrapper.named_buffers() if "cache" in n)
     budget = 60.0 if row["parameters"] > 5e8 else 20.0
     ids, position = torch.tensor([[5]]), torch.tensor([CACHE // 2])
@@ -357,9 +371,11 @@ def render(rows: list[dict[str, Any]], load: tuple) -> str:
     lines = ["## Real models", "",
              "Random-weight models on the path a user takes (bench/real_models.py, each in "
              "a process of its own), against eager and inductor in the same run. A "
-             "decoder is transformers' `LlamaForCausalLM` in its static-cache export "
+             "decoder is transformers' `LlamaForCausalLM` (or `MixtralForCausalLM`, a "
+             "mixture of experts) in its static-cache export "
              f"wrapper, batch 1, a {CACHE}-position cache, one decode step a call "
-             "(median); the limit is the weights' bytes read once at the machine's copy "
+             "(median); the limit is the weights' bytes read once (of a mixture of "
+             "experts', the chosen experts' share) at the machine's copy "
              "bandwidth (a 256 MiB `copy_`, bytes read and written a second). A training "
              "step is forward, backward and SGD with momentum on ResNet-18 built from "
              "torch.nn layers, batch 8, or forward, backward and AdamW on the 12.7M "
@@ -376,7 +392,7 @@ def render(rows: list[dict[str, Any]], load: tuple) -> str:
             lines.append(f"| {row['row']} | — | — | — | — | — | — | — | "
                          f"failed: {row['error']} |")
             continue
-        limit = row["weight_bytes"] / row["bandwidth"] if row["kind"] == "decode" else None
+        limit = row["read_bytes"] / row["bandwidth"] if row["kind"] == "decode" else None
         copied = (f"{len(row['caches_copied'])} of {row['caches']}"
                   if row["kind"] == "decode" else "—")
         inductor = _ms(row["inductor"]) if "inductor" in row else \
