@@ -69,6 +69,17 @@ CASES = [pytest.param(kind, {**options, **form},
          for kind in _OPTIONS for options in _OPTIONS[kind] for form in _forms(kind)
          if not (options.get("amsgrad") and form == dict(foreach=False))
          and form.get("foreach") == options.get("foreach", form.get("foreach"))]
+# Through torch.compile: every form of an optimizer's first options, the first form of
+# the others
+_FORM = ("foreach", "fused", "capturable")
+PATHS = [pytest.param(*case.values, "compile", id=f"{case.id}-compile") for case in CASES]
+for kind in _OPTIONS:
+    for number, options in enumerate(_OPTIONS[kind]):
+        cases = [c for c in CASES if c.values[0] == kind and
+                 {k: v for k, v in c.values[1].items() if k not in _FORM} ==
+                 {k: v for k, v in options.items() if k not in _FORM}]
+        PATHS += [pytest.param(*c.values, "torch.compile", id=f"{c.id}-torch.compile")
+                  for c in (cases if number == 0 else cases[:1])]
 
 
 def _set_grads(*models: torch.nn.Module) -> None:
@@ -97,12 +108,12 @@ def _assert_params_match(actual: torch.nn.Module, expected: torch.nn.Module,
             assert_same(a.grad, e.grad, f"{what} '{name}.grad'")
 
 
-@pytest.mark.parametrize("path", ["compile", "torch.compile"])
-@pytest.mark.parametrize("kind,options", CASES)
+@pytest.mark.parametrize("kind,options,path", PATHS)
 def test_optimizer_step_matches_eager(kind, options, path):
-    """Each optimizer's step, in each of its forms, through both paths. (Under
-    torch.compile the step is dynamo's trace of it: ASGD's foreach step is its
-    capturable form there, `_foreach_maximum_` of a number included.)"""
+    """Each optimizer's step, in each of its forms, through outofplace.compile, and each
+    form of its first options through torch.compile. (Under torch.compile the step is
+    dynamo's trace of it: ASGD's foreach step is its capturable form there,
+    `_foreach_maximum_` of a number included.)"""
     torch.manual_seed(0)
     model = Net()
     opt = getattr(torch.optim, kind)(model.parameters(), **options)

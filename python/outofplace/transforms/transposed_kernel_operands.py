@@ -51,8 +51,7 @@ def _rewrite(call: ir.Operation) -> None:
     operands = list(ir.DenseI64ArrayAttr(config[kernel_calls.OPERANDS]))
     results = list(ir.DenseI64ArrayAttr(config[kernel_calls.RESULTS]))
     entries = {config[i].name: config[i].attr for i in range(len(config))}
-    new_operands = list(call.operands)
-    for index, value in enumerate(call.operands):
+    for index, value in enumerate(list(call.operands)):
         positions = [p for p, o in zip(tensors, operands) if o == index]
         if results[index] != -1 or len(positions) != 1 or \
                 f"{kernel_calls.VIEW}{positions[0]}" in entries or \
@@ -60,32 +59,20 @@ def _rewrite(call: ir.Operation) -> None:
                 value.owner.name != "stablehlo.transpose" or \
                 not ir.RankedTensorType(value.owner.operands[0].type).has_static_shape:
             continue
-        source = value.owner.operands[0]
-        permutation = list(ir.DenseI64ArrayAttr(value.owner.attributes["permutation"]))
+        transpose = value.owner
+        source = transpose.operands[0]
+        permutation = list(ir.DenseI64ArrayAttr(transpose.attributes["permutation"]))
         strides = _strides(ranked_shape(source))
         entries[f"{kernel_calls.VIEW}{positions[0]}"] = ir.DenseI64ArrayAttr.get(
             [0, *ranked_shape(value), *[strides[d] for d in permutation]])
-        new_operands[index] = source
-    if new_operands == list(call.operands):
-        return
-    attributes = {call.attributes[i].name: call.attributes[i].attr
-                  for i in range(len(call.attributes))}
-    attributes["backend_config"] = ir.DictAttr.get(entries)
-    if "operand_layouts" in attributes:
-        attributes["operand_layouts"] = ir.ArrayAttr.get(
-            [row_major_layout(len(ranked_shape(v))) for v in new_operands])
-    with ir.InsertionPoint(call), call.location:
-        replacement = ir.Operation.create(
-            "stablehlo.custom_call", results=[r.type for r in call.results],
-            operands=new_operands, attributes=attributes)
-    for old, new in zip(call.results, replacement.results):
-        old.replace_all_uses_with(new)
-    transposes = [v.owner for v in call.operands if isinstance(v, ir.OpResult) and
-                  v.owner.name == "stablehlo.transpose"]
-    call.erase()
-    for transpose in transposes:
+        call.operands[index] = source
         if not list(transpose.result.uses):
             transpose.erase()
+    call.attributes["backend_config"] = ir.DictAttr.get(entries, context=call.context)
+    if "operand_layouts" in call.attributes:
+        call.attributes["operand_layouts"] = ir.ArrayAttr.get(
+            [row_major_layout(len(ranked_shape(v))) for v in call.operands],
+            context=call.context)
 
 
 def _applies(op: ir.Operation) -> bool:

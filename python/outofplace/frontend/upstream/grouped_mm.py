@@ -1,27 +1,31 @@
-"""`_grouped_mm` (`F.grouped_mm`), which torch-mlir does not define, as products whose
-group is read from the offsets at run time: how transformers' mixture-of-experts layers
-(`grouped_mm` experts, the default of Mixtral, Qwen-MoE and their kind, in bfloat16)
-multiply each token by its experts' weights.
+"""`_grouped_mm` (`F.grouped_mm`), which torch-mlir does not define, kept whole (a
+composite, frontend/composites.py): the XLA engine calls eager's kernel, which reads only
+each group's own matrix (outofplace-transposed-kernel-operands hands it transposed
+weights as a view, no copy); other engines and exports run its decomposition, products
+whose group is read from the offsets at run time. How transformers' mixture-of-experts
+layers (`grouped_mm` experts, the default of Mixtral, Qwen-MoE and their kind, in
+bfloat16) multiply each token by its experts' weights.
 
 Eager's CPU kernel (`_grouped_mm_fallback`) cuts the jagged dimension of a 2-d operand
 at the offsets (group g is `[offs[g-1], offs[g])`) and multiplies each group by its
-matrix. The offsets are data, so each row's group is computed, `g = count(offs <= i)`,
-and:
+matrix. The decomposition computes each row's group, `g = count(offs <= i)`, and:
 
 - 2-d x 3-d (`[S, K] @ [G, K, N]`, the experts' forward): with no more rows than groups
-  (a decode step's few tokens) each row's matrix gathered and multiplied (the weights
-  read as often as eager reads them); with more, every row by every group's matrix and
-  each row's own product gathered (G times eager's multiplications, no [S, K, N] gather);
+  (a decode step's few tokens) each row's matrix gathered (from the weight as it is held
+  when it is read transposed) and multiplied; with more, every row by every group's
+  matrix and each row's own product gathered (G times eager's multiplications, no
+  [S, K, N] gather);
 - 3-d x 2-d (`[G, M, K] @ [K, N]`): every column block by every group, each column's
   own group gathered;
 - 2-d x 2-d (`[M, K] @ [K, N]`, grouped along K: the weights' gradient): each group's
   product over its own slice of K (the rest masked to zero);
-- 3-d x 3-d: `bmm`.
+- 3-d x 3-d: a batched product.
 
 Products of bfloat16 (or float16) are taken in float32 and rounded once, as eager's
-kernel accumulates (XLA:CPU would do the same; the reference interpreter would sum in
-bfloat16). Rows (or columns) past the last offset belong to no group: zero here, uninitialized in
-eager. A bias or an `out_dtype` other than the input's is refused by eager itself.
+kernel accumulates (the reference interpreter would sum in bfloat16), each operand
+converted after its gather. Rows (or columns) past the last offset belong to no group:
+zero here, uninitialized in eager. A bias or an `out_dtype` other than the input's is
+refused by eager itself.
 
 Upstream: no issue found (torch-mlir does not define `aten._grouped_mm`; PyTorch's
 tables have no decomposition).
@@ -85,8 +89,8 @@ def _grouped_product(a: torch.Tensor, b: torch.Tensor,
         mine = every.gather(0, index)[0]
         return torch.where((group < count)[None, :], mine, zero).to(a.dtype)
     group = _groups(offsets, a.shape[1])
-    mine = group[None, :] == torch.arange(count, dtype=group.dtype)[:, None]   # [G, K]
-    masked = torch.where(mine[:, None, :], a[None], torch.zeros((), dtype=a.dtype))
+    own = group[None, :] == torch.arange(count, dtype=group.dtype)[:, None]   # [G, K]
+    masked = torch.where(own[:, None, :], a[None], torch.zeros((), dtype=a.dtype))
     return product(masked, b, "gmk,kn->gmn").to(a.dtype)
 
 
