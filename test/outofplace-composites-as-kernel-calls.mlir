@@ -44,3 +44,21 @@ func.func @bfloat16(%g: tensor<8x4xbf16>, %x: tensor<8x4xbf16>, %w: tensor<4xbf1
 func.func private @aten.native_batch_norm_backward.region2_body(%g: tensor<8x4xbf16>, %x: tensor<8x4xbf16>, %w: tensor<4xbf16>, %mean: tensor<4xbf16>, %invstd: tensor<4xbf16>) -> tensor<8x4xbf16> {
   return %g : tensor<8x4xbf16>
 }
+
+// bfloat16 where eager's kernel computes it as the decomposition does
+// (`outofplace.bfloat16`: grouped_mm, products in float32 rounded once): called, the
+// integer offsets passed as they are, the attribute not passed on.
+// CHECK-LABEL: func.func @grouped_mm(
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::kernel"(%arg0, %arg1, %arg2) {api_version = 4 : i32, backend_config = {outofplace.op = "aten::_grouped_mm", outofplace.operands = array<i64: 0, 1, 2>, outofplace.results = array<i64: -1, -1, -1>, outofplace.returns = array<i64: 0>, outofplace.tensors = array<i64: 0, 1, 2>}, {{.*}}} : (tensor<2x8xbf16>, tensor<4x8x16xbf16>, tensor<4xi32>) -> tensor<2x16xbf16>
+// CHECK-NEXT:    return %[[Y]]
+// CHECK-NOT:   region3_body
+func.func @grouped_mm(%a: tensor<2x8xbf16>, %b: tensor<4x8x16xbf16>, %offs: tensor<4xi32>) -> tensor<2x16xbf16> {
+  %0 = stablehlo.composite "aten._grouped_mm" %a, %b, %offs {composite_attributes = {outofplace.bfloat16 = true, outofplace.kernel = "aten::_grouped_mm", outofplace.returns = array<i64: 0>, outofplace.tensors = array<i64: 0, 1, 2>, outofplace.written = array<i64>}, decomposition = @aten._grouped_mm.region3_body} : (tensor<2x8xbf16>, tensor<4x8x16xbf16>, tensor<4xi32>) -> tensor<2x16xbf16>
+  return %0 : tensor<2x16xbf16>
+}
+func.func private @aten._grouped_mm.region3_body(%a: tensor<2x8xbf16>, %b: tensor<4x8x16xbf16>, %offs: tensor<4xi32>) -> tensor<2x16xbf16> {
+  %0 = stablehlo.slice %b [0:1, 0:8, 0:16] : (tensor<4x8x16xbf16>) -> tensor<1x8x16xbf16>
+  %1 = stablehlo.reshape %0 : (tensor<1x8x16xbf16>) -> tensor<8x16xbf16>
+  %2 = stablehlo.dot_general %a, %1, contracting_dims = [1] x [0] : (tensor<2x8xbf16>, tensor<8x16xbf16>) -> tensor<2x16xbf16>
+  return %2 : tensor<2x16xbf16>
+}

@@ -36,6 +36,10 @@ from .fx_graph import view_roots, write_effects, written_operands
 # results, and of the arguments holding the results after those
 KERNEL, TENSORS, RETURNS, WRITTEN = ("outofplace.kernel", "outofplace.tensors",
                                      "outofplace.returns", "outofplace.written")
+# An attribute set when eager's kernel computes bfloat16 as the decomposition does
+# (grouped_mm: in float32, rounded once), so that the XLA engine may call it in bfloat16
+# too (batch norm's kernel would compute in another precision than its decomposition)
+BFLOAT16 = "outofplace.bfloat16"
 # The decomposition, written on the region's graph, given a placeholder per tensor
 # argument (None for one not given); returns the region's results.
 Body = Callable[[torch.fx.Graph, list[torch.fx.Node | None]], list[torch.fx.Node]]

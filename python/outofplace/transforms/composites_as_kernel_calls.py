@@ -32,10 +32,11 @@ the call: an operand it writes in place (aliased to that result: batch norm's ru
 statistics, no copy) or an `out=` argument, a tensor over the result's buffer
 (`outofplace.out.<position>`: the output and the saved statistics written there).
 Operands and results are dense row-major (a transposed operand a view of it,
-outofplace-transposed-kernel-operands); ops of static shapes in float32, float64 or
-bfloat16 are called (eager's kernel is the one the program's dtype has); the rest, and
-every composite on another engine, run their decomposition (a composite's meaning in
-StableHLO). A decomposition nothing calls any more is erased.
+outofplace-transposed-kernel-operands); ops of static shapes in float32 or float64 are
+called (eager's kernel is the one the program's dtype has), in bfloat16 those whose
+kernel computes it as their decomposition does (`outofplace.bfloat16`: grouped_mm, not
+batch norm); the rest, and every composite on another engine, run their decomposition
+(a composite's meaning in StableHLO). A decomposition nothing calls any more is erased.
 
 Only the XLA engine runs this pass (its legalization, `LEGALIZE_FOR_CPU` in
 backends/xla/compiler.py), where the C++ handler is built, after registering it for
@@ -51,23 +52,28 @@ from . import kernel_calls
 from .registry import register_pass
 
 TARGET = "aten::kernel"  # the custom call target of every call this pass makes
-ELEMENT_TYPES = ("f32", "f64", "bf16")
+ELEMENT_TYPES = ("f32", "f64")
 # the composite's attributes of the call (frontend/composites.py)
 KERNEL, TENSORS, RETURNS, WRITTEN = ("outofplace.kernel", "outofplace.tensors",
                                      "outofplace.returns", "outofplace.written")
+BFLOAT16 = "outofplace.bfloat16"  # eager's kernel computes bfloat16 as the decomposition
 OUT = "outofplace.out."  # + position: the result an out= argument is (kernel_call.cpp)
 
 
 def _callable(op: ir.Operation) -> bool:
     """Whether the composite is an ATen op of ours (frontend/composites.py) on tensors of
-    static shapes, its floating-point ones float32, float64 or bfloat16 (integers, such
-    as grouped_mm's offsets, as they are)."""
-    if KERNEL not in ir.DictAttr(op.attributes["composite_attributes"]):
+    static shapes, its floating-point ones float32 or float64, or bfloat16 where eager's
+    kernel computes it as the decomposition does (`BFLOAT16`: grouped_mm), its integers
+    (grouped_mm's offsets) as they are."""
+    attributes = ir.DictAttr(op.attributes["composite_attributes"])
+    if KERNEL not in attributes:
         return False
-    types = [ir.RankedTensorType(v.type) for v in [*op.operands, *op.results]]
+    types = ELEMENT_TYPES + (("bf16",) if BFLOAT16 in attributes and
+                             ir.BoolAttr(attributes[BFLOAT16]).value else ())
+    shapes = [ir.RankedTensorType(v.type) for v in [*op.operands, *op.results]]
     return all(t.has_static_shape and (isinstance(t.element_type, ir.IntegerType) or
-                                       str(t.element_type) in ELEMENT_TYPES)
-               for t in types)
+                                       str(t.element_type) in types)
+               for t in shapes)
 
 
 def _config(op: ir.Operation) -> tuple[ir.DictAttr, list[ir.Attribute]]:
@@ -79,7 +85,7 @@ def _config(op: ir.Operation) -> tuple[ir.DictAttr, list[ir.Attribute]]:
     for i in range(len(attributes)):
         named = attributes[i]
         value = named.attr
-        if named.name in (KERNEL, WRITTEN):
+        if named.name in (KERNEL, WRITTEN, BFLOAT16):
             continue
         if isinstance(value, ir.DenseBoolArrayAttr):  # (the handler reads bool[] as ints)
             value = ir.DenseI64ArrayAttr.get([int(bool(v)) for v in value])
@@ -124,7 +130,7 @@ def _call(op: ir.Operation) -> ir.Operation:
     "outofplace-composites-as-kernel-calls",
     "Call eager's CPU kernel of an op kept whole (stablehlo.composite of an ATen op)",
     "a `stablehlo.composite` of an ATen op (frontend/composites.py: batch norm's forward "
-    "and backward, grouped_mm), float32, float64 or bfloat16 of static shapes → `stablehlo.custom_call "
+    "and backward, grouped_mm), float32 or float64 (bfloat16 where the kernel computes it as the decomposition) of static shapes → `stablehlo.custom_call "
     "@\"aten::kernel\"` that the kernel handler (backends/kernel_call.cpp) runs with the "
     "composite's attributes as the op's arguments; decompositions no longer called "
     "erased (the XLA engine's legalization only, backends/xla; other engines and exports "

@@ -108,8 +108,8 @@ def _grouped_mm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
 
     op = torch.ops.aten._grouped_mm.default
     return composites.composite(
-        graph, op, op, dict(enumerate(operands)), {}, body, source_line(node),
-        stack_trace, returns=[0])[0]
+        graph, op, op, dict(enumerate(operands)), {composites.BFLOAT16: True}, body,
+        source_line(node), stack_trace, returns=[0])[0]
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
