@@ -55,7 +55,8 @@ def remainder(a, b):  # remainder.py
 
 def scans(x, s):  # scans.py
     s.cumsum_(0)
-    return x.logcumsumexp(1) + s
+    x[1:].cumprod_(1)  # a noise schedule's cumprod, in place through a view
+    return x.logcumsumexp(1) + s, x.cumprod(0, dtype=torch.float64)
 
 
 def scatters(x, v):  # scatters.py (the scatters AOTAutograd writes, called directly)
@@ -117,8 +118,8 @@ CASES = [
     (attention_without_keys, _without_keys),
     (remainder, lambda d: (torch.randn(5, dtype=d) * 4, torch.tensor([1.5, -1.5, 2.0, -0.5, 3.0],
                                                                      dtype=d))),
-    (scans, lambda d: (torch.tensor([[1e4, 1.0, -3.0], [0.5, 2.0, 1e3]], dtype=d),
-                       torch.tensor(2.5, dtype=d))),
+    (scans, lambda d: (torch.tensor([[1e4, 1.0, -3.0], [0.5, 2.0, 1e3], [0.9, -0.5, 0.0]],
+                                    dtype=d), torch.tensor(2.5, dtype=d))),
     (scatters, lambda d: (torch.randn(4, 3, dtype=d), torch.randn(2, 3, dtype=d))),
     (max_pool_with_indices, lambda d: (torch.randn(1, 2, 4, 6, dtype=d),)),
     (scalar_operands, lambda d: (torch.randn(4, dtype=d), torch.rand(4) > 0.5)),

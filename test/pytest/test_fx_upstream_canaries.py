@@ -202,6 +202,18 @@ func.func @main(%a: !torch.vtensor<[],f32>) -> !torch.vtensor<[],f32> {
     assert _fails_to_legalize(result), f"a 0-d cumsum lowers now:\n{result.stdout}"
 
 
+def test_cumprod_does_not_lower() -> None:
+    """upstream/scans.py: cumprod fails to legalize."""
+    result = _to_stablehlo("""
+func.func @main(%a: !torch.vtensor<[4,5],f32>) -> !torch.vtensor<[4,5],f32> {
+  %int1 = torch.constant.int 1
+  %none = torch.constant.none
+  %0 = torch.aten.cumprod %a, %int1, %none : !torch.vtensor<[4,5],f32>, !torch.int, !torch.none -> !torch.vtensor<[4,5],f32>
+  return %0 : !torch.vtensor<[4,5],f32>
+}""")
+    assert _fails_to_legalize(result), f"cumprod lowers now:\n{result.stdout}"
+
+
 def test_as_strided_scatter_does_not_lower() -> None:
     """upstream/scatters.py: as_strided_scatter has no StableHLO lowering."""
     result = _to_stablehlo("""

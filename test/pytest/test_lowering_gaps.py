@@ -37,6 +37,14 @@ def logcumsumexp(x):
     return x.logcumsumexp(0)  # torch-mlir's log(cumsum(exp(x))) overflowed to inf
 
 
+def trace(x):
+    return torch.trace(x[:, :3]) + torch.trace(x)  # (no lowering: PyTorch's decomposition)
+
+
+def cumprod(x):
+    return x.cumprod(0) + 1  # (no lowering: a doubling scan, upstream/scans.py)
+
+
 def empty_then_written(x):
     y = torch.empty_like(x)
     y[1:] = x[1:]
@@ -57,6 +65,8 @@ COMPILED = [
     (diag_embed, (torch.randn(2, 3),)),
     (logcumsumexp, (torch.tensor([1e4, 1e4, -1e3, 3.0, float("-inf"), 2.0]),)),
     (logcumsumexp, (torch.randn(5, 3),)),
+    (trace, (torch.randn(3, 4),)),
+    (cumprod, (torch.randn(4),)),
     (empty_then_written, (torch.randn(3, 2),)),
     (empty_read_and_written, (torch.randn(3),)),
 ]
@@ -92,10 +102,6 @@ def cholesky(x):
     return torch.linalg.cholesky(x @ x.mT + torch.eye(3))
 
 
-def cumprod(x):
-    return x.cumprod(0) + 1
-
-
 def index_copy_0d(x, i, v):
     x.index_copy_(0, i, v)
 
@@ -106,7 +112,6 @@ def heaviside_promoted(x):
 
 REFUSED = [
     (cholesky, (torch.randn(3, 3),), "aten.linalg_cholesky_ex", "no definition"),
-    (cumprod, (torch.randn(4),), "torch.aten.cumprod", "no pattern"),
     (index_copy_0d, (torch.tensor(1.0), torch.tensor([0]), torch.tensor(2.0)),
      "torch.aten.index_copy", "0-d tensor"),
     (heaviside_promoted, (torch.randn(4, dtype=torch.float64),), "torch.aten.heaviside",

@@ -1,12 +1,16 @@
-"""Cumulative ops torch-mlir lowers wrongly or not at all: `logcumsumexp` and the
-`cumsum` of a 0-d tensor.
+"""Cumulative ops torch-mlir lowers wrongly or not at all: `logcumsumexp`, `cumprod` and
+the `cumsum` of a 0-d tensor.
 
 torch-mlir decomposes logcumsumexp as log(cumsum(exp(x))), which overflows (inf for
 x = 1e4, where eager gives 1e4). Upstream: llvm/torch-mlir#4748 (open: a stable scan),
-after llvm/torch-mlir#4183 (the op's support). The cumsum of a 0-d tensor fails to
-legalize; upstream: no issue found.
+after llvm/torch-mlir#4183 (the op's support). `cumprod` (a diffusion model's noise
+schedule, `alphas.cumprod(0)`) has no pattern, and PyTorch's decomposition of it does
+not lower either; the cumsum of a 0-d tensor fails to legalize; upstream: no issue found.
+Both scans are ceil(log2(n)) doubling steps (each element the product of at most
+log2(n) partial products: eager's sequential product rounds in another order, within
+the dtype's rounding).
 Canaries: test/pytest/test_fx_upstream_canaries.py::test_logcumsumexp_is_log_of_cumsum_of_exp,
-::test_cumsum_of_0d_does_not_lower.
+::test_cumsum_of_0d_does_not_lower, ::test_cumprod_does_not_lower.
 """
 
 from __future__ import annotations
@@ -42,6 +46,32 @@ def _log_cum_sum_exp(x: torch.Tensor, dim: int) -> torch.Tensor:
     return x
 
 
+def _cumulative_product(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None
+                        ) -> torch.Tensor:
+    """Prefix products along `dim` as doubling steps, each the running result times
+    itself shifted by a power of two (padded with ones), in `dtype` when given."""
+    x = x.to(dtype) if dtype is not None else x.clone()
+    if x.dim() == 0:
+        return x
+    n, shift = x.shape[dim], 1
+    while shift < n:
+        padding = torch.ones_like(x.narrow(dim, 0, shift))
+        x = x * torch.cat([padding, x.narrow(dim, 0, n - shift)], dim)
+        shift *= 2
+    return x
+
+
+def _cumprod(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """x.cumprod(d, dtype=...)  =>  the doubling scan of `_cumulative_product`; x.cumprod_(d)
+    its copy into x."""
+    x, dim = node.args[:2]
+    dtype = node.kwargs.get("dtype", node.args[2] if len(node.args) > 2 else None)
+    result = inline_call(graph, node, _cumulative_product, x, dim, dtype)
+    if node.target is torch.ops.aten.cumprod_.default:
+        return call(graph, torch.ops.aten.copy_.default, x, result)
+    return result
+
+
 def _logcumsumexp(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """x.logcumsumexp(d)  =>  the doubling scan of `_log_cum_sum_exp`."""
     if not node.meta["val"].is_floating_point():
@@ -69,4 +99,6 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     torch.ops.aten.logcumsumexp.default: _logcumsumexp,
     torch.ops.aten.cumsum.default: _cumsum_of_0d,
     torch.ops.aten.cumsum_.default: _cumsum_of_0d,
+    torch.ops.aten.cumprod.default: _cumprod,
+    torch.ops.aten.cumprod_.default: _cumprod,
 }

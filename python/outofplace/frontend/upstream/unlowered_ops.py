@@ -74,6 +74,8 @@ NOT_LOWERED = frozenset({
     "aten.xlogy.Tensor", "aten.cosine_embedding_loss.default",
     # (with pos_weight: a broadcast of the wrong shape, an MLIR verifier error)
     "aten.binary_cross_entropy_with_logits.default",
+    # (found by a sweep of ops, 2026-12-06: no pattern)
+    "aten.trace.default",
 })
 
 
