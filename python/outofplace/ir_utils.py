@@ -129,6 +129,17 @@ def int_list(values: list[int], loc: ir.Location, ip: ir.InsertionPoint) -> ir.V
                                operands=items, loc=loc, ip=ip).result
 
 
+def row_major_strides(shape: list[int]) -> list[int]:
+    """The strides, in elements, of a dense row-major tensor of `shape`: how the kernel
+    handler lays out a buffer (a view of it, `outofplace.view.<position>`, strides in
+    these units)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return strides[::-1]
+
+
 def row_major_layout(rank: int) -> ir.Attribute:
     """Minor to major, the dense row-major layout of a rank-`rank` custom call operand or
     result (`operand_layouts`, `result_layouts`): how the kernel handler reads buffers."""

@@ -56,7 +56,8 @@ import math
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import all_operations, plain_dot, ranked_shape, row_major_layout
+from ..ir_utils import (all_operations, plain_dot, ranked_shape, row_major_layout,
+                        row_major_strides)
 from . import kernel_calls
 from .composites_as_kernel_calls import OUT, TARGET as COMPOSITE
 from .convolutions_as_kernel_calls import TARGET as CONVOLUTION
@@ -81,14 +82,6 @@ MIN_MULTIPLY_ADDS_AT_HOME = 32_768
 # the schema position of each op's out= argument, XLA's result buffer
 # (`aten::linear.out(input, weight, bias, *, out)`, `aten::matmul.out(self, other, *, out)`)
 _OUT_POSITION = {"aten::linear": 3, "aten::matmul": 2}
-
-
-def _strides(shape: list[int]) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return strides[::-1]
 
 
 def _plan(op: ir.Operation, least: int) -> dict | None:
@@ -138,7 +131,7 @@ class _Side:
                  free: int | None) -> None:
         self.source, self.batch, self.tail, self.free = value, batch, tail, free
         shape = ranked_shape(value)
-        self.entries = {d: [(n, st)] for d, (n, st) in enumerate(zip(shape, _strides(shape)))}
+        self.entries = {d: [(n, st)] for d, (n, st) in enumerate(zip(shape, row_major_strides(shape)))}
         self.moved = [*batch, *tail] != list(range(len(shape)))
 
     def entry(self, d: int | None) -> tuple[int, int]:
@@ -173,7 +166,7 @@ class _Side:
                 any(m not in (n, 1) for m, n in zip(xshape, bshape)):
             return None
         strides = [0 if m == 1 and n > 1 else st
-                   for m, n, st in zip(xshape, bshape, _strides(xshape))]
+                   for m, n, st in zip(xshape, bshape, row_major_strides(xshape))]
         # the broadcast's dimensions (of more than one element) making each of ours, in
         # order: a reshape of a row-major tensor merges consecutive ones
         long = [d for d, n in enumerate(bshape) if n > 1]

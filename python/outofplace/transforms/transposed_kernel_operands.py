@@ -31,18 +31,10 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from ..ir_utils import all_operations, ranked_shape, row_major_layout
+from ..ir_utils import all_operations, ranked_shape, row_major_layout, row_major_strides
 from . import (composites_as_kernel_calls, convolutions_as_kernel_calls,
                dots_as_kernel_calls, kernel_calls)
 from .registry import register_pass
-
-
-def _strides(shape: list[int]) -> list[int]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.insert(0, step)
-        step *= size
-    return strides
 
 
 def _rewrite(call: ir.Operation) -> None:
@@ -62,7 +54,7 @@ def _rewrite(call: ir.Operation) -> None:
         transpose = value.owner
         source = transpose.operands[0]
         permutation = list(ir.DenseI64ArrayAttr(transpose.attributes["permutation"]))
-        strides = _strides(ranked_shape(source))
+        strides = row_major_strides(ranked_shape(source))
         entries[f"{kernel_calls.VIEW}{positions[0]}"] = ir.DenseI64ArrayAttr.get(
             [0, *ranked_shape(value), *[strides[d] for d in permutation]])
         call.operands[index] = source
