@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from .. import op_registry
+from .fx_graph import write_effects, written_operands
 
 
 class SavedTensors(TorchDispatchMode):
@@ -187,17 +188,10 @@ class _Record:
 
 def _writes_any(node: torch.fx.Node, operands: list[torch.fx.Node]) -> bool:
     """Whether `node` is an op that writes one of `operands` (an in-place op's self)."""
-    op = node.target
-    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or \
-            not op._schema.is_mutable:
-        return False
-    for i, argument in enumerate(op._schema.arguments):
-        if argument.alias_info is not None and argument.alias_info.is_write:
-            value = node.kwargs.get(argument.name, node.args[i] if i < len(node.args)
-                                    else None)
-            if value in operands:
-                return True
-    return False
+    effects = write_effects(node)
+    return effects is not None and any(
+        operand in operands for position in effects.written
+        for operand in written_operands(node, position))
 
 
 def _draws_nothing(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
