@@ -106,6 +106,22 @@ def unsorted_topk(x, w):  # unsorted_topk.py
     return values, indices, w.gather(1, chosen).sum(-1)
 
 
+def special_functions(x, y, out):  # special_functions.py: in place, out of place
+    out.copy_(torch.lgamma(x) + torch.digamma(x) + torch.polygamma(1, x))
+    y.erfinv_()
+    x.erfc_()
+    return torch.mvlgamma(out.abs() + 1, 2), torch.erfc(y * 2), torch.polygamma(0, y)
+
+
+def _special_inputs(d):
+    # poles (0, negative integers), reflections (x < 1/2), the tails of erfinv and erfc
+    x = torch.cat([torch.linspace(-3.7, 6.3, 23, dtype=d),
+                   torch.tensor([0.0, -2.0, 0.5, 1.0, 2.0, 12.5], dtype=d)])
+    y = torch.cat([torch.linspace(-0.98, 0.98, 25, dtype=d),
+                   torch.tensor([1.0, -1.0, 0.0, 0.9999], dtype=d)])
+    return x, y, torch.zeros_like(x)
+
+
 def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
     return mask.clamp(min=low)
 
@@ -126,6 +142,7 @@ CASES = [
     (activations, _activation_inputs),
     (histc, _histc_inputs),
     (unsorted_topk, lambda d: (torch.randn(3, 130, dtype=d), torch.randn(3, 8, dtype=d))),
+    (special_functions, _special_inputs),
 ]
 
 
@@ -216,6 +233,37 @@ def test_attention_training_steps_match_eager(case, dtype, path):
     model = _Attention(kv_heads, None if mask is None else mask.to(
         dtype if mask.is_floating_point() else torch.bool), mask is None).to(dtype)
     x = torch.randn(2, 6, 16, dtype=dtype)
+    torch._dynamo.reset()
+    tolerance = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else \
+        dict(rtol=1e-10, atol=1e-12)
+    assert_sgd_steps_match_eager(
+        model, x, outofplace.compile if path == "compile" else
+        lambda step, args: torch.compile(step, backend="outofplace", dynamic=False),
+        tolerance)
+
+
+class _SpecialFunctions(torch.nn.Module):
+    """A layer through lgamma, digamma, erfinv and erfc, whose gradients are digamma,
+    trigamma (polygamma(1, x)), erfinv's own and a Gaussian."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.linear(x)
+        positive = F.softplus(h) + 0.2
+        return torch.lgamma(positive) + torch.digamma(positive + 0.5) + \
+            torch.erfinv(torch.tanh(h) * 0.9) + torch.erfc(h)
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_special_functions_training_steps_match_eager(dtype, path):
+    """special_functions.py in a training step: three SGD steps against eager's."""
+    torch.manual_seed(0)
+    model = _SpecialFunctions().to(dtype)
+    x = torch.randn(5, 6, dtype=dtype)
     torch._dynamo.reset()
     tolerance = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else \
         dict(rtol=1e-10, atol=1e-12)

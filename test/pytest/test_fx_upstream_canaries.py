@@ -57,6 +57,27 @@ def test_histc_and_grouped_mm_are_undefined() -> None:
     assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
 
 
+def test_special_functions_are_undefined() -> None:
+    """upstream/special_functions.py: torch-mlir defines none of the special functions
+    PyTorch's decompositions record (nor aten's lgamma, digamma, erfc, polygamma)."""
+    names = ("torch.prims.lgamma", "torch.prims.digamma", "torch.prims.erf_inv",
+             "torch.prims.erfc", "torch.aten.lgamma", "torch.aten.digamma",
+             "torch.aten.erfc", "torch.aten.polygamma")
+    defined = [n for n in names if _registered(n)]
+    assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
+
+
+def test_erfinv_does_not_lower() -> None:
+    """upstream/special_functions.py: torch-mlir defines aten.erfinv but does not lower
+    it (NOT_LOWERED)."""
+    result = _to_stablehlo("""
+func.func @main(%a: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
+  %0 = torch.aten.erfinv %a : !torch.vtensor<[4],f32> -> !torch.vtensor<[4],f32>
+  return %0 : !torch.vtensor<[4],f32>
+}""")
+    assert _fails_to_legalize(result), f"erfinv lowers now:\n{result.stdout}"
+
+
 def test_bitwise_scalar_forms_are_undefined() -> None:
     """upstream/scalar_operands.py: the bitwise ops' Scalar forms (llvm/torch-mlir#4448)."""
     defined = [n for n in scalar_operands.UNDEFINED_SCALAR_FORMS if _registered(n)]

@@ -76,6 +76,8 @@ NOT_LOWERED = frozenset({
     "aten.binary_cross_entropy_with_logits.default",
     # (found by a sweep of ops, 2026-12-06: no pattern)
     "aten.trace.default",
+    # (no pattern: decomposed to prims.erf_inv, which special_functions.py computes)
+    "aten.erfinv.default",
 })
 
 
