@@ -122,6 +122,20 @@ def _special_inputs(d):
     return x, y, torch.zeros_like(x)
 
 
+def bessel_and_hypot(x, y):  # special_functions.py: each side of |x| = 8, x < 0
+    scaled = (torch.special.i0e(x), torch.special.i1(x), torch.special.i1e(x))
+    x.i0_()
+    return scaled, torch.hypot(y, y.flip(0) * 3), y.hypot_(torch.ones_like(y))
+
+
+def _bessel_inputs(d):
+    x = torch.cat([torch.linspace(-20.0, 20.0, 17, dtype=d),
+                   torch.tensor([0.0, 8.0, -8.0, 1e-6], dtype=d)])
+    y = torch.tensor([0.0, -3.0, 4.0, 1e30, float("inf"), float("nan"), -1e-30, 2.5],
+                     dtype=d)
+    return x, y
+
+
 def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
     return mask.clamp(min=low)
 
@@ -143,6 +157,7 @@ CASES = [
     (histc, _histc_inputs),
     (unsorted_topk, lambda d: (torch.randn(3, 130, dtype=d), torch.randn(3, 8, dtype=d))),
     (special_functions, _special_inputs),
+    (bessel_and_hypot, _bessel_inputs),
 ]
 
 
@@ -243,8 +258,9 @@ def test_attention_training_steps_match_eager(case, dtype, path):
 
 
 class _SpecialFunctions(torch.nn.Module):
-    """A layer through lgamma, digamma, erfinv and erfc, whose gradients are digamma,
-    trigamma (polygamma(1, x)), erfinv's own and a Gaussian."""
+    """A layer through lgamma, digamma, erfinv, erfc, i0, i1e and hypot, whose gradients
+    are digamma, trigamma (polygamma(1, x)), erfinv's own, a Gaussian, i1, i0e and i1e,
+    and quotients."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -254,7 +270,8 @@ class _SpecialFunctions(torch.nn.Module):
         h = self.linear(x)
         positive = F.softplus(h) + 0.2
         return torch.lgamma(positive) + torch.digamma(positive + 0.5) + \
-            torch.erfinv(torch.tanh(h) * 0.9) + torch.erfc(h)
+            torch.erfinv(torch.tanh(h) * 0.9) + torch.erfc(h) + torch.i0(h) + \
+            torch.special.i1e(h) + torch.hypot(h, positive)
 
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])

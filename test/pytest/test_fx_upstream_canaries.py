@@ -61,8 +61,11 @@ def test_special_functions_are_undefined() -> None:
     """upstream/special_functions.py: torch-mlir defines none of the special functions
     PyTorch's decompositions record (nor aten's lgamma, digamma, erfc, polygamma)."""
     names = ("torch.prims.lgamma", "torch.prims.digamma", "torch.prims.erf_inv",
-             "torch.prims.erfc", "torch.aten.lgamma", "torch.aten.digamma",
-             "torch.aten.erfc", "torch.aten.polygamma")
+             "torch.prims.erfc", "torch.prims.bessel_i0", "torch.prims.bessel_i0e",
+             "torch.prims.bessel_i1", "torch.prims.bessel_i1e", "torch.prims.hypot",
+             "torch.aten.lgamma", "torch.aten.digamma", "torch.aten.erfc",
+             "torch.aten.polygamma", "torch.aten.i0", "torch.aten.special_i0e",
+             "torch.aten.special_i1", "torch.aten.special_i1e", "torch.aten.hypot")
     defined = [n for n in names if _registered(n)]
     assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
 

@@ -22,7 +22,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `activations.py` | softshrink, prelu → eager's expressions | softshrink's sign below -λ; prelu's weights along the last dimension (wrong values) |
 | `grouped_mm.py` | _grouped_mm → products with each row's group read from the offsets | not defined |
 | `unsorted_topk.py` | topk(sorted=False) → topk(sorted=True), one of the orders eager gives | no pattern for `sorted=false` |
-| `special_functions.py` | lgamma, digamma, polygamma(1, x), erfinv, erfc → their approximations in elementwise ops (eager's own algorithms for trigamma and erfinv) | not defined (erfinv: not lowered) |
+| `special_functions.py` | lgamma, digamma, polygamma(1, x), erfinv, erfc, i0, i0e, i1, i1e, hypot → their approximations in elementwise ops (eager's own algorithms for trigamma, erfinv and the Bessel functions) | not defined (erfinv: not lowered) |
 | `histc.py` | histc → a scatter-add of ones at each element's bin (eager's arithmetic) | not defined |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """

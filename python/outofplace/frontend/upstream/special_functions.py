@@ -2,10 +2,12 @@
 series approximations in ATen's elementwise ops: `lgamma` (a distribution's
 `log_prob`: Gamma, Beta, Poisson, Dirichlet; `mvlgamma`), `digamma` (its gradient, and
 theirs), `polygamma(1, x)` (digamma's gradient), `erfinv` (`nn.init.trunc_normal_`'s
-sampling, probit transforms) and `erfc`, each `x.op_()` too.
+sampling, probit transforms), `erfc`, the modified Bessel functions `i0`, `i0e`, `i1`,
+`i1e` (a Kaiser window's; i0's gradient is i1) and `hypot`, each `x.op_()` too.
 
 PyTorch's decompositions record these as `prims.lgamma`, `prims.digamma`,
-`prims.erf_inv`, `prims.erfc` and `aten.polygamma`, which no table decomposes further.
+`prims.erf_inv`, `prims.erfc`, `prims.bessel_*`, `prims.hypot` and `aten.polygamma`,
+which no table decomposes further.
 Each is computed in the input's dtype (float16 and bfloat16 in float32, rounded once, as
 eager's CPU kernels do), with eager's values at its poles and edges:
 
@@ -19,7 +21,10 @@ eager's CPU kernels do), with eager's values at its poles and edges:
   line;
 - erfinv: eager's own `calc_erfinv` (a rational approximation, then two Newton steps);
 - erfc: Cephes' approximations (`erfcf` in float32; `erfc` in float64: P/Q below 8,
-  R/S above), `1 - erf` below 1, 0 once `exp(-x^2)` underflows.
+  R/S above), `1 - erf` below 1, 0 once `exp(-x^2)` underflows;
+- i0, i0e, i1, i1e: eager's own (Cephes' Chebyshev series, the same tables);
+- hypot: in float64 for narrower dtypes; in float64 the larger magnitude times
+  sqrt(1 + ratio^2), infinite where either operand is, as C's `hypot`.
 
 Upstream: no issue found (torch-mlir's dialect defines none of these prims; it defines
 `aten.erfinv` but its StableHLO lowering has no pattern for it: NOT_LOWERED).
@@ -208,9 +213,114 @@ def _erfc(x: torch.Tensor) -> torch.Tensor:
     return torch.where(magnitude < 1, near, far)
 
 
-def _elementwise(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., Any]:
+# Cephes' Chebyshev series of the modified Bessel functions (eager's Math.h, the same
+# tables): exp(-x) I0(x) on [0, 8] and exp(-x) sqrt(x) I0(x) on [8, inf), the same of
+# I1(x) / x and I1(x). Eager's float32 kernels take the last 17 and 7 terms of I1's.
+_I0E_A = (-4.41534164647933937950E-18, 3.33079451882223809783E-17,
+          -2.43127984654795469359E-16, 1.71539128555513303061E-15,
+          -1.16853328779934516808E-14, 7.67618549860493561688E-14,
+          -4.85644678311192946090E-13, 2.95505266312963983461E-12,
+          -1.72682629144155570723E-11, 9.67580903537323691224E-11,
+          -5.18979560163526290666E-10, 2.65982372468238665035E-9,
+          -1.30002500998624804212E-8, 6.04699502254191894932E-8,
+          -2.67079385394061173391E-7, 1.11738753912010371815E-6,
+          -4.41673835845875056359E-6, 1.64484480707288970893E-5,
+          -5.75419501008210370398E-5, 1.88502885095841655729E-4,
+          -5.76375574538582365885E-4, 1.63947561694133579842E-3,
+          -4.32430999505057594430E-3, 1.05464603945949983183E-2,
+          -2.37374148058994688156E-2, 4.93052842396707084878E-2,
+          -9.49010970480476444210E-2, 1.71620901522208775349E-1,
+          -3.04682672343198398683E-1, 6.76795274409476084995E-1)
+_I0E_B = (-7.23318048787475395456E-18, -4.83050448594418207126E-18,
+          4.46562142029675999901E-17, 3.46122286769746109310E-17,
+          -2.82762398051658348494E-16, -3.42548561967721913462E-16,
+          1.77256013305652638360E-15, 3.81168066935262242075E-15,
+          -9.55484669882830764870E-15, -4.15056934728722208663E-14,
+          1.54008621752140982691E-14, 3.85277838274214270114E-13,
+          7.18012445138366623367E-13, -1.79417853150680611778E-12,
+          -1.32158118404477131188E-11, -3.14991652796324136454E-11,
+          1.18891471078464383424E-11, 4.94060238822496958910E-10,
+          3.39623202570838634515E-9, 2.26666899049817806459E-8,
+          2.04891858946906374183E-7, 2.89137052083475648297E-6,
+          6.88975834691682398426E-5, 3.36911647825569408990E-3,
+          8.04490411014108831608E-1)
+_I1E_A = (2.77791411276104639959E-18, -2.11142121435816608115E-17,
+          1.55363195773620046921E-16, -1.10559694773538630805E-15,
+          7.60068429473540693410E-15, -5.04218550472791168711E-14,
+          3.22379336594557470981E-13, -1.98397439776494371520E-12,
+          1.17361862988909016308E-11, -6.66348972350202774223E-11,
+          3.62559028155211703701E-10, -1.88724975172282928790E-9,
+          9.38153738649577178388E-9, -4.44505912879632808065E-8,
+          2.00329475355213526229E-7, -8.56872026469545474066E-7,
+          3.47025130813767847674E-6, -1.32731636560394358279E-5,
+          4.78156510755005422638E-5, -1.61760815825896745588E-4,
+          5.12285956168575772895E-4, -1.51357245063125314899E-3,
+          4.15642294431288815669E-3, -1.05640848946261981558E-2,
+          2.47264490306265168283E-2, -5.29459812080949914269E-2,
+          1.02643658689847095384E-1, -1.76416518357834055153E-1,
+          2.52587186443633654823E-1)
+_I1E_B = (7.51729631084210481353E-18, 4.41434832307170791151E-18,
+          -4.65030536848935832153E-17, -3.20952592199342395980E-17,
+          2.96262899764595013876E-16, 3.30820231092092828324E-16,
+          -1.88035477551078244854E-15, -3.81440307243700780478E-15,
+          1.04202769841288027642E-14, 4.27244001671195135429E-14,
+          -2.10154184277266431302E-14, -4.08355111109219731823E-13,
+          -7.19855177624590851209E-13, 2.03562854414708950722E-12,
+          1.41258074366137813316E-11, 3.25260358301548823856E-11,
+          -1.89749581235054123450E-11, -5.58974346219658380687E-10,
+          -3.83538038596423702205E-9, -2.63146884688951950684E-8,
+          -2.51223623787020892529E-7, -3.88256480887769039346E-6,
+          -1.10588938762623716291E-4, -9.76109749136146840777E-3,
+          7.78576235018280120474E-1)
+
+
+def _chebyshev(y: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
+    """Cephes' `chbevl`: the series at y by Clenshaw's recurrence."""
+    b0, b1, b2 = torch.full_like(y, coefficients[0]), torch.zeros_like(y), None
+    for c in coefficients[1:]:
+        b2, b1 = b1, b0
+        b0 = y * b1 - b2 + c
+    return 0.5 * (b0 - b2)
+
+
+def _bessel(first_order: bool, scaled: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """eager's `calc_i0`, `calc_i0e`, `calc_i1`, `calc_i1e`: I0 or I1 at x (times
+    exp(-|x|) when `scaled`), the series of [0, 8] or of [8, inf) by |x|."""
+    @_computed
+    def bessel(x: torch.Tensor) -> torch.Tensor:
+        magnitude = x.abs()
+        if first_order:
+            near, far = (_I1E_A, _I1E_B) if x.dtype == torch.float64 else \
+                (_I1E_A[-17:], _I1E_B[-7:])
+        else:
+            near, far = _I0E_A, _I0E_B
+        below = _chebyshev(magnitude / 2 - 2, near)
+        if first_order:
+            below = below * magnitude
+        above = _chebyshev(32 / magnitude - 2, far) / torch.sqrt(magnitude)
+        value = torch.where(magnitude <= 8, below, above)
+        if not scaled:
+            value = torch.exp(magnitude) * value
+        return torch.where(x < 0, -value, value) if first_order else value
+    return bessel
+
+
+def _hypot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """eager's `hypot` (C's): sqrt(x^2 + y^2) without overflow, infinite where either
+    is (a NaN beside an infinity too). In float64 for narrower dtypes, rounded once."""
+    if x.dtype != torch.float64:
+        wide = torch.sqrt(x.double() * x.double() + y.double() * y.double())
+        return wide.to(x.dtype)
+    larger = torch.maximum(x.abs(), y.abs())
+    smaller = torch.minimum(x.abs(), y.abs())
+    ratio = smaller / torch.where(larger == 0, torch.ones_like(larger), larger)
+    value = larger * torch.sqrt(1 + ratio * ratio)
+    return torch.where(torch.isinf(x) | torch.isinf(y), torch.full_like(x, math.inf), value)
+
+
+def _elementwise(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
     def rewrite(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-        return inline_call(graph, node, fn, node.args[0])
+        return inline_call(graph, node, fn, *node.args)
     return rewrite
 
 
@@ -245,4 +355,14 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
                                            torch.ops.aten.erfc.default)},
     torch.ops.aten.polygamma.default: _polygamma,
     torch.ops.aten.polygamma_.default: _polygamma_in_place,
+    **{op: _elementwise(_bessel(False, False)) for op in (torch.ops.prims.bessel_i0.default,
+                                                          torch.ops.aten.i0.default)},
+    **{op: _elementwise(_bessel(False, True)) for op in (torch.ops.prims.bessel_i0e.default,
+                                                         torch.ops.aten.special_i0e.default)},
+    **{op: _elementwise(_bessel(True, False)) for op in (torch.ops.prims.bessel_i1.default,
+                                                         torch.ops.aten.special_i1.default)},
+    **{op: _elementwise(_bessel(True, True)) for op in (torch.ops.prims.bessel_i1e.default,
+                                                        torch.ops.aten.special_i1e.default)},
+    **{op: _elementwise(_hypot) for op in (torch.ops.prims.hypot.default,
+                                           torch.ops.aten.hypot.default)},
 }
