@@ -26,8 +26,8 @@ from . import (bfloat16_state_as_bits, collectives,  # noqa: F401
                vector_dots_weight_first,
                verify_stablehlo)  # (they register passes)
 from .upstream import (fill_tensor, max_pool_indices, negative_indices,  # noqa: F401
-                       shield_constants, static_slices, strip_constant_shields,
-                       unsigned_integers)
+                       nan_order, shield_constants, static_slices,
+                       strip_constant_shields, unsigned_integers)
 from .upstream import iree as iree_workarounds
 from .. import progress
 from ..context import load_torch_conversion
@@ -58,6 +58,7 @@ register_pipeline(
      "outofplace-strip-constant-shields",
      "outofplace-upstream-unsigned-integers",
      "outofplace-upstream-max-pool-indices",
+     "outofplace-upstream-nan-order",
      "outofplace-name-kernel-results",
      "outofplace-verify-stablehlo",
      # where the module asks for them (its attributes): on the StableHLO
