@@ -409,3 +409,29 @@ func.func @main(%x: tensor<3xf32> {tf.aliasing_output = 0 : i32}, %w: tensor<1xf
   %1 = stablehlo.dynamic_update_slice %0, %w, %c0 : (tensor<3xf32>, tensor<1xf32>, tensor<i64>) -> tensor<3xf32>
   return %1 : tensor<3xf32>
 }""", torch.tensor([2.0, 0.0, 1.0]), torch.tensor([5.0]))
+
+
+def test_sorts_sharing_an_iota_are_wrong() -> None:
+    """Two sorts of one row sharing the `iota` of indices (torch.sort beside
+    torch.argsort(descending=True)): IREE sorts in the shared buffer, the first sort's
+    indices come out reversed and the second's all zeros. Workaround:
+    outofplace-iree-copy-shared-sort-operands."""
+    x = np.array([[3.0, 0.7, 1.0, 5.0, -4, 2.0], [2.0, 4.0, -1.0, 9, 8, 0.5]], np.float32)
+    ascending, descending = _run("""
+func.func @main(%x: tensor<2x6xf32>) -> (tensor<2x6xi64>, tensor<2x6xi64>) {
+  %iota = stablehlo.iota dim = 1 : tensor<2x6xi64>
+  %0:2 = "stablehlo.sort"(%x, %iota) <{dimension = 1 : i64, is_stable = false}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>, %ia: tensor<i64>, %ib: tensor<i64>):
+    %lt = stablehlo.compare LT, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  }) : (tensor<2x6xf32>, tensor<2x6xi64>) -> (tensor<2x6xf32>, tensor<2x6xi64>)
+  %1:2 = "stablehlo.sort"(%x, %iota) <{dimension = 1 : i64, is_stable = false}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>, %ia: tensor<i64>, %ib: tensor<i64>):
+    %gt = stablehlo.compare GT, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %gt : tensor<i1>
+  }) : (tensor<2x6xf32>, tensor<2x6xi64>) -> (tensor<2x6xf32>, tensor<2x6xi64>)
+  return %0#1, %1#1 : tensor<2x6xi64>, tensor<2x6xi64>
+}""", x)
+    assert ascending.tolist() != np.argsort(x, 1).tolist() and \
+        descending.tolist() == [[0] * 6] * 2, \
+        f"IREE sorts a shared iota rightly now: {ascending.tolist()}, {descending.tolist()}"
