@@ -136,6 +136,23 @@ def _bessel_inputs(d):
     return x, y
 
 
+def order_statistics(x, out):  # order_statistics.py: NaN rows, ties, keepdim, all
+    out.copy_(torch.median(x, 1).values)
+    # (of a row of NaN alone, nanmedian's index is whichever eager's partition ends on)
+    return (torch.median(x, 0, keepdim=True), torch.nanmedian(x, 1).values,
+            torch.nanmedian(x[[0, 2, 3]], 1), torch.median(x[2:]),
+            torch.nanmedian(x), torch.kthvalue(x[3:], 3, 1), torch.kthvalue(x, 7, 1).values,
+            torch.median(x[2:].long(), 1))
+
+
+def _order_inputs(d):
+    x = torch.randn(6, 9, dtype=d)
+    x[0, 3] = x[0, 6] = float("nan")  # two NaNs: median's first, kthvalue's last
+    x[1, :] = float("nan")  # NaN alone: nanmedian's NaN
+    x[2, 1] = x[2, 5] = x[2, 7]  # equal values: median's lesser index (kthvalue's: any)
+    return x, torch.zeros(6, dtype=d)
+
+
 def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
     return mask.clamp(min=low)
 
@@ -158,6 +175,7 @@ CASES = [
     (unsorted_topk, lambda d: (torch.randn(3, 130, dtype=d), torch.randn(3, 8, dtype=d))),
     (special_functions, _special_inputs),
     (bessel_and_hypot, _bessel_inputs),
+    (order_statistics, _order_inputs),
 ]
 
 
@@ -260,7 +278,8 @@ def test_attention_training_steps_match_eager(case, dtype, path):
 class _SpecialFunctions(torch.nn.Module):
     """A layer through lgamma, digamma, erfinv, erfc, i0, i1e and hypot, whose gradients
     are digamma, trigamma (polygamma(1, x)), erfinv's own, a Gaussian, i1, i0e and i1e,
-    and quotients."""
+    and quotients; and through median and kthvalue, whose gradients go to the element
+    each picked."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -271,7 +290,8 @@ class _SpecialFunctions(torch.nn.Module):
         positive = F.softplus(h) + 0.2
         return torch.lgamma(positive) + torch.digamma(positive + 0.5) + \
             torch.erfinv(torch.tanh(h) * 0.9) + torch.erfc(h) + torch.i0(h) + \
-            torch.special.i1e(h) + torch.hypot(h, positive)
+            torch.special.i1e(h) + torch.hypot(h, positive) + \
+            torch.median(h, 1, keepdim=True).values + torch.kthvalue(h, 2, 0).values
 
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])

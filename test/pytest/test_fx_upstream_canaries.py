@@ -81,6 +81,22 @@ func.func @main(%a: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
     assert _fails_to_legalize(result), f"erfinv lowers now:\n{result.stdout}"
 
 
+def test_order_statistics_do_not_lower() -> None:
+    """upstream/order_statistics.py: torch-mlir defines neither median nor nanmedian, and
+    defines kthvalue without lowering it."""
+    defined = [n for n in ("torch.aten.median", "torch.aten.nanmedian") if _registered(n)]
+    assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
+    result = _to_stablehlo("""
+func.func @main(%a: !torch.vtensor<[4,5],f32>) -> !torch.vtensor<[4],f32> {
+  %int2 = torch.constant.int 2
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %0, %1 = torch.aten.kthvalue %a, %int2, %int1, %false : !torch.vtensor<[4,5],f32>, !torch.int, !torch.int, !torch.bool -> !torch.vtensor<[4],f32>, !torch.vtensor<[4],si64>
+  return %0 : !torch.vtensor<[4],f32>
+}""")
+    assert _fails_to_legalize(result), f"kthvalue lowers now:\n{result.stdout}"
+
+
 def test_bitwise_scalar_forms_are_undefined() -> None:
     """upstream/scalar_operands.py: the bitwise ops' Scalar forms (llvm/torch-mlir#4448)."""
     defined = [n for n in scalar_operands.UNDEFINED_SCALAR_FORMS if _registered(n)]
