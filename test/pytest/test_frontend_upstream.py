@@ -55,8 +55,20 @@ def remainder(a, b):  # remainder.py
 
 def scans(x, s):  # scans.py
     s.cumsum_(0)
+    extremes = torch.cummax(x, 1), torch.cummin(x, 0), torch.cummax(x.long(), 0)
     x[1:].cumprod_(1)  # a noise schedule's cumprod, in place through a view
-    return x.logcumsumexp(1) + s, x.cumprod(0, dtype=torch.float64)
+    return x.logcumsumexp(1) + s, x.cumprod(0, dtype=torch.float64), extremes
+
+
+def extreme_scans(x):  # scans.py: cummax/cummin with NaN (sticks), ties (the later)
+    return torch.cummax(x, 1), torch.cummin(x, 1), torch.cummin(x, 0)
+
+
+def _extreme_inputs(d):
+    nan, inf = float("nan"), float("inf")
+    return (torch.tensor([[3.0, 1.0, 3.0, nan, 5.0, nan, 2.0, 7.0],
+                          [-inf, -inf, 0.0, -0.0, 0.0, 1.0, 1.0, -1.0],
+                          [2.0, 2.0, -5.0, inf, inf, 0.5, -5.0, 9.0]], dtype=d),)
 
 
 def scatters(x, v):  # scatters.py (the scatters AOTAutograd writes, called directly)
@@ -176,6 +188,7 @@ CASES = [
     (special_functions, _special_inputs),
     (bessel_and_hypot, _bessel_inputs),
     (order_statistics, _order_inputs),
+    (extreme_scans, _extreme_inputs),
 ]
 
 
@@ -278,8 +291,8 @@ def test_attention_training_steps_match_eager(case, dtype, path):
 class _SpecialFunctions(torch.nn.Module):
     """A layer through lgamma, digamma, erfinv, erfc, i0, i1e and hypot, whose gradients
     are digamma, trigamma (polygamma(1, x)), erfinv's own, a Gaussian, i1, i0e and i1e,
-    and quotients; and through median and kthvalue, whose gradients go to the element
-    each picked."""
+    and quotients; and through median, kthvalue, cummax and cummin, whose gradients go
+    to the elements they picked."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -291,7 +304,8 @@ class _SpecialFunctions(torch.nn.Module):
         return torch.lgamma(positive) + torch.digamma(positive + 0.5) + \
             torch.erfinv(torch.tanh(h) * 0.9) + torch.erfc(h) + torch.i0(h) + \
             torch.special.i1e(h) + torch.hypot(h, positive) + \
-            torch.median(h, 1, keepdim=True).values + torch.kthvalue(h, 2, 0).values
+            torch.median(h, 1, keepdim=True).values + torch.kthvalue(h, 2, 0).values + \
+            torch.cummax(h, 1).values * torch.cummin(h, 0).values
 
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])

@@ -81,6 +81,12 @@ func.func @main(%a: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
     assert _fails_to_legalize(result), f"erfinv lowers now:\n{result.stdout}"
 
 
+def test_cummax_and_cummin_are_undefined() -> None:
+    """upstream/scans.py: torch-mlir defines neither cummax nor cummin."""
+    defined = [n for n in ("torch.aten.cummax", "torch.aten.cummin") if _registered(n)]
+    assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
+
+
 def test_order_statistics_do_not_lower() -> None:
     """upstream/order_statistics.py: torch-mlir defines neither median nor nanmedian, and
     defines kthvalue without lowering it."""

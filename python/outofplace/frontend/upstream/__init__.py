@@ -14,7 +14,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `scalar_operands.py` | Python scalars as 0-d tensors; bitwise Scalar forms as Tensor forms | the importer's float32/bool scalars; no bitwise Scalar forms |
 | `attention.py` | scaled_dot_product_attention, eager's CPU attention kernel and its backward (autograd's graphs) → matmul, softmax | masked or causal attention does not lower; PyTorch's decomposition of the kernel gives the weights for its logsumexp |
 | `remainder.py` | remainder → fmod and a sign fix; fmod.Scalar → fmod.Tensor | remainder with C's sign; fmod.Scalar does not lower |
-| `scans.py` | logcumsumexp and cumprod as doubling scans; cumsum of a 0-d tensor | log(cumsum(exp)) overflows; cumprod and 0-d cumsum do not lower |
+| `scans.py` | logcumsumexp, cumprod, cummax and cummin as doubling scans; cumsum of a 0-d tensor | log(cumsum(exp)) overflows; cumprod and 0-d cumsum do not lower; cummax and cummin not defined |
 | `scatters.py` | as_strided_scatter → index_put; select_scatter index from the end; slice_scatter bounds clamped | no lowering; no scatter indices; unbounded allocation |
 | `max_pool.py` | max_pool2d_with_indices stride [] → the kernel; ceil_mode's partial windows → the input padded with -inf | an empty stride read as 1; ceil_mode's windows start early (wrong values) or fail to verify |
 | `bool_clamp.py` | clamp of bools → and/or | the missing bound filled with False |

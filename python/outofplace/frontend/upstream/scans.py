@@ -1,16 +1,18 @@
-"""Cumulative ops torch-mlir lowers wrongly or not at all: `logcumsumexp`, `cumprod` and
-the `cumsum` of a 0-d tensor.
+"""Cumulative ops torch-mlir lowers wrongly or not at all: `logcumsumexp`, `cumprod`,
+`cummax`, `cummin` and the `cumsum` of a 0-d tensor.
 
 torch-mlir decomposes logcumsumexp as log(cumsum(exp(x))), which overflows (inf for
 x = 1e4, where eager gives 1e4). Upstream: llvm/torch-mlir#4748 (open: a stable scan),
 after llvm/torch-mlir#4183 (the op's support). `cumprod` (a diffusion model's noise
 schedule, `alphas.cumprod(0)`) has no pattern, and PyTorch's decomposition of it does
-not lower either; the cumsum of a 0-d tensor fails to legalize; upstream: no issue found.
-Both scans are ceil(log2(n)) doubling steps (each element the product of at most
+not lower either; the cumsum of a 0-d tensor fails to legalize; torch-mlir defines neither
+`cummax` nor `cummin` (and PyTorch does not decompose them); upstream: no issue found.
+The scans are ceil(log2(n)) doubling steps (each element the product of at most
 log2(n) partial products: eager's sequential product rounds in another order, within
 the dtype's rounding).
 Canaries: test/pytest/test_fx_upstream_canaries.py::test_logcumsumexp_is_log_of_cumsum_of_exp,
-::test_cumsum_of_0d_does_not_lower, ::test_cumprod_does_not_lower.
+::test_cumsum_of_0d_does_not_lower, ::test_cumprod_does_not_lower,
+::test_cummax_and_cummin_are_undefined.
 """
 
 from __future__ import annotations
@@ -61,6 +63,48 @@ def _cumulative_product(x: torch.Tensor, dim: int, dtype: torch.dtype | None = N
     return x
 
 
+def _cumulative_extreme(x: torch.Tensor, dim: int, greatest: bool
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Running maximum (`greatest`) or minimum along `dim` and the index of the element
+    it is, as doubling steps: each pair of a running result and the one `shift` before
+    it keeps the later unless the earlier beats it (eager's `x >= best`: an equal later
+    element takes over; a NaN beats every number and sticks, its index the last NaN's),
+    padded with the worst value at index 0 (which every element takes over)."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64)
+    n = x.shape[dim]
+    shape = [1] * x.dim()
+    shape[dim] = n
+    index = torch.arange(n).reshape(shape).expand(x.shape).contiguous()
+    if x.is_floating_point():
+        worst = float("-inf") if greatest else float("inf")
+    else:
+        info = torch.iinfo(x.dtype)
+        worst = info.min if greatest else info.max
+    values, shift = x.clone(), 1
+    while shift < n:
+        before = torch.cat([torch.full_like(values.narrow(dim, 0, shift), worst),
+                            values.narrow(dim, 0, n - shift)], dim)
+        before_index = torch.cat([torch.zeros_like(index.narrow(dim, 0, shift)),
+                                  index.narrow(dim, 0, n - shift)], dim)
+        later_wins = torch.isnan(values) | ~torch.isnan(before) & (
+            values >= before if greatest else values <= before)
+        values = torch.where(later_wins, values, before)
+        index = torch.where(later_wins, index, before_index)
+        shift *= 2
+    return values, index
+
+
+def _cummax(graph: torch.fx.Graph, node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
+    """cummax(x, d) / cummin(x, d)  =>  the doubling scan of `_cumulative_extreme`"""
+    x, dim = node.args[:2]
+    if x.meta["val"].dtype == torch.bool or x.meta["val"].is_complex():
+        return None
+    greatest = node.target is torch.ops.aten.cummax.default
+    return tuple(inline_call(graph, node, _cumulative_extreme, x,
+                             dim % max(x.meta["val"].dim(), 1), greatest))
+
+
 def _cumprod(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     """x.cumprod(d, dtype=...)  =>  the doubling scan of `_cumulative_product`; x.cumprod_(d)
     its copy into x."""
@@ -101,4 +145,6 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     torch.ops.aten.cumsum_.default: _cumsum_of_0d,
     torch.ops.aten.cumprod.default: _cumprod,
     torch.ops.aten.cumprod_.default: _cumprod,
+    torch.ops.aten.cummax.default: _cummax,
+    torch.ops.aten.cummin.default: _cummax,
 }
