@@ -165,6 +165,23 @@ def _order_inputs(d):
     return x, torch.zeros(6, dtype=d)
 
 
+def searchsorted(seq, x, rows, sorter, out):  # searchsorted.py
+    out.copy_(torch.searchsorted(seq, x, right=True))
+    return (torch.searchsorted(seq, x), torch.searchsorted(rows, x[:, :5], side="right"),
+            torch.searchsorted(rows.flip(-1), x[:, :5], sorter=sorter, out_int32=True),
+            torch.searchsorted(seq[:4], 2.5))
+
+
+def _searchsorted_inputs(d):
+    nan, inf = float("nan"), float("inf")
+    seq = torch.tensor([-1.0, 2.0, 2.0, 3.0, nan], dtype=d)  # ties; NaN sorted last
+    x = torch.tensor([[nan, 2.0, -3.0, 5.0, -inf, inf], [1.0, 2.5, 3.0, -1.0, 0.0, 2.0]],
+                     dtype=d)
+    rows = torch.sort(torch.randn(2, 7, dtype=d), dim=-1).values
+    sorter = torch.arange(6, -1, -1).expand(2, 7).contiguous()  # rows.flip(-1) reversed
+    return seq, x, rows, sorter, torch.zeros(2, 6, dtype=torch.int64)
+
+
 def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
     return mask.clamp(min=low)
 
@@ -189,6 +206,7 @@ CASES = [
     (bessel_and_hypot, _bessel_inputs),
     (order_statistics, _order_inputs),
     (extreme_scans, _extreme_inputs),
+    (searchsorted, _searchsorted_inputs),
 ]
 
 

@@ -87,6 +87,13 @@ def test_cummax_and_cummin_are_undefined() -> None:
     assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
 
 
+def test_searchsorted_is_undefined() -> None:
+    """upstream/searchsorted.py: torch-mlir does not define searchsorted."""
+    assert not _registered("torch.aten.searchsorted.Tensor") and \
+        not _registered("torch.aten.searchsorted.Scalar"), \
+        "torch-mlir defines searchsorted now: drop the rewrite"
+
+
 def test_order_statistics_do_not_lower() -> None:
     """upstream/order_statistics.py: torch-mlir defines neither median nor nanmedian, and
     defines kthvalue without lowering it."""
