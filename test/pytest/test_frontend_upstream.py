@@ -182,6 +182,19 @@ def _searchsorted_inputs(d):
     return seq, x, rows, sorter, torch.zeros(2, 6, dtype=torch.int64)
 
 
+def distances(x, y, many):  # distances.py: each p, a pair at distance 0, the product
+    return ([torch.cdist(x, y, p=p) for p in (0.0, 1.0, 1.5, 2.0, 3.0, float("inf"))],
+            torch.cdist(many, many[:3] + 0.5),  # (of a point and itself, the product form
+            # gives the root of a rounding error, eager's and XLA's alike but not equal)
+            torch.cdist(x[0], y[0], compute_mode="use_mm_for_euclid_dist"))
+
+
+def _distance_inputs(d):
+    x, y = torch.randn(2, 5, 3, dtype=d), torch.randn(2, 4, 3, dtype=d)
+    y[0, 1] = x[0, 2]
+    return x, y, torch.randn(30, 3, dtype=d)  # more than 25 rows: eager's product form
+
+
 def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
     return mask.clamp(min=low)
 
@@ -207,6 +220,7 @@ CASES = [
     (order_statistics, _order_inputs),
     (extreme_scans, _extreme_inputs),
     (searchsorted, _searchsorted_inputs),
+    (distances, _distance_inputs),
 ]
 
 
@@ -326,12 +340,27 @@ class _SpecialFunctions(torch.nn.Module):
             torch.cummax(h, 1).values * torch.cummin(h, 0).values
 
 
+class _Distances(torch.nn.Module):
+    """Distances between a layer's rows (pairs at distance 0 among them), by each p."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.linear(x)
+        return torch.cdist(h, h) + torch.cdist(h, h.flip(0), p=1.5) + \
+            torch.cdist(h, 2 * h, p=float("inf")) + torch.cdist(h, h[:1], p=3.0)
+
+
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_special_functions_training_steps_match_eager(dtype, path):
-    """special_functions.py in a training step: three SGD steps against eager's."""
+@pytest.mark.parametrize("layer", [_SpecialFunctions, _Distances], ids=lambda c: c.__name__)
+def test_special_functions_training_steps_match_eager(layer, dtype, path):
+    """special_functions.py, order_statistics.py, scans.py and distances.py in a training
+    step: three SGD steps against eager's."""
     torch.manual_seed(0)
-    model = _SpecialFunctions().to(dtype)
+    model = layer().to(dtype)
     x = torch.randn(5, 6, dtype=dtype)
     torch._dynamo.reset()
     tolerance = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else \

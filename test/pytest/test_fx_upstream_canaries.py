@@ -94,6 +94,13 @@ def test_searchsorted_is_undefined() -> None:
         "torch-mlir defines searchsorted now: drop the rewrite"
 
 
+def test_cdist_is_undefined() -> None:
+    """upstream/distances.py: torch-mlir defines neither of cdist's kernels."""
+    defined = [n for n in ("torch.aten._cdist_forward", "torch.aten._cdist_backward")
+               if _registered(n)]
+    assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
+
+
 def test_order_statistics_do_not_lower() -> None:
     """upstream/order_statistics.py: torch-mlir defines neither median nor nanmedian, and
     defines kthvalue without lowering it."""

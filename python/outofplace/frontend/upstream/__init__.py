@@ -25,6 +25,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `special_functions.py` | lgamma, digamma, polygamma(1, x), erfinv, erfc, i0, i0e, i1, i1e, hypot → their approximations in elementwise ops (eager's own algorithms for trigamma, erfinv and the Bessel functions) | not defined (erfinv: not lowered) |
 | `order_statistics.py` | median, nanmedian, kthvalue → a sort and the position of the element picked (eager's `(value, index)` order) | not defined (kthvalue: not lowered) |
 | `searchsorted.py` | searchsorted → eager's binary search, unrolled (a sequence of any rank, a sorter) | not defined |
+| `distances.py` | _cdist_forward, _cdist_backward (`torch.cdist`) → eager's choice of a matrix product or each pair's p-norm, and its gradient | not defined |
 | `histc.py` | histc → a scatter-add of ones at each element's bin (eager's arithmetic) | not defined |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """
@@ -34,7 +35,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import (activations, attention, avg_pool, bool_clamp, convolution_backward,
-               grouped_mm, histc, max_pool, order_statistics, remainder, scans,
+               distances, grouped_mm, histc, max_pool, order_statistics, remainder, scans,
                scatters, searchsorted, special_functions, undefined_ops, unsorted_topk)
 
 # op -> rewrite, for frontend/decompositions.py's `decompose` (a rewrite returns the
@@ -43,5 +44,5 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     op: fn for module in (undefined_ops, attention, remainder, scans, scatters,
                           max_pool, bool_clamp, convolution_backward, avg_pool,
                           activations, grouped_mm, histc, unsorted_topk,
-                          special_functions, order_statistics, searchsorted)
+                          special_functions, order_statistics, searchsorted, distances)
     for op, fn in module.DECOMPOSITIONS.items()}
