@@ -49,8 +49,21 @@ def _without_keys(d):
 
 
 def remainder(a, b):  # remainder.py
+    exact = torch.fmod(a, b), a // b, torch.div(b, a, rounding_mode="floor"), \
+        torch.floor_divide(a, -2.5), a.fmod(-0.75)
     a.remainder_(b)
-    return torch.remainder(b, -1.5) + torch.fmod(a, 0.75)
+    return torch.remainder(b, -1.5) + torch.fmod(a, 0.75), exact
+
+
+def _remainder_inputs(d):
+    inf = float("inf")  # infinite divisors and dividends, a quotient past 2**24, zeros
+    return (torch.tensor([1e10, 88.8, -104.0, 5.0, -2.5, inf, 3.0, 7.5, -7.5, 0.0], dtype=d),
+            torch.tensor([3.0, -inf, inf, 3.0, -0.5, 2.0, 0.0, -2.0, 2.0, -4.0], dtype=d))
+
+
+def nan_keeping_activations(x):  # unlowered_ops.py: NOT_LOWERED at the edges
+    return F.logsigmoid(x), F.threshold(x, 0.5, -7.0), F.hardshrink(x, 0.5), \
+        F.hardshrink(x.clone(), 0.5).sum()
 
 
 def scans(x, s):  # scans.py
@@ -205,8 +218,9 @@ CASES = [
                            torch.randn(1, 2, 3, 4, dtype=d),
                            torch.tensor([[True, False, True]]).expand(3, 3))),
     (attention_without_keys, _without_keys),
-    (remainder, lambda d: (torch.randn(5, dtype=d) * 4, torch.tensor([1.5, -1.5, 2.0, -0.5, 3.0],
-                                                                     dtype=d))),
+    (remainder, _remainder_inputs),
+    (nan_keeping_activations, lambda d: (torch.tensor(
+        [float("nan"), -100.0, -104.0, 0.3, -0.3, 0.5, 2.0, float("-inf")], dtype=d),)),
     (scans, lambda d: (torch.tensor([[1e4, 1.0, -3.0], [0.5, 2.0, 1e3], [0.9, -0.5, 0.0]],
                                     dtype=d), torch.tensor(2.5, dtype=d))),
     (scatters, lambda d: (torch.randn(4, 3, dtype=d), torch.randn(2, 3, dtype=d))),

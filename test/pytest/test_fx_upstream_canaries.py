@@ -225,6 +225,45 @@ func.func @main(%a: !torch.vtensor<[4],f32>, %b: !torch.vtensor<[4],f32>) -> !to
     assert ops == ["stablehlo.remainder"], f"remainder's lowering changed:\n{result.stdout}"
 
 
+def test_fmod_is_a_quotient_formula() -> None:
+    """upstream/remainder.py: fmod.Tensor lowers as a - sign(a/b) * floor(|a/b|) * b
+    (NaN by an infinite divisor, wrong past the float's integers), floor division of
+    floats as floor(a / b); neither is stablehlo.remainder."""
+    result = _to_stablehlo("""
+func.func @main(%a: !torch.vtensor<[4],f32>, %b: !torch.vtensor<[4],f32>) -> (!torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>) {
+  %floor = torch.constant.str "floor"
+  %0 = torch.aten.fmod.Tensor %a, %b : !torch.vtensor<[4],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[4],f32>
+  %1 = torch.aten.div.Tensor_mode %a, %b, %floor : !torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>, !torch.str -> !torch.vtensor<[4],f32>
+  return %0, %1 : !torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>
+}""")
+    assert result.returncode == 0, result.stderr
+    ops = re.findall(r"= (stablehlo\.\w+)", result.stdout)
+    assert "stablehlo.remainder" not in ops and "stablehlo.floor" in ops, \
+        f"fmod's lowering changed:\n{result.stdout}"
+
+
+def test_log_sigmoid_threshold_and_hardshrink_lower_wrongly() -> None:
+    """upstream/unlowered_ops.py (NOT_LOWERED): log_sigmoid lowers as log(logistic(x))
+    (-inf below -88), threshold and hardshrink select by a comparison a NaN fails (the
+    NaN replaced)."""
+    result = _to_stablehlo("""
+func.func @main(%a: !torch.vtensor<[4],f32>) -> (!torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>) {
+  %half = torch.constant.float 5.000000e-01
+  %minus = torch.constant.float -7.000000e+00
+  %0 = torch.aten.log_sigmoid %a : !torch.vtensor<[4],f32> -> !torch.vtensor<[4],f32>
+  %1 = torch.aten.threshold %a, %half, %minus : !torch.vtensor<[4],f32>, !torch.float, !torch.float -> !torch.vtensor<[4],f32>
+  %2 = torch.aten.hardshrink %a, %half : !torch.vtensor<[4],f32>, !torch.float -> !torch.vtensor<[4],f32>
+  return %0, %1, %2 : !torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>
+}""")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "stablehlo.logistic" in text and "stablehlo.log " in text and \
+        "log_plus_one" not in text, f"log_sigmoid's lowering changed:\n{text}"
+    assert "compare  GT" in text or "compare GT" in text, \
+        f"threshold's and hardshrink's lowerings changed:\n{text}"
+    assert "compare  LE" not in text and "compare LE" not in text, text
+
+
 def test_fmod_scalar_does_not_lower() -> None:
     """upstream/remainder.py: fmod.Scalar has no StableHLO lowering (llvm/torch-mlir#4448)."""
     result = _to_stablehlo("""

@@ -1,12 +1,23 @@
-"""`remainder` with Python's sign, and `fmod` by a number.
+"""`remainder` with Python's sign, `fmod` exact, and floor division as eager's.
 
 torch-mlir lowers `remainder.Tensor` to `stablehlo.remainder`, which keeps the dividend's
-sign (C's fmod; eager's remainder has the divisor's), and leaves `fmod.Scalar` without a
-StableHLO lowering. Upstream: llvm/torch-mlir#4440 (open: remainder as a floor division),
+sign (C's fmod; eager's remainder has the divisor's), leaves `fmod.Scalar` without a
+StableHLO lowering, and lowers `fmod.Tensor` as `a - sign(a/b) * floor(|a/b|) * b`: NaN
+for a finite dividend by an infinite divisor (C's fmod: the dividend), and wrong wherever
+the quotient is past the float's integers (`fmod(1e10, 3.0)` gave 256, eager 1). Its
+`div(..., rounding_mode="floor")` of floats is `floor(a / b)`: `inf // -104` gave -inf and
+`88.8 // -inf` -0.0 where eager (and Python) give NaN and -1.0.
+
+So every fmod here is `stablehlo.remainder` (C's fmod, exact), reached through torch-mlir's
+lowering of `remainder.Tensor` (a node marked `C_FMOD`, which `_remainder` leaves as it
+is); remainder is that fmod and a sign fix; floor division of floats is eager's
+`div_floor_floating` (the quotient of the dividend less its fmod, rounded as eager does).
+Upstream: llvm/torch-mlir#4440 (open: remainder as a floor division),
 llvm/torch-mlir#3575 (the same bug in the linalg lowering, fixed there only),
-llvm/torch-mlir#4448 (open: fmod.Scalar's StableHLO lowering).
+llvm/torch-mlir#4448 (open: fmod.Scalar's StableHLO lowering); for fmod.Tensor and
+floor division no issue found.
 Canaries: test/pytest/test_fx_upstream_canaries.py::test_remainder_keeps_the_dividends_sign,
-::test_fmod_scalar_does_not_lower.
+::test_fmod_scalar_does_not_lower, ::test_fmod_is_a_quotient_formula.
 """
 
 from __future__ import annotations
@@ -17,16 +28,28 @@ import torch
 import torch.fx
 
 from ..fx_graph import call
+from ..inline import inline_call
+
+C_FMOD = "outofplace_c_fmod"  # a remainder.Tensor node that is C's fmod (stablehlo.remainder)
 
 
-def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+def _c_fmod(graph: torch.fx.Graph, a: Any, b: Any) -> torch.fx.Node:
+    """fmod(a, b) as torch-mlir's lowering of `remainder.Tensor`: stablehlo.remainder."""
+    node = call(graph, torch.ops.aten.remainder.Tensor, a, b)
+    node.meta[C_FMOD] = True
+    return node
+
+
+def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """Python's modulo, the sign of the divisor:
 
         r = fmod(a, b);  where(r != 0 and (r < 0) != (b < 0), r + b, r)
     """
+    if node.meta.get(C_FMOD):
+        return None
     a, b = node.args[:2]
     if isinstance(b, torch.fx.Node):
-        r = call(graph, torch.ops.aten.fmod.Tensor, a, b)
+        r = _c_fmod(graph, a, b)
         r_negative = call(graph, torch.ops.aten.lt.Scalar, r, 0)
         # logical_xor, not ne: torch-mlir compares booleans as signed, which XLA rejects
         differ = call(graph, torch.ops.aten.logical_xor.default, r_negative,
@@ -35,7 +58,7 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     else:  # b's sign is known; torch-mlir lowers fmod only between tensors
         divisor = call(graph, torch.ops.aten.scalar_tensor.default, b,
                        dtype=a.meta["val"].dtype)
-        r = call(graph, torch.ops.aten.fmod.Tensor, a, divisor)
+        r = _c_fmod(graph, a, divisor)
         r_negative = call(graph, torch.ops.aten.lt.Scalar, r, 0)
         differ = r_negative if b >= 0 else call(
             graph, torch.ops.aten.logical_not.default, r_negative)
@@ -48,20 +71,56 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     return result
 
 
-def _fmod_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """`x.fmod_(1.5)`  =>  fmod by a 0-d tensor of the result's dtype."""
+def _fmod(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """`fmod(a, b)`, `a.fmod_(1.5)`  =>  C's fmod (of a 0-d tensor of the result's dtype
+    for a number)."""
     a, b = node.args[:2]
-    divisor = call(graph, torch.ops.aten.scalar_tensor.default, b,
-                   dtype=node.meta["val"].dtype)
-    target = torch.ops.aten.fmod_.Tensor if node.target is torch.ops.aten.fmod_.Scalar \
-        else torch.ops.aten.fmod.Tensor
-    return call(graph, target, a, divisor)
+    if not isinstance(b, torch.fx.Node):
+        b = call(graph, torch.ops.aten.scalar_tensor.default, b,
+                 dtype=node.meta["val"].dtype)
+    result = _c_fmod(graph, a, b)
+    if node.target in (torch.ops.aten.fmod_.Tensor, torch.ops.aten.fmod_.Scalar):
+        return call(graph, torch.ops.aten.copy_.default, a, result)
+    return result
+
+
+def _floor_divided(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """eager's `div_floor_floating`: the quotient of a less its fmod, one less where the
+    fmod's sign is not the divisor's, rounded to the nearest integer below it; a zero
+    quotient with the sign of a / b; a / b where b is 0."""
+    quotient = a / b
+    mod = torch.ops.aten.fmod(a, b)
+    div = (a - mod) / b
+    div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floored = torch.floor(div)
+    floored = torch.where(div - floored > 0.5, floored + 1, floored)
+    floored = torch.where(div == 0, torch.copysign(torch.zeros_like(div), quotient), floored)
+    return torch.where(b == 0, quotient, floored)
+
+
+def _floor_division(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """`div(a, b, rounding_mode="floor")`, `floor_divide(a, b)` of floats  =>
+    `_floor_divided` (its fmod rewritten to C's in decompose's next pass)."""
+    if node.target is torch.ops.aten.div.Tensor_mode and \
+            node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None) \
+            != "floor":
+        return None
+    if not node.meta["val"].is_floating_point():
+        return None
+    a, b = node.args[:2]
+    dtype = node.meta["val"].dtype
+
+    def divided(a: Any, b: Any) -> torch.Tensor:
+        return _floor_divided(torch.as_tensor(a).to(dtype), torch.as_tensor(b).to(dtype))
+    return inline_call(graph, node, divided, a, b)
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     **{op: _remainder for op in (
         torch.ops.aten.remainder.Tensor, torch.ops.aten.remainder.Scalar,
         torch.ops.aten.remainder_.Tensor, torch.ops.aten.remainder_.Scalar)},
-    torch.ops.aten.fmod.Scalar: _fmod_scalar,
-    torch.ops.aten.fmod_.Scalar: _fmod_scalar,
+    **{op: _fmod for op in (torch.ops.aten.fmod.Tensor, torch.ops.aten.fmod.Scalar,
+                            torch.ops.aten.fmod_.Tensor, torch.ops.aten.fmod_.Scalar)},
+    torch.ops.aten.div.Tensor_mode: _floor_division,
+    torch.ops.aten.floor_divide.default: _floor_division,
 }
