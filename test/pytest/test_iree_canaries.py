@@ -435,3 +435,14 @@ func.func @main(%x: tensor<2x6xf32>) -> (tensor<2x6xi64>, tensor<2x6xi64>) {
     assert ascending.tolist() != np.argsort(x, 1).tolist() and \
         descending.tolist() == [[0] * 6] * 2, \
         f"IREE sorts a shared iota rightly now: {ascending.tolist()}, {descending.tolist()}"
+
+
+def test_float64_remainder_does_not_link() -> None:
+    """A float64 remainder (C's fmod) is a call of libm's fmod, which IREE's embedded
+    linker lacks. Workaround: outofplace-iree-f64-remainder."""
+    with pytest.raises(Exception, match="undefined symbol: fmod"):
+        _compile("""
+func.func @main(%a: tensor<3xf64>, %b: tensor<3xf64>) -> tensor<3xf64> {
+  %0 = stablehlo.remainder %a, %b : tensor<3xf64>
+  return %0 : tensor<3xf64>
+}""")

@@ -10,7 +10,7 @@ fails once IREE is fixed: then delete the module, its pass from the pipeline
 """
 
 from . import (boolean_add, constant_updates, early_overwrites,  # noqa: F401
-               folded_results, gather_bounds, returned_arguments, scatter_bounds,
+               f64_remainder, folded_results, gather_bounds, returned_arguments, scatter_bounds,
                scatter_indices, scatter_per_element, self_updates, serial_schedule,
                shared_sort_operands, sliced_operands, sorted_indices, writable_constants,
                written_inputs)
@@ -22,6 +22,7 @@ PASSES = [
     "outofplace-iree-clamp-gather-starts",
     "outofplace-iree-scatter-per-element",
     "outofplace-iree-boolean-add-as-or",
+    "outofplace-iree-f64-remainder",
     "outofplace-iree-sort-behind-barrier",
     "outofplace-iree-copy-shared-sort-operands",
     "outofplace-iree-strip-returned-arguments",
