@@ -61,6 +61,19 @@ def _remainder_inputs(d):
             torch.tensor([3.0, -inf, inf, 3.0, -0.5, 2.0, 0.0, -2.0, 2.0, -4.0], dtype=d))
 
 
+def float_equality(x, flags):  # float_equality.py: x == x is False at NaN
+    flags.eq_(flags)
+    return x == x, torch.eq(x, x.clone()), x == x.flip(0), x.long() == x.long()
+
+
+def rms_norm(x, w):  # rms_norm.py: eps=None is eager's machine epsilon (a row of zeros)
+    return F.rms_norm(x, (4,)), F.rms_norm(x, (4,), w), F.rms_norm(x, (4,), eps=1e-3)
+
+
+def integer_floor_division(a):  # remainder.py: int64 past 2**53, exact
+    return a // 7, torch.div(a, -7, rounding_mode="floor"), torch.floor_divide(a, a.flip(0))
+
+
 def nan_keeping_activations(x):  # unlowered_ops.py: NOT_LOWERED at the edges
     return F.logsigmoid(x), F.threshold(x, 0.5, -7.0), F.hardshrink(x, 0.5), \
         F.hardshrink(x.clone(), 0.5).sum()
@@ -219,6 +232,12 @@ CASES = [
                            torch.tensor([[True, False, True]]).expand(3, 3))),
     (attention_without_keys, _without_keys),
     (remainder, _remainder_inputs),
+    (float_equality, lambda d: (torch.tensor([1.0, float("nan"), float("inf"), -0.0], dtype=d),
+                                torch.tensor([float("nan"), 2.0], dtype=d))),
+    (rms_norm, lambda d: (torch.cat([torch.zeros(1, 4, dtype=d), torch.randn(2, 4, dtype=d)]),
+                          torch.randn(4, dtype=d))),
+    (integer_floor_division, lambda d: (torch.tensor([2**62 + 12345, -(2**62) - 999, 7, -7, 1],
+                                                     dtype=torch.int64),)),
     (nan_keeping_activations, lambda d: (torch.tensor(
         [float("nan"), -100.0, -104.0, 0.3, -0.3, 0.5, 2.0, float("-inf")], dtype=d),)),
     (scans, lambda d: (torch.tensor([[1e4, 1.0, -3.0], [0.5, 2.0, 1e3], [0.9, -0.5, 0.0]],

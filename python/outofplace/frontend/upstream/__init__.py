@@ -26,6 +26,8 @@ upstream fixed it; delete the module's entry, then the canary.
 | `order_statistics.py` | median, nanmedian, kthvalue → a sort and the position of the element picked (eager's `(value, index)` order) | not defined (kthvalue: not lowered) |
 | `searchsorted.py` | searchsorted → eager's binary search, unrolled (a sequence of any rank, a sorter) | not defined |
 | `distances.py` | _cdist_forward, _cdist_backward (`torch.cdist`) → eager's choice of a matrix product or each pair's p-norm, and its gradient | not defined |
+| `float_equality.py` | eq of floats → not ne | `eq(x, x)` folded to true (NaN) |
+| `rms_norm.py` | rms_norm without eps → with eager's (the machine epsilon) | eps=None taken as 0 (NaN for a row of zeros) |
 | `histc.py` | histc → a scatter-add of ones at each element's bin (eager's arithmetic) | not defined |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """
@@ -35,8 +37,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import (activations, attention, avg_pool, bool_clamp, convolution_backward,
-               distances, grouped_mm, histc, max_pool, order_statistics, remainder, scans,
-               scatters, searchsorted, special_functions, undefined_ops, unsorted_topk)
+               distances, float_equality, grouped_mm, histc, max_pool, order_statistics, remainder, scans,
+               rms_norm, scatters, searchsorted, special_functions, undefined_ops,
+               unsorted_topk)
 
 # op -> rewrite, for frontend/decompositions.py's `decompose` (a rewrite returns the
 # node's replacement, a tuple for an op of several results, or None: declined).
@@ -44,5 +47,6 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     op: fn for module in (undefined_ops, attention, remainder, scans, scatters,
                           max_pool, bool_clamp, convolution_backward, avg_pool,
                           activations, grouped_mm, histc, unsorted_topk,
-                          special_functions, order_statistics, searchsorted, distances)
+                          special_functions, order_statistics, searchsorted, distances,
+                          float_equality, rms_norm)
     for op, fn in module.DECOMPOSITIONS.items()}

@@ -6,12 +6,14 @@ StableHLO lowering, and lowers `fmod.Tensor` as `a - sign(a/b) * floor(|a/b|) * 
 for a finite dividend by an infinite divisor (C's fmod: the dividend), and wrong wherever
 the quotient is past the float's integers (`fmod(1e10, 3.0)` gave 256, eager 1). Its
 `div(..., rounding_mode="floor")` of floats is `floor(a / b)`: `inf // -104` gave -inf and
-`88.8 // -inf` -0.0 where eager (and Python) give NaN and -1.0.
+`88.8 // -inf` -0.0 where eager (and Python) give NaN and -1.0; of integers it goes
+through floats: int64 quotients past 2**53 came out rounded.
 
 So every fmod here is `stablehlo.remainder` (C's fmod, exact), reached through torch-mlir's
 lowering of `remainder.Tensor` (a node marked `C_FMOD`, which `_remainder` leaves as it
 is); remainder is that fmod and a sign fix; floor division of floats is eager's
-`div_floor_floating` (the quotient of the dividend less its fmod, rounded as eager does).
+`div_floor_floating` (the quotient of the dividend less its fmod, rounded as eager does),
+of integers the truncated quotient and a correction.
 Upstream: llvm/torch-mlir#4440 (open: remainder as a floor division),
 llvm/torch-mlir#3575 (the same bug in the linalg lowering, fixed there only),
 llvm/torch-mlir#4448 (open: fmod.Scalar's StableHLO lowering); for fmod.Tensor and
@@ -98,20 +100,30 @@ def _floor_divided(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(b == 0, quotient, floored)
 
 
+def _floor_divided_integers(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Integer floor division as the truncated quotient (exact: stablehlo.divide of
+    integers), one less where the remainder's sign is not the divisor's."""
+    quotient = torch.div(a, b, rounding_mode="trunc")
+    r = a - quotient * b
+    return quotient - ((r != 0) & ((r < 0) != (b < 0))).to(quotient.dtype)
+
+
 def _floor_division(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    """`div(a, b, rounding_mode="floor")`, `floor_divide(a, b)` of floats  =>
-    `_floor_divided` (its fmod rewritten to C's in decompose's next pass)."""
+    """`div(a, b, rounding_mode="floor")`, `floor_divide(a, b)`  =>  `_floor_divided` of
+    floats (its fmod rewritten to C's in decompose's next pass), `_floor_divided_integers`
+    of integers (torch-mlir's went through floats: int64 past 2**53 came out rounded)."""
     if node.target is torch.ops.aten.div.Tensor_mode and \
             node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None) \
             != "floor":
         return None
-    if not node.meta["val"].is_floating_point():
+    dtype = node.meta["val"].dtype
+    if dtype == torch.bool or dtype.is_complex:
         return None
     a, b = node.args[:2]
-    dtype = node.meta["val"].dtype
+    divide = _floor_divided if dtype.is_floating_point else _floor_divided_integers
 
     def divided(a: Any, b: Any) -> torch.Tensor:
-        return _floor_divided(torch.as_tensor(a).to(dtype), torch.as_tensor(b).to(dtype))
+        return divide(torch.as_tensor(a).to(dtype), torch.as_tensor(b).to(dtype))
     return inline_call(graph, node, divided, a, b)
 
 
