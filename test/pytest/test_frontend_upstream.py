@@ -74,6 +74,19 @@ def integer_floor_division(a):  # remainder.py: int64 past 2**53, exact
     return a // 7, torch.div(a, -7, rounding_mode="floor"), torch.floor_divide(a, a.flip(0))
 
 
+def index_reduce(s, index, source, columns):  # index_reduce.py: each reduction, NaN
+    s.index_reduce_(0, index, source, "amax")
+    return [s.index_reduce(1, columns, source, reduce, include_self=include_self)
+            for reduce in ("prod", "mean", "amax", "amin") for include_self in (True, False)]
+
+
+def _index_reduce_inputs(d):
+    source = torch.tensor([[1.0, float("nan"), 3.0, -2.0], [5.0, float("-inf"), 0.5, 2.0],
+                           [float("nan"), 7.0, -1.0, 4.0]], dtype=d)
+    return (torch.full((3, 4), 2.0, dtype=d), torch.tensor([0, 2, 0]), source,
+            torch.tensor([3, 0, 3, 1]))
+
+
 def nan_keeping_activations(x):  # unlowered_ops.py: NOT_LOWERED at the edges
     return F.logsigmoid(x), F.threshold(x, 0.5, -7.0), F.hardshrink(x, 0.5), \
         F.hardshrink(x.clone(), 0.5).sum()
@@ -87,7 +100,8 @@ def scans(x, s):  # scans.py
 
 
 def extreme_scans(x):  # scans.py: cummax/cummin with NaN (sticks), ties (the later)
-    return torch.cummax(x, 1), torch.cummin(x, 1), torch.cummin(x, 0)
+    small = (x.nan_to_num(0.0, 0.0, 0.0) * 90).to(torch.int16)  # cumprod: int64 (eager's)
+    return torch.cummax(x, 1), torch.cummin(x, 1), torch.cummin(x, 0), small.cumprod(1)
 
 
 def _extreme_inputs(d):
@@ -236,6 +250,7 @@ CASES = [
                                 torch.tensor([float("nan"), 2.0], dtype=d))),
     (rms_norm, lambda d: (torch.cat([torch.zeros(1, 4, dtype=d), torch.randn(2, 4, dtype=d)]),
                           torch.randn(4, dtype=d))),
+    (index_reduce, _index_reduce_inputs),
     (integer_floor_division, lambda d: (torch.tensor([2**62 + 12345, -(2**62) - 999, 7, -7, 1],
                                                      dtype=torch.int64),)),
     (nan_keeping_activations, lambda d: (torch.tensor(

@@ -101,6 +101,13 @@ def test_cdist_is_undefined() -> None:
     assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
 
 
+def test_index_reduce_is_undefined() -> None:
+    """upstream/index_reduce.py: torch-mlir does not define index_reduce."""
+    assert not _registered("torch.aten.index_reduce") and \
+        not _registered("torch.aten.index_reduce_"), \
+        "torch-mlir defines index_reduce now: drop the rewrite"
+
+
 def test_order_statistics_do_not_lower() -> None:
     """upstream/order_statistics.py: torch-mlir defines neither median nor nanmedian, and
     defines kthvalue without lowering it."""

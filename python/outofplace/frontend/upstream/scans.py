@@ -109,7 +109,8 @@ def _cumprod(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     """x.cumprod(d, dtype=...)  =>  the doubling scan of `_cumulative_product`; x.cumprod_(d)
     its copy into x."""
     x, dim = node.args[:2]
-    dtype = node.kwargs.get("dtype", node.args[2] if len(node.args) > 2 else None)
+    # (the result's dtype: `dtype=` when given, else eager's promotion, integers to int64)
+    dtype = node.meta["val"].dtype
     result = inline_call(graph, node, _cumulative_product, x, dim, dtype)
     if node.target is torch.ops.aten.cumprod_.default:
         return call(graph, torch.ops.aten.copy_.default, x, result)
