@@ -1,6 +1,6 @@
 """`torch.cdist`'s kernels, which torch-mlir does not define (and PyTorch does not
 decompose): `_cdist_forward` and its gradient `_cdist_backward`, as eager's CPU kernels
-compute them (aten/src/ATen/native/Distance.cpp).
+compute them (PyTorch's `cdist_impl` and its backward kernels).
 
 The forward is eager's choice of two: for p = 2 with `compute_mode` 1
 (use_mm_for_euclid_dist), or 0 (the default) with more than 25 rows on either side,
