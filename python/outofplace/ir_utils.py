@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 from torch_mlir import ir
+from torch_mlir._mlir_libs import _stablehlo
 from torch_mlir.dialects import func as func_d
 
 from . import torch_types
@@ -156,6 +157,18 @@ def stablehlo_splat(tensor_type: ir.Type, value: int | float | bool,
         else ir.IntegerAttr.get(element, int(value))
     return ir.Operation.create("stablehlo.constant", results=[tensor_type], attributes={
         "value": ir.DenseElementsAttr.get_splat(tensor_type, attr)}, loc=loc).result
+
+
+def stablehlo_compare(direction: str, x: ir.Value, y: ir.Value, kind: str = "FLOAT",
+                      loc: ir.Location | None = None) -> ir.Value:
+    """`stablehlo.compare` of x and y (`direction` EQ, NE, LT, ...; `kind` FLOAT, SIGNED,
+    UNSIGNED, TOTALORDER): flags of x's shape."""
+    flags = ir.RankedTensorType.get(ir.RankedTensorType(x.type).shape,
+                                    ir.IntegerType.get_signless(1))
+    return ir.Operation.create(
+        "stablehlo.compare", results=[flags], operands=[x, y], loc=loc, attributes={
+            "comparison_direction": _stablehlo.ComparisonDirectionAttr.get(direction),
+            "compare_type": _stablehlo.ComparisonTypeAttr.get(kind)}).result
 
 
 def tensor_literal(tensor: torch.Tensor, loc: ir.Location | None = None,

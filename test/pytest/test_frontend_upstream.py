@@ -358,7 +358,11 @@ def test_attention_training_steps_match_eager(case, dtype, path):
     kv_heads, mask = ATTENTION_STEPS[case]
     model = _Attention(kv_heads, None if mask is None else mask.to(
         dtype if mask.is_floating_point() else torch.bool), mask is None).to(dtype)
-    x = torch.randn(2, 6, 16, dtype=dtype)
+    _assert_steps_match_eager(model, torch.randn(2, 6, 16, dtype=dtype), dtype, path)
+
+
+def _assert_steps_match_eager(model, x, dtype, path):
+    """Three SGD steps of `model` on `x` through `path` against eager's."""
     torch._dynamo.reset()
     tolerance = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else \
         dict(rtol=1e-10, atol=1e-12)
@@ -408,12 +412,4 @@ def test_special_functions_training_steps_match_eager(layer, dtype, path):
     """special_functions.py, order_statistics.py, scans.py and distances.py in a training
     step: three SGD steps against eager's."""
     torch.manual_seed(0)
-    model = layer().to(dtype)
-    x = torch.randn(5, 6, dtype=dtype)
-    torch._dynamo.reset()
-    tolerance = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else \
-        dict(rtol=1e-10, atol=1e-12)
-    assert_sgd_steps_match_eager(
-        model, x, outofplace.compile if path == "compile" else
-        lambda step, args: torch.compile(step, backend="outofplace", dynamic=False),
-        tolerance)
+    _assert_steps_match_eager(layer().to(dtype), torch.randn(5, 6, dtype=dtype), dtype, path)

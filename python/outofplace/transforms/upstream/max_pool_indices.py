@@ -32,13 +32,13 @@ from __future__ import annotations
 import math
 
 from torch_mlir import ir
-from torch_mlir._mlir_libs import _stablehlo
 
-from ...ir_utils import all_operations, stablehlo_splat
+from ...ir_utils import all_operations, stablehlo_compare, stablehlo_splat
 from ..registry import register_pass
 
-# torch-mlir's body, op by op (TorchToStablehlo's max pooling with indices)
-_BODY = ["stablehlo.compare", "stablehlo.select", "stablehlo.compare",
+# torch-mlir's body of a max (min) with indices, op by op (TorchToStablehlo's max pooling
+# with indices, argmax, max.dim: outofplace-upstream-nan-order reads it too)
+ARG_BODY = ["stablehlo.compare", "stablehlo.select", "stablehlo.compare",
          "stablehlo.minimum", "stablehlo.select", "stablehlo.select", "stablehlo.return"]
 
 
@@ -47,7 +47,7 @@ def _is_max_pool_with_indices(op: ir.Operation) -> bool:
         return False
     block = op.regions[0].blocks[0]
     ops = list(block.operations)
-    if [o.name for o in ops] != _BODY or len(block.arguments) != 4:
+    if [o.name for o in ops] != ARG_BODY or len(block.arguments) != 4:
         return False
     first = ops[0]
     return str(first.attributes["comparison_direction"]) == \
@@ -64,11 +64,7 @@ def _op(name: str, operands: list, result: ir.Type, location: ir.Location,
 
 def _compare(direction: str, x: ir.Value, y: ir.Value, kind: str,
              location: ir.Location) -> ir.Value:
-    shape = ir.RankedTensorType(x.type).shape
-    flags = ir.RankedTensorType.get(shape, ir.IntegerType.get_signless(1), loc=location)
-    return _op("stablehlo.compare", [x, y], flags, location,
-               comparison_direction=_stablehlo.ComparisonDirectionAttr.get(direction),
-               compare_type=_stablehlo.ComparisonTypeAttr.get(kind))
+    return stablehlo_compare(direction, x, y, kind, location)
 
 
 def _body(block: ir.Block, location: ir.Location) -> None:

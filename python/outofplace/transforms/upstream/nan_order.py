@@ -37,10 +37,10 @@ alone). Canaries: test_upstream_canaries.test_sort_comparator_ignores_nan,
 from __future__ import annotations
 
 from torch_mlir import ir
-from torch_mlir._mlir_libs import _stablehlo
 
-from ...ir_utils import all_operations
+from ...ir_utils import all_operations, stablehlo_compare
 from ..registry import register_pass
+from .max_pool_indices import ARG_BODY
 
 _DIRECTIONS = {"#stablehlo<comparison_direction LT>": "LT",
                "#stablehlo<comparison_direction GT>": "GT"}
@@ -66,10 +66,6 @@ def _sort_direction(op: ir.Operation) -> str | None:
     return _DIRECTIONS.get(str(compare.attributes["comparison_direction"]))
 
 
-# torch-mlir's arg-reduction body, op by op (TorchToStablehlo's argmax, max.dim, ...)
-_REDUCTION_BODY = ["stablehlo.compare", "stablehlo.select", "stablehlo.compare",
-                   "stablehlo.minimum", "stablehlo.select", "stablehlo.select",
-                   "stablehlo.return"]
 _REDUCTION_DIRECTIONS = {"#stablehlo<comparison_direction GE>": "GT",
                          "#stablehlo<comparison_direction LE>": "LT"}
 
@@ -81,7 +77,7 @@ def _reduction_direction(op: ir.Operation) -> str | None:
         return None
     block = op.regions[0].blocks[0]
     ops = list(block.operations)
-    if [o.name for o in ops] != _REDUCTION_BODY or len(block.arguments) != 4:
+    if [o.name for o in ops] != ARG_BODY or len(block.arguments) != 4:
         return None
     a, ia, b, ib = block.arguments
     if not isinstance(ir.RankedTensorType(a.type).element_type, ir.FloatType) or \
@@ -92,12 +88,7 @@ def _reduction_direction(op: ir.Operation) -> str | None:
 
 
 def _compare(direction: str, x: ir.Value, y: ir.Value, kind: str = "FLOAT") -> ir.Value:
-    flag = ir.RankedTensorType.get([], ir.IntegerType.get_signless(1))
-    return ir.Operation.create(
-        "stablehlo.compare", results=[flag], operands=[x, y],
-        attributes={"comparison_direction":
-                    _stablehlo.ComparisonDirectionAttr.get(direction),
-                    "compare_type": _stablehlo.ComparisonTypeAttr.get(kind)}).results[0]
+    return stablehlo_compare(direction, x, y, kind)
 
 
 def _logical(name: str, *operands: ir.Value) -> ir.Value:

@@ -19,9 +19,8 @@ test_iree_canaries.test_float64_remainder_does_not_link.
 from __future__ import annotations
 
 from torch_mlir import ir
-from torch_mlir._mlir_libs import _stablehlo
 
-from ....ir_utils import stablehlo_splat
+from ....ir_utils import stablehlo_compare, stablehlo_splat
 from ...registry import register_pass
 from .common import _main, _walk
 
@@ -33,11 +32,7 @@ def _op(name: str, *operands: ir.Value, result: ir.Type | None = None, **attribu
 
 
 def _compare(direction: str, x: ir.Value, y: ir.Value) -> ir.Value:
-    flags = ir.RankedTensorType.get(ir.RankedTensorType(x.type).shape,
-                                    ir.IntegerType.get_signless(1))
-    return _op("stablehlo.compare", x, y, result=flags,
-               comparison_direction=_stablehlo.ComparisonDirectionAttr.get(direction),
-               compare_type=_stablehlo.ComparisonTypeAttr.get("FLOAT"))
+    return stablehlo_compare(direction, x, y)
 
 
 def _corrected(op: ir.Operation) -> ir.Value:
