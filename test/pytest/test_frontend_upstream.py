@@ -87,6 +87,10 @@ def _index_reduce_inputs(d):
             torch.tensor([3, 0, 3, 1]))
 
 
+def bool_extremes(b):  # bool_extremes.py: a row of False alone, the first True
+    return torch.max(b, 1, keepdim=True), torch.min(b, 0), torch.max(b.t(), 0)
+
+
 def nan_keeping_activations(x):  # unlowered_ops.py: NOT_LOWERED at the edges
     return F.logsigmoid(x), F.threshold(x, 0.5, -7.0), F.hardshrink(x, 0.5), \
         F.hardshrink(x.clone(), 0.5).sum()
@@ -251,6 +255,8 @@ CASES = [
     (rms_norm, lambda d: (torch.cat([torch.zeros(1, 4, dtype=d), torch.randn(2, 4, dtype=d)]),
                           torch.randn(4, dtype=d))),
     (index_reduce, _index_reduce_inputs),
+    (bool_extremes, lambda d: (torch.tensor([[False, False, True, True], [True, False, True, False],
+                                             [False, False, False, False]]),)),
     (integer_floor_division, lambda d: (torch.tensor([2**62 + 12345, -(2**62) - 999, 7, -7, 1],
                                                      dtype=torch.int64),)),
     (nan_keeping_activations, lambda d: (torch.tensor(
@@ -405,9 +411,26 @@ class _Distances(torch.nn.Module):
             torch.cdist(h, 2 * h, p=float("inf")) + torch.cdist(h, h[:1], p=3.0)
 
 
+class _ProductsAndNorms(torch.nn.Module):
+    """A cumulative product over exact zeros (autograd's gradient takes the first zero's
+    position with a max of bools: bool_extremes.py), `torch.dist` and `linalg.norm`
+    (unlowered_ops.py's NOT_LOWERED)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.linear(x)
+        h = h * (h.abs() > 0.3)
+        return torch.cumprod(h, 1) + torch.dist(h, h.flip(0)) + \
+            torch.linalg.norm(h, dim=1, keepdim=True) + h.norm(3)
+
+
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("layer", [_SpecialFunctions, _Distances], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("layer", [_SpecialFunctions, _Distances, _ProductsAndNorms],
+                         ids=lambda c: c.__name__)
 def test_special_functions_training_steps_match_eager(layer, dtype, path):
     """special_functions.py, order_statistics.py, scans.py and distances.py in a training
     step: three SGD steps against eager's."""

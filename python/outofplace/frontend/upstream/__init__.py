@@ -29,6 +29,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `float_equality.py` | eq of floats → not ne | `eq(x, x)` folded to true (NaN) |
 | `rms_norm.py` | rms_norm without eps → with eager's (the machine epsilon) | eps=None taken as 0 (NaN for a row of zeros) |
 | `index_reduce.py` | index_reduce, index_reduce_ → scatter_reduce of the index spread along the source | not defined |
+| `bool_extremes.py` | max.dim, min.dim of bools → of uint8 | a max of bools from the init true (True at index 0 for every row) |
 | `histc.py` | histc → a scatter-add of ones at each element's bin (eager's arithmetic) | not defined |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """
@@ -37,10 +38,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import (activations, attention, avg_pool, bool_clamp, convolution_backward,
-               distances, float_equality, grouped_mm, histc, index_reduce, max_pool,
-               order_statistics, remainder, rms_norm, scans, scatters, searchsorted,
-               special_functions, undefined_ops, unsorted_topk)
+from . import (activations, attention, avg_pool, bool_clamp, bool_extremes,
+               convolution_backward, distances, float_equality, grouped_mm, histc,
+               index_reduce, max_pool, order_statistics, remainder, rms_norm, scans,
+               scatters, searchsorted, special_functions, undefined_ops, unsorted_topk)
 
 # op -> rewrite, for frontend/decompositions.py's `decompose` (a rewrite returns the
 # node's replacement, a tuple for an op of several results, or None: declined).
@@ -49,5 +50,5 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
                           max_pool, bool_clamp, convolution_backward, avg_pool,
                           activations, grouped_mm, histc, unsorted_topk,
                           special_functions, order_statistics, searchsorted, distances,
-                          float_equality, rms_norm, index_reduce)
+                          float_equality, rms_norm, index_reduce, bool_extremes)
     for op, fn in module.DECOMPOSITIONS.items()}

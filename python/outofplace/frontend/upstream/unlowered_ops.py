@@ -82,6 +82,9 @@ NOT_LOWERED = frozenset({
     # log_sigmoid as log(logistic(x)), -inf below -88 where eager gives x; threshold and
     # hardshrink replacing NaN, which eager keeps)
     "aten.log_sigmoid.default", "aten.threshold.default", "aten.hardshrink.default",
+    # (no pattern, "failed to legalize operation 'torch.constant.int'" or '.bool':
+    # `torch.dist`, `x.norm(p)` of every element, `torch.linalg.norm(x)`)
+    "aten.norm.Scalar", "aten.linalg_norm.default",
 })
 
 
