@@ -233,9 +233,10 @@ func.func @main(%a: !torch.vtensor<[4],f32>, %b: !torch.vtensor<[4],f32>) -> !to
 
 
 def test_fmod_is_a_quotient_formula() -> None:
-    """upstream/remainder.py: fmod.Tensor lowers as a - sign(a/b) * floor(|a/b|) * b
-    (NaN by an infinite divisor, wrong past the float's integers), floor division of
-    floats as floor(a / b); neither is stablehlo.remainder."""
+    """upstream/remainder.py and transforms/upstream/fmod.py: fmod.Tensor lowers as
+    a - sign(a/b) * floor(|a/b|) * b (NaN by an infinite divisor, wrong past the float's
+    integers), floor division of floats as floor(a / b); neither is
+    stablehlo.remainder."""
     result = _to_stablehlo("""
 func.func @main(%a: !torch.vtensor<[4],f32>, %b: !torch.vtensor<[4],f32>) -> (!torch.vtensor<[4],f32>, !torch.vtensor<[4],f32>) {
   %floor = torch.constant.str "floor"

@@ -68,9 +68,8 @@ def decompose(graph: torch.fx.Graph) -> None:
                 graph.erase_node(user)
             graph.erase_node(node)
             continue
-        if replacement not in node.all_input_nodes:  # a new node, not an operand: the
-            # node's meta, with what the rewrite marked it with (remainder.C_FMOD)
-            replacement.meta = {**replacement.meta, **node.meta}
+        if replacement not in node.all_input_nodes:  # a new node, not an operand
+            replacement.meta = dict(node.meta)
         node.replace_all_uses_with(replacement)
         graph.erase_node(node)
 

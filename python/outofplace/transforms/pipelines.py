@@ -25,8 +25,8 @@ from . import (bfloat16_state_as_bits, collectives,  # noqa: F401
                stablehlo_constants, transposed_kernel_operands,
                vector_dots_weight_first,
                verify_stablehlo)  # (they register passes)
-from .upstream import (fill_tensor, max_pool_indices, negative_indices,  # noqa: F401
-                       nan_order, shield_constants, static_slices,
+from .upstream import (fill_tensor, fmod, max_pool_indices,  # noqa: F401
+                       nan_order, negative_indices, shield_constants, static_slices,
                        strip_constant_shields, unsigned_integers)
 from .upstream import iree as iree_workarounds
 from .. import progress
@@ -46,7 +46,7 @@ register_pipeline(
      "outofplace-lower-updates", "outofplace-lower-collectives", "outofplace-kernel-calls",
      "outofplace-upstream-static-slices",
      "outofplace-upstream-wrap-negative-indices", "outofplace-upstream-fill-tensor",
-     "outofplace-fold-constants",
+     "outofplace-fold-constants", "outofplace-upstream-fmod",
      "outofplace-shield-constants",
      TORCH_TO_STABLEHLO[0], "outofplace-refuse-unknown-shapes",
      TORCH_TO_STABLEHLO[1],

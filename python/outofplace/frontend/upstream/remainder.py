@@ -9,9 +9,9 @@ the quotient is past the float's integers (`fmod(1e10, 3.0)` gave 256, eager 1).
 `88.8 // -inf` -0.0 where eager (and Python) give NaN and -1.0; of integers it goes
 through floats: int64 quotients past 2**53 came out rounded.
 
-So every fmod here is `stablehlo.remainder` (C's fmod, exact), reached through torch-mlir's
-lowering of `remainder.Tensor` (a node marked `C_FMOD`, which `_remainder` leaves as it
-is); remainder is that fmod and a sign fix; floor division of floats is eager's
+So every fmod here is `fmod.Tensor` of operands of its result's shape and dtype, which
+outofplace-upstream-fmod (transforms/upstream/fmod.py) lowers to `stablehlo.remainder`
+(C's fmod, exact); remainder is that fmod and a sign fix; floor division of floats is eager's
 `div_floor_floating` (the quotient of the dividend less its fmod, rounded as eager does),
 of integers the truncated quotient and a correction.
 Upstream: llvm/torch-mlir#4440 (open: remainder as a floor division),
@@ -32,14 +32,29 @@ import torch.fx
 from ..fx_graph import call
 from ..inline import inline_call
 
-C_FMOD = "outofplace_c_fmod"  # a remainder.Tensor node that is C's fmod (stablehlo.remainder)
+def _c_fmod(graph: torch.fx.Graph, a: Any, b: Any, like: torch.fx.Node) -> torch.fx.Node:
+    """C's fmod of a and b (nodes or numbers): `fmod.Tensor` of operands broadcast and
+    converted to `like`'s shape and dtype, which outofplace-upstream-fmod lowers to
+    stablehlo.remainder."""
+    value = like.meta["val"]
+    shape, dtype = list(value.shape), value.dtype
+
+    def operand(v: Any) -> torch.fx.Node:
+        if not isinstance(v, torch.fx.Node):
+            return call(graph, torch.ops.aten.full.default, shape, v, dtype=dtype)
+        if v.meta["val"].dtype != dtype:
+            v = call(graph, torch.ops.aten._to_copy.default, v, dtype=dtype)
+        if list(v.meta["val"].shape) != shape:
+            v = call(graph, torch.ops.aten.expand.default, v, shape)
+        return v
+    return call(graph, torch.ops.aten.fmod.Tensor, operand(a), operand(b))
 
 
-def _c_fmod(graph: torch.fx.Graph, a: Any, b: Any) -> torch.fx.Node:
-    """fmod(a, b) as torch-mlir's lowering of `remainder.Tensor`: stablehlo.remainder."""
-    node = call(graph, torch.ops.aten.remainder.Tensor, a, b)
-    node.meta[C_FMOD] = True
-    return node
+def _like(node: torch.fx.Node) -> bool:
+    """An fmod whose operands have its result's shape and dtype already."""
+    value = node.meta["val"]
+    return all(isinstance(v, torch.fx.Node) and v.meta["val"].dtype == value.dtype and
+               v.meta["val"].shape == value.shape for v in node.args[:2])
 
 
 def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
@@ -47,20 +62,16 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
 
         r = fmod(a, b);  where(r != 0 and (r < 0) != (b < 0), r + b, r)
     """
-    if node.meta.get(C_FMOD):
-        return None
     a, b = node.args[:2]
     if isinstance(b, torch.fx.Node):
-        r = _c_fmod(graph, a, b)
+        r = _c_fmod(graph, a, b, node)
         r_negative = call(graph, torch.ops.aten.lt.Scalar, r, 0)
         # logical_xor, not ne: torch-mlir compares booleans as signed, which XLA rejects
         differ = call(graph, torch.ops.aten.logical_xor.default, r_negative,
                       call(graph, torch.ops.aten.lt.Scalar, b, 0))
         shifted = call(graph, torch.ops.aten.add.Tensor, r, b)
     else:  # b's sign is known; torch-mlir lowers fmod only between tensors
-        divisor = call(graph, torch.ops.aten.scalar_tensor.default, b,
-                       dtype=a.meta["val"].dtype)
-        r = _c_fmod(graph, a, divisor)
+        r = _c_fmod(graph, a, b, node)
         r_negative = call(graph, torch.ops.aten.lt.Scalar, r, 0)
         differ = r_negative if b >= 0 else call(
             graph, torch.ops.aten.logical_not.default, r_negative)
@@ -73,14 +84,12 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     return result
 
 
-def _fmod(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
-    """`fmod(a, b)`, `a.fmod_(1.5)`  =>  C's fmod (of a 0-d tensor of the result's dtype
-    for a number)."""
+def _fmod(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """`fmod(a, b)`, `a.fmod_(1.5)`  =>  C's fmod of like operands (`_c_fmod`)."""
+    if node.target is torch.ops.aten.fmod.Tensor and _like(node):
+        return None
     a, b = node.args[:2]
-    if not isinstance(b, torch.fx.Node):
-        b = call(graph, torch.ops.aten.scalar_tensor.default, b,
-                 dtype=node.meta["val"].dtype)
-    result = _c_fmod(graph, a, b)
+    result = _c_fmod(graph, a, b, node)
     if node.target in (torch.ops.aten.fmod_.Tensor, torch.ops.aten.fmod_.Scalar):
         return call(graph, torch.ops.aten.copy_.default, a, result)
     return result
@@ -90,8 +99,9 @@ def _floor_divided(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """eager's `div_floor_floating`: the quotient of a less its fmod, one less where the
     fmod's sign is not the divisor's, rounded to the nearest integer below it; a zero
     quotient with the sign of a / b; a / b where b is 0."""
+    a, b = torch.broadcast_tensors(a, b)  # (like operands: C's fmod, outofplace-upstream-fmod)
     quotient = a / b
-    mod = torch.ops.aten.fmod(a, b)
+    mod = torch.fmod(a, b)
     div = (a - mod) / b
     div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
     floored = torch.floor(div)
