@@ -45,6 +45,21 @@ def cumprod(x):
     return x.cumprod(0) + 1  # (no lowering: a doubling scan, upstream/scans.py)
 
 
+def norms(x):  # norm.Scalar and linalg_norm: no pattern (NOT_LOWERED)
+    return torch.dist(x, x.flip(0)), x.norm(3), torch.linalg.norm(x, dim=1), \
+        torch.linalg.norm(x, float("inf"))
+
+
+def isclose(x):  # (no pattern: its CompositeImplicitAutograd kernel)
+    return torch.isclose(x, x * (1 + 1e-9)), torch.isclose(x, x, equal_nan=True), \
+        torch.isclose(x, x + 0.1, atol=0.2)
+
+
+def adaptive_pools(x):  # (no pattern: torch-mlir's and PyTorch's decompositions)
+    return F.adaptive_avg_pool1d(x[0], 4), F.adaptive_max_pool1d(x[0], 4), \
+        F.adaptive_max_pool2d(x, (3, 4))
+
+
 def empty_then_written(x):
     y = torch.empty_like(x)
     y[1:] = x[1:]
@@ -67,6 +82,9 @@ COMPILED = [
     (logcumsumexp, (torch.randn(5, 3),)),
     (trace, (torch.randn(3, 4),)),
     (cumprod, (torch.randn(4),)),
+    (norms, (torch.randn(3, 4, dtype=torch.float64),)),
+    (isclose, (torch.tensor([1.0, float("nan"), float("inf"), -2.0, 0.0]),)),
+    (adaptive_pools, (torch.randn(2, 3, 7, 9),)),
     (empty_then_written, (torch.randn(3, 2),)),
     (empty_read_and_written, (torch.randn(3),)),
 ]

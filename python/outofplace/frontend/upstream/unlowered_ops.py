@@ -85,6 +85,10 @@ NOT_LOWERED = frozenset({
     # (no pattern, "failed to legalize operation 'torch.constant.int'" or '.bool':
     # `torch.dist`, `x.norm(p)` of every element, `torch.linalg.norm(x)`)
     "aten.norm.Scalar", "aten.linalg_norm.default",
+    # (no pattern: `torch.isclose`; the 1-d adaptive poolings, which torch-mlir's own
+    # table decomposes, and adaptive max pooling, PyTorch's)
+    "aten.isclose.default", "aten.adaptive_avg_pool1d.default",
+    "aten.adaptive_max_pool1d.default", "aten.adaptive_max_pool2d.default",
 })
 
 
