@@ -66,6 +66,18 @@ def operand_at(node: torch.fx.Node, position: int) -> Any:
     return node.kwargs.get(node.target._schema.arguments[position].name)
 
 
+def arguments(node: torch.fx.Node) -> dict[str, Any]:
+    """A node's arguments by their schema's names, the defaults filled in (torch.fx's
+    `normalize_function`; the schema's `self` is named `input` there)."""
+    from torch.fx.operator_schemas import normalize_function
+
+    bound = normalize_function(node.target, tuple(node.args), dict(node.kwargs),
+                               normalize_to_only_use_kwargs=True)
+    if bound is None:
+        raise ValueError(f"{node.target} does not bind {node.args}, {node.kwargs}")
+    return bound.kwargs
+
+
 def replace_node(graph: torch.fx.Graph, node: torch.fx.Node, results: Any) -> None:
     """Erases `node`, its uses taking `results`: one node, or a sequence that replaces
     the `operator.getitem` users of a node with several results (a result that is a

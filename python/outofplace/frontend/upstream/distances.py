@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from ..fx_graph import arguments
 from ..inline import inline_call
 
 
@@ -74,11 +75,11 @@ def _cdist_gradient(grad: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, p: f
 
 def _forward(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """_cdist_forward(x1, x2, p, compute_mode)  =>  `_cdist`"""
-    x1, x2, p = node.args[:3]
-    mode = node.args[3] if len(node.args) > 3 else node.kwargs.get("compute_mode")
-    if x1.meta["val"].is_complex():
+    a = arguments(node)
+    if a["x1"].meta["val"].is_complex():
         return None
-    return inline_call(graph, node, _cdist, x1, x2, float(p), mode)
+    return inline_call(graph, node, _cdist, a["x1"], a["x2"], float(a["p"]),
+                       a["compute_mode"])
 
 
 def _backward(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:

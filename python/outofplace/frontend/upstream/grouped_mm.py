@@ -41,7 +41,7 @@ import torch
 import torch.fx
 
 from .. import composites
-from ..fx_graph import source_line
+from ..fx_graph import arguments, source_line
 from ..inline import inline, trace
 
 
@@ -97,8 +97,8 @@ def _grouped_product(a: torch.Tensor, b: torch.Tensor,
 def _grouped_mm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     """_grouped_mm(a, b, offs)  =>  `_grouped_product`, kept whole (composites.py): the
     XLA engine calls eager's kernel, which reads only the groups' own matrices."""
-    arguments = dict(zip(("self", "mat2", "offs"), node.args), **node.kwargs)
-    operands = [arguments["self"], arguments["mat2"], arguments.get("offs")]
+    a = arguments(node)
+    operands = [a["input"], a["mat2"], a["offs"]]
     stack_trace = node.meta.get("stack_trace")
 
     def body(region: torch.fx.Graph, tensors: list) -> list[torch.fx.Node]:

@@ -26,7 +26,7 @@ import torch
 import torch.fx
 
 from ...errors import UnsupportedMutationError
-from ..fx_graph import source_line
+from ..fx_graph import arguments, source_line
 from ..inline import inline_call
 
 
@@ -43,15 +43,14 @@ def _histogram(x: torch.Tensor, bins: int, low: float, high: float) -> torch.Ten
 
 def _histc(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
     """histc(x, bins, min, max)  =>  `_histogram`"""
-    arguments = dict(zip(("bins", "min", "max"), node.args[1:]), **node.kwargs)
-    bins, low, high = (arguments.get(k, d) for k, d in (("bins", 100), ("min", 0),
-                                                        ("max", 0)))
+    a = arguments(node)
+    bins, low, high = a["bins"], a["min"], a["max"]
     if float(low) == float(high):
         raise UnsupportedMutationError(
             "aten.histc", f"min == max ({low}): eager reads the histogram's range from "
             "the data and checks it is finite; give histc its range",
             location=source_line(node))
-    return inline_call(graph, node, _histogram, node.args[0], bins, float(low),
+    return inline_call(graph, node, _histogram, a["input"], bins, float(low),
                        float(high))
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from ..fx_graph import call
+from ..fx_graph import arguments, call
 from ..inline import inline_call
 
 
@@ -35,15 +35,13 @@ def _index_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, source: tor
 
 def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """index_reduce(self, dim, index, source, reduce, include_self)  =>  scatter_reduce"""
-    arguments = dict(zip(("self", "dim", "index", "source", "reduce"), node.args),
-                     **node.kwargs)
-    if arguments["source"].meta["val"].dim() == 0:
+    a = arguments(node)
+    if a["source"].meta["val"].dim() == 0:
         return None
-    result = inline_call(graph, node, _index_reduce, arguments["self"], arguments["dim"],
-                         arguments["index"], arguments["source"], arguments["reduce"],
-                         arguments.get("include_self", True))
+    result = inline_call(graph, node, _index_reduce, a["input"], a["dim"], a["index"],
+                         a["source"], a["reduce"], a["include_self"])
     if node.target is torch.ops.aten.index_reduce_.default:
-        return call(graph, torch.ops.aten.copy_.default, arguments["self"], result)
+        return call(graph, torch.ops.aten.copy_.default, a["input"], result)
     return result
 
 

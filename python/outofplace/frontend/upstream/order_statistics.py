@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from ..fx_graph import arguments
 from ..inline import inline_call
 
 
@@ -87,11 +88,6 @@ def _kthvalue(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False
     return value, index
 
 
-def _arguments(node: torch.fx.Node, names: tuple[str, ...],
-               defaults: dict[str, Any]) -> dict[str, Any]:
-    return {**defaults, **dict(zip(names, node.args)), **node.kwargs}
-
-
 def _declined(node: torch.fx.Node) -> bool:
     """An empty input (eager raises) or a complex one: left to be refused."""
     x = node.args[0].meta["val"]
@@ -105,8 +101,8 @@ def _median_rewrite(ignore_nan: bool, with_dim: bool) -> Callable[..., Any]:
             return None
         if not with_dim:
             return inline_call(graph, node, _median, node.args[0], None, False, ignore_nan)
-        a = _arguments(node, ("self", "dim", "keepdim"), {"keepdim": False})
-        result = inline_call(graph, node, _median, a["self"], a["dim"], a["keepdim"],
+        a = arguments(node)
+        result = inline_call(graph, node, _median, a["input"], a["dim"], a["keepdim"],
                              ignore_nan)
         return tuple(result)
     return rewrite
@@ -116,8 +112,8 @@ def _kthvalue_rewrite(graph: torch.fx.Graph, node: torch.fx.Node) -> Any:
     """kthvalue(x, k, dim, keepdim)  =>  `_kthvalue`"""
     if _declined(node):
         return None
-    a = _arguments(node, ("self", "k", "dim", "keepdim"), {"dim": -1, "keepdim": False})
-    return tuple(inline_call(graph, node, _kthvalue, a["self"], a["k"], a["dim"],
+    a = arguments(node)
+    return tuple(inline_call(graph, node, _kthvalue, a["input"], a["k"], a["dim"],
                              a["keepdim"]))
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from ..fx_graph import call
+from ..fx_graph import arguments, call
 from ..inline import inline_call
 
 def _c_fmod(graph: torch.fx.Graph, a: Any, b: Any, like: torch.fx.Node) -> torch.fx.Node:
@@ -123,8 +123,7 @@ def _floor_division(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node
     floats (its fmod rewritten to C's in decompose's next pass), `_floor_divided_integers`
     of integers (torch-mlir's went through floats: int64 past 2**53 came out rounded)."""
     if node.target is torch.ops.aten.div.Tensor_mode and \
-            node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None) \
-            != "floor":
+            arguments(node)["rounding_mode"] != "floor":
         return None
     dtype = node.meta["val"].dtype
     if dtype == torch.bool or dtype.is_complex:

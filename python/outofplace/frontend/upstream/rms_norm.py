@@ -18,20 +18,18 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from ..fx_graph import call
+from ..fx_graph import arguments, call
 
 
 def _with_eps(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """rms_norm(x, shape, weight, eps=None)  =>  rms_norm(x, shape, weight, epsilon)"""
-    arguments = dict(zip(("input", "normalized_shape", "weight", "eps"), node.args),
-                     **node.kwargs)
-    if arguments.get("eps") is not None:
+    a = arguments(node)
+    if a["eps"] is not None:
         return None
     dtype = node.meta["val"].dtype
     computing = torch.float64 if dtype == torch.float64 else torch.float32
-    return call(graph, torch.ops.aten.rms_norm.default, arguments["input"],
-                arguments["normalized_shape"], arguments.get("weight"),
-                torch.finfo(computing).eps)
+    return call(graph, torch.ops.aten.rms_norm.default, a["input"], a["normalized_shape"],
+                a["weight"], torch.finfo(computing).eps)
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from ..fx_graph import arguments
 from ..inline import inline_call
 
 
@@ -58,9 +59,8 @@ def _search(sequence: torch.Tensor, values: torch.Tensor, right: bool,
 
 def _searchsorted(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """searchsorted(seq, values, out_int32, right, side, sorter)  =>  `_search`"""
-    sequence, values = node.args[:2]
-    options = {"out_int32": False, "right": False, "side": None, "sorter": None,
-               **node.kwargs}
+    options = arguments(node)
+    sequence, values = options["sorted_sequence"], options["input"]
     right = options["right"] or options["side"] == "right"
     if not isinstance(values, torch.fx.Node):  # the Scalar overload: a 0-d value
         def search(sequence: torch.Tensor, sorter: torch.Tensor | None) -> torch.Tensor:

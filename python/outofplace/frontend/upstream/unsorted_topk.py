@@ -21,17 +21,16 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from ..fx_graph import call
+from ..fx_graph import arguments, call
 
 
 def _sorted(graph: torch.fx.Graph, node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
     """topk(x, k, dim, largest, sorted=False)  =>  topk(x, k, dim, largest, sorted=True)"""
-    arguments = dict(zip(("self", "k", "dim", "largest", "sorted"), node.args),
-                     **node.kwargs)
-    if arguments.get("sorted", True):
+    a = arguments(node)
+    if a["sorted"]:
         return None
-    result = call(graph, torch.ops.aten.topk.default, arguments["self"], arguments["k"],
-                  arguments.get("dim", -1), arguments.get("largest", True), True)
+    result = call(graph, torch.ops.aten.topk.default, a["input"], a["k"], a["dim"],
+                  a["largest"], True)
     result.meta["stack_trace"] = node.meta.get("stack_trace")
     return tuple(call(graph, operator.getitem, result, i) for i in range(2))
 
