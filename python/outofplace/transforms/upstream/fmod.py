@@ -30,8 +30,9 @@ def _like_operands(op: ir.Operation) -> bool:
     if op.name != "torch.aten.fmod.Tensor":
         return False
     types = [torch_types.TensorType.of(v.type) for v in (*op.operands, op.result)]
-    return all(t is not None and t.sizes is not None and -1 not in t.sizes and
-               t.dtype is not None and t == types[-1] for t in types)
+    result = types[-1]
+    return result.sizes is not None and -1 not in result.sizes and \
+        result.dtype is not None and all(t == result for t in types)
 
 
 @register_pass(

@@ -39,21 +39,31 @@ from ..registry import register_pass
 # torch-mlir's body of a max (min) with indices, op by op (TorchToStablehlo's max pooling
 # with indices, argmax, max.dim: outofplace-upstream-nan-order reads it too)
 ARG_BODY = ["stablehlo.compare", "stablehlo.select", "stablehlo.compare",
-         "stablehlo.minimum", "stablehlo.select", "stablehlo.select", "stablehlo.return"]
+            "stablehlo.minimum", "stablehlo.select", "stablehlo.select", "stablehlo.return"]
+_ARG_DIRECTIONS = {"#stablehlo<comparison_direction GE>": "GE",
+                   "#stablehlo<comparison_direction LE>": "LE"}
 
 
-def _is_max_pool_with_indices(op: ir.Operation) -> bool:
-    if op.name != "stablehlo.reduce_window" or len(op.operands) != 4:
-        return False
+def arg_body_direction(op: ir.Operation, name: str) -> str | None:
+    """"GE" (a max) or "LE" (a min) for a `name` op (`stablehlo.reduce`,
+    `stablehlo.reduce_window`) of float values and integer indices whose body is
+    torch-mlir's `ARG_BODY` comparing the two values; None for any other op."""
+    if op.name != name or len(op.operands) != 4:
+        return None
     block = op.regions[0].blocks[0]
     ops = list(block.operations)
     if [o.name for o in ops] != ARG_BODY or len(block.arguments) != 4:
-        return False
-    first = ops[0]
-    return str(first.attributes["comparison_direction"]) == \
-        "#stablehlo<comparison_direction GE>" and \
-        isinstance(ir.ShapedType(op.operands[0].type).element_type, ir.FloatType) and \
-        isinstance(ir.ShapedType(op.operands[1].type).element_type, ir.IntegerType)
+        return None
+    a, ia, b, _ = block.arguments
+    if not isinstance(ir.RankedTensorType(a.type).element_type, ir.FloatType) or \
+            not isinstance(ir.RankedTensorType(ia.type).element_type, ir.IntegerType) or \
+            list(ops[0].operands) != [a, b]:
+        return None
+    return _ARG_DIRECTIONS.get(str(ops[0].attributes["comparison_direction"]))
+
+
+def _is_max_pool_with_indices(op: ir.Operation) -> bool:
+    return arg_body_direction(op, "stablehlo.reduce_window") == "GE"
 
 
 def _op(name: str, operands: list, result: ir.Type, location: ir.Location,
@@ -62,18 +72,13 @@ def _op(name: str, operands: list, result: ir.Type, location: ir.Location,
                                attributes=attributes, loc=location).results[0]
 
 
-def _compare(direction: str, x: ir.Value, y: ir.Value, kind: str,
-             location: ir.Location) -> ir.Value:
-    return stablehlo_compare(direction, x, y, kind, location)
-
-
 def _body(block: ir.Block, location: ir.Location) -> None:
     """torch-mlir's body: the greater value, between equal values the lesser index (a
     max then a min: associative, for values without NaN)."""
     a, ia, b, ib = block.arguments
     with ir.InsertionPoint(block):
-        greater = _compare("GE", a, b, "FLOAT", location)
-        equal = _compare("EQ", a, b, "FLOAT", location)
+        greater = stablehlo_compare("GE", a, b, "FLOAT", location)
+        equal = stablehlo_compare("EQ", a, b, "FLOAT", location)
         value = _op("stablehlo.select", [greater, a, b], a.type, location)
         index = _op("stablehlo.select", [
             equal, _op("stablehlo.minimum", [ia, ib], ia.type, location),
@@ -102,7 +107,7 @@ def _in_eager_order(op: ir.Operation) -> None:
     inner_out = ir.RankedTensorType.get(ir.RankedTensorType(indices.type).shape, integer)
     scalar = ir.RankedTensorType.get([], integer)
     with ir.InsertionPoint(op):
-        nan = _compare("NE", x, x, "FLOAT", location)
+        nan = stablehlo_compare("NE", x, x, "FLOAT", location)
         inf = stablehlo_splat(x.type, float("inf"), location)
         positions = _op("stablehlo.convert", [positions], inner, location)
         bottom = stablehlo_splat(inner, -offset, location)
@@ -122,8 +127,8 @@ def _in_eager_order(op: ir.Operation) -> None:
             ir.RankedTensorType.get([], element), scalar)
         _body(block, location)
         found, where = pooled.results
-        was_nan = _compare("LT", where, stablehlo_splat(inner_out, 0, location), "SIGNED",
-                           location)
+        was_nan = stablehlo_compare("LT", where, stablehlo_splat(inner_out, 0, location),
+                                    "SIGNED", location)
         where = _op("stablehlo.select", [
             was_nan, _op("stablehlo.subtract", [stablehlo_splat(inner_out, -offset,
                                                                 location), where],

@@ -40,7 +40,7 @@ from torch_mlir import ir
 
 from ...ir_utils import all_operations, stablehlo_compare
 from ..registry import register_pass
-from .max_pool_indices import ARG_BODY
+from .max_pool_indices import arg_body_direction
 
 _DIRECTIONS = {"#stablehlo<comparison_direction LT>": "LT",
                "#stablehlo<comparison_direction GT>": "GT"}
@@ -66,29 +66,10 @@ def _sort_direction(op: ir.Operation) -> str | None:
     return _DIRECTIONS.get(str(compare.attributes["comparison_direction"]))
 
 
-_REDUCTION_DIRECTIONS = {"#stablehlo<comparison_direction GE>": "GT",
-                         "#stablehlo<comparison_direction LE>": "LT"}
-
-
 def _reduction_direction(op: ir.Operation) -> str | None:
     """GT (a max) or LT (a min) for a `stablehlo.reduce` of float values and integer
     indices with torch-mlir's arg-reduction body; None for any other op."""
-    if op.name != "stablehlo.reduce" or len(op.operands) != 4:
-        return None
-    block = op.regions[0].blocks[0]
-    ops = list(block.operations)
-    if [o.name for o in ops] != ARG_BODY or len(block.arguments) != 4:
-        return None
-    a, ia, b, ib = block.arguments
-    if not isinstance(ir.RankedTensorType(a.type).element_type, ir.FloatType) or \
-            not isinstance(ir.RankedTensorType(ia.type).element_type, ir.IntegerType) or \
-            list(ops[0].operands) != [a, b]:
-        return None
-    return _REDUCTION_DIRECTIONS.get(str(ops[0].attributes["comparison_direction"]))
-
-
-def _compare(direction: str, x: ir.Value, y: ir.Value, kind: str = "FLOAT") -> ir.Value:
-    return stablehlo_compare(direction, x, y, kind)
+    return {"GE": "GT", "LE": "LT"}.get(arg_body_direction(op, "stablehlo.reduce"))
 
 
 def _logical(name: str, *operands: ir.Value) -> ir.Value:
@@ -104,9 +85,9 @@ def _nan_greatest(op: ir.Operation, direction: str) -> None:
     # ascending: the NaN on the right goes after; descending: the NaN on the left first
     nan_side, other = (b, a) if direction == "LT" else (a, b)
     with ir.InsertionPoint(returned), compare.location:
-        ordered = _compare(direction, a, b)
-        nan = _compare("NE", nan_side, nan_side)
-        other_number = _compare("EQ", other, other)
+        ordered = stablehlo_compare(direction, a, b)
+        nan = stablehlo_compare("NE", nan_side, nan_side)
+        other_number = stablehlo_compare("EQ", other, other)
         result = _logical("stablehlo.or", ordered,
                           _logical("stablehlo.and", nan, other_number))
         ir.Operation.create("stablehlo.return", operands=[result])
@@ -118,7 +99,7 @@ def _beats(direction: str, a: ir.Value, b: ir.Value, a_nan: ir.Value,
            b_number: ir.Value) -> ir.Value:
     """a strictly before b in the reduction's order: greater (`direction` GT) or lesser
     (LT), or a NaN beside a number."""
-    return _logical("stablehlo.or", _compare(direction, a, b),
+    return _logical("stablehlo.or", stablehlo_compare(direction, a, b),
                     _logical("stablehlo.and", a_nan, b_number))
 
 
@@ -129,14 +110,15 @@ def _nan_wins(op: ir.Operation, direction: str) -> None:
     a, ia, b, ib = block.arguments
     body = list(block.operations)
     with ir.InsertionPoint(body[-1]), body[0].location:
-        a_nan, b_nan = _compare("NE", a, a), _compare("NE", b, b)
-        a_number, b_number = _compare("EQ", a, a), _compare("EQ", b, b)
+        a_nan, b_nan = (stablehlo_compare("NE", v, v) for v in (a, b))
+        a_number, b_number = (stablehlo_compare("EQ", v, v) for v in (a, b))
         a_first = _beats(direction, a, b, a_nan, b_number)
         b_first = _beats(direction, b, a, b_nan, a_number)
         tie = _logical("stablehlo.and", _logical("stablehlo.not", a_first),
                        _logical("stablehlo.not", b_first))
         take_a = _logical("stablehlo.or", a_first,
-                          _logical("stablehlo.and", tie, _compare("LT", ia, ib, "SIGNED")))
+                          _logical("stablehlo.and", tie,
+                                   stablehlo_compare("LT", ia, ib, "SIGNED")))
         value = ir.Operation.create("stablehlo.select", results=[a.type],
                                     operands=[take_a, a, b]).results[0]
         index = ir.Operation.create("stablehlo.select", results=[ia.type],

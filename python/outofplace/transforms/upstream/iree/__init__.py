@@ -10,10 +10,10 @@ fails once IREE is fixed: then delete the module, its pass from the pipeline
 """
 
 from . import (boolean_add, constant_updates, early_overwrites,  # noqa: F401
-               f64_remainder, folded_results, gather_bounds, returned_arguments, scatter_bounds,
-               scatter_indices, scatter_per_element, self_updates, serial_schedule,
-               shared_sort_operands, sliced_operands, sorted_indices, writable_constants,
-               written_inputs)
+               f64_remainder, folded_results, gather_bounds, returned_arguments,
+               scatter_bounds, scatter_indices, scatter_per_element, self_updates,
+               serial_schedule, shared_sort_operands, sliced_operands, sorted_indices,
+               writable_constants, written_inputs)
 
 # The order the engine runs them in: the scatters and gathers first, then what decides
 # which arguments keep their alias and which are passed as copies, then the barriers.

@@ -31,10 +31,6 @@ def _op(name: str, *operands: ir.Value, result: ir.Type | None = None, **attribu
                                operands=list(operands), attributes=attributes).results[0]
 
 
-def _compare(direction: str, x: ir.Value, y: ir.Value) -> ir.Value:
-    return stablehlo_compare(direction, x, y)
-
-
 def _corrected(op: ir.Operation) -> ir.Value:
     a, b = op.operands
     zero, inf = stablehlo_splat(a.type, 0.0), stablehlo_splat(a.type, float("inf"))
@@ -43,17 +39,18 @@ def _corrected(op: ir.Operation) -> ir.Value:
                 _op("stablehlo.floor", _op("stablehlo.abs", quotient)))
     r = _op("stablehlo.subtract", a, _op("stablehlo.multiply", whole, b))
     size = _op("stablehlo.abs", b)
-    for past, fix in ((_op("stablehlo.and", _compare("GT", a, zero), _compare("LT", r, zero)),
+    compare = stablehlo_compare
+    for past, fix in ((_op("stablehlo.and", compare("GT", a, zero), compare("LT", r, zero)),
                        "stablehlo.add"),
-                      (_op("stablehlo.and", _compare("LT", a, zero), _compare("GT", r, zero)),
+                      (_op("stablehlo.and", compare("LT", a, zero), compare("GT", r, zero)),
                        "stablehlo.subtract"),
-                      (_compare("GE", r, size), "stablehlo.subtract"),
-                      (_compare("LE", r, _op("stablehlo.negate", size)), "stablehlo.add")):
+                      (compare("GE", r, size), "stablehlo.subtract"),
+                      (compare("LE", r, _op("stablehlo.negate", size)), "stablehlo.add")):
         r = _op("stablehlo.select", past, _op(fix, r, size), r, result=a.type)
-    r = _op("stablehlo.select", _compare("EQ", r, zero), _op("stablehlo.multiply", a, zero),
+    r = _op("stablehlo.select", compare("EQ", r, zero), _op("stablehlo.multiply", a, zero),
             r, result=a.type)  # a zero with the dividend's sign
-    finite_by_infinite = _op("stablehlo.and", _compare("EQ", size, inf),
-                             _compare("LT", _op("stablehlo.abs", a), inf))
+    finite_by_infinite = _op("stablehlo.and", compare("EQ", size, inf),
+                             compare("LT", _op("stablehlo.abs", a), inf))
     return _op("stablehlo.select", finite_by_infinite, a, r, result=a.type)
 
 
