@@ -26,6 +26,13 @@ from ..fx_graph import call
 from ..inline import inline_call
 
 
+def _shifted(t: torch.Tensor, dim: int, shift: int, fill: float | int) -> torch.Tensor:
+    """`t` moved `shift` places along `dim`, the first `shift` places `fill`: the other
+    operand of a doubling scan's step."""
+    return torch.cat([torch.full_like(t.narrow(dim, 0, shift), fill),
+                      t.narrow(dim, 0, t.shape[dim] - shift)], dim)
+
+
 def _log_add_exp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """log(exp(a) + exp(b)) without overflow: max + log1p(exp(-|a - b|)); an infinite max
     is the answer (where a - b is nan)."""
@@ -40,10 +47,9 @@ def _log_cum_sum_exp(x: torch.Tensor, dim: int) -> torch.Tensor:
     -inf): as exact as eager's, where log(cumsum(exp(x))) overflows at exp(89)."""
     if x.dim() == 0:
         return x.clone()
-    n, shift = x.shape[dim], 1
-    while shift < n:
-        padding = torch.full_like(x.narrow(dim, 0, shift), float("-inf"))
-        x = _log_add_exp(x, torch.cat([padding, x.narrow(dim, 0, n - shift)], dim))
+    shift = 1
+    while shift < x.shape[dim]:
+        x = _log_add_exp(x, _shifted(x, dim, shift, float("-inf")))
         shift *= 2
     return x
 
@@ -55,10 +61,9 @@ def _cumulative_product(x: torch.Tensor, dim: int, dtype: torch.dtype | None = N
     x = x.to(dtype) if dtype is not None else x.clone()
     if x.dim() == 0:
         return x
-    n, shift = x.shape[dim], 1
-    while shift < n:
-        padding = torch.ones_like(x.narrow(dim, 0, shift))
-        x = x * torch.cat([padding, x.narrow(dim, 0, n - shift)], dim)
+    shift = 1
+    while shift < x.shape[dim]:
+        x = x * _shifted(x, dim, shift, 1)
         shift *= 2
     return x
 
@@ -83,10 +88,8 @@ def _cumulative_extreme(x: torch.Tensor, dim: int, greatest: bool
         worst = info.min if greatest else info.max
     values, shift = x.clone(), 1
     while shift < n:
-        before = torch.cat([torch.full_like(values.narrow(dim, 0, shift), worst),
-                            values.narrow(dim, 0, n - shift)], dim)
-        before_index = torch.cat([torch.zeros_like(index.narrow(dim, 0, shift)),
-                                  index.narrow(dim, 0, n - shift)], dim)
+        before = _shifted(values, dim, shift, worst)
+        before_index = _shifted(index, dim, shift, 0)
         later_wins = torch.isnan(values) | ~torch.isnan(before) & (
             values >= before if greatest else values <= before)
         values = torch.where(later_wins, values, before)
