@@ -22,7 +22,8 @@ def without_misfusion(build: Callable[[dict[str, Any]], Any], options: dict[str,
     if not any(reads_updated_buffer_through_another_alias(module)
                for module in executable_of(executable).hlo_modules()):
         return executable
-    return build({**options, "xla_disable_hlo_passes": "fusion"})
+    return build({**options, "xla_disable_hlo_passes": ",".join(
+        p for p in (options.get("xla_disable_hlo_passes", ""), "fusion") if p)})
 
 
 def executable_of(compiled: Any) -> Any:
