@@ -66,7 +66,7 @@ def test_16_bit_float_cache_matches_eager_in_place(dtype, batch, f) -> None:
             assert torch.equal(cache, eager), f"cache after the write at {position}"
     assert compiled.in_place_report == {"c": "in place"}
     # XLA takes a bfloat16 cache as its bits, an i16 parameter; a float16 one as it is
-    _, inputs, _, _ = xla.compiler.legalized(compiled.stablehlo)
+    _, inputs, _, _, _ = xla.compiler.legalized(compiled.stablehlo)
     assert inputs[compiled.input_names.index("c")][1] == \
         {torch.bfloat16: "i16", torch.float16: "f16"}[dtype]
 

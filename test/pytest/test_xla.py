@@ -204,6 +204,54 @@ def test_update_reading_its_buffer_through_a_reshape_runs_like_eager() -> None:
     assert_same_tree(results[compiled.io_map[0]], expected, "x after the call")
 
 
+def test_misfusion_fallback_keeps_the_other_disabled_passes() -> None:
+    """Compiled again without XLA's fusion pass, a program still goes without the passes
+    outofplace's options disable (the reshape mover: COMPILE_OPTIONS)."""
+    x = torch.arange(48.0).reshape(4, 3, 4)
+    compiled = outofplace.compile(update_reading_through_a_reshape, [x.clone()])
+    plain = plain_xla_cpu_executable(compiled.stablehlo)
+    built = []
+
+    def build(options):
+        built.append(options)
+        return plain
+
+    xla.misfusion.without_misfusion(build, xla.COMPILE_OPTIONS)
+    assert [b["xla_disable_hlo_passes"] for b in built] == ["reshape-mover",
+                                                            "reshape-mover,fusion"]
+
+
+def _unsplit_fusion(x, w, z):
+    z.mul_(0.9).add_(torch.sin(z))
+    return torch.nn.functional.conv2d(x, w, padding=1)
+
+
+def _split_fusion(x, w, z):
+    z.mul_(0.9).add_(torch.sin(z))
+    return x * 2
+
+
+@pytest.mark.parametrize("program, partitions", [(_unsplit_fusion, 0), (_split_fusion, 1)])
+def test_fusions_beside_eagers_kernels_are_whole(program, partitions) -> None:
+    """A program that calls eager's kernels (a convolution) runs its fusions whole on
+    the caller's thread (compiler.UNSPLIT: XLA's parallel task assignment off); one
+    without keeps XLA's split of a large fusion. Both compute eager's values."""
+    from outofplace.backends import custom_calls
+
+    if custom_calls.extension() is None:
+        pytest.skip("needs the kernel handler (backends/kernel_call.cpp)")
+    args = [torch.randn(4, 16, 24, 24), torch.randn(32, 16, 3, 3), torch.randn(1 << 20)]
+    compiled = outofplace.compile(program, [a.clone() for a in args])
+    executable, *_ = xla.compiler.cached_compile_for_cpu(compiled.stablehlo,
+                                                        xla.COMPILE_OPTIONS, False)
+    text = executable.hlo_modules()[0].to_string()
+    assert text.count("outer_dimension_partitions") == partitions
+    assert text.count('custom_call_target="aten::convolution"') == 1 - partitions
+    got, expected = [a.clone() for a in args], [a.clone() for a in args]
+    torch.testing.assert_close(compiled(*got), program(*expected))
+    torch.testing.assert_close(got[2], expected[2])
+
+
 def test_kv_cache_updates_keep_xla_fusion() -> None:
     """The check does not fire on the usual in-place updates: they keep XLA's fusions."""
     cache, x = torch.randn(4, 8), torch.randn(4, 8)

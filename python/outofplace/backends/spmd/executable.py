@@ -98,7 +98,7 @@ class ShardedExecutable:
         self._shapes, self._axes = [list(s) for s, _ in inputs], mesh
         self._result_dtypes = [d for _, d in results]
         self._cache = cache  # the compile cache (compile_cache.py); None: the environment
-        legalized, _, _, same = xla.compiler.legalized(stablehlo, LEGALIZE_FOR_MESH)
+        legalized, _, _, same, _ = xla.compiler.legalized(stablehlo, LEGALIZE_FOR_MESH)
         # result -> the written argument whose new value it is: the aliased results, and
         # any other result returning the same value (`return cache` after `cache[...] = k`)
         first = {r: same.get(r, r) for r in range(len(results))}

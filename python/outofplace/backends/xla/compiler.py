@@ -51,7 +51,7 @@ def legalize_for_cpu(stablehlo: str) -> tuple[str, list[tuple[int, ...]], list[t
     """The StableHLO the XLA engine compiles for a module (`LEGALIZE_FOR_CPU`), and the
     shapes of its arguments and results: a written argument's without its unit
     dimensions, or flat (the caller's buffer holds the same bytes)."""
-    text, inputs, results, _ = legalized(stablehlo)
+    text, inputs, results, _, _ = legalized(stablehlo)
     return text, [shape for shape, _ in inputs], [shape for shape, _ in results]
 
 
@@ -59,10 +59,11 @@ TensorType = tuple[tuple[int, ...], str]  # (shape, element type: "f32", "bf16",
 
 
 def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
-              ) -> tuple[str, list[TensorType], list[TensorType], dict[int, int]]:
+              ) -> tuple[str, list[TensorType], list[TensorType], dict[int, int], bool]:
     """The module after `pipeline` (`LEGALIZE_FOR_CPU`, or the mesh's), the types of its
-    arguments and results, and each result that returns the same value as an earlier
-    result: {result: that earlier result}."""
+    arguments and results, each result that returns the same value as an earlier
+    result ({result: that earlier result}), and whether it calls eager's kernels
+    (`custom_calls.EAGER_TARGETS`: it runs at home, `options_for`)."""
     from torch_mlir import ir
 
     from ...context import make_context
@@ -83,7 +84,10 @@ def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
         returned = list(main.regions[0].blocks[0].operations)[-1].operands
         first: dict[Any, int] = {}
         same = {r: first.setdefault(v, r) for r, v in enumerate(returned)}
-        return module.operation.get_asm(), *types, {r: f for r, f in same.items() if f != r}
+        calls_eager = any(custom_calls.target(op) in custom_calls.EAGER_TARGETS
+                          for op in custom_calls.kernel_calls(module))
+        return module.operation.get_asm(), *types, \
+            {r: f for r, f in same.items() if f != r}, calls_eager
 
 
 def options_of(options: dict[str, Any]) -> Any:
@@ -145,7 +149,8 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
             compile_cache.logger.warning("outofplace compile cache: ignoring the entry "
                                          "%s (%s)", entry, error)
     with progress.stage("xla compile"):
-        text, inputs, results, same_results = legalized(stablehlo)
+        text, inputs, results, same_results, calls_eager = legalized(stablehlo)
+        options = options_for(options, calls_eager)
         executable = compile_for_cpu(text, options)
         kept = temporaries.kept(text, executable, options, compile_for_cpu)
         if kept is not None:
@@ -159,6 +164,15 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
     if kept is not None:
         executable = KeptTemporaries(executable, kept_temporaries)
     return executable, inputs, results, same_results
+
+
+def options_for(options: dict[str, Any], calls_eager: bool) -> dict[str, Any]:
+    """XLA's `options` for a program; one that calls eager's kernels (`calls_eager`)
+    without XLA's parallel task assignment (`UNSPLIT`)."""
+    if not calls_eager:
+        return options
+    return {**options, "xla_disable_hlo_passes": ",".join(
+        p for p in (options.get("xla_disable_hlo_passes", ""), UNSPLIT) if p)}
 
 
 class XlaCompileError(RuntimeError):
@@ -192,3 +206,18 @@ class XlaCompileError(RuntimeError):
 COMPILE_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True,
                    "xla_allow_excess_precision": False,
                    "xla_disable_hlo_passes": "reshape-mover"}
+
+# XLA:CPU splits a large loop fusion in two, one half run by the thread running the
+# program, the other handed to XLA's thread pool (its parallel task assignment: the
+# fusion's `outer_dimension_partitions`). A program that calls eager's kernels runs them
+# on the caller's OpenMP team, and its fusions on the caller's thread between them
+# (kernel_home.h), while the team's other thread spins on the second core waiting for
+# the next kernel (libgomp's wait policy, which eager's own loops rely on): the half
+# XLA hands its pool shares that core with the spinner, and the fusion waits for it.
+# Whole, a fusion is done sooner: ResNet-18's 64x64 training step (batch 8, SGD) spent
+# 13.8-15.2 ms a step in fusions split, 10.6 unsplit (jax.profiler, one process each);
+# the 12.7M Llama's training step took 1.09x and 1.13x eager's time unsplit against 1.23x
+# and 1.24x split (bench/real_models.py rows, alternating processes; decode rows within
+# the machine's spread). A program without eager's kernels keeps the split: nothing of
+# outofplace's spins beside it.
+UNSPLIT = "cpu-parallel-task-assigner"
