@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import outofplace
+from outofplace.backends import custom_calls
+from outofplace.backends.xla import legalize_for_cpu
 from differential import assert_matches_eager, assert_same, by_dynamo
 from outofplace.ir_utils import all_operations
 from test_training_step import Trainer, _assert_trainers_match, _optimizer_step
@@ -69,6 +71,24 @@ def test_gradient_matches_eager_on_both_paths(window, dtype):
     assert names.count("stablehlo.reduce_window") == 1
     by_dynamo(PoolGradient(shape, window, dtype), PoolGradient(shape, window, dtype),
               (x, g), {})
+
+
+@pytest.mark.skipif(not outofplace.xla.available() or custom_calls.extension() is None,
+                    reason="needs jax and the kernel handler (backends/kernel_call.cpp)")
+def test_xla_engine_calls_eagers_backward():
+    """The gradient is kept whole (frontend/composites.py): the XLA engine calls eager's
+    kernel of it on XLA's buffers (transforms/composites_as_kernel_calls.py), 24 ms of
+    XLA:CPU fusions at ResNet-18's 224x224 stem against the kernel's 2.3; the program
+    (the interpreter's, IREE's, an export's) holds its decomposition."""
+    shape, window = (2, 3, 9, 11), WINDOWS[0]
+    x = _input(shape, torch.float32)
+    g = torch.randn(F.max_pool2d(x, *window).shape)
+    compiled = outofplace.compile(PoolGradient(shape, window, torch.float32), (x, g))
+    call = 'outofplace.op = "aten::max_pool2d_with_indices_backward.grad_input"'
+    composite = 'stablehlo.composite "aten.max_pool2d_with_indices_backward"'
+    assert composite in compiled.stablehlo and call not in compiled.stablehlo
+    legalized = legalize_for_cpu(compiled.stablehlo)[0]
+    assert call in legalized and composite not in legalized
 
 
 def pool_with_indices(x):

@@ -1,6 +1,7 @@
 """Ops kept whole: an ATen op that eager runs as one CPU kernel, traced as a region of
 the program (control_flow.py's `outofplace::region`, kind "composite") whose graph is
-outofplace's own decomposition of it (decompositions.py's batch norm):
+outofplace's own decomposition of it (decompositions.py's batch norm, max_pool_gradient.py's
+gradient, upstream/grouped_mm.py):
 
     out, mean, invstd, rm2, rv2 = aten._native_batch_norm_legit_functional(x, w, b, rm, rv,
                                                                           True, 0.1, 1e-5)
@@ -67,7 +68,10 @@ def composite(graph: torch.fx.Graph, op: torch._ops.OpOverload,
     region_graph = torch.fx.Graph()
     placeholders = {}
     for position, tensor in given.items():
-        placeholder = region_graph.placeholder(kernel._schema.arguments[position].name)
+        name = kernel._schema.arguments[position].name
+        # (a schema's `self` is `input`: a placeholder is an argument of the region's
+        # graph module's `forward(self, ...)`)
+        placeholder = region_graph.placeholder("input" if name == "self" else name)
         placeholder.meta["val"] = tensor.meta["val"]
         placeholders[position] = placeholder
     results = body(region_graph, [placeholders.get(p) for p in sorted(tensors)])
