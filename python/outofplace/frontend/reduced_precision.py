@@ -104,7 +104,7 @@ def compute_in_float32(graph: torch.fx.Graph) -> None:
               name not in _EXACT and (name not in _AT_TENSOR_DTYPE or
                                       not _reads_a_number(node))) and \
                 _computes_in_reduced_precision(node):
-            _pointwise_in_float32(graph, node)
+            _computed_in_float32(graph, node)
 
 
 def _computes_in_reduced_precision(node: torch.fx.Node) -> bool:
@@ -120,7 +120,7 @@ def _computes_in_reduced_precision(node: torch.fx.Node) -> bool:
     return dtype in REDUCED
 
 
-def _pointwise_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+def _computed_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     effects = op_effects(node)
     functional = node.target
     if effects is not None and effects.is_inplace:
