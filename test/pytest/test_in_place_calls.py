@@ -16,6 +16,7 @@ import outofplace
 from outofplace import UnsupportedMutationError
 from outofplace.backends import xla
 
+from test_models import _Counting
 from differential import (assert_matches_eager, assert_refused_alike, assert_same,
                           assert_same_tree, count_planned_calls,
                           engine_failing_after_taking_buffers)
@@ -984,36 +985,22 @@ def test_every_name_the_cpp_reads_is_set_by_its_class() -> None:
             assert name in plans, f"the C++ reads `{name}`, which no plan has"
 
 
-class _Counter(torch.nn.Module):
-    """A linear layer and a buffer it updates in place."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 4)
-        self.register_buffer("total", torch.zeros(4))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.lin(x)
-        self.total.add_(y.sum(0))
-        return y
-
-
 def test_state_replaced_after_compiling_is_read_at_the_next_call() -> None:
     """A call finds the module's parameters, buffers and submodules as they are then
     (signature.attribute_of reads the module's tables): a weight, a buffer and a whole
     submodule replaced between calls are the ones the next call reads and writes."""
     torch.manual_seed(0)
-    model, x = _Counter(), torch.randn(3, 4)
-    twin = _Counter()
+    model, x = _Counting(), torch.randn(3, 4)
+    twin = _Counting()
     twin.load_state_dict(model.state_dict())
     compiled = outofplace.compile(model, (x,))
-    for replace in (lambda m: setattr(m.lin, "weight", torch.nn.Parameter(torch.ones(4, 4))),
-                    lambda m: m.register_buffer("total", torch.full((4,), 2.0)),
-                    lambda m: setattr(m, "lin", torch.nn.Linear(4, 4))):
+    for replace in (lambda m: setattr(m.lin, "weight", torch.nn.Parameter(torch.ones(3, 4))),
+                    lambda m: m.register_buffer("seen", torch.full((3,), 2.0)),
+                    lambda m: setattr(m, "lin", torch.nn.Linear(4, 3))):
         torch.manual_seed(1)
         replace(model)
         torch.manual_seed(1)
         replace(twin)
         with torch.no_grad():
             assert_same(compiled(x), twin(x), "output")
-        assert_same(model.total, twin.total, "the buffer after the call")
+        assert_same(model.seen, twin.seen, "the buffer after the call")
