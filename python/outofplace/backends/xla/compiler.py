@@ -11,7 +11,7 @@ from .. import custom_calls
 from . import client as client_module
 from . import temporaries
 from .client import client, device_list, load_jax
-from .misfusion import without_misfusion
+from .misfusion import with_pass_disabled, without_misfusion
 from .temporaries import KeptTemporaries
 
 
@@ -169,10 +169,7 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
 def options_for(options: dict[str, Any], calls_eager: bool) -> dict[str, Any]:
     """XLA's `options` for a program; one that calls eager's kernels (`calls_eager`)
     without XLA's parallel task assignment (`UNSPLIT`)."""
-    if not calls_eager:
-        return options
-    return {**options, "xla_disable_hlo_passes": ",".join(
-        p for p in (options.get("xla_disable_hlo_passes", ""), UNSPLIT) if p)}
+    return with_pass_disabled(options, UNSPLIT) if calls_eager else options
 
 
 class XlaCompileError(RuntimeError):

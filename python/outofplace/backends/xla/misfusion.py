@@ -22,8 +22,13 @@ def without_misfusion(build: Callable[[dict[str, Any]], Any], options: dict[str,
     if not any(reads_updated_buffer_through_another_alias(module)
                for module in executable_of(executable).hlo_modules()):
         return executable
-    return build({**options, "xla_disable_hlo_passes": ",".join(
-        p for p in (options.get("xla_disable_hlo_passes", ""), "fusion") if p)})
+    return build(with_pass_disabled(options, "fusion"))
+
+
+def with_pass_disabled(options: dict[str, Any], hlo_pass: str) -> dict[str, Any]:
+    """XLA's `options` with `hlo_pass` added to the passes they disable."""
+    return {**options, "xla_disable_hlo_passes": ",".join(
+        p for p in (options.get("xla_disable_hlo_passes", ""), hlo_pass) if p)}
 
 
 def executable_of(compiled: Any) -> Any:
