@@ -159,10 +159,17 @@ def other_path(f, args, kwargs, refusal, reproducer) -> dict:
                 "where": traceback.format_exc().splitlines()[-3:],
                 "reproducer": reproducer()}
     breaks = sum(torch._dynamo.utils.counters["graph_break"].values()) - breaks
-    outcome = "one-path"
+    outcome = "split" if split_by_dynamo(f, args, kwargs, refusal) else "one-path"
+    return {"outcome": outcome, "graph_breaks": breaks, "reproducer": reproducer()}
+
+
+def split_by_dynamo(f, args, kwargs, refusal) -> bool:
+    """Whether the statement outofplace.compile refused (`refusal`) is one dynamo runs
+    eagerly between two graphs on `f(*args, **kwargs)`: in none of the graphs it hands
+    the backend, or where it broke a graph at an op whose result depends on values
+    (other_path)."""
     statement = _statement(refusal.location)
     masked = refusal.shape_from_values  # x[mask]: the rest of its line may be in a graph
     in_graphs, broken_at = _dynamo_split(f, args, kwargs)
-    if statement and ((statement, masked) not in in_graphs or statement in broken_at):
-        outcome = "split"
-    return {"outcome": outcome, "graph_breaks": breaks, "reproducer": reproducer()}
+    return bool(statement) and ((statement, masked) not in in_graphs or
+                                statement in broken_at)

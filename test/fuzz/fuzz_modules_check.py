@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from both_paths import split_by_dynamo
 from fuzz_modules import laid_out
 
 # outofplace.compile (run on XLA), torch.compile(backend="outofplace") with dynamic=False
@@ -41,6 +42,19 @@ def eager_rejects(cls: type, held: Callable, calls: list) -> bool:
 def _detached(tree: Any) -> Any:
     import torch.utils._pytree as pytree
     return pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, tree)
+
+
+class SplitByDynamo(Exception):
+    """outofplace.compile refused a statement that torch.compile's paths run eagerly
+    between two graphs (dynamo broke its graph there: `x[:, i] = v` at a 0-d tensor `i`
+    it reads as a Python int), so they matched eager there without compiling it: no
+    failure, counted apart, as the program fuzzer's "split" (both_paths.other_path)."""
+
+    def __init__(self, refusal: Exception) -> None:
+        super().__init__(str(refusal))
+        self.refusal = refusal
+        self.op = refusal.op
+        self.reason = f"{refusal.reason} (dynamo runs the statement between two graphs)"
 
 
 class UpstreamDivergence(Exception):
@@ -262,11 +276,15 @@ def assert_module_matches_eager(cls: type, held: Callable, calls: list,
                                 rounded: list[str] | None = None) -> None:
     """The program on every path against eager. A path that refuses (at any call) while
     another compiles and matches eager fails; when every path refuses, the first path's
-    UnsupportedMutationError is raised. Values within eager's own rounding but not
+    UnsupportedMutationError is raised; when only outofplace.compile refused, at a
+    statement torch.compile runs eagerly, SplitByDynamo. Values within eager's own rounding but not
     torch.testing's tolerances (run_path) are appended to `rounded`."""
     outcomes = {path: _run_or_blame_torch(path, cls, held, calls, rounded)
                 for path in paths}
     refused = {path: error for path, error in outcomes.items() if error is not None}
+    if list(refused) == ["xla"] and len(paths) > 1 and \
+            split_by_dynamo(cls(), _args(calls[0]), {}, refused["xla"]):
+        raise SplitByDynamo(refused["xla"])
     if refused and len(refused) < len(paths):
         raise AssertionError(
             "compiled and matched eager on " +

@@ -31,7 +31,6 @@ import collections
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -71,8 +70,8 @@ def check_module(program) -> dict:
     """A module program on every path of fuzz_modules_check.PATHS, as test_fuzz_modules.py
     checks it."""
     import outofplace
-    from fuzz_modules_check import (UpstreamDivergence, assert_module_matches_eager,
-                                    eager_rejects)
+    from fuzz_modules_check import (SplitByDynamo, UpstreamDivergence,
+                                    assert_module_matches_eager, eager_rejects)
     from test_fuzz import refusal_reason
 
     cls, held, calls = program.build()
@@ -92,6 +91,9 @@ def check_module(program) -> dict:
     except outofplace.UnsupportedMutationError as error:
         outcome = {"outcome": "refused", "reason": refusal_reason(error),
                    "source": program.reproducer()}
+    except SplitByDynamo as error:
+        outcome = {"outcome": "split", "reason": refusal_reason(error.refusal),
+                   "reproducer": program.reproducer()}
     except Exception as error:  # noqa: BLE001 - every other exception is a finding
         outcome = {"outcome": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
                    "where": traceback.format_exc().splitlines()[-3:],

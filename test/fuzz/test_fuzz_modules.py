@@ -21,10 +21,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, seed, settings
 
-import fuzz_modules
 import outofplace
 from fuzz_modules import ModuleProgram, module_programs
-from fuzz_modules_check import UpstreamDivergence, assert_module_matches_eager, eager_rejects
+from fuzz_modules_check import (SplitByDynamo, UpstreamDivergence,
+                                assert_module_matches_eager, eager_rejects)
 from test_fuzz import BASE_SEED, BUDGET, FIXED, Reports, _Stats
 
 FIXED_PROGRAMS = 6  # about 2 s each on the three paths: 6 s on two workers
@@ -51,7 +51,7 @@ def check_module_program(program: ModuleProgram) -> None:
             assert_module_matches_eager(cls, held, calls)
 
     STATS.count(run, program.reproducer,
-                (outofplace.UnsupportedMutationError, UpstreamDivergence))
+                (outofplace.UnsupportedMutationError, UpstreamDivergence, SplitByDynamo))
 
 
 @pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax (the xla extra)")
@@ -259,3 +259,35 @@ def test_float16_rounding_through_a_tied_buffer_is_judged_against_float64() -> N
         warnings.simplefilter("ignore")
         assert_module_matches_eager(_TiedHalf, lambda m: [m.v[:2]], calls, rounded=rounded)
     assert rounded, "eager's float16 scalar loop and ours agreed: the case tests nothing"
+
+
+class _ColumnFromRow(torch.nn.Module):
+    """Program 180's shape (seed 96000000): a column written from a row of the same
+    buffer, at a position a 0-d tensor holds. The row's element at that column is read
+    and written, so eager's result depends on the order it writes in: outofplace.compile
+    refuses the statement; dynamo reads the position as a Python int and runs the
+    statement eagerly between two graphs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("position", torch.tensor(4))
+        self.register_buffer("b", torch.arange(16.0).reshape(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.position += 1
+        self.b[:, self.position % 4] = self.b[0]
+        return x + 1
+
+
+@pytest.mark.skipif(not outofplace.xla.available(), reason="needs jax (the xla extra)")
+def test_a_refusal_torch_compile_runs_eagerly_is_split_not_failed() -> None:
+    calls = [[(torch.randn(3), "contiguous")] for _ in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(SplitByDynamo) as split:
+            assert_module_matches_eager(_ColumnFromRow, lambda m: [], calls)
+    assert isinstance(split.value.refusal, outofplace.UnsupportedMutationError)
+    assert "shares memory with the tensor it writes" in split.value.reason
+    # on outofplace.compile alone: the refusal itself
+    with pytest.raises(outofplace.UnsupportedMutationError, match="index_put_"):
+        assert_module_matches_eager(_ColumnFromRow, lambda m: [], calls, paths=("xla",))
