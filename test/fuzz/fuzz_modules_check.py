@@ -275,10 +275,10 @@ def assert_module_matches_eager(cls: type, held: Callable, calls: list,
                                 paths: tuple[str, ...] = PATHS,
                                 rounded: list[str] | None = None) -> None:
     """The program on every path against eager. A path that refuses (at any call) while
-    another compiles and matches eager fails; when every path refuses, the first path's
-    UnsupportedMutationError is raised; when only outofplace.compile refused, at a
-    statement torch.compile runs eagerly, SplitByDynamo. Values within eager's own rounding but not
-    torch.testing's tolerances (run_path) are appended to `rounded`."""
+    another compiles and matches eager fails, but for outofplace.compile alone refusing a
+    statement torch.compile runs eagerly (SplitByDynamo); when every path refuses, the
+    first path's UnsupportedMutationError is raised. Values within eager's own rounding
+    but not torch.testing's tolerances (run_path) are appended to `rounded`."""
     outcomes = {path: _run_or_blame_torch(path, cls, held, calls, rounded)
                 for path in paths}
     refused = {path: error for path, error in outcomes.items() if error is not None}
