@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import xla
+from .xla.heaps import keep_heaps
 
 _LOCK = threading.Lock()
 TIMEOUT_S = int(os.environ.get("OUTOFPLACE_COLLECTIVES_TIMEOUT", "120"))
@@ -111,6 +112,7 @@ def join(world: int) -> Runtime:
         jax.distributed.initialize(_coordinator(), world, rank,
                                    initialization_timeout=TIMEOUT_S)
         state = jax_distributed.global_state
+        keep_heaps()
         client = xla_client.make_cpu_client(
             asynchronous=False, distributed_client=state.client, node_id=rank,
             num_nodes=world, num_devices=1,

@@ -8,6 +8,8 @@ The package, by concern:
 
 - client.py: jax loaded, outofplace's synchronous XLA:CPU client and its device, the C++
   planned calls' extension;
+- heaps.py: glibc's malloc set to keep the heaps a call's temporaries leave empty;
+- temporaries.py: kernels' large results kept between calls (temporaries over 32 MiB);
 - compiler.py: the legalization (`LEGALIZE_FOR_CPU`), XLA:CPU's compile with
   `COMPILE_OPTIONS`, the compile cache, the HLO module proto;
 - misfusion.py: the workaround of openxla/xla#49176 (a compile option), quarantined;

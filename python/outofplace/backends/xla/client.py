@@ -1,5 +1,6 @@
 """outofplace's XLA:CPU client: jax loaded (the `xla` extra), its one device, and the C++
-planned calls (the `_planned_call` extension, when built).
+planned calls (the `_planned_call` extension, when built); making the client sets glibc's
+malloc to keep the heaps a call's temporaries leave empty (heaps.py).
 
 The client is outofplace's own, synchronous: a call returns when XLA has run, which a
 call needs anyway (torch reads the results right after), without handing the work to a
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import functools
 from typing import Any
+
+from .heaps import keep_heaps
 
 
 @functools.cache
@@ -49,6 +52,7 @@ def local_client() -> Any:
     load_jax()
     from jax._src.lib import xla_client
 
+    keep_heaps()
     return xla_client.make_cpu_client(asynchronous=False, num_devices=1)
 
 
