@@ -31,10 +31,10 @@ def _minor_faults() -> int:
 def test_a_step_at_home_is_not_given_fresh_pages_at_every_call(path):
     """Two convolutions with batch norm at 112x112 (eager's kernels, at home): 37 MB of
     XLA temporaries, 31 of them kernel results kept between calls (temporaries.py). On
-    glibc's defaults the helper thread's heap was unmapped when emptied, 14,000 page
-    faults a call (1,500-2,200 in a test process); kept, under 5% of the temporaries'
-    pages (0.4 a call on outofplace.compile's path, 300 on torch.compile's three graphs).
-    The steps as eager's."""
+    glibc's defaults the helper thread's heap was unmapped when emptied, 1,500-14,000 page
+    faults a call on outofplace.compile's path, 470 on torch.compile's three graphs
+    (warmed up); kept, under 2% of the temporaries' pages (0.1-0.4 a call in a process
+    of its own). The steps as eager's."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = nn.Sequential(
@@ -58,11 +58,13 @@ def test_a_step_at_home_is_not_given_fresh_pages_at_every_call(path):
         compiled = torch.compile(step, backend="outofplace")
     for _ in range(3):
         torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+    for _ in range(5):  # (torch.compile's first calls still allocate what stays)
+        compiled(x)
     before, calls = _minor_faults(), 5
     for _ in range(calls):
         compiled(x)
     pages = (37 << 20) // resource.getpagesize()
-    assert (_minor_faults() - before) / calls < pages / 20
+    assert (_minor_faults() - before) / calls < pages / 50
 
 
 @pytest.mark.parametrize("variable", ["OUTOFPLACE_KEEP_HEAPS", "MALLOC_ARENA_MAX",
