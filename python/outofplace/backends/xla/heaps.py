@@ -15,7 +15,7 @@ are (128 KiB at the start of a process), so both are set first to the values gli
 own adjustment reaches (32 MiB and 64 MiB, after the first free of a 32 MiB block).
 The setting is the process's, once, when the XLA engine makes its client; it is left as
 it is where glibc is not the C library, where the user set glibc's malloc variables
-(`MALLOC_*_`, `GLIBC_TUNABLES`), and with OUTOFPLACE_KEEP_HEAPS=0.
+(`MALLOC_ARENA_MAX`, `MALLOC_*_`, `GLIBC_TUNABLES`), and with OUTOFPLACE_KEEP_HEAPS=0.
 """
 
 from __future__ import annotations
