@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import xla
-from .xla.heaps import keep_heaps
 
 _LOCK = threading.Lock()
 TIMEOUT_S = int(os.environ.get("OUTOFPLACE_COLLECTIVES_TIMEOUT", "120"))
@@ -112,10 +111,8 @@ def join(world: int) -> Runtime:
         jax.distributed.initialize(_coordinator(), world, rank,
                                    initialization_timeout=TIMEOUT_S)
         state = jax_distributed.global_state
-        keep_heaps()
-        client = xla_client.make_cpu_client(
-            asynchronous=False, distributed_client=state.client, node_id=rank,
-            num_nodes=world, num_devices=1,
+        client = xla.client.make_cpu_client(
+            distributed_client=state.client, node_id=rank, num_nodes=world,
             collectives=_jax.make_gloo_tcp_collectives(distributed_client=state.client))
         ordered = sorted(client.devices(), key=lambda d: (d.process_index, d.id))
         device = client.local_devices()[0]

@@ -49,11 +49,18 @@ def client() -> Any:
 
 @functools.cache
 def local_client() -> Any:
+    return make_cpu_client()
+
+
+def make_cpu_client(**options: Any) -> Any:
+    """A synchronous XLA:CPU client of one device (`options`: jaxlib's `make_cpu_client`
+    arguments for a job's rank), glibc's malloc set first to keep the heaps its calls'
+    temporaries leave empty (heaps.py)."""
     load_jax()
     from jax._src.lib import xla_client
 
     keep_heaps()
-    return xla_client.make_cpu_client(asynchronous=False, num_devices=1)
+    return xla_client.make_cpu_client(asynchronous=False, num_devices=1, **options)
 
 
 def device() -> Any:
