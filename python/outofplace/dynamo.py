@@ -246,6 +246,7 @@ class ViewsOfInputs:
         self.gm, self.options = gm, options
         self.programs: collections.OrderedDict[tuple, Callable[..., Any]] = \
             collections.OrderedDict()
+        self.returned_inputs = _returned_inputs(gm)
         layouts, inputs = self._layouts(example_inputs)
         self.programs[layouts] = self._compile(layouts, inputs)
 
@@ -290,9 +291,16 @@ class ViewsOfInputs:
         kept = [i for i in range(len(inputs)) if i not in dropped]
         program = _compile_graph(gm, [inputs[i] for i in kept], options=self.options)
 
+        returned = self.returned_inputs
+
         def run(*args: Any) -> Any:
             out = program(*[args[i] for i in kept])
-            return _callers_views(out, [args[i] for i in dropped])
+            if not returned:
+                return out
+            leaves = list(out)
+            for position, i in returned:
+                leaves[position] = args[i]
+            return type(out)(leaves)
         return run
 
     def __call__(self, *args: Any) -> Any:
@@ -313,27 +321,24 @@ class ViewsOfInputs:
         return program(*inputs)
 
 
-def _callers_views(out: Any, views: list[Any]) -> Any:
-    """A graph's outputs, each that is one of `views` (inputs the program took as views
-    of their base) in all but the object, the same memory, shape and layout, as that
-    input itself, as eager returns it (`v &= y` on a view a graph break passed). The
-    program makes it again as a view of the base, its unit dimensions' strides its own,
-    where PyTorch's checks of a write read them: copying it into the input raised
-    "some elements of the input tensor and the written-to tensor refer to a single
-    memory location"."""
-    def same(a: Any, b: Any) -> bool:
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
-            a.dtype == b.dtype and a.shape == b.shape and \
-            a.requires_grad == b.requires_grad and \
-            a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and \
-            a.storage_offset() == b.storage_offset() and \
-            all(x == y for x, y, n in zip(a.stride(), b.stride(), a.shape) if n != 1)
-
-    def callers(leaf: Any) -> Any:
-        return next((view for view in views if same(leaf, view)), leaf)
-    if isinstance(out, (tuple, list)):
-        return type(out)(callers(leaf) for leaf in out)
-    return callers(out)
+def _returned_inputs(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
+    """(output position, input index) of each of a dynamo graph's outputs that is one of
+    its inputs itself (the graph's in-place op returned it: `self.b3 += ...`, `v &= y`),
+    as dynamo's fake tensors say. Such an output is the caller's input object, as eager
+    returns it, though the program took the input as a view of another (made again from
+    its base, the strides of its unit dimensions its own, where PyTorch's checks of a
+    write read them) or took another as a view of it (`register_buffer("v", b.view(-1))`:
+    dynamo sets `self.b` to the output)."""
+    inputs = {id(node.meta["example_value"]): k
+              for k, node in enumerate(gm.graph.find_nodes(op="placeholder"))
+              if isinstance(node.meta.get("example_value"), torch.Tensor)}
+    outputs = gm.graph.output_node().args[0]
+    if not isinstance(outputs, (tuple, list)):
+        return []
+    return [(position, inputs[id(node.meta.get("example_value"))])
+            for position, node in enumerate(outputs)
+            if isinstance(node, torch.fx.Node) and
+            id(node.meta.get("example_value")) in inputs]
 
 
 def _needs_gradients(example_inputs: list[Any]) -> bool:

@@ -73,10 +73,28 @@ class TransposedView(torch.nn.Module):
         return self.state * 2
 
 
+class FlatViewReassigned(torch.nn.Module):
+    """A buffer registered as a view of another of the same layout (`b.view(-1)`),
+    written through both, the base by `+=` (dynamo sets `self.b` to the graph's output:
+    it must be `b` itself, not the view)."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.arange(8, dtype=dtype))
+        self.register_buffer("flat", self.b.view(-1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.b += 0.25 * (x - self.b)
+        self.flat.copy_(x.abs() + 1)
+        self.b.mul_(0.1).add_(self.b, alpha=0.9)
+        return self.b * 2
+
+
 PROGRAMS = {
     "cache halves": (CacheHalves, lambda dt: (torch.randn(3, dtype=dt), torch.tensor(4))),
     "strided window": (StridedWindow, lambda dt: (torch.randn(6, dtype=dt),)),
     "transposed view": (TransposedView, lambda dt: (torch.randn(2, 3, dtype=dt),)),
+    "flat view reassigned": (FlatViewReassigned, lambda dt: (torch.randn(8, dtype=dt),)),
 }
 
 
@@ -89,7 +107,8 @@ def test_state_viewing_other_state_matches_eager_on_both_paths(name, dtype):
     eager = copy.deepcopy(module)
     compiled = assert_matches_eager(module, *args)
     assert len(compiled.input_names) == len(set(compiled.input_names))
-    assert not any(n in ("k", "v", "every_third", "state_t") for n in compiled.input_names)
+    assert not any(n in ("k", "v", "every_third", "state_t", "flat")
+                   for n in compiled.input_names)
     by_dynamo(copy.deepcopy(eager), copy.deepcopy(eager), args, {})
 
 
