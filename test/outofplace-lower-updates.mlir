@@ -258,6 +258,37 @@ func.func @mask_accumulate_scalar(%b: !torch.vtensor<[2,4],f32>, %m: !torch.vten
 
 // -----
 
+// b[m, :, [i]] = v, a mask and a one-element index tensor apart: one mask over the
+// dimensions they index (the mask's trues at i, a negative i from the end), those made
+// the first (where eager puts the trues' dimension), then the select of b[mask].
+// CHECK-LABEL: func.func @mask_beside_one_index(
+// CHECK-SAME:    %[[B:[^:]*]]: !torch.vtensor<[4,3,5],f32>, %[[M:[^:]*]]: !torch.vtensor<[4],i1>, %[[I:[^:]*]]: !torch.vtensor<[1],si64>, %[[V:[^:]*]]: !torch.vtensor<[2,3],f32>
+// CHECK:         %[[MASK:.*]] = torch.aten.view %[[M]], %{{.*}} -> !torch.vtensor<[4,1],i1>
+// CHECK:         %[[AT:.*]] = torch.aten.view %[[I]], %{{.*}} -> !torch.vtensor<[1],si64>
+// CHECK:         %[[IOTA:.*]] = torch.vtensor.literal(dense<[0, 1, 2, 3, 4]> : tensor<5xsi64>)
+// CHECK:         %[[EQ:.*]] = torch.aten.eq.Tensor %[[IOTA]], %[[AT]] : {{.*}} -> !torch.vtensor<[5],i1>
+// CHECK:         %[[FROM_END:.*]] = torch.vtensor.literal(dense<[-5, -4, -3, -2, -1]> : tensor<5xsi64>)
+// CHECK:         %[[EQ_END:.*]] = torch.aten.eq.Tensor %[[FROM_END]], %[[AT]]
+// CHECK:         %[[HOT:.*]] = torch.aten.logical_or %[[EQ]], %[[EQ_END]]
+// CHECK:         %[[HOT_ROW:.*]] = torch.aten.view %[[HOT]], %{{.*}} -> !torch.vtensor<[1,5],i1>
+// CHECK:         %[[BOTH:.*]] = torch.aten.logical_and %[[MASK]], %[[HOT_ROW]] : {{.*}} -> !torch.vtensor<[4,5],i1>
+// CHECK:         %[[FIRST:.*]] = torch.aten.permute %[[B]], %{{.*}} -> !torch.vtensor<[4,5,3],f32>
+// CHECK:         %[[COUNT:.*]] = torch.aten.cumsum
+// CHECK:         torch.aten.index_select %{{.*}} -> !torch.vtensor<[20,3],f32>
+// CHECK:         %[[NEW:.*]] = torch.aten.where.self %{{.*}}, %{{.*}}, %[[FIRST]] : {{.*}} -> !torch.vtensor<[4,5,3],f32>
+// CHECK:         %[[BACK:.*]] = torch.aten.permute %[[NEW]], %{{.*}} -> !torch.vtensor<[4,3,5],f32>
+// CHECK-NOT:     torch.aten.index_put
+// CHECK:         return %[[BACK]]
+func.func @mask_beside_one_index(%b: !torch.vtensor<[4,3,5],f32>, %m: !torch.vtensor<[4],i1>, %i: !torch.vtensor<[1],si64>, %v: !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[4,3,5],f32> {
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %list = torch.prim.ListConstruct %m, %none, %i : (!torch.vtensor<[4],i1>, !torch.none, !torch.vtensor<[1],si64>) -> !torch.list<optional<vtensor>>
+  %0 = torch.aten.index_put %b, %list, %v, %false : !torch.vtensor<[4,3,5],f32>, !torch.list<optional<vtensor>>, !torch.vtensor<[2,3],f32>, !torch.bool -> !torch.vtensor<[4,3,5],f32>
+  return %0 : !torch.vtensor<[4,3,5],f32>
+}
+
+// -----
+
 // scatter_reduce "mean" of integers without self: the targets cleared, the sources
 // summed, divided by how many reached each element (at least 1), rounded down.
 // CHECK-LABEL: func.func @scatter_mean(

@@ -382,7 +382,7 @@ def test_masked_values_used_beyond_elementwise_are_refused(f, args, reason) -> N
 
 
 def mask_with_index_tensor(x, m):
-    x[m, [0]] = 1
+    x[m, [0, 2]] = 1
 
 
 def test_mask_with_index_tensor_is_refused() -> None:
@@ -390,9 +390,10 @@ def test_mask_with_index_tensor_is_refused() -> None:
         outofplace.compile(mask_with_index_tensor, (torch.randn(2, 3),
                                                     torch.tensor([True, False])))
     # (refused by outofplace-lower-updates, where the op is index_put_'s twin)
-    assert_error_at(info.value, "torch.aten.index_put", "a bool mask together with other "
-                    "index tensors in one index (the positions of its trues, as many as the "
-                    "data says, would broadcast with the other indices)",
+    assert_error_at(info.value, "torch.aten.index_put", "a bool mask together with index "
+                    "tensors of more than one element in one index (the positions of its "
+                    "trues, as many as the data says, would broadcast with the other "
+                    "indices)",
                     mask_with_index_tensor.__code__.co_firstlineno + 1)
 
 

@@ -1360,3 +1360,53 @@ def test_out_resized_in_a_program_with_parameters(path, dtype):
     x = torch.randn(7, dtype=dtype)
     result = run_on_path(path, _out_resized_beside_a_layer, (x,), (x,))
     _assert_close(result, _out_resized_beside_a_layer(x), "result")
+
+
+def _mask_beside_one_element_indices(x, y, m, n, v, w):
+    x[m, [2]] = v  # the trues' positions broadcast with [2]
+    x.index_put_((m, torch.tensor([-1])), torch.tensor(1.5, dtype=x.dtype), accumulate=True)
+    y[n, :, [1]] = w  # apart: the trues' dimension first in the values
+    y.index_put_((n, torch.tensor(-1)), w[:, :1] * 2, accumulate=True)  # a 0-d index
+    return x * 2, y + 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_mask_beside_index_tensors_of_one_element_matches_eager(path, dtype):
+    """A runtime bool mask beside index tensors of one element each (`x[m, [2]] = v`),
+    whose positions broadcast with the trues': one mask over the dimensions they index,
+    on both paths. Refused before; under torch.compile, dynamo's graph break at a
+    `torch.tensor` mask made a constant mask (compiled by outofplace.compile) such a
+    runtime one (fuzz program 95300041)."""
+    x = torch.arange(20, dtype=dtype).view(4, 5)
+    y = torch.arange(60, dtype=dtype).view(4, 3, 5)
+    m = torch.tensor([True, False, True, True])
+    n = torch.tensor([False, True, False, True])
+    args = (x, y, m, n, torch.tensor([7.0, -1.0, 0.5], dtype=dtype),
+            torch.arange(6, dtype=dtype).view(2, 3) - 2)
+    program = _mask_beside_one_element_indices
+    expected_x, expected_y = x.clone(), y.clone()
+    eager = program(expected_x, expected_y, *args[2:])
+    result = run_on_path(path, program, (x.clone(), y.clone(), *args[2:]), args)
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x, expected_x, rtol=0, atol=0)
+    torch.testing.assert_close(y, expected_y, rtol=0, atol=0)
+
+
+def _spelled_mask_beside_an_index(x0):
+    x0[torch.tensor([False, False, False, True]), [2]] |= True
+    return x0.clone()
+
+
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_spelled_mask_beside_an_index_read_and_written(path):
+    """(Fuzz program 95300041.) A mask the program spells, read and written beside an
+    index: outofplace.compile indexes at its trues' positions; dynamo breaks the graph at
+    the read and hands the write's graph the mask as an input."""
+    x = torch.tensor([[True, False, True, True, True], [False, False, True, False, True],
+                      [False, True, False, False, True], [True, False, False, False, True]])
+    expected = x.clone()
+    eager = _spelled_mask_beside_an_index(expected)
+    result = run_on_path(path, _spelled_mask_beside_an_index, (x.clone(),), (x,))
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x, expected, rtol=0, atol=0)

@@ -53,7 +53,8 @@ from .reductions import _scatter_into_dimension, _scatter_reduce
     'of whole slices of the others, as are `index_copy`, `index_fill` and `index_add` '
     "(torch-mlir has no op for them: `torch.operator`s); negative index tensors count "
     "from the end; `index_put` with one bool mask → `where(mask, v, b)`, v's rows picked by "
-    "a running count of the trues (never `nonzero`); `scatter_reduce` (sum, prod, amax, amin, mean; "
+    "a running count of the trues (never `nonzero`), index tensors of one element beside "
+    "it made part of the mask; `scatter_reduce` (sum, prod, amax, amin, mean; "
     'torch-mlir has no lowering) → a `scatter` whose body reduces; `slice_scatter` of '
     'constant bounds between static shapes (autograd\'s backward of a slice) → the box '
     'it writes, as `tensor.insert_slice`; `slice_scatter` with a runtime end and '

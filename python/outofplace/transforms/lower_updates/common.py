@@ -4,7 +4,6 @@ columns), typed constants, and reading torch values' static types."""
 
 from __future__ import annotations
 
-import torch
 from torch_mlir import ir
 
 from ... import torch_types

@@ -1,5 +1,6 @@
 """`index_put` with one bool mask as `where(mask, v, b)`, v's rows picked by a running
-count of the trues (torch ops, never `nonzero`); a mask beside other index tensors is
+count of the trues (torch ops, never `nonzero`); beside it, index tensors of one element
+each (their positions made part of the mask); a mask beside larger index tensors is
 refused."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 from ... import torch_types
 from ...errors import UnsupportedMutationError
 from ...indexing import index_entries
-from ...ir_utils import constant_bool, torch_constant, unnamed
+from ...ir_utils import constant_bool, int_list, tensor_literal, torch_constant, unnamed
 from .common import _count, _static_tensor, _ranked_tensor, _dynamic, _torch, _view
 
 
@@ -34,7 +35,10 @@ def _index_put_with_mask(op: ir.Operation, rewriter: rewrite.PatternRewriter) ->
         =>  where(mask, v, b)                                v broadcast over the trues
         =>  where(mask, index_select(v, cumsum(mask) - 1), b)   v holds a row per true
 
-    (accumulating: where(mask, b + ..., b)). Torch ops, lowered by torch-mlir.
+    (accumulating: where(mask, b + ..., b)). Beside the mask, index tensors of one
+    element each (`b[mask, [2]] = v`: the trues' positions broadcast with them) make one
+    mask over all the dimensions they index, the mask's trues at each one's position
+    (`_one_mask`). Torch ops, lowered by torch-mlir.
     """
     self, indices, values, accumulate = op.operands
     self_t, values_t = _static_tensor(self), _static_tensor(values)
@@ -47,56 +51,149 @@ def _index_put_with_mask(op: ir.Operation, rewriter: rewrite.PatternRewriter) ->
             "write `torch.where(mask, v, x)` or compile static shapes")
     if self_t is None or values_t is None or entries is None or accumulating is None:
         return True
-    masks = [k for k, e in enumerate(entries) if e is not None]
-    if len(masks) > 1:
-        raise UnsupportedMutationError.at(
-            op, "a bool mask together with other index tensors in one index (the "
-            "positions of its trues, as many as the data says, would broadcast with the "
-            "other indices)")
-    k = masks[0]
-    mask = entries[k]
-    if _static_tensor(mask) is None:
+    tensors = [k for k, e in enumerate(entries) if e is not None]
+    if len(tensors) == 1:
+        mask, first = entries[tensors[0]], tensors[0]
+        if _static_tensor(mask) is None:
+            return True
+        with rewriter.ip, unnamed(op.location):
+            new = _where_at_mask(self, self_t, mask, first, values, values_t, accumulating)
+    else:
+        advanced = _advanced_dimensions(op, entries)
+        # eager puts the trues' dimension where the indexed dimensions are when they are
+        # adjacent, else first: here the indexed dimensions are made the first ones
+        adjacent = tensors == list(range(tensors[0], tensors[-1] + 1))
+        order = None if adjacent else \
+            advanced + [d for d in range(len(self_t.sizes)) if d not in advanced]
+        with rewriter.ip, unnamed(op.location):
+            mask = _one_mask(entries, [self_t.sizes[d] for d in advanced])
+            target, target_t = self, self_t
+            if order is not None:
+                target_t = torch_types.TensorType(tuple(self_t.sizes[d] for d in order),
+                                                  self_t.dtype, True)
+                target = _permute(self, order, target_t)
+            new = _where_at_mask(target, target_t, mask, advanced[0] if adjacent else 0,
+                                 values, values_t, accumulating)
+            if new is not None and order is not None:
+                new = _permute(new, [order.index(d) for d in range(len(order))],
+                               self_t.with_value_semantics())
+    if new is None:
         return True
+    rewriter.replace_op(op, [new])
+    return False
+
+
+def _advanced_dimensions(op: ir.Operation, entries: list[ir.Value | None]) -> list[int]:
+    """The dimensions of self that the index tensors of a key holding a bool mask index,
+    in order; refused unless the mask is one and every other tensor is one element."""
+    dims, dim, masks = [], 0, 0
+    for entry in entries:
+        t = None if entry is None else _static_tensor(entry)
+        if entry is not None and t is None:
+            raise UnsupportedMutationError.at(
+                op, "a bool mask together with index tensors of a dynamic shape")
+        if t is not None and t.dtype == torch.bool:
+            masks += 1
+            dims += range(dim, dim + len(t.sizes))
+            dim += len(t.sizes)
+            if not t.sizes:
+                raise UnsupportedMutationError.at(
+                    op, "a 0-d bool mask together with other index tensors in one index")
+            continue
+        if t is not None:
+            if _count(list(t.sizes)) != 1 or len(t.sizes) > 1:
+                raise UnsupportedMutationError.at(
+                    op, "a bool mask together with index tensors of more than one "
+                    "element in one index (the positions of its trues, as many as the "
+                    "data says, would broadcast with the other indices)")
+            dims.append(dim)
+        dim += 1
+    if masks > 1:
+        raise UnsupportedMutationError.at(op, "two bool masks in one index")
+    return dims
+
+
+def _one_mask(entries: list[ir.Value | None], sizes: list[int]) -> ir.Value:
+    """The bool mask over the dimensions a key's tensors index (`sizes`) that is true
+    where the key's mask is and each one-element index tensor points (a negative one
+    from the end, one out of range nowhere)."""
+    loc, ip = ir.Location.current, ir.InsertionPoint.current
+    factors, at = [], 0
+    for entry in entries:
+        if entry is None:
+            continue
+        t = _static_tensor(entry)
+        if t.dtype == torch.bool:
+            factor_sizes = list(t.sizes)
+            factor = entry
+        else:
+            size = sizes[at]
+            factor_sizes = [size]
+            index = _view(entry, [1])
+            bool_t = torch_types.TensorType((size,), torch.bool, True)
+            factor = _torch("logical_or", bool_t, *(
+                _torch("eq.Tensor", bool_t, tensor_literal(
+                    torch.arange(start, start + size, dtype=t.dtype), loc, ip), index)
+                for start in (0, -size)))
+        shape = [1] * at + factor_sizes + [1] * (len(sizes) - at - len(factor_sizes))
+        factors.append(_view(factor, shape))
+        at += len(factor_sizes)
+    mask = factors[0]
+    for factor in factors[1:]:
+        mask = _torch("logical_and", torch_types.TensorType(tuple(
+            max(a, b) for a, b in zip(torch_types.TensorType.of(mask.type).sizes,
+                                      torch_types.TensorType.of(factor.type).sizes)),
+            torch.bool, True), mask, factor)
+    return mask
+
+
+def _permute(value: ir.Value, order: list[int], result: torch_types.TensorType
+             ) -> ir.Value:
+    return _torch("permute", result, value,
+                  int_list(order, ir.Location.current, ir.InsertionPoint.current))
+
+
+def _where_at_mask(self: ir.Value, self_t: torch_types.TensorType, mask: ir.Value,
+                   k: int, values: ir.Value, values_t: torch_types.TensorType,
+                   accumulating: bool) -> ir.Value | None:
+    """b's new value after `b[..., mask, ...] = v` (index_put), the mask from dimension
+    `k`; None where the shapes are not those of such a write."""
     mask_sizes = list(torch_types.TensorType.of(mask.type).sizes)
     shape = list(self_t.sizes)
     before, after = shape[:k], shape[k + len(mask_sizes):]
     if shape[k:k + len(mask_sizes)] != mask_sizes:
-        return True
+        return None
     if 0 in values_t.sizes:  # eager accepted it: the mask selects nothing
-        rewriter.replace_op(op, [self])
-        return False
+        return self
     rows_dim = len(before)  # where the true elements are counted in b[mask]
     wide = [1] * (len(before) + 1 + len(after) - len(values_t.sizes)) + list(values_t.sizes)
     if len(wide) != len(before) + 1 + len(after):
-        return True
-    with rewriter.ip, unnamed(op.location):
-        loc, ip = ir.Location.current, ir.InsertionPoint.current
-        if values_t.dtype != self_t.dtype:
-            none, false = torch_constant("none", None, loc, ip), \
-                torch_constant("bool", False, loc, ip)
-            values = _torch("to.dtype", values_t.with_dtype(self_t.dtype), values,
-                            torch_constant("int", TORCH_DTYPE_TO_INT[self_t.dtype], loc, ip),
-                            false, false, none)
-        if wide[rows_dim] == 1:
-            picked = _view(values, wide[:rows_dim] + [1] * len(mask_sizes) +
-                           wide[rows_dim + 1:])
-        else:
-            flat = _view(mask, [_count(mask_sizes)])
-            counts = torch_types.TensorType((_count(mask_sizes),), torch.int64, True)
-            count = _torch("cumsum", counts, flat, torch_constant("int", 0, loc, ip),
-                           torch_constant("int", TORCH_DTYPE_TO_INT[torch.int64], loc, ip))
-            one, zero = torch_constant("int", 1, loc, ip), torch_constant("int", 0, loc, ip)
-            position = _torch("clamp_min", counts, _torch("sub.Scalar", counts, count, one,
-                                                          one), zero)
-            rows = _torch("index_select", torch_types.TensorType(
-                tuple(wide[:rows_dim] + [_count(mask_sizes)] + wide[rows_dim + 1:]),
-                self_t.dtype, True), _view(values, wide),
-                torch_constant("int", rows_dim, loc, ip), position)
-            picked = _view(rows, wide[:rows_dim] + mask_sizes + wide[rows_dim + 1:])
-        if accumulating:
-            picked = _torch("add.Tensor", self_t.with_value_semantics(), self, picked,
-                            torch_constant("int", 1, loc, ip))
-        condition = _view(mask, mask_sizes + [1] * len(after))
-        new = _torch("where.self", self_t.with_value_semantics(), condition, picked, self)
-    rewriter.replace_op(op, [new])
-    return False
+        return None
+    loc, ip = ir.Location.current, ir.InsertionPoint.current
+    if values_t.dtype != self_t.dtype:
+        none, false = torch_constant("none", None, loc, ip), \
+            torch_constant("bool", False, loc, ip)
+        values = _torch("to.dtype", values_t.with_dtype(self_t.dtype), values,
+                        torch_constant("int", TORCH_DTYPE_TO_INT[self_t.dtype], loc, ip),
+                        false, false, none)
+    if wide[rows_dim] == 1:
+        picked = _view(values, wide[:rows_dim] + [1] * len(mask_sizes) +
+                       wide[rows_dim + 1:])
+    else:
+        flat = _view(mask, [_count(mask_sizes)])
+        counts = torch_types.TensorType((_count(mask_sizes),), torch.int64, True)
+        count = _torch("cumsum", counts, flat, torch_constant("int", 0, loc, ip),
+                       torch_constant("int", TORCH_DTYPE_TO_INT[torch.int64], loc, ip))
+        one, zero = torch_constant("int", 1, loc, ip), torch_constant("int", 0, loc, ip)
+        position = _torch("clamp_min", counts, _torch("sub.Scalar", counts, count, one,
+                                                      one), zero)
+        rows = _torch("index_select", torch_types.TensorType(
+            tuple(wide[:rows_dim] + [_count(mask_sizes)] + wide[rows_dim + 1:]),
+            self_t.dtype, True), _view(values, wide),
+            torch_constant("int", rows_dim, loc, ip), position)
+        picked = _view(rows, wide[:rows_dim] + mask_sizes + wide[rows_dim + 1:])
+    if accumulating:
+        picked = _torch("add.Tensor", self_t.with_value_semantics(), self, picked,
+                        torch_constant("int", 1, loc, ip))
+    condition = _view(mask, mask_sizes + [1] * len(after))
+    return _torch("where.self", self_t.with_value_semantics(), condition, picked, self)
