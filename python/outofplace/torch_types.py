@@ -12,7 +12,30 @@ from dataclasses import dataclass
 
 import torch
 from torch_mlir import ir
-from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_MLIR_TYPE_ASM
+
+# The torch dialect's element type of each dtype, and the number (c10's ScalarType) its
+# ops take for a dtype (`torch.aten.to.dtype %x, %int6`): torch_mlir.extras.fx_importer's
+# tables (TORCH_DTYPE_TO_MLIR_TYPE_ASM, TORCH_DTYPE_TO_INT), whose import (ml_dtypes)
+# would cost a tool that only runs passes half a second at each start; test_cli.py
+# checks they are the same.
+TORCH_DTYPE_TO_MLIR_TYPE_ASM = {
+    torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32",
+    torch.float64: "f64", torch.uint8: "ui8", torch.uint32: "ui32", torch.int8: "si8",
+    torch.int16: "si16", torch.int32: "si32", torch.int64: "si64", torch.bool: "i1",
+    torch.qint8: "!torch.qint8", torch.quint8: "!torch.quint8",
+    torch.complex32: "complex<f16>", torch.complex64: "complex<f32>",
+    torch.complex128: "complex<f64>", torch.float8_e5m2: "f8E5M2",
+    torch.float8_e4m3fn: "f8E4M3FN", torch.float8_e5m2fnuz: "f8E5M2FNUZ",
+    torch.float8_e4m3fnuz: "f8E4M3FNUZ", torch.float8_e8m0fnu: "f8E8M0FNU",
+    torch.float4_e2m1fn_x2: "f4E2M1FN",
+}
+TORCH_DTYPE_TO_INT = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
+    torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.complex32: 9,
+    torch.complex64: 10, torch.bool: 11, torch.bfloat16: 15, torch.uint32: 28,
+    torch.float8_e5m2: 23, torch.float8_e4m3fn: 24, torch.float8_e5m2fnuz: 25,
+    torch.float8_e4m3fnuz: 26, torch.float8_e8m0fnu: 44, torch.float4_e2m1fn_x2: 45,
+}
 
 _NONVALUE = "!torch.tensor"
 _VALUE = "!torch.vtensor"

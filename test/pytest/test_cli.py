@@ -1,4 +1,5 @@
-"""`outofplace export` on a model file, as docs/cli.md shows it; errors without tracebacks."""
+"""`outofplace export` on a model file, as docs/cli.md shows it; errors without tracebacks;
+what `outofplace-opt` imports (its lit tests start it about eighty times)."""
 
 import json
 import subprocess
@@ -65,3 +66,29 @@ def test_unsupported_program_names_the_line(tmp_path):
     assert result.returncode == 1
     assert "UnsupportedMutationError" in result.stderr and "bad.py:3" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_opt_imports_the_passes_alone():
+    """outofplace-opt imports the passes, not the frontend's tracing and import, the
+    engines, sympy or ml_dtypes (torch-mlir's fx_importer): each is a part of a second at
+    every start."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, outofplace.tools.opt; print(sorted(m for m in "
+         "sys.modules if m.split('.')[0] in ('sympy', 'ml_dtypes', 'jax') or m in ("
+         "'outofplace.frontend.tracing', 'outofplace.frontend.importer', "
+         "'outofplace.backends', 'outofplace.compiled', "
+         "'torch_mlir.extras.fx_importer')))"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"
+
+
+def test_dtype_tables_are_torch_mlirs():
+    """torch_types' tables, kept so that the passes need not import fx_importer, are
+    torch-mlir's."""
+    from torch_mlir.extras import fx_importer
+
+    from outofplace import torch_types
+
+    assert torch_types.TORCH_DTYPE_TO_MLIR_TYPE_ASM == fx_importer.TORCH_DTYPE_TO_MLIR_TYPE_ASM
+    assert torch_types.TORCH_DTYPE_TO_INT == fx_importer.TORCH_DTYPE_TO_INT

@@ -29,7 +29,6 @@ import torch
 from torch_mlir import ir
 from torch_mlir._mlir_libs import _stablehlo
 from torch_mlir.dialects import func as func_d
-from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
 from .. import op_registry, torch_types
 
@@ -37,7 +36,7 @@ from ..ir_utils import all_operations, constant_int, tensor_literal, torch_const
 from .registry import register_pass
 
 _MAX_ELEMENTS = 1 << 16  # larger results stay computed at run time, unless splats
-_DTYPES = {number: dtype for dtype, number in TORCH_DTYPE_TO_INT.items()}
+_DTYPES = {number: dtype for dtype, number in torch_types.TORCH_DTYPE_TO_INT.items()}
 
 
 # Ops without tensor operands that make a constant (torch-mlir's folders would meet it

@@ -30,11 +30,11 @@ from typing import Any, Callable
 import torch
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
-from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
 from . import insert_plan, kernel_writes, views
 
 from .. import op_registry, torch_types
+from ..torch_types import TORCH_DTYPE_TO_INT
 from ..context import load_torch_conversion
 from ..errors import UnsupportedMutationError
 from ..ir_utils import constant_bool, operations, terminator, torch_constant

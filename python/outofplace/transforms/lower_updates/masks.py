@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 from torch_mlir import ir, rewrite
-from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT
 
 from ... import torch_types
+from ...torch_types import TORCH_DTYPE_TO_INT
 from ...errors import UnsupportedMutationError
 from ...indexing import index_entries
 from ...ir_utils import constant_bool, int_list, tensor_literal, torch_constant, unnamed
