@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sympy
 import torch
-from torch.utils._sympy.numbers import int_oo
 
-Size = int | sympy.Expr  # a static size, or the symbolic one export traced
+if TYPE_CHECKING:  # (sympy is imported where a program has dynamic sizes: its import
+    import sympy   # costs a tool that runs only passes half a second)
+
+Size = "int | sympy.Expr"  # a static size, or the symbolic one export traced
 
 
 @dataclass
@@ -30,6 +31,9 @@ class SymbolicSizes:
     @classmethod
     def of(cls, placeholders: list[torch.fx.Node], range_constraints: dict
            ) -> "SymbolicSizes":
+        import sympy
+        from torch.utils._sympy.numbers import int_oo
+
         sizes = []
         for node in placeholders:
             value = node.meta.get("val")
@@ -56,6 +60,8 @@ class SymbolicSizes:
         out of its range."""
         if not self.is_dynamic:
             return
+        import sympy
+
         bound: dict[sympy.Symbol, int] = {}
         where: dict[sympy.Symbol, str] = {}  # the argument and dimension that set it
         pending = []
