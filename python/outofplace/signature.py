@@ -33,6 +33,9 @@ ALIASING_OUTPUT = "tf.aliasing_output"
 # arguments it takes; bounds.py takes it out as a program of its own.
 BOUNDS_CHECK_FUNCTION = "bounds_check"
 BOUNDS_CHECK_ARGUMENTS = "outofplace.arguments"
+# On an imported module with check_bounds: the index of main's result holding the flags
+# (frontend/bounds_checks.py), which outofplace-split-bounds-check splits off.
+FLAGS_RESULT = "outofplace.bounds_flags"
 
 
 def io_map_of(func: func_d.FuncOp) -> dict[int, int]:

@@ -4,7 +4,7 @@ eager accepts, computed on the exported FX graph next to the op.
 
 Eager raises IndexError (or RuntimeError) for an index out of range; the compiled ops
 clamp or drop it. The flags are one extra result of `main` (a `tensor<Nxi1>`, one entry
-per check), named on the module by `FLAGS_RESULT`; the pass outofplace-split-bounds-check
+per check), named on the module by `signature.FLAGS_RESULT`; the pass outofplace-split-bounds-check
 (transforms/split_bounds_check.py) splits them off into a program of their own that
 bounds.py runs before the main one, so that a call with an index out of range raises
 before anything is written.
@@ -22,9 +22,6 @@ from torch.fx.experimental.symbolic_shapes import is_concrete_int
 from .fx_graph import call, operand_at, source_line
 
 aten = torch.ops.aten
-
-# On the imported module: the index of main's result holding the flags.
-FLAGS_RESULT = "outofplace.bounds_flags"
 
 # Ops whose `indices` list indexes the leading dimensions of self; each entry in
 # [-size, size), as `x[idx]` and `x[idx] = v` take it.

@@ -10,7 +10,7 @@ contract of signature.py) and the import here, with torch-mlir's FxImporter, fin
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -18,11 +18,10 @@ from torch.export import ExportedProgram
 from torch_mlir import ir
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-from . import (bounds_checks, collectives, input_views, meta_state, region_functions, tracing,
-               training)
+from . import (collectives, input_views, meta_state, region_functions, tracing, training)
 from .. import progress
 from ..ir_utils import tensor_literal
-from ..signature import ProgramSignature, state_tensor
+from ..signature import FLAGS_RESULT, ProgramSignature, state_tensor
 from .graph_preparation import (prepare_graph, prepare_region,
                                 refuse_data_dependent_shapes, state_value)
 from .mutable_tensors import mark_mutable_tensors
@@ -68,7 +67,7 @@ def import_program(ep: ExportedProgram, context: ir.Context,
         region_functions.import_regions(importer, gm.graph, prepare_region,
                                         mark_mutable_tensors)
         if signature.bounds_result is not None:  # for outofplace-split-bounds-check
-            module.operation.attributes[bounds_checks.FLAGS_RESULT] = ir.IntegerAttr.get(
+            module.operation.attributes[FLAGS_RESULT] = ir.IntegerAttr.get(
                 ir.IntegerType.get_signless(64), signature.bounds_result)
         module.operation.verify()
     return module, signature

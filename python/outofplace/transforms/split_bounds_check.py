@@ -29,9 +29,9 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import func as func_d
 
-from ..frontend.bounds_checks import FLAGS_RESULT
 from ..ir_utils import erase_unused, operations, terminator
-from ..signature import ALIASING_OUTPUT, BOUNDS_CHECK_ARGUMENTS, BOUNDS_CHECK_FUNCTION
+from ..signature import (ALIASING_OUTPUT, BOUNDS_CHECK_ARGUMENTS, BOUNDS_CHECK_FUNCTION,
+                         FLAGS_RESULT)
 from .registry import register_pass
 
 # StableHLO ops with effects beyond their results: never removed as dead.
