@@ -78,12 +78,14 @@ register_pipeline(
 
 
 def in_pipeline_order() -> list:
-    """Our passes in the order the whole pipeline runs them, then the others, then the
-    pipelines: the order of `outofplace-opt --help` and docs/passes.md."""
+    """Our passes in the order the whole pipeline runs them, then the others by name
+    (whichever module registered first), then the pipelines: the order of
+    `outofplace-opt --help` and docs/passes.md."""
     order = [e for e in pipeline_elements(
         "builtin.module(inplace-to-stablehlo-pipeline, legalize-for-iree)") if e in PASSES]
     return [PASSES[name] for name in order] + \
-        [p for name, p in PASSES.items() if name not in order] + list(PIPELINES.values())
+        [PASSES[name] for name in sorted(PASSES) if name not in order] + \
+        list(PIPELINES.values())
 
 
 class PipelineError(Exception):
