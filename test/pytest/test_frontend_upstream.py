@@ -232,13 +232,20 @@ def distances(x, y, many):  # distances.py: each p, a pair at distance 0, the pr
             # gives the root of a rounding error, eager's and XLA's alike but not equal:
             # so the product form of the batch without that pair, x[1] and y[1]; with it,
             # 0 against 6.9e-4 on an AVX2 machine, where another's roundings agreed)
-            torch.cdist(x[1], y[1], compute_mode="use_mm_for_euclid_dist"))
+            torch.cdist(x[1], y[1], compute_mode="use_mm_for_euclid_dist"),
+            [torch.pdist(y[0], p=p) for p in (0.0, 1.0, 1.5, 2.0, 3.0, float("inf"))])
 
 
 def _distance_inputs(d):
     x, y = torch.randn(2, 5, 3, dtype=d), torch.randn(2, 4, 3, dtype=d)
     y[0, 1] = x[0, 2]
+    y[0, 3] = y[0, 1]  # (a pair of rows at distance 0 for pdist)
     return x, y, torch.randn(30, 3, dtype=d)  # more than 25 rows: eager's product form
+
+
+def unsigned_abs(b):  # unsigned_abs.py (dtype-independent: uint8)
+    b.abs_()
+    return b.abs() + 1, torch.abs(b[1:]) * 2
 
 
 def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
@@ -277,6 +284,7 @@ CASES = [
     (extreme_scans, _extreme_inputs),
     (searchsorted, _searchsorted_inputs),
     (distances, _distance_inputs),
+    (unsigned_abs, lambda d: (torch.tensor([0, 1, 127, 128, 200, 255], dtype=torch.uint8),)),
 ]
 
 
@@ -401,7 +409,8 @@ class _SpecialFunctions(torch.nn.Module):
 
 
 class _Distances(torch.nn.Module):
-    """Distances between a layer's rows (pairs at distance 0 among them), by each p."""
+    """Distances between a layer's rows (pairs at distance 0 among them), by each p,
+    cdist's and pdist's."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -409,8 +418,11 @@ class _Distances(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.linear(x)
+        pairs = torch.cat([h, h[:1]])  # (rows 0 and 5 at distance 0)
         return torch.cdist(h, h) + torch.cdist(h, h.flip(0), p=1.5) + \
-            torch.cdist(h, 2 * h, p=float("inf")) + torch.cdist(h, h[:1], p=3.0)
+            torch.cdist(h, 2 * h, p=float("inf")) + torch.cdist(h, h[:1], p=3.0) + \
+            0.1 * sum(torch.pdist(pairs, p=p).mean() for p in (1.0, 1.5, 2.0, 3.0,
+                                                                float("inf")))
 
 
 class _ProductsAndNorms(torch.nn.Module):

@@ -236,6 +236,18 @@ func.func @main(%b: !torch.vtensor<[3,4],i1>) -> !torch.vtensor<[3],si64> {
         f"max.dim of bools lowers otherwise now:\n{result.stdout}"
 
 
+def test_abs_of_uint8_does_not_lower() -> None:
+    """torch-mlir lowers `abs` of uint8 to `stablehlo.abs`, which takes no unsigned
+    integers. Workaround: frontend/upstream/unsigned_abs.py."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[3],ui8>) -> !torch.vtensor<[3],ui8> {
+  %0 = torch.aten.abs %x : !torch.vtensor<[3],ui8> -> !torch.vtensor<[3],ui8>
+  return %0 : !torch.vtensor<[3],ui8>
+}""")
+    assert result.returncode != 0 and "'stablehlo.abs' op operand #0" in result.stderr, \
+        f"abs of uint8 lowers now:\n{result.stdout}{result.stderr[-2000:]}"
+
+
 def test_norm_scalar_and_linalg_norm_do_not_lower() -> None:
     """`aten.norm.Scalar` (torch.dist, x.norm(p)) and `aten.linalg_norm` fail to
     legalize. Workaround: NOT_LOWERED (frontend/upstream/unlowered_ops.py)."""

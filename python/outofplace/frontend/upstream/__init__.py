@@ -25,12 +25,13 @@ upstream fixed it; delete the module's entry, then the canary.
 | `special_functions.py` | lgamma, digamma, polygamma(1, x), erfinv, erfc, i0, i0e, i1, i1e, hypot → their approximations in elementwise ops (eager's own algorithms for trigamma, erfinv and the Bessel functions) | not defined (erfinv: not lowered) |
 | `order_statistics.py` | median, nanmedian, kthvalue → a sort and the position of the element picked (eager's `(value, index)` order) | not defined (kthvalue: not lowered) |
 | `searchsorted.py` | searchsorted → eager's binary search, unrolled (a sequence of any rank, a sorter) | not defined |
-| `distances.py` | _cdist_forward, _cdist_backward (`torch.cdist`) → eager's choice of a matrix product or each pair's p-norm, and its gradient | not defined |
+| `distances.py` | _cdist_forward, _cdist_backward (`torch.cdist`) → eager's choice of a matrix product or each pair's p-norm, and its gradient; _pdist_forward, _pdist_backward (`torch.pdist`) → each pair's p-norm, and its gradient | not defined |
 | `float_equality.py` | eq of floats → not ne | `eq(x, x)` folded to true (NaN) |
 | `rms_norm.py` | rms_norm without eps → with eager's (the machine epsilon) | eps=None taken as 0 (NaN for a row of zeros) |
 | `index_reduce.py` | index_reduce, index_reduce_ → scatter_reduce of the index spread along the source | not defined |
 | `bool_extremes.py` | max.dim, min.dim of bools → of uint8 | a max of bools from the init true (True at index 0 for every row) |
 | `histc.py` | histc → a scatter-add of ones at each element's bin (eager's arithmetic) | not defined |
+| `unsigned_abs.py` | abs of uint8 → a copy; abs_ → nothing | `stablehlo.abs` takes no unsigned integers (the lowering fails) |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """
 
@@ -41,7 +42,8 @@ from typing import Any, Callable
 from . import (activations, attention, avg_pool, bool_clamp, bool_extremes,
                convolution_backward, distances, float_equality, grouped_mm, histc,
                index_reduce, max_pool, order_statistics, remainder, rms_norm, scans,
-               scatters, searchsorted, special_functions, undefined_ops, unsorted_topk)
+               scatters, searchsorted, special_functions, undefined_ops, unsigned_abs,
+               unsorted_topk)
 
 # op -> rewrite, for frontend/decompositions.py's `decompose` (a rewrite returns the
 # node's replacement, a tuple for an op of several results, or None: declined).
@@ -50,5 +52,6 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
                           max_pool, bool_clamp, convolution_backward, avg_pool,
                           activations, grouped_mm, histc, unsorted_topk,
                           special_functions, order_statistics, searchsorted, distances,
-                          float_equality, rms_norm, index_reduce, bool_extremes)
+                          float_equality, rms_norm, index_reduce, bool_extremes,
+                          unsigned_abs)
     for op, fn in module.DECOMPOSITIONS.items()}
