@@ -33,12 +33,10 @@ lit: $(STAMP)
 # test/fuzz without OUTOFPLACE_FUZZ_EXAMPLES: its fixed-seed budget (about a minute and a
 # half), with optimizer-style programs and views at runtime positions drawn too, and 24
 # nn.Modules with state on both paths (test_fuzz_modules.py, about 30 s of it).
-# --dist worksteal: a worker done with its share takes tests from the other's (with
-# xdist's default shares, a run's wall time was 30 s over half its tests' time).
 pytest: $(STAMP)
 	@start=$$(date +%s); \
 	OUTOFPLACE_FUZZ_OPTIMIZER=1 OUTOFPLACE_FUZZ_POSITION_VIEWS=1 \
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=10 test/pytest test/fuzz; \
+	$(BIN)/python -m pytest -q -n 2 --durations=10 test/pytest test/fuzz; \
 	status=$$?; echo "pytest: $$(( $$(date +%s) - start )) s"; exit $$status
 
 bench: $(STAMP)
