@@ -243,6 +243,24 @@ def _distance_inputs(d):
     return x, y, torch.randn(30, 3, dtype=d)  # more than 25 rows: eager's product form
 
 
+def embedding_bags(weight, indices, offsets, scales):  # embedding_bag.py: bags of
+    # several rows, an empty one, a padding index; the last offset, the indices' count
+    last = torch.cat([offsets, torch.tensor([indices.shape[0]])])
+    return (F.embedding_bag(indices, weight, offsets, mode="sum"),
+            F.embedding_bag(indices, weight, offsets, mode="mean", padding_idx=2),
+            F.embedding_bag(indices, weight, offsets, mode="sum", per_sample_weights=scales,
+                            padding_idx=4),
+            F.embedding_bag(indices, weight, last, mode="mean", include_last_offset=True),
+            F.embedding_bag(indices.view(2, 4), weight, mode="sum"),  # bags of 4
+            torch.ops.aten._embedding_bag(weight, indices, offsets, False, 1, False, None,
+                                          False, 2)[1:])  # eager's other results
+
+
+def _embedding_bag_inputs(d):
+    return (torch.randn(10, 3, dtype=d), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]),
+            torch.tensor([0, 3, 3, 6]), torch.rand(8, dtype=d))
+
+
 def unsigned_abs(b):  # unsigned_abs.py (dtype-independent: uint8)
     b.abs_()
     return b.abs() + 1, torch.abs(b[1:]) * 2
@@ -285,6 +303,7 @@ CASES = [
     (searchsorted, _searchsorted_inputs),
     (distances, _distance_inputs),
     (unsigned_abs, lambda d: (torch.tensor([0, 1, 127, 128, 200, 255], dtype=torch.uint8),)),
+    (embedding_bags, _embedding_bag_inputs),
 ]
 
 
@@ -425,6 +444,21 @@ class _Distances(torch.nn.Module):
                                                                 float("inf")))
 
 
+class _EmbeddingBags(torch.nn.Module):
+    """Bags of embeddings summed (a padding index among them) and averaged, of the rows
+    of a layer's input taken as indices."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sums = torch.nn.EmbeddingBag(10, 4, mode="sum", padding_idx=0)
+        self.means = torch.nn.EmbeddingBag(10, 4, mode="mean")
+        self.linear = torch.nn.Linear(4, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bags = (x.abs() * 3).long().clamp(max=9)  # [5, 6]: five bags of six indices
+        return self.linear(self.sums(bags) + self.means(bags.flip(1)))
+
+
 class _ProductsAndNorms(torch.nn.Module):
     """A cumulative product over exact zeros (autograd's gradient takes the first zero's
     position with a max of bools: bool_extremes.py), `torch.dist` and `linalg.norm`
@@ -443,10 +477,10 @@ class _ProductsAndNorms(torch.nn.Module):
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("layer", [_SpecialFunctions, _Distances, _ProductsAndNorms],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize("layer", [_SpecialFunctions, _Distances, _ProductsAndNorms,
+                                   _EmbeddingBags], ids=lambda c: c.__name__)
 def test_special_functions_training_steps_match_eager(layer, dtype, path):
-    """special_functions.py, order_statistics.py, scans.py and distances.py in a training
-    step: three SGD steps against eager's."""
+    """special_functions.py, order_statistics.py, scans.py, distances.py and
+    embedding_bag.py in a training step: three SGD steps against eager's."""
     torch.manual_seed(0)
     _assert_steps_match_eager(layer().to(dtype), torch.randn(5, 6, dtype=dtype), dtype, path)

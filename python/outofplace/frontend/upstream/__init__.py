@@ -31,6 +31,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `index_reduce.py` | index_reduce, index_reduce_ → scatter_reduce of the index spread along the source | not defined |
 | `bool_extremes.py` | max.dim, min.dim of bools → of uint8 | a max of bools from the init true (True at index 0 for every row) |
 | `histc.py` | histc → a scatter-add of ones at each element's bin (eager's arithmetic) | not defined |
+| `embedding_bag.py` | embedding_bag (sum, mean) and its gradient → gathers of the weight's rows and scatter-adds into each bag (found by a running count of the offsets) | the lowering fails to verify; no gradient |
 | `unsigned_abs.py` | abs of uint8 → a copy; abs_ → nothing | `stablehlo.abs` takes no unsigned integers (the lowering fails) |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """
@@ -40,8 +41,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import (activations, attention, avg_pool, bool_clamp, bool_extremes,
-               convolution_backward, distances, float_equality, grouped_mm, histc,
-               index_reduce, max_pool, order_statistics, remainder, rms_norm, scans,
+               convolution_backward, distances, embedding_bag, float_equality, grouped_mm,
+               histc, index_reduce, max_pool, order_statistics, remainder, rms_norm, scans,
                scatters, searchsorted, special_functions, undefined_ops, unsigned_abs,
                unsorted_topk)
 
@@ -53,5 +54,5 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
                           activations, grouped_mm, histc, unsorted_topk,
                           special_functions, order_statistics, searchsorted, distances,
                           float_equality, rms_norm, index_reduce, bool_extremes,
-                          unsigned_abs)
+                          unsigned_abs, embedding_bag)
     for op, fn in module.DECOMPOSITIONS.items()}
