@@ -16,7 +16,7 @@ from differential import assert_matches_eager, assert_same_tree
 @pytest.fixture(autouse=True)
 def _every_program_on_iree(monkeypatch):
     """This file's checks are of IREE: every program runs there (differential.py runs
-    IREE on half the programs elsewhere)."""
+    IREE on a quarter of the programs elsewhere)."""
     monkeypatch.setattr(differential, "IREE_ON_ALL", True)
 
 needs_iree = pytest.mark.skipif(not iree.available(), reason="needs the iree extra")
