@@ -261,6 +261,11 @@ def _embedding_bag_inputs(d):
             torch.tensor([0, 3, 3, 6]), torch.rand(8, dtype=d))
 
 
+def bicubic(x):  # unlowered_ops.py: PyTorch's decomposition of interpolate's .vec form
+    return (F.interpolate(x, scale_factor=2, mode="bicubic"),  # records .default's
+            F.interpolate(x, size=(3, 7), mode="bicubic", align_corners=True))
+
+
 def unsigned_abs(b):  # unsigned_abs.py (dtype-independent: uint8)
     b.abs_()
     return b.abs() + 1, torch.abs(b[1:]) * 2
@@ -304,6 +309,7 @@ CASES = [
     (distances, _distance_inputs),
     (unsigned_abs, lambda d: (torch.tensor([0, 1, 127, 128, 200, 255], dtype=torch.uint8),)),
     (embedding_bags, _embedding_bag_inputs),
+    (bicubic, lambda d: (torch.randn(1, 2, 4, 5, dtype=d),)),
 ]
 
 
@@ -459,6 +465,18 @@ class _EmbeddingBags(torch.nn.Module):
         return self.linear(self.sums(bags) + self.means(bags.flip(1)))
 
 
+class _Bicubic(torch.nn.Module):
+    """A layer's output as an image, upsampled bicubically (unlowered_ops.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        image = self.linear(x).view(1, 1, 5, 4)
+        return F.interpolate(image, scale_factor=(1.5, 2), mode="bicubic").view(-1, 4)
+
+
 class _ProductsAndNorms(torch.nn.Module):
     """A cumulative product over exact zeros (autograd's gradient takes the first zero's
     position with a max of bools: bool_extremes.py), `torch.dist` and `linalg.norm`
@@ -478,7 +496,7 @@ class _ProductsAndNorms(torch.nn.Module):
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layer", [_SpecialFunctions, _Distances, _ProductsAndNorms,
-                                   _EmbeddingBags], ids=lambda c: c.__name__)
+                                   _EmbeddingBags, _Bicubic], ids=lambda c: c.__name__)
 def test_special_functions_training_steps_match_eager(layer, dtype, path):
     """special_functions.py, order_statistics.py, scans.py, distances.py and
     embedding_bag.py in a training step: three SGD steps against eager's."""

@@ -62,6 +62,8 @@ NOT_LOWERED = frozenset({
     "aten.upsample_nearest3d.vec", "aten.upsample_bilinear2d.vec",
     "aten.upsample_linear1d.vec",
     "aten.upsample_bilinear2d.default", "aten.upsample_nearest2d.default",
+    # (not defined: what PyTorch's decomposition of the .vec form records)
+    "aten.upsample_bicubic2d.default",
     "aten.pad.default", "aten.im2col.default", "aten.col2im.default", "aten.roll.default",
     "aten.logsumexp.default", "aten.meshgrid.indexing", "aten.meshgrid.default",
     # (of tensors of two dtypes: `F.mse_loss(float32, float64)`, "operand types should
