@@ -266,6 +266,21 @@ def bicubic(x):  # unlowered_ops.py: PyTorch's decomposition of interpolate's .v
             F.interpolate(x, size=(3, 7), mode="bicubic", align_corners=True))
 
 
+def next_floats(x, y):  # nextafter.py: each result's bits (its NaNs' as 0), a zero's sign
+    def bits(r):
+        integer = torch.int64 if r.dtype == torch.float64 else torch.int32
+        return torch.where(r.isnan(), 0, r.view(integer))
+    return [bits(torch.nextafter(a, b)) for a, b in ((x, y), (y, x), (x, torch.zeros_like(x)))]
+
+
+def _next_float_inputs(d):
+    inf, nan, least = float("inf"), float("nan"), torch.finfo(d).smallest_normal / 2 ** 10
+    return (torch.tensor([1.0, -2.5, 0.0, -0.0, 0.0, 3e38, inf, -inf, nan, 1.0, least, -1.0],
+                         dtype=d),
+            torch.tensor([2.0, 0.0, 1.0, -1.0, -0.0, inf, 0.0, 0.0, 1.0, 1.0, 0.0, -2.0],
+                         dtype=d))
+
+
 def unsigned_abs(b):  # unsigned_abs.py (dtype-independent: uint8)
     b.abs_()
     return b.abs() + 1, torch.abs(b[1:]) * 2
@@ -310,6 +325,7 @@ CASES = [
     (unsigned_abs, lambda d: (torch.tensor([0, 1, 127, 128, 200, 255], dtype=torch.uint8),)),
     (embedding_bags, _embedding_bag_inputs),
     (bicubic, lambda d: (torch.randn(1, 2, 4, 5, dtype=d),)),
+    (next_floats, _next_float_inputs),
 ]
 
 

@@ -102,6 +102,13 @@ def test_cdist_is_undefined() -> None:
     assert not defined, f"torch-mlir defines {defined} now: drop their rewrites"
 
 
+def test_nextafter_is_undefined() -> None:
+    """upstream/nextafter.py: torch-mlir defines no nextafter."""
+    assert not _registered("torch.aten.nextafter") and \
+        not _registered("torch.prims.nextafter"), \
+        "torch-mlir defines nextafter now: drop the rewrite"
+
+
 def test_index_reduce_is_undefined() -> None:
     """upstream/index_reduce.py: torch-mlir does not define index_reduce."""
     assert not _registered("torch.aten.index_reduce") and \

@@ -32,6 +32,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `bool_extremes.py` | max.dim, min.dim of bools → of uint8 | a max of bools from the init true (True at index 0 for every row) |
 | `histc.py` | histc → a scatter-add of ones at each element's bin (eager's arithmetic) | not defined |
 | `embedding_bag.py` | embedding_bag (sum, mean) and its gradient → gathers of the weight's rows and scatter-adds into each bag (found by a running count of the offsets) | the lowering fails to verify; no gradient |
+| `nextafter.py` | nextafter → a step of one in the float's bits (a bitcast) | not defined |
 | `unsigned_abs.py` | abs of uint8 → a copy; abs_ → nothing | `stablehlo.abs` takes no unsigned integers (the lowering fails) |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """
@@ -42,9 +43,9 @@ from typing import Any, Callable
 
 from . import (activations, attention, avg_pool, bool_clamp, bool_extremes,
                convolution_backward, distances, embedding_bag, float_equality, grouped_mm,
-               histc, index_reduce, max_pool, order_statistics, remainder, rms_norm, scans,
-               scatters, searchsorted, special_functions, undefined_ops, unsigned_abs,
-               unsorted_topk)
+               histc, index_reduce, max_pool, nextafter, order_statistics, remainder,
+               rms_norm, scans, scatters, searchsorted, special_functions, undefined_ops,
+               unsigned_abs, unsorted_topk)
 
 # op -> rewrite, for frontend/decompositions.py's `decompose` (a rewrite returns the
 # node's replacement, a tuple for an op of several results, or None: declined).
@@ -54,5 +55,5 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
                           activations, grouped_mm, histc, unsorted_topk,
                           special_functions, order_statistics, searchsorted, distances,
                           float_equality, rms_norm, index_reduce, bool_extremes,
-                          unsigned_abs, embedding_bag)
+                          unsigned_abs, embedding_bag, nextafter)
     for op, fn in module.DECOMPOSITIONS.items()}
