@@ -60,6 +60,8 @@ def _index_put_with_mask(op: ir.Operation, rewriter: rewrite.PatternRewriter) ->
             new = _where_at_mask(self, self_t, mask, first, values, values_t, accumulating)
     else:
         advanced = _advanced_dimensions(op, entries)
+        if len(values_t.sizes) > len(self_t.sizes) - len(advanced) + 1:
+            return True  # (not eager's values for this key; nothing built)
         # eager puts the trues' dimension where the indexed dimensions are when they are
         # adjacent, else first: here the indexed dimensions are made the first ones
         adjacent = tensors == list(range(tensors[0], tensors[-1] + 1))
