@@ -44,8 +44,13 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'outofplace' has no attribute '{name}'")
+    if name not in _LAZY:  # a subpackage not imported yet (`outofplace.backends`)
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module 'outofplace' has no attribute '{name}'") from None
     module = importlib.import_module(_LAZY[name], __name__)
     value = module if name == "xla" else getattr(module, name)
     globals()[name] = value
