@@ -1410,3 +1410,29 @@ def test_spelled_mask_beside_an_index_read_and_written(path):
     result = run_on_path(path, _spelled_mask_beside_an_index, (x.clone(),), (x,))
     torch.testing.assert_close(result, eager, rtol=0, atol=0)
     torch.testing.assert_close(x, expected, rtol=0, atol=0)
+
+
+def _masked_values_beside_one_element_indices(x, y, m):
+    x[m, [2]] += 1.5  # adjacent: the trues' dimension where the two were
+    y[m, :, [-1]] *= 2  # apart, the mask first: the trues' dimension first
+    y[m, torch.tensor([0])] -= 1.0  # a one-element tensor
+    return x * 1, y + 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_masked_values_beside_one_element_indices_match_eager(path, dtype):
+    """A read at a runtime mask beside indices of one element (`x[m, [2]] += 1.5`),
+    stored back at the same key: the indices select first where that takes eager's
+    elements in eager's order. outofplace.compile refused the read (a bool mask beside
+    other index tensors), which torch.compile runs eagerly at a graph break."""
+    x = torch.arange(20, dtype=dtype).view(4, 5)
+    y = torch.arange(60, dtype=dtype).view(4, 3, 5)
+    m = torch.tensor([True, False, True, True])
+    program = _masked_values_beside_one_element_indices
+    expected_x, expected_y = x.clone(), y.clone()
+    eager = program(expected_x, expected_y, m)
+    result = run_on_path(path, program, (x.clone(), y.clone(), m), (x, y, m))
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)
+    torch.testing.assert_close(x, expected_x, rtol=0, atol=0)
+    torch.testing.assert_close(y, expected_y, rtol=0, atol=0)

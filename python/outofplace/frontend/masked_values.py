@@ -101,7 +101,9 @@ def _split(target: torch.Tensor, index: Any) -> tuple[tuple, torch.Tensor, int] 
                      not isinstance(item, bool)
                      for i, item in enumerate(items) if i != masks[0])
     if len(masks) > 1 or not basic_only:
-        raise _refusal(items, "a bool mask together with other index tensors")
+        raise _refusal(items, "a bool mask together with other index tensors (beside "
+                       "it, indices of one element are taken where they select as eager "
+                       "does: next to the mask, or after a mask that comes first)")
     mask = items[masks[0]]
     items = expand_ellipsis(items, target.dim())
     at = next(i for i, item in enumerate(items) if item is mask)
@@ -144,6 +146,39 @@ def _positions_first(target: torch.Tensor, index: Any) -> tuple[tuple, tuple] | 
             outer.append(item)
             inner.append(slice(None))
     return tuple(outer), tuple(inner)
+
+
+def _one_element(item: Any) -> Any:
+    """An index of one element as the int or 0-d tensor that selects it (a list of one
+    int, a 1-d integer tensor of one element); None for any other item."""
+    if isinstance(item, (list, tuple)) and len(item) == 1 and isinstance(item[0], int) \
+            and not isinstance(item[0], bool):
+        return item[0]
+    if isinstance(item, torch.Tensor) and item.dim() == 1 and item.numel() == 1 and \
+            is_position(item.reshape(())):
+        return item.reshape(())
+    return None
+
+
+def _single_indices_as_positions(index: Any) -> Any:
+    """A key holding one bool mask and indices of one element each (`x[m, [2]]`), with
+    each of those as the int or 0-d tensor that selects it, where that takes the same
+    elements in eager's order: the mask and those adjacent (the trues' dimension where
+    they were), or the mask first (eager puts the trues' dimension first, and the mask's
+    stays first once the others select); any other key as it is."""
+    items = key_items(index)
+    masks = [i for i, item in enumerate(items) if isinstance(item, torch.Tensor) and
+             item.dtype == torch.bool and item.dim()]
+    singles = {i: one for i, item in enumerate(items)
+               if (one := _one_element(item)) is not None}
+    others = [item for i, item in enumerate(items) if i not in singles and i not in masks
+              and isinstance(item, (list, tuple, torch.Tensor)) and not is_position(item)]
+    if len(masks) != 1 or not singles or others:
+        return index
+    advanced = sorted([*masks, *singles])
+    if advanced != list(range(advanced[0], advanced[-1] + 1)) and masks[0] != 0:
+        return index
+    return tuple(singles.get(i, item) for i, item in enumerate(items))
 
 
 def _trues(data: Any, at: tuple) -> list[tuple] | None:
@@ -215,6 +250,7 @@ class MaskedValues(torch.overrides.TorchFunctionMode):
             return self._spell(args, kwargs)
         if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and \
                 self._selection(args[0]) is None:
+            args = (args[0], _single_indices_as_positions(args[1]), *args[2:])
             keys = _positions_first(args[0], args[1])
             if keys is not None:  # x[pos, m] is x[pos][m]
                 return self.__torch_function__(func, types,
