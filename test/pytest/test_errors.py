@@ -177,7 +177,7 @@ def test_failing_stage_writes_a_reproducer(tmp_path):
     """A lowering that fails on an op torch-mlir defines but cannot lower is refused at
     the user's line, naming the op, with the outofplace-opt command that reproduces it."""
     def f(w, i):
-        return F.embedding_bag(i, w, torch.tensor([0, 2])) * 2  # no lowering: embedding_bag
+        return F.embedding_bag(i, w, torch.tensor([0, 2]), mode="max") * 2  # no lowering
 
     with pytest.raises(outofplace.UnsupportedMutationError) as caught:
         outofplace.compile(f, [torch.randn(10, 3), torch.tensor([1, 2, 4, 5])],
