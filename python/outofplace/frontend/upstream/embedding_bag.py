@@ -10,9 +10,9 @@ same place): no `nonzero`, shapes stay static. The sum of a bag is a scatter-add
 rows (each times its `per_sample_weights`), a mean that sum over the bag's count (at least
 one: eager's empty bag is zeros); an index equal to `padding_idx` adds nothing and is not
 counted; with `include_last_offset` the last offset (the indices' count, as eager
-requires) starts no bag. The gradient of a weight row is the sum of its bags' gradients (over their
-counts, for a mean), at each of its indices. The op's other results are eager's CPU
-kernels' (`offset2bag` each index's bag where eager makes it, `bag_size` and
+requires) starts no bag. The gradient of a weight row is the sum of its bags' gradients
+(over their counts, for a mean), at each of its indices. The op's other results are
+eager's CPU kernels' (`offset2bag` each index's bag where eager makes it, `bag_size` and
 `max_indices` a mean's counts, else zeros).
 
 Mode max, `scale_grad_by_freq`, sparse gradients, a 2-d input (F.embedding_bag makes
@@ -39,8 +39,8 @@ _SUM, _MEAN = 0, 1
 
 
 def _bags(indices: torch.Tensor, offsets: torch.Tensor, include_last_offset: bool,
-          padding_idx: int | None) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(each index's bag, whether it counts in it, the number of bags). With
+          padding_idx: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(each index's bag, whether it counts in it, each bag's count). With
     `include_last_offset` the last offset starts no bag: it is the indices' count (eager
     requires it; its kernels disagree, by dtype, on an index past a smaller one)."""
     n = indices.shape[0]
@@ -52,22 +52,23 @@ def _bags(indices: torch.Tensor, offsets: torch.Tensor, include_last_offset: boo
     counts = bag >= 0
     if padding_idx is not None and padding_idx >= 0:
         counts = counts & (indices != padding_idx)
-    return bag.clamp(min=0), counts, bags
+    bag = bag.clamp(min=0)
+    sizes = torch.zeros(bags, dtype=torch.int64, device=indices.device).index_add(
+        0, bag, counts.to(torch.int64))
+    return bag, counts, sizes
 
 
 def _embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
                    mode: int, per_sample_weights: torch.Tensor | None,
                    include_last_offset: bool, padding_idx: int | None,
                    shapes: list[torch.Size]) -> tuple[torch.Tensor, ...]:
-    bag, counts, bags = _bags(indices, offsets, include_last_offset, padding_idx)
+    bag, counts, sizes = _bags(indices, offsets, include_last_offset, padding_idx)
     rows = weight.index_select(0, indices)
     if per_sample_weights is not None:
         rows = rows * per_sample_weights.unsqueeze(1)
     rows = torch.where(counts.unsqueeze(1), rows, torch.zeros_like(rows))
-    output = torch.zeros(bags, weight.shape[1], dtype=weight.dtype,
+    output = torch.zeros(sizes.shape[0], weight.shape[1], dtype=weight.dtype,
                          device=weight.device).index_add(0, bag, rows)
-    sizes = torch.zeros(bags, dtype=torch.int64, device=weight.device).index_add(
-        0, bag, counts.to(torch.int64))
     # eager's other results, as its CPU kernels make them: each index's bag where
     # they make it (a mean, a padding index), the bags' counts for a mean
     offset2bag = bag if tuple(shapes[1]) == tuple(bag.shape) else \
@@ -75,7 +76,7 @@ def _embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.T
     if mode == _MEAN:
         output = output / sizes.clamp(min=1).unsqueeze(1).to(weight.dtype)
         return output, offset2bag, sizes, sizes.clone()
-    zeros = torch.zeros(bags, dtype=torch.int64, device=weight.device)
+    zeros = torch.zeros_like(sizes)
     return output, offset2bag, zeros, zeros.clone()
 
 
@@ -84,11 +85,9 @@ def _embedding_bag_gradient(grad: torch.Tensor, indices: torch.Tensor,
                             per_sample_weights: torch.Tensor | None,
                             include_last_offset: bool, padding_idx: int | None
                             ) -> torch.Tensor:
-    bag, counts, bags = _bags(indices, offsets, include_last_offset, padding_idx)
+    bag, counts, sizes = _bags(indices, offsets, include_last_offset, padding_idx)
     each = grad.index_select(0, bag)
     if mode == _MEAN:
-        sizes = torch.zeros(bags, dtype=torch.int64, device=grad.device).index_add(
-            0, bag, counts.to(torch.int64))
         each = each / sizes.clamp(min=1).index_select(0, bag).unsqueeze(1).to(grad.dtype)
     if per_sample_weights is not None:
         each = each * per_sample_weights.unsqueeze(1)
