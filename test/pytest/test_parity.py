@@ -822,6 +822,17 @@ def _write_into_a_column_of_an_expansion(x):
     return x * 1
 
 
+def _assert_path_matches_eager(path, program, *args):
+    """`program(*args)` compiled on `path` against eager's on copies of the arguments:
+    its output and every argument after the call, exactly."""
+    expected = [a.clone() for a in args]
+    eager = program(*expected)
+    result = run_on_path(path, program, tuple(a.clone() for a in args), args)
+    torch.testing.assert_close(result, eager, rtol=0, atol=0)
+    for got, want in zip(args, expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
 @pytest.mark.parametrize("program", [_write_into_an_expansion_after_a_break,
@@ -837,11 +848,7 @@ def test_write_into_one_copy_of_an_expansion_matches_eager(program, path, dtype)
     x = torch.arange(12, dtype=dtype)
     x = {_write_into_an_expansion_after_a_break: x[:7], _write_into_an_expansion_beside_its_base:
          x[:3], _write_into_a_column_of_an_expansion: x.view(3, 4)}[program]
-    expected = x.clone()
-    eager = program(expected)
-    result = run_on_path(path, program, (x.clone(),), (x,))
-    torch.testing.assert_close(result, eager, rtol=0, atol=0)
-    torch.testing.assert_close(x, expected, rtol=0, atol=0)
+    _assert_path_matches_eager(path, program, x)
 
 
 def _slices_from_slices_at_positions(x, pos, j):
@@ -1382,15 +1389,9 @@ def test_mask_beside_index_tensors_of_one_element_matches_eager(path, dtype):
     y = torch.arange(60, dtype=dtype).view(4, 3, 5)
     m = torch.tensor([True, False, True, True])
     n = torch.tensor([False, True, False, True])
-    args = (x, y, m, n, torch.tensor([7.0, -1.0, 0.5], dtype=dtype),
-            torch.arange(6, dtype=dtype).view(2, 3) - 2)
-    program = _mask_beside_one_element_indices
-    expected_x, expected_y = x.clone(), y.clone()
-    eager = program(expected_x, expected_y, *args[2:])
-    result = run_on_path(path, program, (x.clone(), y.clone(), *args[2:]), args)
-    torch.testing.assert_close(result, eager, rtol=0, atol=0)
-    torch.testing.assert_close(x, expected_x, rtol=0, atol=0)
-    torch.testing.assert_close(y, expected_y, rtol=0, atol=0)
+    _assert_path_matches_eager(path, _mask_beside_one_element_indices, x, y, m, n,
+                               torch.tensor([7.0, -1.0, 0.5], dtype=dtype),
+                               torch.arange(6, dtype=dtype).view(2, 3) - 2)
 
 
 def _spelled_mask_beside_an_index(x0):
@@ -1405,11 +1406,7 @@ def test_spelled_mask_beside_an_index_read_and_written(path):
     the read and hands the write's graph the mask as an input."""
     x = torch.tensor([[True, False, True, True, True], [False, False, True, False, True],
                       [False, True, False, False, True], [True, False, False, False, True]])
-    expected = x.clone()
-    eager = _spelled_mask_beside_an_index(expected)
-    result = run_on_path(path, _spelled_mask_beside_an_index, (x.clone(),), (x,))
-    torch.testing.assert_close(result, eager, rtol=0, atol=0)
-    torch.testing.assert_close(x, expected, rtol=0, atol=0)
+    _assert_path_matches_eager(path, _spelled_mask_beside_an_index, x)
 
 
 def _masked_values_beside_one_element_indices(x, y, m):
@@ -1428,11 +1425,5 @@ def test_masked_values_beside_one_element_indices_match_eager(path, dtype):
     other index tensors), which torch.compile runs eagerly at a graph break."""
     x = torch.arange(20, dtype=dtype).view(4, 5)
     y = torch.arange(60, dtype=dtype).view(4, 3, 5)
-    m = torch.tensor([True, False, True, True])
-    program = _masked_values_beside_one_element_indices
-    expected_x, expected_y = x.clone(), y.clone()
-    eager = program(expected_x, expected_y, m)
-    result = run_on_path(path, program, (x.clone(), y.clone(), m), (x, y, m))
-    torch.testing.assert_close(result, eager, rtol=0, atol=0)
-    torch.testing.assert_close(x, expected_x, rtol=0, atol=0)
-    torch.testing.assert_close(y, expected_y, rtol=0, atol=0)
+    _assert_path_matches_eager(path, _masked_values_beside_one_element_indices, x, y,
+                               torch.tensor([True, False, True, True]))
