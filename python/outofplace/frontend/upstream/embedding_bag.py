@@ -40,7 +40,8 @@ _SUM, _MEAN = 0, 1
 
 def _bags(indices: torch.Tensor, offsets: torch.Tensor, include_last_offset: bool,
           padding_idx: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(each index's bag, whether it counts in it, each bag's count). With
+    """(each index's bag, whether it counts in it, each bag's count); a negative
+    `padding_idx` (`_embedding_bag`'s -1) is none. With
     `include_last_offset` the last offset starts no bag: it is the indices' count (eager
     requires it; its kernels disagree, by dtype, on an index past a smaller one)."""
     n = indices.shape[0]
@@ -109,13 +110,10 @@ def _forward(graph: torch.fx.Graph, node: torch.fx.Node) -> Any:
     weight, indices = a["weight"].meta["val"], a["indices"].meta["val"]
     if _declined(a, weight, indices):
         return None
-    padding_idx = a.get("padding_idx")
-    if padding_idx is not None and padding_idx < 0:  # (_embedding_bag's -1: none)
-        padding_idx = None
     shapes = [value.shape for value in node.meta["val"]]
     return inline_call(graph, node, _embedding_bag, a["weight"], a["indices"],
                        a["offsets"], a["mode"], a["per_sample_weights"],
-                       bool(a["include_last_offset"]), padding_idx, shapes)
+                       bool(a["include_last_offset"]), a.get("padding_idx"), shapes)
 
 
 def _backward(graph: torch.fx.Graph, node: torch.fx.Node) -> Any:
@@ -125,13 +123,10 @@ def _backward(graph: torch.fx.Graph, node: torch.fx.Node) -> Any:
     grad, offsets = a["grad"].meta["val"], a["offsets"].meta["val"]
     if _declined(a, grad, a["indices"].meta["val"]):
         return None
-    padding_idx = a["padding_idx"]
-    if padding_idx is not None and padding_idx < 0:
-        padding_idx = None
     return inline_call(graph, node, _embedding_bag_gradient, a["grad"], a["indices"],
                        a["offsets"], int(a["num_weights"]), a["mode"],
                        a["per_sample_weights"], offsets.shape[0] == grad.shape[0] + 1,
-                       padding_idx)
+                       a["padding_idx"])
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
