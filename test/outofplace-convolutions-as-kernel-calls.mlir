@@ -112,15 +112,37 @@ func.func @weight_gradient(%x: tensor<16x64x16x16xf32>, %g: tensor<16x32x8x8xf32
 }
 
 // A weight's gradient whose window (the output's gradient, 2x2) is smaller than its
-// result stays a convolution over the batch, aten's result [I, O, ...]: the program's
-// transpose to the weight's [O, I, ...] is the handler's, writing it permuted.
+// result stays a convolution over the batch, aten's result [I, O, ...], which the program
+// transposes to the weight's [O, I, ...]: the convolution with its operands' roles
+// swapped and both reversed computes [O, I, ...] itself. That one's kernel, the input
+// reversed with its features swapped, is aten's transposed convolution of the input as
+// it is: only the gradient's reverse and transpose (32 KB) are XLA's, no copy of the
+// 512x256x3x3 result.
 // CHECK-LABEL: func.func @small_window_weight_gradient(
-// CHECK:         %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"({{.*}}outofplace.op = "aten::convolution", {{.*}}outofplace.permute.0 = array<i64: 1, 0, 2, 3>, {{.*}} -> tensor<512x256x3x3xf32>
+// CHECK-SAME:    %[[X:.*]]: tensor<8x256x2x2xf32>, %[[G:.*]]: tensor<8x512x2x2xf32>
+// CHECK-NEXT:    %[[R:.*]] = stablehlo.reverse %[[G]], dims = [2, 3]
+// CHECK-NEXT:    %[[T:.*]] = stablehlo.transpose %[[R]], dims = [1, 0, 2, 3] : (tensor<8x512x2x2xf32>) -> tensor<512x8x2x2xf32>
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"(%[[T]], %[[X]]) {{{.*}}outofplace.op = "aten::convolution", {{.*}}output_padding = array<i64: 0, 0>, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>, transposed = true}{{.*}} : (tensor<512x8x2x2xf32>, tensor<8x256x2x2xf32>) -> tensor<512x256x3x3xf32>
+// CHECK-NOT:     outofplace.permute
 // CHECK-NEXT:    return %[[Y]]
 func.func @small_window_weight_gradient(%x: tensor<8x256x2x2xf32>, %g: tensor<8x512x2x2xf32>) -> tensor<512x256x3x3xf32> {
   %xt = stablehlo.transpose %x, dims = [1, 0, 2, 3] : (tensor<8x256x2x2xf32>) -> tensor<256x8x2x2xf32>
   %gt = stablehlo.transpose %g, dims = [1, 0, 2, 3] : (tensor<8x512x2x2xf32>) -> tensor<512x8x2x2xf32>
   %0 = stablehlo.convolution(%xt, %gt) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<256x8x2x2xf32>, tensor<512x8x2x2xf32>) -> tensor<256x512x3x3xf32>
+  %1 = stablehlo.transpose %0, dims = [1, 0, 2, 3] : (tensor<256x512x3x3xf32>) -> tensor<512x256x3x3xf32>
+  return %1 : tensor<512x256x3x3xf32>
+}
+
+// The same at the forward's stride 2 (the gradient's window dilated by 2), where no
+// swapped convolution computes it: the program's transpose to the weight's [O, I, ...]
+// is the handler's, writing aten's [I, O, ...] permuted.
+// CHECK-LABEL: func.func @strided_small_window_weight_gradient(
+// CHECK:         %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"({{.*}}dilation = array<i64: 2, 2>, {{.*}}outofplace.op = "aten::convolution", {{.*}}outofplace.permute.0 = array<i64: 1, 0, 2, 3>, {{.*}} -> tensor<512x256x3x3xf32>
+// CHECK-NEXT:    return %[[Y]]
+func.func @strided_small_window_weight_gradient(%x: tensor<8x256x4x4xf32>, %g: tensor<8x512x2x2xf32>) -> tensor<512x256x3x3xf32> {
+  %xt = stablehlo.transpose %x, dims = [1, 0, 2, 3] : (tensor<8x256x4x4xf32>) -> tensor<256x8x4x4xf32>
+  %gt = stablehlo.transpose %g, dims = [1, 0, 2, 3] : (tensor<8x512x2x2xf32>) -> tensor<512x8x2x2xf32>
+  %0 = stablehlo.convolution(%xt, %gt) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[1, 0], [1, 0]], rhs_dilate = [2, 2]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<256x8x4x4xf32>, tensor<512x8x2x2xf32>) -> tensor<256x512x3x3xf32>
   %1 = stablehlo.transpose %0, dims = [1, 0, 2, 3] : (tensor<256x512x3x3xf32>) -> tensor<512x256x3x3xf32>
   return %1 : tensor<512x256x3x3xf32>
 }

@@ -294,10 +294,77 @@ def _plan(op: ir.Operation) -> dict | None:
     return plan
 
 
+def _read_as(op: ir.Operation) -> list[int]:
+    """The order in which the program reads `op`'s result dimensions: through its one
+    reader's transpose, or as it is."""
+    uses = list(op.result.uses)
+    if len(uses) == 1 and uses[0].owner.name == "stablehlo.transpose":
+        return list(ir.DenseI64ArrayAttr(uses[0].owner.attributes["permutation"]))
+    return list(range(len(ranked_shape(op.result))))
+
+
+def _swapped(op: ir.Operation, plan: dict) -> ir.Operation | None:
+    """`op` with its operands' roles swapped, where the program reads its result with the
+    features before the batch (a weight's gradient over a small window, JAX's rule's
+    [I, O, ...] transposed to the weight's [O, I, ...]) and its result is larger than its
+    operands: the swapped convolution's batch is `op`'s features, so aten's result is
+    the layout the program reads and no permuted copy of it is made. A correlation of
+    the kernel over the input is the input's over the kernel with the output reversed,
+    so both operands are reversed (one reverse and transpose each, which XLA fuses into
+    the operand's copy into aten's layout), and the padding is `L - K + low`,
+    `L - K + high` (L the input's size, K the kernel's). Stride, dilations and groups
+    of 1 only; None otherwise, or where that padding would be negative."""
+    numbers = plan["numbers"]
+    rank = len(plan["stride"])
+    x, w = op.operands
+    if plan["backward"] or plan["transposed"] or plan["groups"] != 1 or \
+            plan["stride"] != [1] * rank or plan["dilation"] != [1] * rank or \
+            _read_as(op) != [numbers.output_feature_dimension, numbers.output_batch_dimension,
+                             *numbers.output_spatial_dimensions] or \
+            math.prod(ranked_shape(op.result)) <= \
+            math.prod(ranked_shape(x)) + math.prod(ranked_shape(w)):
+        return None
+    x_shape, w_shape = ranked_shape(x), ranked_shape(w)
+    padding = []
+    for i, (symmetric, (lo, hi)) in enumerate(zip(plan["padding"], plan["excess"])):
+        grow = x_shape[numbers.input_spatial_dimensions[i]] - \
+            w_shape[numbers.kernel_spatial_dimensions[i]]
+        padding.append([grow + symmetric + lo, grow + symmetric + hi])
+    if any(p < 0 for row in padding for p in row):
+        return None
+    swapped_numbers = _stablehlo.ConvDimensionNumbers.get(
+        input_batch_dimension=numbers.kernel_output_feature_dimension,
+        input_feature_dimension=numbers.kernel_input_feature_dimension,
+        input_spatial_dimensions=list(numbers.kernel_spatial_dimensions),
+        kernel_input_feature_dimension=numbers.input_feature_dimension,
+        kernel_output_feature_dimension=numbers.input_batch_dimension,
+        kernel_spatial_dimensions=list(numbers.input_spatial_dimensions),
+        output_batch_dimension=numbers.output_feature_dimension,
+        output_feature_dimension=numbers.output_batch_dimension,
+        output_spatial_dimensions=list(numbers.output_spatial_dimensions))
+    lhs = _reverse(w, [d for d, r in zip(numbers.kernel_spatial_dimensions, plan["reversed"])
+                       if not r])
+    rhs = _reverse(x, list(numbers.input_spatial_dimensions))
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.Operation.create("stablehlo.convolution", results=[op.result.type],
+                               operands=[lhs, rhs], attributes={
+        "dimension_numbers": swapped_numbers,
+        "padding": ir.DenseIntElementsAttr.get(np.array(padding, dtype=np.int64)),
+        "feature_group_count": ir.IntegerAttr.get(i64, 1),
+        "batch_group_count": ir.IntegerAttr.get(i64, 1),
+        **({"precision_config": op.attributes["precision_config"]}
+           if "precision_config" in op.attributes else {})})
+
+
 def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     plan = _plan(op)
     if plan is None:
         return True
+    with rewriter.ip, op.location:
+        swapped = _swapped(op, plan)
+    if swapped is not None:
+        rewriter.replace_op(op, [swapped.result])
+        op, plan = swapped, _plan(swapped)
     numbers, groups = plan["numbers"], plan["groups"]
     x, w = op.operands
     rank = len(plan["stride"])
