@@ -286,6 +286,14 @@ def unsigned_abs(b):  # unsigned_abs.py (dtype-independent: uint8)
     return b.abs() + 1, torch.abs(b[1:]) * 2
 
 
+def same_padding(x, w, image, kernel, bias):  # same_padding.py: even windows
+    y = F.conv1d(x, w, padding="same")
+    x.mul_(2)
+    return y, F.conv2d(image, kernel, bias, padding="same", dilation=(1, 2)), \
+        F.conv3d(image[..., None].expand(-1, -1, -1, -1, 4),
+                 kernel[..., None].expand(-1, -1, -1, -1, 2), padding="same")
+
+
 def bool_clamp(mask, low):  # bool_clamp.py (dtype-independent: bools)
     return mask.clamp(min=low)
 
@@ -326,6 +334,9 @@ CASES = [
     (embedding_bags, _embedding_bag_inputs),
     (bicubic, lambda d: (torch.randn(1, 2, 4, 5, dtype=d),)),
     (next_floats, _next_float_inputs),
+    (same_padding, lambda d: (torch.randn(2, 3, 7, dtype=d), torch.randn(4, 3, 4, dtype=d),
+                              torch.randn(1, 2, 5, 6, dtype=d),
+                              torch.randn(3, 2, 2, 3, dtype=d), torch.randn(3, dtype=d))),
 ]
 
 

@@ -109,6 +109,22 @@ def test_nextafter_is_undefined() -> None:
         "torch-mlir defines nextafter now: drop the rewrite"
 
 
+def test_uneven_same_padding_does_not_lower() -> None:
+    """upstream/same_padding.py: torch-mlir lowers a convolution of `padding="same"`
+    with the same padding on both sides: of an even window, one output too few."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[2,4,6],f32>, %w: !torch.vtensor<[8,4,4],f32>) -> !torch.vtensor<[2,8,6],f32> {
+  %none = torch.constant.none
+  %int1 = torch.constant.int 1
+  %same = torch.constant.str "same"
+  %s = torch.prim.ListConstruct %int1 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.conv1d.padding %x, %w, %none, %s, %same, %s, %int1 : !torch.vtensor<[2,4,6],f32>, !torch.vtensor<[8,4,4],f32>, !torch.none, !torch.list<int>, !torch.str, !torch.list<int>, !torch.int -> !torch.vtensor<[2,8,6],f32>
+  return %0 : !torch.vtensor<[2,8,6],f32>
+}""")
+    assert result.returncode != 0 and "inferred shape '[2, 8, 5]'" in result.stderr, \
+        f"an uneven same padding lowers now:\n{result.stdout}{result.stderr}"
+
+
 def test_index_reduce_is_undefined() -> None:
     """upstream/index_reduce.py: torch-mlir does not define index_reduce."""
     assert not _registered("torch.aten.index_reduce") and \
