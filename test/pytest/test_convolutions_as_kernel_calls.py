@@ -22,6 +22,7 @@ from differential import squared_mean_step
 import outofplace
 from outofplace.backends import custom_calls
 from outofplace.backends.xla import legalize_for_cpu
+from outofplace.ir_utils import ranked_shape
 from outofplace.transforms import convolutions_as_kernel_calls as pass_module
 
 pytestmark = pytest.mark.skipif(
@@ -314,31 +315,74 @@ def test_gradients_as_eagers_kernels_match_eager(path, dtype, rewritten, monkeyp
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_small_window_weight_gradient_is_written_permuted(path, dtype, monkeypatch):
+@pytest.mark.parametrize("stride,permutes", [(1, []), (2, [[1, 0, 2, 3]])])
+def test_small_window_weight_gradient_is_written_in_the_weights_layout(
+        path, dtype, stride, permutes, monkeypatch):
     """A weight's gradient over a 2x2 output (a ResNet's last layer at 64x64) stays a
-    convolution over the batch, aten's result [I, O, ...]: the handler writes it permuted
-    into the weight's [O, I, ...] (`outofplace.permute.0`), no transpose left for XLA to
-    copy; the step's loss and parameters as eager's, call after call."""
+    convolution over the batch, aten's result [I, O, ...], which the program transposes
+    to the weight's [O, I, ...]. At stride 1 the convolution with its operands swapped
+    and reversed computes [O, I, ...] itself (no permuted result); at stride 2 the
+    handler writes aten's result permuted (`outofplace.permute.0`). Either way no
+    transpose is left for XLA to copy, and the step's loss and parameters are eager's,
+    call after call."""
     from torch_mlir import ir
 
     monkeypatch.setattr(pass_module, "MIN_FLOPS", 0)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(32, 64, 3, 1, 1, bias=False), nn.ReLU()).to(dtype)
-    x = torch.randn(4, 32, 2, 2, dtype=dtype)
+    model = nn.Sequential(nn.Conv2d(32, 64, 3, stride, 1, bias=False), nn.ReLU()).to(dtype)
+    x = torch.randn(4, 32, 2 * stride, 2 * stride, dtype=dtype)
     eager_model, compiled_model, eager, step = _sgd_steps(model, x)
     if path == "compile":
         compiled = outofplace.compile(step, (x,), cache=False)
         module, calls = legalized_calls(compiled)
-        permuted = [op for op in calls if "outofplace.permute.0" in
-                    ir.DictAttr(op.attributes["backend_config"])]
-        assert [list(ir.DenseI64ArrayAttr(ir.DictAttr(op.attributes["backend_config"])[
-            "outofplace.permute.0"])) for op in permuted] == [[1, 0, 2, 3]]
-        call = permuted[0].operation
+        [gradient] = [op for op in calls if ranked_shape(op.result) == [64, 32, 3, 3]]
+        config = ir.DictAttr(gradient.attributes["backend_config"])
+        assert [list(ir.DenseI64ArrayAttr(config[name])) for name in
+                ["outofplace.permute.0"] if name in config] == permutes
         assert not [op for op in live_ops(module, "stablehlo.transpose")
-                    if op.operands[0].owner.operation == call]  # nothing transposes it
+                    if op.operands[0].owner.operation == gradient.operation]
     else:
         compiled = torch.compile(step, backend="outofplace", options={"cache": False})
     for _ in range(3):
+        torch.testing.assert_close(compiled(x), eager(x), **tolerance(dtype))
+        for got, expected in zip(compiled_model.parameters(), eager_model.parameters()):
+            torch.testing.assert_close(got, expected, **tolerance(dtype))
+            torch.testing.assert_close(got.grad, expected.grad, **tolerance(dtype))
+
+
+SWAPPED_GRADIENTS = {  # a weight's gradient larger than its operands, over small maps
+    "conv1d 5": (nn.Conv1d(64, 128, 5, padding=2, bias=False), (4, 64, 2)),
+    "conv2d 4 same (asymmetric)": (nn.Conv2d(32, 64, 4, padding="same", bias=False),
+                                   (4, 32, 2, 2)),
+    "conv3d 3": (nn.Conv3d(16, 32, 3, padding=1, bias=False), (4, 16, 2, 2, 2)),
+}
+
+
+@pytest.mark.parametrize("path", ["compile", "torch.compile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", SWAPPED_GRADIENTS)
+def test_swapped_weight_gradients_match_eager(path, dtype, case, monkeypatch):
+    """Weights' gradients computed by the convolution with its operands swapped (1, 2
+    and 3 spatial dimensions, an asymmetric padding): none written permuted, the step's
+    loss, parameters and gradients eager's."""
+    from torch_mlir import ir
+
+    monkeypatch.setattr(pass_module, "MIN_FLOPS", 0)
+    torch.manual_seed(0)
+    conv, shape = SWAPPED_GRADIENTS[case]
+    model = nn.Sequential(copy.deepcopy(conv), nn.Tanh()).to(dtype)
+    x = torch.randn(*shape, dtype=dtype)
+    eager_model, compiled_model, eager, step = _sgd_steps(model, x)
+    if path == "compile":
+        compiled = outofplace.compile(step, (x,), cache=False)
+        _, calls = legalized_calls(compiled)
+        weight = list(conv.weight.shape)
+        gradients = [op for op in calls if ranked_shape(op.result) == weight]
+        assert gradients and not [op for op in gradients if "outofplace.permute.0" in
+                                  ir.DictAttr(op.attributes["backend_config"])]
+    else:
+        compiled = torch.compile(step, backend="outofplace", options={"cache": False})
+    for _ in range(2):
         torch.testing.assert_close(compiled(x), eager(x), **tolerance(dtype))
         for got, expected in zip(compiled_model.parameters(), eager_model.parameters()):
             torch.testing.assert_close(got, expected, **tolerance(dtype))
