@@ -125,6 +125,21 @@ func.func @main(%x: !torch.vtensor<[2,4,6],f32>, %w: !torch.vtensor<[8,4,4],f32>
         f"an uneven same padding lowers now:\n{result.stdout}{result.stderr}"
 
 
+def test_certain_dropout_divides_by_zero() -> None:
+    """upstream/certain_dropout.py: torch-mlir lowers native_dropout as the masked input
+    divided by `1 - p`, which is 0 at `p = 1` (NaN where eager gives zeros)."""
+    result = _to_stablehlo("""
+func.func @main(%x: !torch.vtensor<[4],f32>) -> (!torch.vtensor<[4],f32>, !torch.vtensor<[4],i1>) {
+  %p = torch.constant.float 1.000000e+00
+  %true = torch.constant.bool true
+  %0, %1 = torch.aten.native_dropout %x, %p, %true : !torch.vtensor<[4],f32>, !torch.float, !torch.bool -> !torch.vtensor<[4],f32>, !torch.vtensor<[4],i1>
+  return %0, %1 : !torch.vtensor<[4],f32>, !torch.vtensor<[4],i1>
+}""")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"%\S+ = stablehlo.divide %\S+, %\S+ : tensor<4xf32>", result.stdout), \
+        f"native_dropout no longer divides by 1 - p:\n{result.stdout}"
+
+
 def test_index_reduce_is_undefined() -> None:
     """upstream/index_reduce.py: torch-mlir does not define index_reduce."""
     assert not _registered("torch.aten.index_reduce") and \

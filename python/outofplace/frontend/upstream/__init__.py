@@ -34,6 +34,7 @@ upstream fixed it; delete the module's entry, then the canary.
 | `embedding_bag.py` | embedding_bag (sum, mean) and its gradient → gathers of the weight's rows and scatter-adds into each bag (found by a running count of the offsets) | the lowering fails to verify; no gradient |
 | `nextafter.py` | nextafter → a step of one in the float's bits (a bitcast) | not defined |
 | `unsigned_abs.py` | abs of uint8 → a copy; abs_ → nothing | `stablehlo.abs` takes no unsigned integers (the lowering fails) |
+| `certain_dropout.py` | native_dropout with p = 1 → the input times 0, a mask of False | 0 / 0 (NaN) where eager's kernel scales by 0 |
 | `same_padding.py` | conv{1,2,3}d with an uneven `padding="same"` → the input padded by the excess, then the convolution | the same padding on both sides (one output too few: the lowering fails to verify) |
 | `avg_pool.py` | avg_pool{2,3}d_backward, avg_pool{2,3}d with ceil_mode → convolutions by ones; adaptive_avg_pool of uneven windows and its gradient → products by ones | the backward does not lower; ceil_mode's reduce_window has the wrong type; uneven adaptive pooling and adaptive pooling's gradient do not lower |
 """
@@ -43,7 +44,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import (activations, attention, avg_pool, bool_clamp, bool_extremes,
-               convolution_backward, distances, embedding_bag, float_equality, grouped_mm,
+               certain_dropout, convolution_backward, distances, embedding_bag, float_equality, grouped_mm,
                histc, index_reduce, max_pool, nextafter, order_statistics, remainder,
                rms_norm, same_padding, scans, scatters, searchsorted, special_functions,
                undefined_ops, unsigned_abs, unsorted_topk)
@@ -56,5 +57,6 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
                           activations, grouped_mm, histc, unsorted_topk,
                           special_functions, order_statistics, searchsorted, distances,
                           float_equality, rms_norm, index_reduce, bool_extremes,
-                          unsigned_abs, embedding_bag, nextafter, same_padding)
+                          unsigned_abs, embedding_bag, nextafter, same_padding,
+                          certain_dropout)
     for op, fn in module.DECOMPOSITIONS.items()}
