@@ -32,6 +32,7 @@ from . import (activation_checkpoints, control_flow, cumulative_batch_norm, deco
 from ..errors import UnsupportedMutationError
 from ..memory import end_of
 from .masked_values import MaskedValues
+from .dropout import TracedDropout
 from .saved_tensors import SavedTensors
 from .runtime_positions import RuntimePositions, user_line
 from .shape_changes import InputShapeChanges
@@ -230,7 +231,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     met = met or RealTensorsMet()
 
     items = steps.items_as_tensors()
-    saved_tensors = SavedTensors()
+    saved_tensors, dropout = SavedTensors(), TracedDropout()
     gradients = _GradientsOutsideModules(steps)
     # The exception being handled when the forward starts (the caller may compile inside
     # an `except` block): at its end another one means the forward raised.
@@ -246,6 +247,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
                 t.requires_grad for t in (*module.parameters(), *pytree.tree_leaves(
                     (args, kwargs))) if isinstance(t, torch.Tensor))):
             saved_tensors.__enter__()
+            dropout.__enter__()
             gradients.watch_arguments(module.forward, args, kwargs)
         items.__enter__()
         shapes.__enter__()
@@ -263,6 +265,7 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
         data.__exit__(None, None, None)
         shapes.__exit__(None, None, None)
         items.__exit__(None, None, None)
+        dropout.exit()
         saved_tensors.__exit__(None, None, None)
         entered = handled.pop() if handled else None
         if sys.exc_info()[1] is entered:  # not on the way out of a forward that raised

@@ -1,0 +1,135 @@
+"""Dropout in a traced training step, drawn where the tracer sees it (`TracedDropout`,
+entered by tracing.py while autograd records).
+
+ATen's `dropout` is a composite op: below autograd it draws a mask (`bernoulli_` of an
+`empty_like`), scales it and multiplies, and autograd saves the mask for the backward.
+The pre-dispatch tracer sees only `dropout`, so the backward would read a mask it never
+saw, and SavedTensors (saved_tensors.py) cannot replay a random op: a second draw would
+differ from the forward's. Traced here as eager's kernel computes it (ATen's
+`_dropout_impl`: the mask `bernoulli_(1 - p)` of `empty_like(input)`, or of one element
+per sample and channel for `feature_dropout`, divided by `1 - p`, then `input * mask`, or
+`input.mul_(mask)` in place), the mask is a value of the graph, which the forward and
+the backward both read. Attention with a dropout probability (`dropout_p`, which eager
+computes with ATen's math kernel, a composite too) is traced as that kernel computes it,
+its weights' dropout the same way. Its numbers are drawn by the compiled program, not eager's
+generator: the same distribution, not eager's draws. Without training (`train=False`),
+`p = 0` or an empty input the op draws nothing and is traced as it is; so are
+`alpha_dropout` and `feature_alpha_dropout`.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+
+def _dropout(feature: bool, inplace: bool, input: torch.Tensor, p: float,
+             train: bool) -> torch.Tensor | None:
+    """eager's `_dropout_impl`, or None where it draws nothing."""
+    if not train or p == 0 or input.numel() == 0 or (feature and input.dim() < 2):
+        return None
+    if p == 1:
+        zeros = torch.zeros((), dtype=input.dtype, device=input.device)
+        return input.mul_(zeros) if inplace else input * zeros
+    shape = [*input.shape[:2], *[1] * (input.dim() - 2)] if feature else input.shape
+    noise = torch.empty(shape, dtype=input.dtype, device=input.device)
+    noise.bernoulli_(1 - p)
+    noise.div_(1 - p)
+    if feature:
+        noise = noise.expand_as(input)
+    return input.mul_(noise) if inplace else input * noise
+
+
+def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+               is_causal: bool = False, scale: float | None = None,
+               enable_gqa: bool = False) -> torch.Tensor:
+    """`scaled_dot_product_attention` with dropout as eager computes it (ATen's
+    `_scaled_dot_product_attention_math`: its only kernel with dropout), the attention
+    weights' dropout `_dropout`'s."""
+    scale = 1 / math.sqrt(query.size(-1)) if scale is None else scale
+    root = math.sqrt(abs(scale))  # (query and key each scaled by its root)
+    query = query * (-root if scale < 0 else root)
+    if is_causal:
+        attn_mask = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool,
+                               device=query.device).tril()
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros((), dtype=query.dtype, device=query.device).masked_fill(
+            attn_mask.logical_not(), -math.inf)
+    if enable_gqa and key.size(-3) != query.size(-3):
+        key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
+        value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
+    scores = query @ (key.transpose(-2, -1) * root)
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    # `_safe_softmax`: a query every key of which is masked reads zeros, not NaN
+    weights = torch.softmax(scores, -1).masked_fill(
+        (scores == -math.inf).all(-1, keepdim=True), 0.0)
+    return _dropout(False, False, weights, dropout_p, True) @ value
+
+
+def _vf(feature: bool, inplace: bool, op: Any) -> Any:
+    """`_VF`'s `op` traced as `_dropout`, or `op` itself where that draws nothing."""
+    def traced(input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
+        result = _dropout(feature, inplace, input, p, train)
+        return op(input, p, train) if result is None else result
+    return traced
+
+
+_OPS = {  # torch's (and _VF's) dropouts -> traced
+    torch.dropout: _vf(False, False, torch.dropout),
+    torch.dropout_: _vf(False, True, torch.dropout_),
+    torch.feature_dropout: _vf(True, False, torch.feature_dropout),
+    torch.feature_dropout_: _vf(True, True, torch.feature_dropout_),
+}
+
+
+class _TracedVF:
+    """torch._VF with its dropouts traced (`_OPS`)."""
+
+    dropout, dropout_, feature_dropout, feature_dropout_ = map(staticmethod, _OPS.values())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch._VF, name)
+
+
+def _with_traced_vf(f: Any) -> Any:
+    """`f` (F.dropout, F.dropout1d, ...) as PyTorch wrote it, its `_VF` calls traced:
+    its checks, warnings and unbatched inputs as eager's."""
+    g = types.FunctionType(f.__code__, {**f.__globals__, "_VF": _TracedVF(),
+                                        "has_torch_function_unary": lambda _: False},
+                           f.__name__, f.__defaults__, f.__closure__)
+    g.__kwdefaults__ = f.__kwdefaults__
+    return g
+
+
+_FUNCTIONS = {f: _with_traced_vf(f) for f in (F.dropout, F.dropout1d, F.dropout2d,
+                                               F.dropout3d)} | _OPS
+
+
+class TracedDropout(TorchFunctionMode):
+    """While entered, dropout in training (`nn.Dropout`, `F.dropout`, `F.dropout1d/2d/3d`,
+    `torch.dropout`, `torch.feature_dropout`, attention's `dropout_p`) is traced as eager's
+    kernel computes it, the mask a value of the graph (see the module's docstring)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if torch.is_grad_enabled():
+            traced = _FUNCTIONS.get(func)
+            if traced is not None:
+                return traced(*args, **kwargs)
+            if func is F.scaled_dot_product_attention and \
+                    (args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)) > 0:
+                return _attention(*args, **kwargs)
+        return func(*args, **kwargs)
+
+    def exit(self) -> None:
+        """Leaves the mode stack if entered (it is, where autograd records)."""
+        if self in torch.overrides._get_current_function_mode_stack():
+            self.__exit__(None, None, None)

@@ -1,0 +1,177 @@
+"""Dropout in a compiled training step (frontend/dropout.py): the mask the forward drew is
+the one its backward reads, on both paths, float32 and float64.
+
+The compiled program draws its own numbers (not eager's generator), so each check reads
+the mask back from the step's output and holds the step to what eager computes with
+that mask: the output `x / (1 - p)` where kept and 0 elsewhere, the parameter's SGD
+update from the gradient through the same elements; a feature dropout's mask one value
+per sample and channel; a new mask at each call. `p = 0`, `p = 1` and evaluation draw
+nothing: those steps are eager's exactly.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import outofplace
+
+DTYPES = [torch.float32, torch.float64]
+PATHS = ["compile", "torch.compile"]
+FORMS = {  # name: (dropout, the weight's and input's shape, spatial dimensions of a feature)
+    "nn.Dropout": (nn.Dropout(0.3), (32, 128), None),
+    "F.dropout in place": (lambda x: F.dropout(x, 0.25, training=True, inplace=True),
+                           (32, 128), None),
+    "nn.Dropout2d": (nn.Dropout2d(0.5), (8, 16, 3, 3), (2, 3)),
+    "F.dropout1d unbatched": (lambda x: F.dropout1d(x, 0.5, training=True), (64, 5), (1,)),
+    "F.dropout3d": (lambda x: F.dropout3d(x, 0.4, training=True), (4, 32, 2, 2, 2),
+                    (2, 3, 4)),
+}
+
+
+class Dropped(nn.Module):
+    def __init__(self, dropout, shape, dtype) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(shape, dtype=dtype))
+        self.dropout = dropout
+
+    def forward(self, x, c):
+        y = self.dropout(x * self.weight)
+        return y, (y * c).sum()
+
+
+def _step(model):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(*args):
+        opt.zero_grad()
+        y, loss = model(*args)
+        loss.backward()
+        opt.step()
+        return y.detach()
+    return step
+
+
+def _compiled(step, args, path):
+    step(*args)  # (the state a compiled step updates: `.grad`)
+    if path == "compile":
+        return outofplace.compile(step, args, cache=False)
+    return torch.compile(step, backend="outofplace", options={"cache": False})
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("form", FORMS)
+def test_the_backward_reads_the_forwards_mask(form, dtype, path):
+    torch.manual_seed(0)
+    dropout, shape, feature = FORMS[form]
+    p = dropout.p if isinstance(dropout, nn.Module) else \
+        {"F.dropout in place": 0.25, "F.dropout1d unbatched": 0.5, "F.dropout3d": 0.4}[form]
+    model = Dropped(dropout, shape, dtype)
+    x, c = torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)
+    compiled = _compiled(_step(model), (x, c), path)
+    masks = []
+    for _ in range(2):
+        before = model.weight.detach().clone()
+        y = compiled(x, c)
+        kept = y != 0
+        torch.testing.assert_close(y, torch.where(kept, x * before / (1 - p), 0))
+        torch.testing.assert_close(model.weight.detach(),
+                                   before - 0.1 * torch.where(kept, c * x / (1 - p), 0))
+        if feature is not None:  # one draw per sample and channel
+            assert torch.equal(kept, kept.any(dim=feature, keepdim=True).expand_as(kept))
+        masks.append(kept)
+    assert not torch.equal(*masks), "the same mask at two calls"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_kept_fraction_is_one_minus_p(path):
+    torch.manual_seed(0)
+    model = Dropped(nn.Dropout(0.3), (64, 64), torch.float32)
+    x, c = torch.randn(64, 64), torch.randn(64, 64)
+    compiled = _compiled(_step(model), (x, c), path)
+    kept = torch.stack([(compiled(x, c) != 0).float().mean() for _ in range(3)])
+    assert ((kept - 0.7).abs() < 0.05).all(), kept  # (7 standard deviations)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("p,training", [(0.0, True), (1.0, True), (0.5, False)])
+def test_steps_that_draw_nothing_are_eagers(p, training, dtype, path):
+    torch.manual_seed(0)
+    dropout = lambda x: F.dropout(x, p, training=training)  # noqa: E731
+    models = [Dropped(dropout, (4, 6), dtype) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    x, c = torch.randn(4, 6, dtype=dtype), torch.randn(4, 6, dtype=dtype)
+    eager, step = _step(models[0]), _step(models[1])
+    eager(x, c)
+    compiled = _compiled(step, (x, c), path)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, c), eager(x, c), rtol=0, atol=0)
+        torch.testing.assert_close(models[1].weight, models[0].weight, rtol=0, atol=0)
+
+
+def test_a_transformers_decoder_with_its_dropout_trains():
+    """GPT-2's configuration drops 10% of its attention weights, residuals and
+    embeddings: its step compiles, and its loss falls as eager's does."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4,
+                                     n_positions=32)
+    model = transformers.GPT2LMHeadModel(config).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids = torch.randint(0, 64, (4, 16))
+
+    def step(ids):
+        opt.zero_grad()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = step(ids)
+        compiled = outofplace.compile(step, (ids,), cache=False)
+        losses = [compiled(ids) for _ in range(8)]
+    assert torch.isfinite(torch.stack(losses)).all() and losses[-1] < first - 0.5, losses
+
+
+class Attending(nn.Module):
+    def __init__(self, dtype) -> None:
+        super().__init__()
+        self.query = nn.Parameter(torch.randn(2, 3, 5, 8, dtype=dtype))
+
+    def forward(self, key, value, c):
+        y = F.scaled_dot_product_attention(self.query, key, value, dropout_p=0.4,
+                                           is_causal=True, scale=0.3)
+        return y, (y * c).sum()
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_attention_dropout_reads_the_forwards_mask_in_the_backward(dtype, path):
+    """Attention weights dropped with `dropout_p` (causal, a scale): read back through a
+    value that is the identity (the output is the dropped weights), the output is
+    eager's weights / (1 - p) where kept, and the query's SGD update is eager's gradient
+    through the same mask."""
+    torch.manual_seed(0)
+    model = Attending(dtype)
+    key = torch.randn(2, 3, 5, 8, dtype=dtype)
+    value = torch.eye(5, dtype=dtype).expand(2, 3, 5, 5)
+    c = torch.randn(2, 3, 5, 5, dtype=dtype)
+    compiled = _compiled(_step(model), (key, value, c), path)
+    before = model.query.detach().clone()
+    y = compiled(key, value, c)
+    query = before.clone().requires_grad_()
+    weights = torch.softmax((query @ key.transpose(-2, -1) * 0.3).masked_fill(
+        ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")), -1)
+    kept = (y != 0) | (weights == 0)  # (a masked key's weight is 0 either way)
+    expected = torch.where(kept, weights / 0.6, 0)
+    torch.testing.assert_close(y, expected)
+    (expected * c).sum().backward()
+    torch.testing.assert_close(model.query.detach(), before - 0.1 * query.grad)
