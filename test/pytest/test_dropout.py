@@ -30,7 +30,13 @@ FORMS = {  # name: (dropout, the weight's and input's shape, spatial dimensions 
     "F.dropout1d unbatched": (lambda x: F.dropout1d(x, 0.5, training=True), (64, 5), (1,)),
     "F.dropout3d": (lambda x: F.dropout3d(x, 0.4, training=True), (4, 32, 2, 2, 2),
                     (2, 3, 4)),
+    "nn.AlphaDropout": (nn.AlphaDropout(0.2), (32, 128), None),
+    "F.feature_alpha_dropout in place": (
+        lambda x: F.feature_alpha_dropout(x, 0.3, training=True, inplace=True),
+        (16, 32, 4), (2,)),
 }
+ALPHA = 1.7580993408473766  # eager's alpha dropout: kept a * x + alpha * a * p, dropped
+# alpha * a * (p - 1), with a = 1 / sqrt((alpha^2 p + 1)(1 - p))
 
 
 class Dropped(nn.Module):
@@ -70,18 +76,30 @@ def test_the_backward_reads_the_forwards_mask(form, dtype, path):
     torch.manual_seed(0)
     dropout, shape, feature = FORMS[form]
     p = dropout.p if isinstance(dropout, nn.Module) else \
-        {"F.dropout in place": 0.25, "F.dropout1d unbatched": 0.5, "F.dropout3d": 0.4}[form]
+        {"F.dropout in place": 0.25, "F.dropout1d unbatched": 0.5, "F.dropout3d": 0.4,
+         "F.feature_alpha_dropout in place": 0.3}[form]
+    if "lpha" in form:
+        a = 1 / (((ALPHA * ALPHA * p + 1) * (1 - p)) ** 0.5)
+        scale, dropped = a, ALPHA * a * (p - 1)
+    else:
+        scale, dropped = 1 / (1 - p), 0.0
     model = Dropped(dropout, shape, dtype)
-    x, c = torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)
+    # positive inputs and weights, small updates: no kept element near a dropped one's
+    # value (an alpha dropout's is negative)
+    with torch.no_grad():
+        model.weight.copy_(torch.rand(shape, dtype=dtype) + 0.5)
+    x, c = torch.rand(shape, dtype=dtype) + 0.5, 0.1 * torch.randn(shape, dtype=dtype)
     compiled = _compiled(_step(model), (x, c), path)
     masks = []
     for _ in range(2):
         before = model.weight.detach().clone()
         y = compiled(x, c)
-        kept = y != 0
-        torch.testing.assert_close(y, torch.where(kept, x * before / (1 - p), 0))
+        kept = (y - dropped).abs() > 1e-3
+        torch.testing.assert_close(
+            y, torch.where(kept, x * before * scale + dropped + ALPHA * scale, dropped)
+            if "lpha" in form else torch.where(kept, x * before * scale, dropped))
         torch.testing.assert_close(model.weight.detach(),
-                                   before - 0.1 * torch.where(kept, c * x / (1 - p), 0))
+                                   before - 0.1 * torch.where(kept, c * x * scale, 0))
         if feature is not None:  # one draw per sample and channel
             assert torch.equal(kept, kept.any(dim=feature, keepdim=True).expand_as(kept))
         masks.append(kept)

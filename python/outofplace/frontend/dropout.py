@@ -12,9 +12,10 @@ per sample and channel for `feature_dropout`, divided by `1 - p`, then `input * 
 the backward both read. Attention with a dropout probability (`dropout_p`, which eager
 computes with ATen's math kernel, a composite too) is traced as that kernel computes it,
 its weights' dropout the same way. Its numbers are drawn by the compiled program, not eager's
-generator: the same distribution, not eager's draws. Without training (`train=False`),
-`p = 0` or an empty input the op draws nothing and is traced as it is; so are
-`alpha_dropout` and `feature_alpha_dropout`.
+generator: the same distribution, not eager's draws. `alpha_dropout` and
+`feature_alpha_dropout` (`nn.AlphaDropout`, SELU's) the same way, with their affine
+transform of the mask. Without training (`train=False`), `p = 0` or an empty input the
+op draws nothing and is traced as it is.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 
-def _dropout(feature: bool, inplace: bool, input: torch.Tensor, p: float,
+_ALPHA = 1.7580993408473766  # SELU's: what an alpha dropout keeps the inputs' mean and variance for
+
+
+def _dropout(feature: bool, alpha: bool, inplace: bool, input: torch.Tensor, p: float,
              train: bool) -> torch.Tensor | None:
     """eager's `_dropout_impl`, or None where it draws nothing."""
     if not train or p == 0 or input.numel() == 0 or (feature and input.dim() < 2):
@@ -39,10 +43,17 @@ def _dropout(feature: bool, inplace: bool, input: torch.Tensor, p: float,
     shape = [*input.shape[:2], *[1] * (input.dim() - 2)] if feature else input.shape
     noise = torch.empty(shape, dtype=input.dtype, device=input.device)
     noise.bernoulli_(1 - p)
-    noise.div_(1 - p)
+    if alpha:
+        a = 1 / math.sqrt((_ALPHA * _ALPHA * p + 1) * (1 - p))
+        b = noise.add(-1).mul_(_ALPHA * a).add_(_ALPHA * a * p)
+        noise.mul_(a)
+    else:
+        noise.div_(1 - p)
     if feature:
         noise = noise.expand_as(input)
-    return input.mul_(noise) if inplace else input * noise
+        b = b.expand_as(input) if alpha else None
+    result = input.mul_(noise) if inplace else input * noise
+    return result.add_(b) if alpha else result
 
 
 def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -70,32 +81,30 @@ def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     # `_safe_softmax`: a query every key of which is masked reads zeros, not NaN
     weights = torch.softmax(scores, -1).masked_fill(
         (scores == -math.inf).all(-1, keepdim=True), 0.0)
-    return _dropout(False, False, weights, dropout_p, True) @ value
+    return _dropout(False, False, False, weights, dropout_p, True) @ value
 
 
-def _vf(feature: bool, inplace: bool, op: Any) -> Any:
+def _vf(feature: bool, alpha: bool, inplace: bool, op: Any) -> Any:
     """`_VF`'s `op` traced as `_dropout`, or `op` itself where that draws nothing."""
     def traced(input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
-        result = _dropout(feature, inplace, input, p, train)
+        result = _dropout(feature, alpha, inplace, input, p, train)
         return op(input, p, train) if result is None else result
     return traced
 
 
 _OPS = {  # torch's (and _VF's) dropouts -> traced
-    torch.dropout: _vf(False, False, torch.dropout),
-    torch.dropout_: _vf(False, True, torch.dropout_),
-    torch.feature_dropout: _vf(True, False, torch.feature_dropout),
-    torch.feature_dropout_: _vf(True, True, torch.feature_dropout_),
-}
+    op: _vf("feature" in op.__name__, "alpha" in op.__name__, op.__name__.endswith("_"), op)
+    for op in (torch.dropout, torch.dropout_, torch.feature_dropout, torch.feature_dropout_,
+               torch.alpha_dropout, torch.alpha_dropout_, torch.feature_alpha_dropout,
+               torch.feature_alpha_dropout_)}
 
 
 class _TracedVF:
     """torch._VF with its dropouts traced (`_OPS`)."""
 
-    dropout, dropout_, feature_dropout, feature_dropout_ = map(staticmethod, _OPS.values())
-
     def __getattr__(self, name: str) -> Any:
-        return getattr(torch._VF, name)
+        traced = _OPS.get(getattr(torch, name, None))
+        return traced if traced is not None else getattr(torch._VF, name)
 
 
 def _with_traced_vf(f: Any) -> Any:
@@ -108,14 +117,16 @@ def _with_traced_vf(f: Any) -> Any:
     return g
 
 
-_FUNCTIONS = {f: _with_traced_vf(f) for f in (F.dropout, F.dropout1d, F.dropout2d,
-                                               F.dropout3d)} | _OPS
+_FUNCTIONS = {f: _with_traced_vf(f) for f in (
+    F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
+    F.feature_alpha_dropout)} | _OPS
 
 
 class TracedDropout(TorchFunctionMode):
-    """While entered, dropout in training (`nn.Dropout`, `F.dropout`, `F.dropout1d/2d/3d`,
-    `torch.dropout`, `torch.feature_dropout`, attention's `dropout_p`) is traced as eager's
-    kernel computes it, the mask a value of the graph (see the module's docstring)."""
+    """While entered, dropout in training (`nn.Dropout`, `nn.AlphaDropout`, `F.dropout`,
+    `F.dropout1d/2d/3d`, `F.alpha_dropout`, `F.feature_alpha_dropout`, their `torch.` ops,
+    attention's `dropout_p`) is traced as eager's kernel computes it, the mask a value of
+    the graph (see the module's docstring)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
