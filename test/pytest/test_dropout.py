@@ -193,3 +193,38 @@ def test_attention_dropout_reads_the_forwards_mask_in_the_backward(dtype, path):
     torch.testing.assert_close(y, expected)
     (expected * c).sum().backward()
     torch.testing.assert_close(model.query.detach(), before - 0.1 * query.grad)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_rrelu_slopes_are_the_backwards(inplace, dtype, path):
+    """`nn.RReLU` in training: each element at most 0 times a slope drawn from
+    [lower, upper), read back from the output; the weight's update is the gradient
+    through the same slopes (1 for the positive elements)."""
+    torch.manual_seed(0)
+    model = Dropped(nn.RReLU(0.1, 0.3, inplace=inplace), (16, 32), dtype)
+    x, c = torch.randn(16, 32, dtype=dtype), torch.randn(16, 32, dtype=dtype)
+    compiled = _compiled(_step(model), (x, c), path)
+    before = model.weight.detach().clone()
+    y = compiled(x, c)
+    z = x * before
+    slope = torch.where(z <= 0, y / z, 1.0)
+    assert ((slope >= 0.1 - 1e-6) & (slope <= 0.3 + 1e-6) | (z > 0)).all()
+    assert slope[z < 0].unique().numel() > 1  # drawn, not the mean slope
+    torch.testing.assert_close(model.weight.detach(), before - 0.1 * slope * c * x)
+
+
+def test_a_random_op_autograd_saves_is_refused_at_its_line():
+    """A random op inside a composite op that the tracer does not see (ATen's `dropout`
+    called as `torch.ops`), whose draw autograd saves: refused, named at the user's
+    line, not replayed (a second draw would differ from the forward's)."""
+    model = Dropped(lambda x: torch.ops.aten.dropout.default(x, 0.5, True), (4, 6),
+                    torch.float32)
+    step = _step(model)
+    x, c = torch.randn(4, 6), torch.randn(4, 6)
+    step(x, c)
+    with pytest.raises(outofplace.UnsupportedMutationError,
+                       match=r"test_dropout\.py:\d+: .*native_dropout: it draws random "
+                             r"numbers inside a composite op whose result autograd saves"):
+        outofplace.compile(step, (x, c), cache=False)

@@ -14,7 +14,8 @@ computes with ATen's math kernel, a composite too) is traced as that kernel comp
 its weights' dropout the same way. Its numbers are drawn by the compiled program, not eager's
 generator: the same distribution, not eager's draws. `alpha_dropout` and
 `feature_alpha_dropout` (`nn.AlphaDropout`, SELU's) the same way, with their affine
-transform of the mask. Without training (`train=False`), `p = 0` or an empty input the
+transform of the mask; so is `rrelu` in training (`nn.RReLU`: a slope drawn for each
+element at most 0, which its gradient reads too). Without training (`train=False`), `p = 0` or an empty input the
 op draws nothing and is traced as it is.
 """
 
@@ -84,6 +85,31 @@ def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return _dropout(False, False, False, weights, dropout_p, True) @ value
 
 
+def _rrelu(input: torch.Tensor, lower: float = 1 / 8, upper: float = 1 / 3,
+           training: bool = False, inplace: bool = False) -> torch.Tensor | None:
+    """eager's `rrelu_with_noise` in training: each element at most 0 times a slope drawn
+    from [lower, upper), the others as they are (their slope 1: the gradient's factor);
+    None where it draws nothing (evaluation: leaky_relu at the mean slope)."""
+    if not training or input.numel() == 0:
+        return None
+    slope = torch.empty_like(input).uniform_(lower, upper)
+    slope = torch.where(input <= 0, slope, torch.ones((), dtype=input.dtype,
+                                                      device=input.device))
+    return input.mul_(slope) if inplace else input * slope
+
+
+def _traced_rrelu(op: Any, inplace: bool | None) -> Any:
+    """`op` (F.rrelu, torch.rrelu, torch.rrelu_) traced as `_rrelu` in training."""
+    def traced(*args: Any, **kwargs: Any) -> torch.Tensor:
+        arguments = dict(zip(("input", "lower", "upper", "training", "inplace"), args))
+        arguments |= kwargs
+        if inplace is not None:
+            arguments["inplace"] = inplace
+        result = _rrelu(**arguments)
+        return op(*args, **kwargs) if result is None else result
+    return traced
+
+
 def _vf(feature: bool, alpha: bool, inplace: bool, op: Any) -> Any:
     """`_VF`'s `op` traced as `_dropout`, or `op` itself where that draws nothing."""
     def traced(input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
@@ -119,14 +145,16 @@ def _with_traced_vf(f: Any) -> Any:
 
 _FUNCTIONS = {f: _with_traced_vf(f) for f in (
     F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
-    F.feature_alpha_dropout)} | _OPS
+    F.feature_alpha_dropout)} | _OPS | {
+    F.rrelu: _traced_rrelu(F.rrelu, None), torch.rrelu: _traced_rrelu(torch.rrelu, False),
+    torch.rrelu_: _traced_rrelu(torch.rrelu_, True)}
 
 
 class TracedDropout(TorchFunctionMode):
     """While entered, dropout in training (`nn.Dropout`, `nn.AlphaDropout`, `F.dropout`,
     `F.dropout1d/2d/3d`, `F.alpha_dropout`, `F.feature_alpha_dropout`, their `torch.` ops,
-    attention's `dropout_p`) is traced as eager's kernel computes it, the mask a value of
-    the graph (see the module's docstring)."""
+    attention's `dropout_p`) and `rrelu` are traced as eager's kernels compute them, the
+    mask or slopes a value of the graph (see the module's docstring)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:

@@ -15,6 +15,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 
 from .. import op_registry
 from .fx_graph import write_effects, written_operands
+from .runtime_positions import user_line
 
 
 class SavedTensors(TorchDispatchMode):
@@ -39,6 +40,8 @@ class SavedTensors(TorchDispatchMode):
         # adds to its operand's
         self.made: Any = None
         self.tracer: Any = None
+        # the draw a lookup needed (`_Drawn`), which the trace's failure names
+        self.drawn: _Drawn | None = None
 
     def __enter__(self) -> "SavedTensors":
         mode = proxy_tensor.get_proxy_mode()
@@ -69,8 +72,20 @@ class SavedTensors(TorchDispatchMode):
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         results = func(*args, **kwargs)
-        if self.made is None or torch.Tag.nondeterministic_seeded in func.tags and \
+        if self.made is None:
+            return results
+        if torch.Tag.nondeterministic_seeded in func.tags and \
                 not _draws_nothing(func, args, kwargs):
+            # not replayed: its results and what it wrote are drawn (`_Drawn`), which a
+            # lookup refuses rather than replay the ops before the draw
+            drawn = _Drawn(func, user_line())
+            written = [kwargs[a.name] if a.name in kwargs else args[i]
+                       for i, a in enumerate(func._schema.arguments)
+                       if a.alias_info is not None and a.alias_info.is_write and
+                       (a.name in kwargs or i < len(args))]
+            for tensor in pytree.tree_leaves((results, written)):
+                if isinstance(tensor, torch.Tensor):
+                    self.made.setdefault(tensor, []).append(drawn)
             return results
         replay = _functional_variant(func) if func._schema.is_mutable else func
         if replay is not None:
@@ -109,6 +124,9 @@ class SavedTensors(TorchDispatchMode):
         if made == 0 or made > len(records):
             return None
         record = records[made - 1]
+        if isinstance(record, _Drawn):
+            self.drawn = record
+            return None
         if record.proxies is None and not self._trace(record):
             return None
         return record.proxies.get(id(tensor))
@@ -170,6 +188,16 @@ class SavedTensors(TorchDispatchMode):
             [p for t, (_, p) in zip(last_made, pairs) if t is not None],
             constant=None, tracer=self.tracer)
         return True
+
+
+class _Drawn:
+    """An op that drew random numbers into a tensor (its result, or an operand it
+    wrote): `op` and the user's line where it ran."""
+
+    __slots__ = ("op", "line")
+
+    def __init__(self, func: Any, line: str) -> None:
+        self.op, self.line = func._schema.name, line
 
 
 class _Record:

@@ -314,6 +314,12 @@ def export(f: Any, args: tuple, kwargs: dict | None = None,
     except RuntimeError as error:
         meta_state.refuse_meta_device(error)
         frames = traceback.extract_tb(error.__traceback__)
+        if _TRACED_CONSTANT in str(error) and saved_tensors.drawn is not None:
+            raise UnsupportedMutationError(
+                saved_tensors.drawn.op, "it draws random numbers inside a composite op "
+                "whose result autograd saves for the backward, which would draw them "
+                "again (dropout and rrelu are traced as eager computes them: "
+                "docs/training.md)", location=saved_tensors.drawn.line) from error
         if _TRACED_CONSTANT in str(error):
             raise UnsupportedMutationError(
                 "torch.export", "torch.export cannot trace this program: a tensor made "
