@@ -228,3 +228,58 @@ def test_a_random_op_autograd_saves_is_refused_at_its_line():
                        match=r"test_dropout\.py:\d+: .*native_dropout: it draws random "
                              r"numbers inside a composite op whose result autograd saves"):
         outofplace.compile(step, (x, c), cache=False)
+
+
+class SelfAttending(nn.Module):
+    def __init__(self, dtype) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(8, 1, dropout=0.3, bias=False,
+                                               batch_first=True).to(dtype)
+
+    def forward(self, x, c):
+        _, weights = self.attention(x, x, x)  # one head: the dropped weights themselves
+        return weights, (weights * c).sum()
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_multihead_attention_dropout_reads_the_forwards_mask_in_the_backward(dtype, path):
+    """`nn.MultiheadAttention(dropout=...)` (F.multi_head_attention_forward, whose own
+    dropout call the mode would not see): the weights it returns are eager's softmax /
+    (1 - p) where kept, and the projection's SGD update is eager's gradient through the
+    same mask."""
+    torch.manual_seed(0)
+    model = SelfAttending(dtype)
+    x, c = torch.randn(2, 5, 8, dtype=dtype), torch.randn(2, 5, 5, dtype=dtype)
+    compiled = _compiled(_step(model), (x, c), path)
+    before = model.attention.in_proj_weight.detach().clone()
+    y = compiled(x, c)
+    projection = before.clone().requires_grad_()
+    q, k, _ = F.linear(x, projection).chunk(3, dim=-1)
+    weights = torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, -1)
+    kept = y != 0
+    expected = torch.where(kept, weights / 0.7, 0)
+    torch.testing.assert_close(y, expected)
+    (expected * c).sum().backward()
+    torch.testing.assert_close(model.attention.in_proj_weight.detach(),
+                               before - 0.1 * projection.grad)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_transformer_layers_with_dropout_train(path):
+    """nn.TransformerEncoderLayer and nn.TransformerDecoderLayer with their dropouts (their
+    attention's among them): the steps compile and their losses stay finite."""
+    torch.manual_seed(0)
+    layer = nn.TransformerDecoderLayer(16, 2, 32, dropout=0.2, batch_first=True)
+    x, memory = torch.randn(3, 5, 16), torch.randn(3, 4, 16)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.05)
+
+    def step(x, memory):
+        opt.zero_grad()
+        loss = layer(x, memory).square().mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    compiled = _compiled(step, (x, memory), path)
+    assert torch.isfinite(torch.stack([compiled(x, memory) for _ in range(3)])).all()

@@ -133,19 +133,34 @@ class _TracedVF:
         return traced if traced is not None else getattr(torch._VF, name)
 
 
-def _with_traced_vf(f: Any) -> Any:
-    """`f` (F.dropout, F.dropout1d, ...) as PyTorch wrote it, its `_VF` calls traced:
-    its checks, warnings and unbatched inputs as eager's."""
-    g = types.FunctionType(f.__code__, {**f.__globals__, "_VF": _TracedVF(),
-                                        "has_torch_function_unary": lambda _: False},
-                           f.__name__, f.__defaults__, f.__closure__)
+def _traced_attention(*args: Any, **kwargs: Any) -> torch.Tensor:
+    """`scaled_dot_product_attention`, as `_attention` where it drops weights."""
+    dropout_p = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
+    if dropout_p > 0 and torch.is_grad_enabled():
+        return _attention(*args, **kwargs)
+    return F.scaled_dot_product_attention(*args, **kwargs)
+
+
+def _with_traced_calls(f: Any, dropout: Any = F.dropout) -> Any:
+    """`f` (F.dropout, F.multi_head_attention_forward, ...) as PyTorch wrote it, its
+    dropouts traced: its `_VF` calls, and its calls of `dropout` and
+    `scaled_dot_product_attention` (a function the mode handles runs with the mode off,
+    so it would not see those); its checks, warnings and unbatched inputs as eager's."""
+    never = lambda *_: False  # noqa: E731 (f's own torch-function check: the mode's)
+    g = types.FunctionType(f.__code__, {
+        **f.__globals__, "_VF": _TracedVF(), "has_torch_function": never,
+        "has_torch_function_unary": never, "has_torch_function_variadic": never,
+        "dropout": dropout, "scaled_dot_product_attention": _traced_attention},
+        f.__name__, f.__defaults__, f.__closure__)
     g.__kwdefaults__ = f.__kwdefaults__
     return g
 
 
-_FUNCTIONS = {f: _with_traced_vf(f) for f in (
-    F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
-    F.feature_alpha_dropout)} | _OPS | {
+_DROPOUT = _with_traced_calls(F.dropout)  # (it calls no `dropout`)
+_FUNCTIONS = {f: _with_traced_calls(f, _DROPOUT) for f in (
+    F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout,
+    F.multi_head_attention_forward)} | {F.dropout: _DROPOUT} | _OPS | {
+    F.scaled_dot_product_attention: _traced_attention,
     F.rrelu: _traced_rrelu(F.rrelu, None), torch.rrelu: _traced_rrelu(torch.rrelu, False),
     torch.rrelu_: _traced_rrelu(torch.rrelu_, True)}
 
@@ -153,20 +168,15 @@ _FUNCTIONS = {f: _with_traced_vf(f) for f in (
 class TracedDropout(TorchFunctionMode):
     """While entered, dropout in training (`nn.Dropout`, `nn.AlphaDropout`, `F.dropout`,
     `F.dropout1d/2d/3d`, `F.alpha_dropout`, `F.feature_alpha_dropout`, their `torch.` ops,
-    attention's `dropout_p`) and `rrelu` are traced as eager's kernels compute them, the
-    mask or slopes a value of the graph (see the module's docstring)."""
+    attention's `dropout_p`, `nn.MultiheadAttention`'s) and `rrelu` are traced as eager's
+    kernels compute them, the mask or slopes a value of the graph (see the module's
+    docstring)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if torch.is_grad_enabled():
-            traced = _FUNCTIONS.get(func)
-            if traced is not None:
-                return traced(*args, **kwargs)
-            if func is F.scaled_dot_product_attention and \
-                    (args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)) > 0:
-                return _attention(*args, **kwargs)
-        return func(*args, **kwargs)
+        traced = _FUNCTIONS.get(func) if torch.is_grad_enabled() else None
+        return (traced or func)(*args, **kwargs)
 
     def exit(self) -> None:
         """Leaves the mode stack if entered (it is, where autograd records)."""
