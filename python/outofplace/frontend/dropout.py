@@ -9,14 +9,14 @@ differ from the forward's. Traced here as eager's kernel computes it (ATen's
 `_dropout_impl`: the mask `bernoulli_(1 - p)` of `empty_like(input)`, or of one element
 per sample and channel for `feature_dropout`, divided by `1 - p`, then `input * mask`, or
 `input.mul_(mask)` in place), the mask is a value of the graph, which the forward and
-the backward both read. Attention with a dropout probability (`dropout_p`, which eager
-computes with ATen's math kernel, a composite too) is traced as that kernel computes it,
-its weights' dropout the same way. Its numbers are drawn by the compiled program, not eager's
-generator: the same distribution, not eager's draws. `alpha_dropout` and
-`feature_alpha_dropout` (`nn.AlphaDropout`, SELU's) the same way, with their affine
-transform of the mask; so is `rrelu` in training (`nn.RReLU`: a slope drawn for each
-element at most 0, which its gradient reads too). Without training (`train=False`), `p = 0` or an empty input the
-op draws nothing and is traced as it is.
+the backward both read. The same way: `alpha_dropout` and `feature_alpha_dropout`
+(`nn.AlphaDropout`, SELU's), with their affine transform of the mask; attention with a
+dropout probability (`dropout_p`, which eager computes with ATen's math kernel, a
+composite too), as that kernel computes it; and `rrelu` in training (`nn.RReLU`: a
+slope drawn for each element at most 0, which its gradient reads too). The numbers are
+drawn by the compiled program, not eager's generator: the same distribution, not
+eager's draws. Without training, at `p = 0` or of an empty input the op draws nothing
+and is traced as it is.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 
-_ALPHA = 1.7580993408473766  # SELU's: what an alpha dropout keeps the inputs' mean and variance for
+_ALPHA = 1.7580993408473766  # SELU's alpha (an alpha dropout keeps its mean and variance)
 
 
 def _dropout(feature: bool, alpha: bool, inplace: bool, input: torch.Tensor, p: float,
@@ -82,7 +82,8 @@ def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     # `_safe_softmax`: a query every key of which is masked reads zeros, not NaN
     weights = torch.softmax(scores, -1).masked_fill(
         (scores == -math.inf).all(-1, keepdim=True), 0.0)
-    return _dropout(False, False, False, weights, dropout_p, True) @ value
+    dropped = _dropout(False, False, False, weights, dropout_p, True)
+    return (weights if dropped is None else dropped) @ value
 
 
 def _rrelu(input: torch.Tensor, lower: float = 1 / 8, upper: float = 1 / 3,

@@ -31,8 +31,8 @@ from . import (activation_checkpoints, control_flow, cumulative_batch_norm, deco
                meta_state, training)
 from ..errors import UnsupportedMutationError
 from ..memory import end_of
-from .masked_values import MaskedValues
 from .dropout import TracedDropout
+from .masked_values import MaskedValues
 from .saved_tensors import SavedTensors
 from .runtime_positions import RuntimePositions, user_line
 from .shape_changes import InputShapeChanges

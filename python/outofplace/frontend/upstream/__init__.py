@@ -44,10 +44,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import (activations, attention, avg_pool, bool_clamp, bool_extremes,
-               certain_dropout, convolution_backward, distances, embedding_bag, float_equality, grouped_mm,
-               histc, index_reduce, max_pool, nextafter, order_statistics, remainder,
-               rms_norm, same_padding, scans, scatters, searchsorted, special_functions,
-               undefined_ops, unsigned_abs, unsorted_topk)
+               certain_dropout, convolution_backward, distances, embedding_bag,
+               float_equality, grouped_mm, histc, index_reduce, max_pool, nextafter,
+               order_statistics, remainder, rms_norm, same_padding, scans, scatters,
+               searchsorted, special_functions, undefined_ops, unsigned_abs, unsorted_topk)
 
 # op -> rewrite, for frontend/decompositions.py's `decompose` (a rewrite returns the
 # node's replacement, a tuple for an op of several results, or None: declined).
