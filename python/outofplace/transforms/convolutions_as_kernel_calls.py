@@ -362,9 +362,12 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
         return True
     with rewriter.ip, op.location:
         swapped = _swapped(op, plan)
-    if swapped is not None:
+    swapped_plan = _plan(swapped) if swapped is not None else None
+    if swapped_plan is not None:
         rewriter.replace_op(op, [swapped.result])
-        op, plan = swapped, _plan(swapped)
+        op, plan = swapped, swapped_plan
+    elif swapped is not None:  # (its reverses: erased with the other unread ones)
+        rewriter.erase_op(swapped)
     numbers, groups = plan["numbers"], plan["groups"]
     x, w = op.operands
     rank = len(plan["stride"])
