@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml setup.py $(wildcard python/outofplace/backends/*.cpp py
 demo: $(STAMP)
 	$(BIN)/python examples/kv_cache.py
 
-# Each part says how long it took (the whole, about 14 minutes on 2 idle cores: lit 74 s,
-# pytest 12.5 minutes, in a clean clone's CI run of 2026-12-07).
+# Each part says how long it took (the whole, about 15 minutes on 2 idle cores: lit 89 s,
+# pytest 13.4 minutes, in a clean clone's CI run of 2026-12-07, session 67).
 test: lit pytest
 
 lit: $(STAMP)
