@@ -40,11 +40,15 @@ input dilation, frontend/decompositions.py):
   padding, no spatial dimension or more than three, an element type other than f32, f64
   or bf16, dynamic shapes: XLA's convolution stays;
 - a convolution of fewer than `MIN_FLOPS` multiply-adds stays XLA's (see there);
+- a convolution whose result the program reads with its features before its batch (a
+  weight's gradient of JAX's form over a small window, [I, O, ...] transposed to the
+  weight's [O, I, ...]), larger than its operands, at stride 1, is the convolution with
+  its operands' roles swapped and both reversed (`_swapped`): aten's result is then the
+  layout the program reads;
 - a transpose of a call's result, its only reader, is the handler's
   (`outofplace.permute.0`: aten's result written permuted into XLA's buffer;
-  `_fold_transpose`): a weight's gradient of JAX's form over a small window is aten's
-  [I, O, ...], which the program transposes to the weight's [O, I, ...], and XLA would
-  copy it across into each of its readers.
+  `_fold_transpose`): such a gradient at a larger stride, which XLA would otherwise
+  copy across into each of its readers.
 
 Only the XLA engine runs this pass (its legalization, `LEGALIZE_FOR_CPU` in
 backends/xla/compiler.py), on the module it compiles and nothing else: exports (`save`,
