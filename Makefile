@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml setup.py $(wildcard python/outofplace/backends/*.cpp py
 demo: $(STAMP)
 	$(BIN)/python examples/kv_cache.py
 
-# Each part says how long it took (the whole, about 15 minutes on 2 idle cores: lit 89 s,
-# pytest 13.4 minutes, in a clean clone's CI run of 2026-12-07, session 67).
+# Each part says how long it took (the whole, 15-16 minutes on 2 idle cores: lit 76-89 s,
+# pytest 13.4-14.5 minutes, in two clean-clone CI runs of 2026-12-07, session 67).
 test: lit pytest
 
 lit: $(STAMP)
