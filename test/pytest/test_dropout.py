@@ -51,15 +51,17 @@ class Dropped(nn.Module):
         return y, (y * c).sum()
 
 
-class EveryForm(nn.Module):
-    """Each of FORMS on its own weight, in one program (one compile for all)."""
+class Forms(nn.Module):
+    """Several `Dropped` weights in one program (one compile for all): each reads its own
+    input (lists `x`, `c`) or all the same one."""
 
-    def __init__(self, dtype) -> None:
+    def __init__(self, forms) -> None:
         super().__init__()
-        self.forms = nn.ModuleList(Dropped(dropout, shape, dtype)
-                                   for dropout, _, shape, _ in FORMS.values())
+        self.forms = nn.ModuleList(forms)
 
-    def forward(self, xs, cs):
+    def forward(self, x, c):
+        xs, cs = (x, c) if isinstance(x, list) else ([x] * len(self.forms),
+                                                    [c] * len(self.forms))
         outputs = [form(x, c) for form, x, c in zip(self.forms, xs, cs)]
         return [y for y, _ in outputs], sum(loss for _, loss in outputs)
 
@@ -91,7 +93,7 @@ def test_the_backward_reads_the_forwards_mask(dtype, path):
     mask, one draw per sample and channel for a feature dropout, another mask at the
     next call."""
     torch.manual_seed(0)
-    model = EveryForm(dtype)
+    model = Forms(Dropped(dropout, shape, dtype) for dropout, _, shape, _ in FORMS.values())
     # positive inputs and weights, small updates: no kept element near a dropped one's
     # value (an alpha dropout's is negative)
     xs, cs = [], []
@@ -136,26 +138,18 @@ def test_the_kept_fraction_is_one_minus_p(path):
     assert ((kept - 0.7).abs() < 0.05).all(), kept  # (7 standard deviations)
 
 
-class DrawingNothing(nn.Module):
+def _drawing_nothing(dtype) -> Forms:
     """Dropouts that draw nothing: p = 0 and p = 1 in training, p = 0.5 in evaluation."""
-
-    def __init__(self, dtype) -> None:
-        super().__init__()
-        self.forms = nn.ModuleList(
-            Dropped(lambda x, p=p, training=training: F.dropout(x, p, training=training),
-                    (4, 6), dtype)
-            for p, training in [(0.0, True), (1.0, True), (0.5, False)])
-
-    def forward(self, x, c):
-        outputs = [form(x, c) for form in self.forms]
-        return [y for y, _ in outputs], sum(loss for _, loss in outputs)
+    return Forms(Dropped(lambda x, p=p, training=training: F.dropout(x, p, training=training),
+                         (4, 6), dtype)
+                 for p, training in [(0.0, True), (1.0, True), (0.5, False)])
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_steps_that_draw_nothing_are_eagers(dtype, path):
     torch.manual_seed(0)
-    models = [DrawingNothing(dtype) for _ in range(2)]
+    models = [_drawing_nothing(dtype) for _ in range(2)]
     models[1].load_state_dict(models[0].state_dict())
     x, c = torch.randn(4, 6, dtype=dtype), torch.randn(4, 6, dtype=dtype)
     eager, step = _step(models[0]), _step(models[1])
@@ -229,18 +223,6 @@ def test_attention_dropout_reads_the_forwards_mask_in_the_backward(dtype, path):
     torch.testing.assert_close(model.query.detach(), before - 0.1 * query.grad)
 
 
-class RReLUs(nn.Module):
-    def __init__(self, dtype) -> None:
-        super().__init__()
-        self.forms = nn.ModuleList(
-            Dropped(nn.RReLU(0.1, 0.3, inplace=inplace), (16, 32), dtype)
-            for inplace in (False, True))
-
-    def forward(self, x, c):
-        outputs = [form(x, c) for form in self.forms]
-        return [y for y, _ in outputs], sum(loss for _, loss in outputs)
-
-
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_rrelu_slopes_are_the_backwards(dtype, path):
@@ -248,7 +230,8 @@ def test_rrelu_slopes_are_the_backwards(dtype, path):
     drawn from [lower, upper), read back from the output; the weight's update is the
     gradient through the same slopes (1 for the positive elements)."""
     torch.manual_seed(0)
-    model = RReLUs(dtype)
+    model = Forms(Dropped(nn.RReLU(0.1, 0.3, inplace=inplace), (16, 32), dtype)
+                  for inplace in (False, True))
     x, c = torch.randn(16, 32, dtype=dtype), torch.randn(16, 32, dtype=dtype)
     compiled = _compiled(_step(model), (x, c), path)
     befores = [form.weight.detach().clone() for form in model.forms]
