@@ -79,11 +79,7 @@ class SavedTensors(TorchDispatchMode):
             # not replayed: its results and what it wrote are drawn (`_Drawn`), which a
             # lookup refuses rather than replay the ops before the draw
             drawn = _Drawn(func, user_line())
-            written = [kwargs[a.name] if a.name in kwargs else args[i]
-                       for i, a in enumerate(func._schema.arguments)
-                       if a.alias_info is not None and a.alias_info.is_write and
-                       (a.name in kwargs or i < len(args))]
-            for tensor in pytree.tree_leaves((results, written)):
+            for tensor in pytree.tree_leaves((results, _written(func, args, kwargs))):
                 if isinstance(tensor, torch.Tensor):
                     self.made.setdefault(tensor, []).append(drawn)
             return results
@@ -165,10 +161,8 @@ class SavedTensors(TorchDispatchMode):
         if record.replay is not func:
             # The functional variant returns the op's results, then the new values of
             # the operands the op writes.
-            written = [record.kwargs[a.name] if a.name in record.kwargs else record.args[i]
-                       for i, a in enumerate(func._schema.arguments)
-                       if a.alias_info is not None and a.alias_info.is_write]
             if isinstance(results, tuple):
+                written = _written(func, record.args, record.kwargs)
                 proxy.node.meta["val"] = (*results, *written)
                 proxy = tuple(proxy[i] for i in range(len(results)))
         if isinstance(results, (tuple, list)) and not isinstance(proxy, tuple):
@@ -188,6 +182,14 @@ class SavedTensors(TorchDispatchMode):
             [p for t, (_, p) in zip(last_made, pairs) if t is not None],
             constant=None, tracer=self.tracer)
         return True
+
+
+def _written(func: Any, args: tuple, kwargs: dict) -> list:
+    """The operands `func` writes (`Tensor(a!)` in its schema), as the call passed them."""
+    return [kwargs[a.name] if a.name in kwargs else args[i]
+            for i, a in enumerate(func._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write and
+            (a.name in kwargs or i < len(args))]
 
 
 class _Drawn:

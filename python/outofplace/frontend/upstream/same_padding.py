@@ -32,6 +32,12 @@ def _convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
                                       dilation, False, [0] * len(left), groups)
 
 
+def _widened(values: Any, rank: int) -> list[int]:
+    """A convolution's `stride` or `dilation`, one value for each spatial dimension."""
+    values = list(values)
+    return values * rank if len(values) == 1 else values
+
+
 def _same(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     """conv{1,2,3}d(x, w, b, stride, "same", dilation, groups) of an uneven padding  =>
     convolution(pad(x, the excess on the right), w, b, stride, left, dilation)"""
@@ -41,10 +47,8 @@ def _same(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
         return None
     x, weight = arguments["input"], arguments["weight"]
     rank = weight.meta["val"].dim() - 2
-    dilation = list(arguments.get("dilation", [1]))
-    dilation = dilation * rank if len(dilation) == 1 else dilation
-    stride = list(arguments.get("stride", [1]))
-    stride = stride * rank if len(stride) == 1 else stride
+    dilation, stride = (_widened(arguments.get(name, [1]), rank)
+                        for name in ("dilation", "stride"))
     window = weight.meta["val"].shape[2:]
     if not all(isinstance(k, int) for k in window):
         return None
