@@ -133,13 +133,19 @@ def test_training_step_matches_eager(path, dtype, rewritten, monkeypatch):
         compiled = outofplace.compile(step, (x, y), cache=False)
     else:
         compiled = torch.compile(step, backend="outofplace", options={"cache": False})
-    for _ in range(2):
+    lent = []
+    for _ in range(3):
+        lent.append(custom_calls.extension().lent_results())
         torch.testing.assert_close(compiled(x, y), eager(x, y), **tolerance(dtype))
     for got, expected in zip(compiled_model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(got, expected, **tolerance(dtype))
     # 4 forward, 4 weight gradients, 3 input gradients (the first layer's input needs
     # none), the strided ones transposed convolutions
     assert len(rewritten) == 11, len(rewritten)
+    # From the second call on, each kernel computes its result in XLA's buffer, not in
+    # one of its own copied there (kernel_call.cpp's `Lender`; oneDNN's NCHW result is
+    # its second allocation of that size, after the blocked one it reorders)
+    assert lent[2] - lent[1] == 11, lent
     assert any(plan["transposed"] for plan in rewritten)
     assert any(plan["backward"] for plan in rewritten)  # the 16x16 and 8x8 windows
 
@@ -204,31 +210,6 @@ def test_transposed_convolutions_match_eager(dtype, rewritten, monkeypatch):
     transposed = [plan for plan in rewritten if plan["transposed"]]
     assert len(transposed) == 2 and all(plan["groups"] == 2 for plan in transposed)
     assert sorted(plan["output_padding"] for plan in transposed) == [[0, 0], [1, 1]]
-
-
-CACHED = """
-import torch, torch.nn.functional as F, outofplace
-from outofplace import compile_cache
-torch.manual_seed(0)
-x, w = torch.randn(4, 16, 24, 24), torch.randn(32, 16, 3, 3)
-f = lambda x, w: F.conv2d(x, w, padding=1)
-compiled = outofplace.compile(f, (x, w), cache=True)
-torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
-print(compile_cache.stats["xla hit"])
-"""
-
-
-def test_cached_executable_calls_the_kernel_in_a_new_process(tmp_path):
-    """An executable the compile cache holds was compiled with the calls and is loaded
-    without the pass: the handler is registered before it is (compiled.py)."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, OUTOFPLACE_CACHE_DIR=str(tmp_path))
-    hits = [subprocess.run([sys.executable, "-c", CACHED], env=env, capture_output=True,
-                           text=True, check=True).stdout.split()[-1] for _ in range(2)]
-    assert hits == ["0", "1"]
 
 
 def block(dtype: torch.dtype) -> nn.Module:
