@@ -89,7 +89,7 @@ at::Tensor over(const ffi::AnyBuffer& buffer, void* data) {
 // it into a dense one it allocates), and the handler then copied each into XLA's result
 // buffer: 115 copies of a ResNet-18 training step, 4.3 ms of it. Instead, the CPU
 // allocator (`Lender`, installed over torch's at the first call) hands XLA's result
-// buffer to the allocation that became that result the last time the same call ran
+// buffer to the allocation that became that result the last two times the same call ran
 // (same op, same sizes: `Call::key`), counted on the calling thread during the call.
 // Only ATen's ops are lent to (a custom op's kernel may keep what it returns; ATen's do
 // not). Whether it did is checked after the kernel returns (the returned tensor is XLA's
@@ -115,7 +115,7 @@ thread_local Lending lending;
 std::mutex loans_mutex;
 std::unordered_set<void*> out_on_loan;  // lent buffers a tensor still holds
 std::atomic<bool> lending_stopped{false};
-std::atomic<int64_t> lent_results{0};  // results the kernel computed in XLA's buffer
+std::atomic<int64_t> lent_results{0};  // results computed in a lent buffer
 
 void return_loan(void* data) {
   std::lock_guard<std::mutex> lock(loans_mutex);
@@ -181,9 +181,15 @@ void install_lender() {
   });
 }
 
-// The allocation that became each result the last time a call of the same key ran.
+// The allocation that became each result the last time a call of the same key ran, and
+// whether the call before found the same (only then is it lent: an allocation a
+// kernel makes on its first call only, a cache's, shifts the count once).
+struct Learned {
+  std::vector<int64_t> became;
+  bool confirmed = false;
+};
 std::mutex learned_mutex;
-std::unordered_map<std::string, std::vector<int64_t>> learned;
+std::unordered_map<std::string, Learned> learned;
 
 // A non-tensor argument from the attributes, as the schema types it; None when absent.
 c10::IValue attribute(const ffi::Dictionary& attrs, const c10::Argument& argument) {
@@ -372,7 +378,7 @@ void run_call(Call& call) {
     install_lender();
     std::lock_guard<std::mutex> lock(learned_mutex);
     auto found = learned.find(call.key);
-    if (found != learned.end()) became = found->second;
+    if (found != learned.end() && found->second.confirmed) became = found->second.became;
   }
   for (size_t result = 0; result < became.size(); ++result) {
     at::Tensor& target = call.results[result];
@@ -403,7 +409,7 @@ void run_call(Call& call) {
           now[result] = int64_t(index);
       relearn |= result >= became.size() || now[result] != became[result];
       if (value.data_ptr() == target.data_ptr() && dense) {  // computed in XLA's buffer
-        ++lent_results;
+        for (const Loan& loan : loans) lent_results += loan.taken && loan.data == storage;
         continue;
       }
       if (storage == target.data_ptr()) value = value.clone();  // (a view of the loan)
@@ -414,7 +420,9 @@ void run_call(Call& call) {
     }
     if (relearn && lend) {
       std::lock_guard<std::mutex> lock(learned_mutex);
-      learned[call.key] = now;
+      Learned& entry = learned[call.key];
+      entry.confirmed = entry.became == now;
+      entry.became = std::move(now);
     }
   } catch (const std::exception& error) {
     lending.active = false;
@@ -493,6 +501,6 @@ PYBIND11_MODULE(_kernel_call, m) {
     return taken;
   }, "The first kernel failure since the last call ('' for none), cleared");
   m.def("lent_results", []() { return lent_results.load(); },
-        "How many results kernels have computed in XLA's buffers (lent to their allocations)");
+        "How many results kernels have computed in XLA's buffers lent to their allocations");
   outofplace::bind_at_home(m);
 }
