@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <optional>
 #include <unordered_set>
 #include <vector>
@@ -62,17 +63,32 @@ inline std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& tensor) {
   return {start, start + static_cast<uintptr_t>((last + 1) * tensor.element_size())};
 }
 
-// Whether no other argument's bytes meet `tensors[i]`'s. Conservative: a call where they
-// meet is handed back to Python, whose one predicate (call_checks.arguments) decides
-// whether they share elements, so the planned call never runs a call Python refuses.
-inline bool alone_in_its_memory(const std::vector<at::Tensor>& tensors, size_t i) {
-  auto [start, end] = byte_span(tensors[i]);
-  for (size_t j = 0; j < tensors.size(); ++j) {
-    if (j == i) continue;
-    auto [other_start, other_end] = byte_span(tensors[j]);
-    if (other_start < end && start < other_end) return false;
+// For each argument, whether no other argument's bytes meet its own (one sort of their
+// spans, not a pass over the others for each). Conservative: a call where they meet is
+// handed back to Python, whose one predicate (call_checks.arguments) decides whether they
+// share elements, so the planned call never runs a call Python refuses.
+inline std::vector<bool> alone_in_their_memory(const std::vector<at::Tensor>& tensors) {
+  struct Span {
+    uintptr_t start, end;
+    size_t index;
+  };
+  std::vector<Span> spans;  // (a tensor without elements meets nothing)
+  spans.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto [start, end] = byte_span(tensors[i]);
+    if (start < end) spans.push_back({start, end, i});
   }
-  return true;
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.start < b.start; });
+  std::vector<bool> alone(tensors.size(), true);
+  uintptr_t reach = 0;  // the furthest end of the spans before this one
+  for (size_t p = 0; p < spans.size(); ++p) {
+    if (reach > spans[p].start) alone[spans[p].index] = false;
+    if (p + 1 < spans.size() && spans[p + 1].start < spans[p].end)
+      alone[spans[p].index] = false;
+    reach = std::max(reach, spans[p].end);
+  }
+  return alone;
 }
 
 // Attribute names read on every call, made once.

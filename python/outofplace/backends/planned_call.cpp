@@ -81,13 +81,14 @@ class PlannedCall {
     // Each written argument is XLA's already, and the only one starting in its memory.
     std::vector<py::object> holders;
     holders.reserve(donated_.size());
+    std::vector<bool> alone = alone_in_their_memory(tensors);
     for (int64_t i : donated_) {
       const at::Tensor& tensor = tensors[i];
       if (tensor.is_inference() && !c10::InferenceMode::is_enabled()) return py::none();
       py::object holder = holders_get_(reinterpret_cast<uintptr_t>(tensor.data_ptr()));
       if (holder.is_none() || !tensor.is_contiguous() || tensor.is_neg() ||
           static_cast<int64_t>(tensor.nbytes()) != holder.attr(name.nbytes).cast<int64_t>() ||
-          !alone_in_its_memory(tensors, i))
+          !alone[i])
         return py::none();
       holders.push_back(std::move(holder));
     }

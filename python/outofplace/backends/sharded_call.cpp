@@ -304,13 +304,14 @@ class ShardedCall {
     // Each written argument is the tensor the last call left, its state on the devices.
     std::vector<py::tuple> keys;
     std::vector<py::object> residents;
+    std::vector<bool> alone = alone_in_their_memory(tensors);
     for (const State& state : states_) {
       const at::Tensor& tensor = tensors[state.index];
       if (tensor.is_inference() && !c10::InferenceMode::is_enabled()) return py::none();
       py::tuple key = py::make_tuple(state.index, reinterpret_cast<intptr_t>(
                                                       inputs[state.index].ptr()));
       PyObject* found = PyDict_GetItem(resident_.ptr(), key.ptr());  // borrowed
-      if (found == nullptr || !alone_in_its_memory(tensors, state.index)) return py::none();
+      if (found == nullptr || !alone[state.index]) return py::none();
       py::object resident = py::reinterpret_borrow<py::object>(found);  // held from here
       if (!resident.attr(name.holds)(inputs[state.index]).cast<bool>()) return py::none();
       residents.push_back(std::move(resident));
