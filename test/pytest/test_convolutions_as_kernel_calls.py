@@ -214,6 +214,26 @@ def test_transposed_convolutions_match_eager(dtype, rewritten, monkeypatch):
     assert sorted(plan["output_padding"] for plan in transposed) == [[0, 0], [1, 1]]
 
 
+def test_a_kernel_allocating_otherwise_still_matches_eager():
+    """A convolution whose kernel changes between calls of one program (oneDNN's, then
+    aten's own with oneDNN off: other allocations) gives eager's results throughout: the
+    buffer lent to an allocation that no longer becomes the result is copied into, and
+    the allocation learned again (kernel_call.cpp's `Lender`)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 32, 24, 24), torch.randn(32, 32, 3, 3)  # 42 MFLOP: a call
+
+    def f(x, w):
+        return F.conv2d(x, w, padding=1)
+    compiled = outofplace.compile(f, (x, w), cache=False)
+    lent = []
+    for mkldnn in (True, False, True):
+        with torch.backends.mkldnn.flags(enabled=mkldnn):
+            for _ in range(4):
+                torch.testing.assert_close(compiled(x, w), f(x, w), **tolerance(x.dtype))
+                lent.append(custom_calls.extension().lent_results())
+    assert lent[3] - lent[2] == 1 and lent[11] - lent[10] == 1, lent  # lent again
+
+
 def block(dtype: torch.dtype) -> nn.Module:
     """A ResNet basic block at 16x16 (stride 2, then stride 1) and a 1x1 shortcut."""
     class Block(nn.Module):
