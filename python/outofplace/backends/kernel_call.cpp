@@ -382,7 +382,7 @@ void run_call(Call& call) {
   }
   for (size_t result = 0; result < became.size(); ++result) {
     at::Tensor& target = call.results[result];
-    if (became[result] >= 0 && call.permutes[result].empty() &&
+    if (became[result] >= 0 && call.permutes[result].empty() && target.nbytes() > 0 &&
         reinterpret_cast<uintptr_t>(target.data_ptr()) % 64 == 0)
       loans.push_back({target.data_ptr(), target.nbytes(), became[result]});
   }
