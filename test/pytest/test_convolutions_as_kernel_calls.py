@@ -216,9 +216,10 @@ def test_transposed_convolutions_match_eager(dtype, rewritten, monkeypatch):
 
 def test_a_kernel_allocating_otherwise_still_matches_eager():
     """A convolution whose kernel changes between calls of one program (oneDNN's, then
-    aten's own with oneDNN off: other allocations) gives eager's results throughout: the
-    buffer lent to an allocation that no longer becomes the result is copied into, and
-    the allocation learned again (kernel_call.cpp's `Lender`)."""
+    aten's own with oneDNN off: other allocations) gives eager's results throughout:
+    where the allocation lent XLA's buffer no longer becomes the result (another took
+    it, or none of its size came), the result is copied there as before and the
+    allocation learned again (kernel_call.cpp's `Lender`)."""
     torch.manual_seed(0)
     x, w = torch.randn(4, 32, 24, 24), torch.randn(32, 32, 3, 3)  # 42 MFLOP: a call
 
