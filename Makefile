@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml setup.py $(wildcard python/outofplace/backends/*.cpp py
 demo: $(STAMP)
 	$(BIN)/python examples/kv_cache.py
 
-# Each part says how long it took (the whole, 13.7-14 minutes on 2 idle cores: lit 72 s,
-# pytest 12.5-12.7 minutes, in two clean-clone CI runs of 2026-12-07, session 68).
+# Each part says how long it took (the whole, 13.7-15.1 minutes on 2 idle cores: lit 72-78
+# s, pytest 12.5-13.8 minutes, in three clean-clone CI runs of 2026-12-07, session 68).
 test: lit pytest
 
 lit: $(STAMP)
