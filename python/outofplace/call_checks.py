@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .signature import ProgramSignature, state_tensor
+from .signature import ProgramSignature
 
 
 def fits(shape: torch.Size, compiled: tuple[int, ...]) -> bool:
@@ -52,9 +52,7 @@ def _describe_layout(layout: tuple) -> str:
 def state_tensors(signature: ProgramSignature, owner: Any) -> list[torch.Tensor]:
     """The program's parameters and buffers, and the state it reaches through Python
     objects (optimizer state, `.grad`), as they are now."""
-    held = signature.held
-    return [held[t]() if t in held else state_tensor(owner, t)
-            for t in signature.state_targets]
+    return signature.state_reader(owner)
 
 
 def arguments(signature: ProgramSignature, source: Any, io_map: dict[int, int],

@@ -157,6 +157,12 @@ class ProgramSignature:
     input_spans: list[tuple[int, ...]] = field(default_factory=list)
 
     @functools.cached_property
+    def state_reader(self) -> StateReader:
+        """What reads `state_targets` from the compiled module (or ExportedProgram) at a
+        call (made at the first: the targets are fixed once imported)."""
+        return StateReader(self.state_targets, self.held)
+
+    @functools.cached_property
     def flat_tensors(self) -> tuple[int, tuple[str, ...]] | None:
         """(n, keys) when the user's arguments are n positional tensors and keyword tensors
         named `keys` (in main's order) and nothing else: their leaves are the arguments
@@ -279,6 +285,61 @@ class Result:
     computed (`ptr % T`) or an argument it writes, as it was when the view was read."""
 
     index: int
+
+
+class StateReader:
+    """A program's state as the caller holds it now, in `state_targets`' order: a held
+    tensor through its own path (`held`), a parameter or buffer through the owner's
+    modules, each module on the way to several of them read once (a tree of the dotted
+    names: the 12.7M Llama's decode read its 77 one name at a time in 0.24 ms of its
+    3.8 ms token)."""
+
+    def __init__(self, targets: list[str], held: dict[str, Callable[[], torch.Tensor]]
+                 ) -> None:
+        self._count = len(targets)
+        self._held = [(i, held[t]) for i, t in enumerate(targets) if t in held]
+        self._named = [(i, t) for i, t in enumerate(targets) if t not in held]
+        tree: dict = {}  # name -> [the target's index or None, the names under it]
+        for i, target in self._named:
+            *parents, last = target.split(".")
+            node = tree
+            for part in parents:
+                node = node.setdefault(part, [None, {}])[1]
+            node.setdefault(last, [None, {}])[0] = i
+
+        def frozen(node: dict) -> tuple:
+            return tuple((name, index, frozen(under)) for name, (index, under) in node.items())
+
+        self._tree = frozen(tree)
+
+    def __call__(self, owner: Any) -> list[torch.Tensor]:
+        found: list = [None] * self._count
+        for i, read in self._held:
+            found[i] = read()
+        if isinstance(owner, ExportedProgram):
+            for i, target in self._named:
+                found[i] = state_tensor(owner, target)
+        elif self._tree:
+            _read_tree(owner, self._tree, found)
+        return found
+
+
+def _read_tree(value: Any, tree: tuple, found: list) -> None:
+    """Each name of `tree` read off `value` (as `attribute_of` does), into `found` at its
+    target's index, and the names under it off what it read."""
+    tables = (value._parameters, value._buffers, value._modules) \
+        if isinstance(value, torch.nn.Module) else ()
+    for name, index, under in tree:
+        for table in tables:
+            if name in table:
+                item = table[name]
+                break
+        else:
+            item = getattr(value, name)
+        if index is not None:
+            found[index] = item
+        if under:
+            _read_tree(item, under, found)
 
 
 def state_tensor(owner: Any, target: str) -> torch.Tensor:

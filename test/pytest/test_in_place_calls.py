@@ -915,6 +915,55 @@ def test_large_read_only_argument_seen_as_it_is_at_each_call() -> None:
             assert_same(compiled(x), linear(x), "output")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_state_replaced_between_calls_is_read_at_each_call(dtype) -> None:
+    """The state is read off the module's tree at each call (signature.StateReader, each
+    submodule once for the targets under it): a parameter replaced, a submodule replaced
+    and a state dict loaded between calls are what the next call reads, on both paths,
+    and the reader finds what reading each name alone finds."""
+    from outofplace.signature import state_tensor
+
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(6, 6)
+            self.register_buffer("count", torch.zeros(6))
+
+        def forward(self, x):
+            self.count.add_(1)
+            return self.proj(x).relu() + self.count
+
+    def model() -> torch.nn.Module:
+        return torch.nn.Sequential(Block(), torch.nn.Linear(6, 6), Block()).to(dtype)
+
+    x = torch.randn(3, 6, dtype=dtype)
+    changes = (lambda m: None,
+               lambda m: setattr(m[0].proj, "weight", torch.nn.Parameter(
+                   torch.randn(6, 6, dtype=dtype))),
+               lambda m: m.__setitem__(1, torch.nn.Linear(6, 6).to(dtype)),
+               lambda m: m.load_state_dict({k: torch.randn_like(v)
+                                            for k, v in m.state_dict().items()}))
+    for path in ("compile", "torch.compile"):
+        eager, mine = model(), model()
+        mine.load_state_dict(eager.state_dict())
+        compiled = outofplace.compile(mine, (x,)) if path == "compile" else \
+            torch.compile(mine, backend="outofplace", dynamic=False)
+        for change in changes:
+            change(eager)
+            change(mine)  # (new tensors of their own values,
+            mine.load_state_dict(eager.state_dict())  # then eager's values copied in)
+            with torch.no_grad():
+                assert_same(compiled(x), eager(x), f"{path}: output")
+            assert_same(mine[2].count, eager[2].count, f"{path}: buffer")
+        if path == "compile":
+            signature = compiled.signature
+            read = signature.state_reader(mine)
+            alone = [state_tensor(mine, t) for t in signature.state_targets]
+            assert len(read) == len(alone) == 8 and all(a is b for a, b in zip(read, alone))
+
+
 def test_the_cpp_reads_only_the_plans_fields() -> None:
     """planned_call.cpp and sharded_call.cpp read outofplace's objects through one frozen
     plan each (xla.CallPlan, spmd.ShardedPlan): every `plan.attr("...")` they read is a
