@@ -259,8 +259,14 @@ struct Call {
     size_t bytes;
   };
   std::vector<Copy> copies;
-  std::string key;  // the op and its operands' and results' sizes (`learned`)
+  std::string key;  // the op and its operands' and results' sizes (`learned`), where
+                    // it `lends`
 };
+
+// Whether the call's results may be lent (`Lender`): ATen's ops only, while lending is on.
+bool lends(const Call& call) {
+  return !lending_stopped && call.op_name.rfind("aten::", 0) == 0;
+}
 
 // Throws where the frame cannot be read (the op not registered any more, an attribute
 // of the wrong type): the call fails XLA's execution.
@@ -300,15 +306,17 @@ std::shared_ptr<Call> read_call(ffi::RemainingArgs args, ffi::RemainingRets rets
     }
     call->permutes.push_back(std::move(dims));
   }
-  call->key = op_name;
-  auto add_sizes = [&](const ffi::AnyBuffer& buffer) {
-    call->key += ';';
-    for (int64_t size : buffer.dimensions()) call->key += std::to_string(size) + ',';
-  };
-  for (size_t k = 0; k < args.size(); ++k)
-    add_sizes(need(args.get<ffi::AnyBuffer>(k), "an operand"));
-  for (size_t result = 0; result < call->returned.size(); ++result)
-    add_sizes(*need(rets.get<ffi::AnyBuffer>(result), "a result"));
+  if (lends(*call)) {  // (the key of what it learned)
+    call->key = op_name;
+    auto add_sizes = [&](const ffi::AnyBuffer& buffer) {
+      call->key += ';';
+      for (int64_t size : buffer.dimensions()) call->key += std::to_string(size) + ',';
+    };
+    for (size_t k = 0; k < args.size(); ++k)
+      add_sizes(need(args.get<ffi::AnyBuffer>(k), "an operand"));
+    for (size_t result = 0; result < call->returned.size(); ++result)
+      add_sizes(*need(rets.get<ffi::AnyBuffer>(result), "a result"));
+  }
   // Each operand as a tensor over XLA's memory: a written one over its result's buffer,
   // which XLA makes the operand's own (the alias), or a copy of it where XLA kept the
   // operand for a later read.
@@ -373,7 +381,7 @@ void run_call(Call& call) {
   // Each result's buffer lent to the allocation that became it last time (`Lender`)
   std::vector<Loan> loans;
   std::vector<int64_t> became;
-  bool lend = !lending_stopped && call.op_name.rfind("aten::", 0) == 0;
+  bool lend = lends(call);
   if (lend) {
     install_lender();
     std::lock_guard<std::mutex> lock(learned_mutex);
