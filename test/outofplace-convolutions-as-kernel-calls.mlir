@@ -93,6 +93,23 @@ func.func @slice_folded(%x: tensor<8x64x16x16xf32>, %w: tensor<64x64x3x3xf32>) -
   return %1 : tensor<8x64x14x16xf32>
 }
 
+// A slice that would need a negative padding cuts the input instead: outputs [4, 18)
+// of 18 would start with low padding 2 - 4 = -2, so the input's first 2 rows go (low
+// padding 0); the padding after them, 2, is the pad before the call (aten's is
+// symmetric), the columns' 1 aten's.
+// CHECK-LABEL: func.func @slice_cut(
+// CHECK-SAME:    %[[X:.*]]: tensor<8x64x16x16xf32>, %[[W:.*]]: tensor<64x64x3x3xf32>
+// CHECK-NEXT:    %[[C:.*]] = stablehlo.slice %[[X]] [0:8, 0:64, 2:16, 0:16]
+// CHECK-NEXT:    %[[Z:.*]] = stablehlo.constant dense<0.000000e+00>
+// CHECK-NEXT:    %[[P:.*]] = stablehlo.pad %[[C]], %[[Z]], low = [0, 0, 0, 0], high = [0, 0, 2, 0]
+// CHECK-NEXT:    %[[Y:.*]] = stablehlo.custom_call @"aten::convolution"(%[[P]], %[[W]]) {{{.*}}padding = array<i64: 0, 1>, stride = array<i64: 1, 1>, transposed = false}{{.*}} -> tensor<8x64x14x16xf32>
+// CHECK-NEXT:    return %[[Y]]
+func.func @slice_cut(%x: tensor<8x64x16x16xf32>, %w: tensor<64x64x3x3xf32>) -> tensor<8x64x14x16xf32> {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {pad = [[2, 2], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x64x16x16xf32>, tensor<64x64x3x3xf32>) -> tensor<8x64x18x16xf32>
+  %1 = stablehlo.slice %0 [0:8, 0:64, 4:18, 0:16] : (tensor<8x64x18x16xf32>) -> tensor<8x64x14x16xf32>
+  return %1 : tensor<8x64x14x16xf32>
+}
+
 // A weight's gradient (JAX's rule: the input's batch as the features, the output's
 // gradient as an 8x8 window, the stride as its dilation): aten::convolution_backward's
 // weight gradient on the gradient and the input as the program holds them (the transposes

@@ -160,7 +160,10 @@ def _fold_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     the weight's of one over the batch) is the convolution with less padding, computing
     only the outputs kept: the slice of outputs [a, b) starts a window stride `a` times
     later and ends after `b - a` outputs. Where the padding would turn negative (which
-    aten cannot take) the slice stays."""
+    aten cannot take) the input is cut instead: a slice of the input, not of the output
+    (a strided 1x1 convolution's weight gradient, which JAX's rule takes from a 2x2
+    window's, no more computed than the gradient); with an input dilation the slice
+    stays."""
     conv = op.operands[0].owner
     if not isinstance(conv, (ir.Operation, ir.OpView)) or \
             conv.operation.name != "stablehlo.convolution" or \
@@ -183,7 +186,7 @@ def _fold_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     rhs_dilation = i64_array(conv, "rhs_dilation", [1] * rank)
     flat = [int(p) for p in ir.DenseIntElementsAttr(conv.attributes["padding"])] \
         if "padding" in conv.attributes else [0] * (2 * rank)
-    padding = []
+    padding, start, limit = [], [0] * len(x_shape), list(x_shape)
     for i in range(rank):
         a, b = starts[spatial[i]], limits[spatial[i]]
         dilated = (x_shape[numbers.input_spatial_dimensions[i]] - 1) * lhs_dilation[i] + 1
@@ -192,15 +195,24 @@ def _fold_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
         high = (b - a - 1) * strides[i] + window - dilated - low
         if -strides[i] < high < 0:  # (the last window ends before the input does: up to a
             high = 0                # stride more padding makes no more outputs)
-        if low < 0 or high < 0:
+        if (low < 0 or high < 0) and lhs_dilation[i] != 1:
             return True
-        padding += [low, high]
+        d = numbers.input_spatial_dimensions[i]  # (a negative padding: the input cut)
+        start[d], limit[d] = max(-low, 0), x_shape[d] - max(-high, 0)
+        padding += [max(low, 0), max(high, 0)]
     with rewriter.ip, conv.location:
+        x = conv.operands[0]
+        if start != [0] * len(x_shape) or limit != x_shape:
+            x = create_ranked("stablehlo.slice", [x], [hi - lo for lo, hi in zip(start, limit)],
+                              ir.RankedTensorType(x.type).element_type,
+                              start_indices=ir.DenseI64ArrayAttr.get(start),
+                              limit_indices=ir.DenseI64ArrayAttr.get(limit),
+                              strides=ir.DenseI64ArrayAttr.get([1] * len(x_shape)))
         attributes = {name: conv.attributes[name] for name in conv.attributes}
         attributes["padding"] = ir.DenseIntElementsAttr.get(
             np.array(padding, dtype=np.int64).reshape(rank, 2))
         folded = ir.Operation.create("stablehlo.convolution", results=[op.result.type],
-                                     operands=list(conv.operands),
+                                     operands=[x, conv.operands[1]],
                                      attributes=attributes).result
     rewriter.replace_op(op, [folded])
     rewriter.erase_op(conv)
