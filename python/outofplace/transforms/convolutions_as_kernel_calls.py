@@ -199,6 +199,8 @@ def _fold_slice(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
             return True
         d = numbers.input_spatial_dimensions[i]  # (a negative padding: the input cut)
         start[d], limit[d] = max(-low, 0), x_shape[d] - max(-high, 0)
+        if start[d] >= limit[d]:  # (windows in the padding alone: nothing of it read)
+            return True
         padding += [max(low, 0), max(high, 0)]
     with rewriter.ip, conv.location:
         x = conv.operands[0]
