@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml setup.py $(wildcard python/outofplace/backends/*.cpp py
 demo: $(STAMP)
 	$(BIN)/python examples/kv_cache.py
 
-# Each part says how long it took (the whole, 13.7-15.1 minutes on 2 idle cores: lit 72-78
-# s, pytest 12.5-13.8 minutes, in three clean-clone CI runs of 2026-12-07, session 68).
+# Each part says how long it took (the whole, 13.7-18.2 minutes on 2 idle cores: lit 72-98
+# s, pytest 12.5-16.7 minutes, in five clean-clone CI runs of 2026-12-07, sessions 68-69;
+# the upper end in the machine's slow phase, when eager's own steps ran 1.2-2x slower).
 test: lit pytest
 
 lit: $(STAMP)
