@@ -325,17 +325,10 @@ class StateReader:
 
 
 def _read_tree(value: Any, tree: tuple, found: list) -> None:
-    """Each name of `tree` read off `value` (as `attribute_of` does), into `found` at its
+    """Each name of `tree` read off `value` (`attribute_of`), into `found` at its
     target's index, and the names under it off what it read."""
-    tables = (value._parameters, value._buffers, value._modules) \
-        if isinstance(value, torch.nn.Module) else ()
     for name, index, under in tree:
-        for table in tables:
-            if name in table:
-                item = table[name]
-                break
-        else:
-            item = getattr(value, name)
+        item = attribute_of(value, name)
         if index is not None:
             found[index] = item
         if under:
