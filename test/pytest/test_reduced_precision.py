@@ -14,6 +14,17 @@ import outofplace
 REDUCED = [torch.float16, torch.bfloat16]
 PATHS = ["outofplace.compile", "torch.compile"]
 
+
+def native_float16() -> bool:
+    """Whether this CPU computes float16 natively (Linux's `avx512_fp16` flag)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return any(line.startswith("flags") and "avx512_fp16" in line.split()
+                       for line in info)
+    except OSError:
+        return False
+
+
 PROGRAMS = {
     "mul_": lambda x, y: x.mul_(0.9),
     "div_": lambda x, y: x.div_(3.0),
@@ -82,13 +93,26 @@ OPMATH = {
 }
 
 
+# Programs whose float16 product, rounded by eager, feeds an add or subtract: on a CPU
+# computing float16 natively (AVX512-FP16) XLA:CPU contracts the two into one fused
+# multiply-add, one rounding of the product from eager's (test_xla_canaries.py
+# `test_float16_product_contracted_into_the_add_on_native_float16`; no workaround):
+# there they are within that rounding (|x| < 16: 2^-7), elsewhere bit for bit.
+CONTRACTED = {"bce_with_logits"}
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", REDUCED)
 @pytest.mark.parametrize("name", list(OPMATH))
 def test_activations_and_norms_round_once_as_in_eager(name, dtype, path):
     torch.manual_seed(0)
-    _assert_bit_for_bit(OPMATH[name], path, (torch.randn(64, 64) * 3).to(dtype),
-                        torch.randn(64, 64).to(dtype))
+    x, y = (torch.randn(64, 64) * 3).to(dtype), torch.randn(64, 64).to(dtype)
+    if name in CONTRACTED and dtype == torch.float16 and native_float16():
+        expected = OPMATH[name](x.clone(), y.clone())
+        result = _run(OPMATH[name], path, (x.clone(), y.clone()))
+        torch.testing.assert_close(result, expected, rtol=0, atol=2**-7)
+        return
+    _assert_bit_for_bit(OPMATH[name], path, x, y)
 
 
 class _Ema(torch.nn.Module):

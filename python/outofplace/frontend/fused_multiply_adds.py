@@ -36,7 +36,8 @@ Not matched: a product XLA contracts that eager rounds, `b.mul_(0.9)` feeding a 
 or subtract (`.addcdiv_(...)`, `.add_(x)`, `lerp_`'s `y - b`): eager rounds b * 0.9 and
 XLA does not (the result is the more precise); and XLA folds a product of constants
 (`b.mul_(0.9).addcmul_(b, b, value=0.01)`: (b * 0.9) * 0.01 is b * 0.009). Each is one
-rounding from eager's.
+rounding from eager's. On a CPU computing float16 natively (AVX512-FP16) a float16
+product eager rounds is contracted into the add after it too (test_xla_canaries.py).
 """
 
 from __future__ import annotations
