@@ -11,9 +11,9 @@ a first compile's; bench/compile_cache.py measures a second process), and render
 rows. Weights are random (no
 downloads); a decoder is transformers' `LlamaForCausalLM` in its static-cache export
 wrapper (`TorchExportableModuleWithStaticCache`, docs/models.md), batch 1, a cache of
-`CACHE` positions, timed on one decode step at a time as a serving loop calls it. A
-training row times eager, outofplace and inductor in turns (`_interleaved`), so that the
-three meet the same phases of a shared machine.
+`CACHE` positions, timed on one decode step at a time as a serving loop calls it. Every
+row times eager, outofplace and inductor in turns (`_interleaved`), so that the three meet
+the same phases of a shared machine.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any, Callable
 warnings.filterwarnings("ignore")
 
 CACHE = 256
-TRAINING_ROUNDS = 8  # turns of eager, outofplace and inductor in a training row
+ROUNDS = 8  # turns of eager, outofplace and inductor in a row (`_interleaved`)
 DECODERS = {  # name: LlamaConfig fields (the names are the parameter counts; "family"
     # another transformers decoder's config and model)
     "12.7M": dict(hidden_size=256, intermediate_size=1536, num_hidden_layers=6,
@@ -66,6 +66,11 @@ def _rss() -> int:
     """Resident memory now, bytes (Linux)."""
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss() -> int:
+    """The process's peak resident memory so far, bytes."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 class _Peak:
@@ -165,14 +170,13 @@ def _decode_row(name: str, calls: int) -> dict[str, Any]:
         p.nbytes * (1 - model.config.num_experts_per_tok / experts)
         for n, p in model.named_parameters() if experts and ".experts." in n)
     row["cache_bytes"] = sum(b.nbytes for n, b in wrapper.named_buffers() if "cache" in n)
-    budget = 60.0 if row["parameters"] > 5e8 else 20.0
     ids, position = torch.tensor([[5]]), torch.tensor([CACHE // 2])
 
     def eager() -> Any:
         return wrapper(ids, cache_position=position)
 
     with torch.no_grad():
-        row["eager"] = statistics.median(_times(eager, calls, budget))
+        eager()
         with _Peak() as peak:
             start = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
@@ -187,6 +191,7 @@ def _decode_row(name: str, calls: int) -> dict[str, Any]:
                 compiled(ids, cache_position=position)
             row["first_call_s"] = time.perf_counter() - start
         row["first_call_growth"] = peak.growth
+        row["peak_rss"] = _peak_rss()  # outofplace's: before inductor compiles
         report = compiled.in_place_report
         caches = {n: v for n, v in report.items() if "cache" in n}
         row["caches"] = len(caches)
@@ -194,19 +199,21 @@ def _decode_row(name: str, calls: int) -> dict[str, Any]:
         row["others_copied"] = sorted(n for n, v in report.items()
                                       if n not in caches and v != "in place")
         row["warnings"] = len(caught) + len(first_warnings)
-        row["outofplace"] = statistics.median(_times(
-            lambda: compiled(ids, cache_position=position), calls, budget))
-        del compiled
-        gc.collect()
+        steps = {"eager": eager, "outofplace": lambda: compiled(ids, cache_position=position)}
         try:
             inductor = torch.compile(wrapper, backend="inductor")
             start = time.perf_counter()
             inductor(ids, cache_position=position)
             row["inductor_compile_s"] = time.perf_counter() - start
-            row["inductor"] = statistics.median(_times(
-                lambda: inductor(ids, cache_position=position), calls, budget))
+            steps["inductor"] = lambda: inductor(ids, cache_position=position)
         except Exception as error:  # a row says why it has no inductor column
             row["inductor_error"] = f"{type(error).__name__}: {str(error)[:200]}"
+        # in turns, as a training row (`_interleaved`): eager, outofplace and inductor
+        # timed one after the other met phases of the machine 10-25% apart
+        times = _interleaved(steps, ROUNDS, max(2, calls // 4))
+        row.update({name: statistics.median(t) for name, t in times.items()})
+        compiled = inductor = None  # the compiled programs released before generate
+        gc.collect()
     if row["parameters"] < 5e8:
         row.update(_generate(model))
     return row
@@ -332,6 +339,8 @@ def _training_row(name: str, calls: int) -> dict[str, Any]:
     start = time.perf_counter()
     compiled = outofplace.compile(train, inputs)
     row["compile_s"] = time.perf_counter() - start
+    compiled(*inputs)
+    row["peak_rss"] = _peak_rss()  # outofplace's: before inductor compiles
     steps = {"eager": lambda: eager(*inputs), "outofplace": lambda: compiled(*inputs)}
     try:
         inductor_step = step_of(copy.deepcopy(model))
@@ -344,7 +353,7 @@ def _training_row(name: str, calls: int) -> dict[str, Any]:
         row["inductor_error"] = f"{type(error).__name__}: {str(error)[:200]}"
     # in turns (`_interleaved`): eager measured first and whole met other phases of the
     # machine than the compiled step after it, by as much as the difference measured
-    times = _interleaved(steps, TRAINING_ROUNDS, max(2, calls // 4))
+    times = _interleaved(steps, ROUNDS, max(2, calls // 4))
     row.update({name: statistics.median(t) for name, t in times.items()})
     return row
 
@@ -355,7 +364,6 @@ def measure(name: str, calls: int) -> dict[str, Any]:
     torch.set_num_threads(os.cpu_count() or 1)
     row = _decode_row(name, calls) if name in DECODERS else _training_row(name, calls)
     row["bandwidth"] = copy_bandwidth()
-    row["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return row
 
 
@@ -373,16 +381,17 @@ def render(rows: list[dict[str, Any]], load: tuple) -> str:
              "a process of its own), against eager and inductor in the same run. A "
              "decoder is transformers' `LlamaForCausalLM` (or `MixtralForCausalLM`, a "
              "mixture of experts) in its static-cache export "
-             f"wrapper, batch 1, a {CACHE}-position cache, one decode step a call "
-             "(median); the limit is the weights' bytes read once (of a mixture of "
+             f"wrapper, batch 1, a {CACHE}-position cache, one decode step a call; "
+             "the limit is the weights' bytes read once (of a mixture of "
              "experts', the chosen experts' share) at the machine's copy "
              "bandwidth (a 256 MiB `copy_`, bytes read and written a second). A training "
              "step is forward, backward and SGD with momentum on ResNet-18 built from "
              "torch.nn layers, batch 8, or forward, backward and AdamW on the 12.7M "
-             "Llama (its causal-LM loss, 4 sequences of 64 tokens); eager, inductor and "
-             "outofplace run it in turns "
-             f"({TRAINING_ROUNDS} rounds; the median of every call), so that the three "
-             "meet the same phases of the shared machine. "
+             "Llama (its causal-LM loss, 4 sequences of 64 tokens). In every row eager, "
+             "inductor and outofplace run in turns "
+             f"({ROUNDS} rounds; the median of every call), so that the three "
+             "meet the same phases of the shared machine; peak RSS is outofplace's, "
+             "before inductor compiles. "
              f"Load average over the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}.",
              "", "| model | parameters | eager | inductor | outofplace | outofplace / "
              "eager | limit | outofplace / limit | caches copied |",
