@@ -20,7 +20,7 @@ from . import (bfloat16_state_as_bits, collectives,  # noqa: F401
                fold_transposes_into_dots, inplace_to_outofplace,
                kernel_calls, kernel_results_as_state,
                lower_regions, lower_updates, narrow_indices, refuse_unknown_shapes,
-               round_through_float32, scatter_barriers, sharding,
+               relus_as_kernel_calls, round_through_float32, scatter_barriers, sharding,
                small_convolutions_as_dots, split_bounds_check, squeeze_state,
                stablehlo_constants, transposed_kernel_operands,
                vector_dots_weight_first,
