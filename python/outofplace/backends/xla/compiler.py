@@ -31,8 +31,9 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 # transposes of weights, a vector's dot with a weight taken weight first (XLA:CPU
 # copies the weight transposed otherwise), convolutions whose window is larger than
 # their input are dots (XLA:CPU's convolution is hundreds of times slower there),
-# larger convolutions and matrix products are eager's kernels, and so are large ReLUs
-# between them and their gradients (on every core, where XLA's loop there runs on one),
+# larger convolutions and matrix products are eager's kernels, and so are large
+# pointwise ops between them (ReLUs, their gradients, an optimizer's multiply-adds: on
+# every core, where XLA's loop there runs on one),
 # written arguments updated elementwise (an optimizer's) are flat (XLA:CPU vectorizes
 # only a loop's innermost dimension), and bfloat16 ones updated in place (a cache) are their 16-bit
 # integers (XLA:CPU converts the whole cache to float32 and back otherwise).
@@ -43,7 +44,7 @@ LEGALIZE_FOR_CPU = ("builtin.module(outofplace-composites-as-kernel-calls, "
                     "outofplace-convolutions-as-kernel-calls, "
                     "outofplace-small-convolutions-as-dots, "
                     "outofplace-dots-as-kernel-calls, "
-                    "outofplace-relus-as-kernel-calls, "
+                    "outofplace-pointwise-as-kernel-calls, "
                     "outofplace-transposed-kernel-operands, "
                     "outofplace-flatten-state, "
                     "outofplace-bfloat16-state-as-bits)")
@@ -76,7 +77,7 @@ def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
         pipeline = pipeline.replace("outofplace-composites-as-kernel-calls, ", "") \
             .replace("outofplace-convolutions-as-kernel-calls, ", "") \
             .replace("outofplace-dots-as-kernel-calls, ", "") \
-            .replace("outofplace-relus-as-kernel-calls, ", "")
+            .replace("outofplace-pointwise-as-kernel-calls, ", "")
     with make_context():
         module = ir.Module.parse(stablehlo)
         run_pipeline(module, pipeline)

@@ -1,9 +1,11 @@
-"""outofplace-relus-as-kernel-calls (transforms/relus_as_kernel_calls.py): in a program
-that calls eager's kernels, the XLA engine runs a large ReLU of a kernel's result, and its
-gradient, through eager's kernels (aten::clamp_min.out, aten::threshold_backward.
-grad_input). Results against eager's, float32 and float64, on both paths; each test
-checks which ops were called (MIN_ELEMENTS lowered so that the models stay small; the
-compile cache off, so the pass runs on every compile)."""
+"""outofplace-pointwise-as-kernel-calls (transforms/pointwise_as_kernel_calls.py): in a
+program that calls eager's kernels, the XLA engine runs a large ReLU of a kernel's result
+and its gradient (aten::clamp_min.out, aten::threshold_backward.grad_input), and a
+multiply-add of operands in memory (aten::add.out with alpha: SGD's updates), through
+eager's kernels. Results against eager's, float32 and float64, on both paths, and bit
+for bit against the same program without the pass; each test checks which kernels were
+called (the thresholds lowered so that the models stay small; the compile cache off, so
+the pass runs on every compile)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ from torch import nn
 
 import outofplace
 from outofplace.backends import custom_calls
-from outofplace.backends.xla import legalize_for_cpu
+from outofplace.backends.xla import compiler, legalize_for_cpu
 from outofplace.transforms import convolutions_as_kernel_calls
-from outofplace.transforms import relus_as_kernel_calls as pass_module
+from outofplace.transforms import pointwise_as_kernel_calls as pass_module
 
 pytestmark = pytest.mark.skipif(
     not outofplace.xla.available() or custom_calls.extension() is None,
@@ -37,6 +39,7 @@ def called(monkeypatch) -> list:
     """The kernels the pass calls (their op names) while the test runs, every ReLU and
     gradient large enough, and every convolution eager's."""
     monkeypatch.setattr(pass_module, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(pass_module, "MIN_MULTIPLY_ADD_ELEMENTS", 0)
     monkeypatch.setattr(convolutions_as_kernel_calls, "MIN_FLOPS", 0)
     kernels = []
     call = pass_module._call
@@ -97,9 +100,44 @@ def test_training_step_matches_eager(path, dtype, called):
     for got, expected in zip([*compiled_model.parameters(), *compiled_model.buffers()],
                              [*eager_model.parameters(), *eager_model.buffers()]):
         torch.testing.assert_close(got, expected, **tolerance(dtype))
-    assert sorted(set(called)) == ["aten::clamp_min.out",
-                                   "aten::threshold_backward.grad_input"], called
     assert called.count("aten::clamp_min.out") == 1, called
+    assert called.count("aten::threshold_backward.grad_input") == 1, called
+    if path == "compile":
+        # SGD's momentum and parameter updates of the 2 convolutions' weights and the 2
+        # batch norms' weights and biases, each in its own memory
+        assert called.count("aten::add.out") == 2 * 6, called
+        assert set(compiled.in_place_report.values()) == {"in place"}, \
+            compiled.in_place_report
+    else:  # dynamo's graph of `opt.step()` calls no kernel: XLA's loops, split there
+        assert "aten::add.out" not in called, called
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_kernels_compute_what_xla_computed(dtype, called, monkeypatch):
+    """The step with the pass and without it, from the same state: the same bits (the
+    ReLUs are exact; eager's add with alpha is the fused multiply-add XLA:CPU contracts
+    the momentum's and the parameter's updates into)."""
+    torch.manual_seed(0)
+    model = Block(dtype)
+    x = torch.randn(2, 8, 16, 16, dtype=dtype)
+    models = [copy.deepcopy(model) for _ in range(2)]
+    steps = [_step(m) for m in models]
+    for step in steps:
+        step(x)
+    with_pass = outofplace.compile(steps[0], (x,), cache=False)
+    without = outofplace.compile(steps[1], (x,), cache=False)
+    first = with_pass(x)  # (XLA compiles at the first call: with the pass)
+    count = len(called)
+    monkeypatch.setattr(compiler, "LEGALIZE_FOR_CPU", compiler.LEGALIZE_FOR_CPU.replace(
+        "outofplace-pointwise-as-kernel-calls, ", ""))
+    monkeypatch.setattr(compiler.legalized, "__defaults__", (compiler.LEGALIZE_FOR_CPU,))
+    torch.testing.assert_close(first, without(x), rtol=0, atol=0)
+    assert len(called) == count > 0  # the second program compiled without the pass
+    for _ in range(2):
+        torch.testing.assert_close(with_pass(x), without(x), rtol=0, atol=0)
+    for got, expected in zip(models[0].state_dict().values(),
+                             models[1].state_dict().values()):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
 def test_nan_passes_as_in_eager(called):
