@@ -56,6 +56,8 @@ from torch_mlir import ir, rewrite
 from ..ir_utils import all_operations, ranked_shape, row_major_layout
 from . import kernel_calls
 from .composites_as_kernel_calls import OUT, TARGET
+from .convolutions_as_kernel_calls import TARGET as CONVOLUTION
+from .dots_as_kernel_calls import TARGET as DOT
 from .registry import register_pass
 
 ELEMENT_TYPES = ("f32", "f64")
@@ -67,7 +69,7 @@ MIN_ELEMENTS = 1 << 20
 # 256K elements and more: 0.959x eager's against 0.997x without the pass; of 64K and
 # more, 0.982x against 1.029x, within the machine's spread of the other)
 MIN_MULTIPLY_ADD_ELEMENTS = 1 << 18
-_EAGER = ("aten::convolution", "aten::matmul", TARGET)  # the calls of eager's kernels
+_EAGER = (CONVOLUTION, DOT, TARGET)  # the calls of eager's kernels
 
 
 def _kernel_result(value: ir.Value) -> bool:
