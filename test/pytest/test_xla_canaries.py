@@ -173,7 +173,6 @@ def test_partitioner_aborts_on_64_bit_scatter_indices_sharded_unevenly(monkeypat
     assert done.returncode == 0 and "partitioned" in done.stdout, done.stderr[-2000:]
 
 
-
 _ROUNDED_PRODUCT_MINUS = """module {
   func.func @main(%a: tensor<4096xf16>, %b: tensor<4096xf16>) -> tensor<4096xf16> {
     %a32 = stablehlo.convert %a : (tensor<4096xf16>) -> tensor<4096xf32>
