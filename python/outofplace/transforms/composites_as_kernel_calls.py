@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from ..ir_utils import all_operations, operations, row_major_layout
+from ..ir_utils import all_operations, operations
 from . import kernel_calls
 from .registry import register_pass
 
@@ -109,23 +109,8 @@ def _config(op: ir.Operation) -> tuple[ir.DictAttr, list[ir.Attribute]]:
 def _call(op: ir.Operation) -> ir.Operation:
     with ir.InsertionPoint(op), op.location:
         config, aliases = _config(op)
-        attributes = {
-            "call_target_name": ir.StringAttr.get(TARGET),
-            "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
-            "backend_config": config,
-            "has_side_effect": ir.BoolAttr.get(False),
-            "operand_layouts": ir.ArrayAttr.get(
-                [row_major_layout(len(ir.RankedTensorType(v.type).shape))
-                 for v in op.operands]),
-            "result_layouts": ir.ArrayAttr.get(
-                [row_major_layout(len(ir.RankedTensorType(r.type).shape))
-                 for r in op.results]),
-        }
-        if aliases:
-            attributes["output_operand_aliases"] = ir.ArrayAttr.get(aliases)
-        return ir.Operation.create("stablehlo.custom_call",
-                                   results=[r.type for r in op.results],
-                                   operands=list(op.operands), attributes=attributes)
+        return kernel_calls.eager_call(TARGET, list(op.operands),
+                                       [r.type for r in op.results], config, aliases)
 
 
 @register_pass(

@@ -69,7 +69,7 @@ from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
 from ..ir_utils import (all_operations, create_ranked, i64_array, ranked_shape, reshape,
-                        row_major_layout, stablehlo_splat)
+                        stablehlo_splat)
 from . import kernel_calls
 from .registry import register_pass
 
@@ -455,18 +455,8 @@ def _config(op: str, plan: dict, transposed: bool, groups: int
 def _call(operands: list[ir.Value], shape: list[int], element: ir.Type,
           config: dict[str, ir.Attribute]) -> ir.Value:
     """The custom call the kernel handler runs, operands and result dense row-major."""
-    layout = row_major_layout(len(shape))
-    return ir.Operation.create(
-        "stablehlo.custom_call",
-        results=[ir.RankedTensorType.get(shape, element)],
-        operands=operands, attributes={
-            "call_target_name": ir.StringAttr.get(TARGET),
-            "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
-            "backend_config": ir.DictAttr.get(config),
-            "has_side_effect": ir.BoolAttr.get(False),
-            "operand_layouts": ir.ArrayAttr.get([layout] * len(operands)),
-            "result_layouts": ir.ArrayAttr.get([layout]),
-        }).result
+    return kernel_calls.eager_call(TARGET, operands,
+                                   [ir.RankedTensorType.get(shape, element)], config).result
 
 
 def _rewrite_weight_gradient(op: ir.Operation, plan: dict,

@@ -56,7 +56,7 @@ import math
 from torch_mlir import ir, rewrite
 from torch_mlir._mlir_libs import _stablehlo
 
-from ..ir_utils import (all_operations, plain_dot, ranked_shape, row_major_layout,
+from ..ir_utils import (all_operations, plain_dot, ranked_shape,
                         row_major_strides)
 from . import kernel_calls
 from .composites_as_kernel_calls import OUT, TARGET as COMPOSITE
@@ -220,20 +220,8 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter, least: int) ->
         if "shape" in plan:  # matmul's [batch..., M, N]: the dot's up to unit dimensions
             result_type = ir.RankedTensorType.get(
                 plan["shape"], ir.RankedTensorType(op.result.type).element_type)
-        call = ir.Operation.create(
-            "stablehlo.custom_call", results=[result_type],
-            operands=plan.get("operands", list(op.operands)),
-            attributes={
-                "call_target_name": ir.StringAttr.get(TARGET),
-                "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
-                "backend_config": ir.DictAttr.get(config),
-                "has_side_effect": ir.BoolAttr.get(False),
-                "operand_layouts": ir.ArrayAttr.get(
-                    [row_major_layout(len(ranked_shape(v)))
-                     for v in plan.get("operands", list(op.operands))]),
-                "result_layouts": ir.ArrayAttr.get([row_major_layout(len(plan.get(
-                    "shape", ranked_shape(op.result))))]),
-            })
+        call = kernel_calls.eager_call(TARGET, plan.get("operands", list(op.operands)),
+                                       [result_type], config)
         result = call.result
         if result.type != op.result.type:
             result = ir.Operation.create("stablehlo.reshape", results=[op.result.type],

@@ -40,7 +40,7 @@ from torch_mlir._mlir_libs import _stablehlo
 
 from .. import op_registry, torch_types
 from ..errors import UnsupportedMutationError
-from ..ir_utils import all_operations, from_builtin, to_builtin, unnamed
+from ..ir_utils import all_operations, from_builtin, row_major_layout, to_builtin, unnamed
 from . import kernel_writes
 from .registry import register_pass
 
@@ -84,6 +84,30 @@ def operand_alias(output: int | None, operand: int) -> ir.Attribute:
     """`output_operand_aliases`' entry: result `output` (None: the only one) is operand
     `operand`'s buffer."""
     return _stablehlo.OutputOperandAlias.get([] if output is None else [output], operand, [])
+
+
+def eager_call(target: str, operands: list[ir.Value], result_types: list[ir.Type],
+               config: dict[str, ir.Attribute] | ir.DictAttr,
+               aliases: list[ir.Attribute] = ()) -> ir.Operation:
+    """A `stablehlo.custom_call` of `target` that the kernel handler runs
+    (backends/kernel_call.cpp: an eager kernel the `config` names), operands and results
+    dense row-major, `aliases` its `output_operand_aliases` (`operand_alias`); at the
+    insertion point and location in effect."""
+    attributes = {
+        "call_target_name": ir.StringAttr.get(target),
+        "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
+        "backend_config": config if isinstance(config, ir.DictAttr) else
+        ir.DictAttr.get(config),
+        "has_side_effect": ir.BoolAttr.get(False),
+        "operand_layouts": ir.ArrayAttr.get(
+            [row_major_layout(len(ir.RankedTensorType(v.type).shape)) for v in operands]),
+        "result_layouts": ir.ArrayAttr.get(
+            [row_major_layout(len(ir.RankedTensorType(t).shape)) for t in result_types]),
+    }
+    if aliases:
+        attributes["output_operand_aliases"] = ir.ArrayAttr.get(list(aliases))
+    return ir.Operation.create("stablehlo.custom_call", results=list(result_types),
+                               operands=list(operands), attributes=attributes)
 
 
 def _ensure_attributes(op: ir.Operation) -> bool:

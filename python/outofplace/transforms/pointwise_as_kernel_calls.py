@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from torch_mlir import ir, rewrite
 
-from ..ir_utils import all_operations, ranked_shape, row_major_layout
+from ..ir_utils import all_operations
 from . import kernel_calls
 from .composites_as_kernel_calls import OUT, TARGET
 from .convolutions_as_kernel_calls import TARGET as CONVOLUTION
@@ -125,22 +125,9 @@ def _call(op: ir.Operation, rewriter: rewrite.PatternRewriter, kernel: str,
               kernel_calls.RESULTS: ir.DenseI64ArrayAttr.get(results),
               f"{OUT}{out}": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0),
               **arguments}
+    aliases = [] if written is None else [kernel_calls.operand_alias(None, written)]
     with rewriter.ip, op.location:
-        attributes = {
-            "call_target_name": ir.StringAttr.get(TARGET),
-            "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
-            "backend_config": ir.DictAttr.get(config),
-            "has_side_effect": ir.BoolAttr.get(False),
-            "operand_layouts": ir.ArrayAttr.get(
-                [row_major_layout(len(ranked_shape(v))) for v in operands]),
-            "result_layouts": ir.ArrayAttr.get(
-                [row_major_layout(len(ranked_shape(op.result)))]),
-        }
-        if written is not None:
-            attributes["output_operand_aliases"] = ir.ArrayAttr.get(
-                [kernel_calls.operand_alias(None, written)])
-        call = ir.Operation.create("stablehlo.custom_call", results=[op.result.type],
-                                   operands=operands, attributes=attributes)
+        call = kernel_calls.eager_call(TARGET, operands, [op.result.type], config, aliases)
     rewriter.replace_op(op, [call.result])
 
 
