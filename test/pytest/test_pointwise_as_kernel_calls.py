@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from differential import squared_mean_step
+
 import outofplace
 from outofplace.backends import custom_calls
 from outofplace.backends.xla import compiler, legalize_for_cpu
@@ -64,19 +66,12 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.bn1(self.conv1(x)))
-        return torch.relu(self.bn2(self.conv2(y)) + x).mean()
+        return torch.relu(self.bn2(self.conv2(y)) + x)
 
 
 def _step(model: nn.Module):
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    def step(x):
-        opt.zero_grad()
-        loss = model(x)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return step
+    return squared_mean_step(model, torch.optim.SGD(model.parameters(), lr=0.1,
+                                                    momentum=0.9))
 
 
 @pytest.mark.parametrize("path", ["compile", "torch.compile"])
