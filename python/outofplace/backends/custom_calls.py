@@ -38,7 +38,7 @@ CONVOLUTION = convolutions_as_kernel_calls.TARGET
 DOT = dots_as_kernel_calls.TARGET
 # ... and of the ops kept whole (batch norm: transforms/composites_as_kernel_calls.py)
 COMPOSITE = composites_as_kernel_calls.TARGET
-EAGER_TARGETS = (CONVOLUTION, DOT, COMPOSITE)  # the legalization's calls of eager's kernels
+EAGER_TARGETS = dots_as_kernel_calls.EAGER_TARGETS  # the legalization's calls of eager's kernels
 
 _registered: set[str] = set()
 _lock = threading.Lock()

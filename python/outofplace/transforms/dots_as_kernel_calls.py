@@ -79,9 +79,19 @@ MIN_MULTIPLY_ADDS = 1_000_000
 # that it runs at home anyway: then a dot of this many (a batch-1 attention's scores
 # over 12 heads and 256 positions, 196K: XLA's 61 µs) is eager's too.
 MIN_MULTIPLY_ADDS_AT_HOME = 32_768
+# the targets of the calls of eager's kernels (the composites', the convolutions', this
+# pass's): a program with one runs at home
+EAGER_TARGETS = (COMPOSITE, CONVOLUTION, TARGET)
 # the schema position of each op's out= argument, XLA's result buffer
 # (`aten::linear.out(input, weight, bias, *, out)`, `aten::matmul.out(self, other, *, out)`)
 _OUT_POSITION = {"aten::linear": 3, "aten::matmul": 2}
+
+
+def calls_eager_kernels(module: ir.Operation) -> bool:
+    """Whether the module calls eager's kernels (`EAGER_TARGETS`): it runs at home."""
+    return any(op.name == "stablehlo.custom_call" and ir.StringAttr(
+        op.attributes["call_target_name"]).value in EAGER_TARGETS
+        for op in all_operations(module))
 
 
 def _plan(op: ir.Operation, least: int) -> dict | None:
@@ -243,13 +253,8 @@ def _rewrite(op: ir.Operation, rewriter: rewrite.PatternRewriter, least: int) ->
     "the weight first (outofplace-vector-dots-weight-first) stays XLA's (the XLA "
     "engine's legalization only, backends/xla; exports keep XLA's dots)")
 def dots_as_kernel_calls(module: ir.Operation) -> None:
-    def calls() -> bool:
-        return any(op.name == "stablehlo.custom_call" and ir.StringAttr(
-            op.attributes["call_target_name"]).value in (TARGET, CONVOLUTION, COMPOSITE)
-            for op in all_operations(module))
-
     for least in (MIN_MULTIPLY_ADDS, MIN_MULTIPLY_ADDS_AT_HOME):
-        if least == MIN_MULTIPLY_ADDS_AT_HOME and not calls():
+        if least == MIN_MULTIPLY_ADDS_AT_HOME and not calls_eager_kernels(module):
             break
         patterns = rewrite.RewritePatternSet(module.context)
         patterns.add("stablehlo.dot_general",

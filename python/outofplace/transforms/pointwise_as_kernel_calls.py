@@ -53,11 +53,9 @@ from __future__ import annotations
 
 from torch_mlir import ir, rewrite
 
-from ..ir_utils import all_operations
 from . import kernel_calls
 from .composites_as_kernel_calls import OUT, TARGET
-from .convolutions_as_kernel_calls import TARGET as CONVOLUTION
-from .dots_as_kernel_calls import TARGET as DOT
+from .dots_as_kernel_calls import EAGER_TARGETS, calls_eager_kernels
 from .registry import register_pass
 
 ELEMENT_TYPES = ("f32", "f64")
@@ -69,7 +67,6 @@ MIN_ELEMENTS = 1 << 20
 # 256K elements and more: 0.959x eager's against 0.997x without the pass; of 64K and
 # more, 0.982x against 1.029x, within the machine's spread of the other)
 MIN_MULTIPLY_ADD_ELEMENTS = 1 << 18
-_EAGER = (CONVOLUTION, DOT, TARGET)  # the calls of eager's kernels
 
 
 def _kernel_result(value: ir.Value) -> bool:
@@ -77,7 +74,7 @@ def _kernel_result(value: ir.Value) -> bool:
     loop to fuse with)."""
     owner = value.owner
     return isinstance(value, ir.OpResult) and owner.name == "stablehlo.custom_call" and \
-        ir.StringAttr(owner.attributes["call_target_name"]).value in _EAGER
+        ir.StringAttr(owner.attributes["call_target_name"]).value in EAGER_TARGETS
 
 
 def _splat(value: ir.Value) -> float | None:
@@ -253,9 +250,7 @@ def _relu_gradient(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
     "`MIN_MULTIPLY_ADD_ELEMENTS`); float32 or float64 (XLA's loop runs on one thread "
     "there, eager's on every core; the XLA engine's legalization only, backends/xla)")
 def pointwise_as_kernel_calls(module: ir.Operation) -> None:
-    if not any(op.name == "stablehlo.custom_call" and
-               ir.StringAttr(op.attributes["call_target_name"]).value in _EAGER
-               for op in all_operations(module)):
+    if not calls_eager_kernels(module):
         return
     patterns = rewrite.RewritePatternSet(module.context)
     patterns.add("stablehlo.maximum", _relu)

@@ -33,10 +33,10 @@ def hlo_module_proto(stablehlo: str) -> bytes:
 # their input are dots (XLA:CPU's convolution is hundreds of times slower there),
 # larger convolutions and matrix products are eager's kernels, and so are large
 # pointwise ops between them (ReLUs, their gradients, an optimizer's multiply-adds: on
-# every core, where XLA's loop there runs on one),
-# written arguments updated elementwise (an optimizer's) are flat (XLA:CPU vectorizes
-# only a loop's innermost dimension), and bfloat16 ones updated in place (a cache) are their 16-bit
-# integers (XLA:CPU converts the whole cache to float32 and back otherwise).
+# every core, where XLA's loop there runs on one), written arguments updated
+# elementwise (an optimizer's) are flat (XLA:CPU vectorizes only a loop's innermost
+# dimension), and bfloat16 ones updated in place (a cache) are their 16-bit integers
+# (XLA:CPU converts the whole cache to float32 and back otherwise).
 LEGALIZE_FOR_CPU = ("builtin.module(outofplace-composites-as-kernel-calls, "
                     "outofplace-squeeze-state, "
                     "outofplace-fold-transposes-into-dots, "
@@ -74,10 +74,8 @@ def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
     from ...transforms.pipelines import run_pipeline
 
     if not custom_calls.register_eager():  # no handler built: XLA's convolutions and dots
-        pipeline = pipeline.replace("outofplace-composites-as-kernel-calls, ", "") \
-            .replace("outofplace-convolutions-as-kernel-calls, ", "") \
-            .replace("outofplace-dots-as-kernel-calls, ", "") \
-            .replace("outofplace-pointwise-as-kernel-calls, ", "")
+        for kind in ("composites", "convolutions", "dots", "pointwise"):
+            pipeline = pipeline.replace(f"outofplace-{kind}-as-kernel-calls, ", "")
     with make_context():
         module = ir.Module.parse(stablehlo)
         run_pipeline(module, pipeline)
