@@ -493,9 +493,10 @@ def test_slices_of_convolutions_fold_into_their_padding(dtype, monkeypatch):
 def test_strided_1x1_weight_gradient_computes_only_the_gradient(path, dtype, monkeypatch):
     """A strided 1x1 convolution's weight gradient, which JAX's rule takes as the first
     output of a 2x2 one (a window of the gradient dilated by the stride, over the whole
-    input), is one over the input cut to the last window's end: aten's result is the
-    [O, I, 1, 1] gradient itself, not a 2x2 one sliced and written permuted. As eager's
-    (a ResNet's downsampling shortcut)."""
+    input), is aten's backward-weights kernel over the input as it is (no copy of it
+    cut to the last window's end): aten's result is the [O, I, 1, 1] gradient itself,
+    not a 2x2 one sliced and written permuted. As eager's (a ResNet's downsampling
+    shortcut)."""
     from torch_mlir import ir
 
     monkeypatch.setattr(pass_module, "MIN_FLOPS", 0)
@@ -516,6 +517,8 @@ def test_strided_1x1_weight_gradient_computes_only_the_gradient(path, dtype, mon
         assert [1, 1] in [shape[2:] for shape in shapes], shapes
         assert not any("outofplace.permute.0" in ir.DictAttr(call.attributes[
             "backend_config"]) for call in calls)
+        # aten's gradient reads the input whole: no copy of its first 7 rows and columns
+        assert not live_ops(module, "stablehlo.slice")
 
 
 def test_cache_key_says_whether_the_handler_is_registered(tmp_path, monkeypatch):

@@ -33,7 +33,9 @@ input dilation, frontend/decompositions.py):
   larger convolutions) is first folded into the convolution's padding (`_fold_slice`);
 - a weight's gradient, a window of at least `MIN_GRADIENT_WINDOW` elements larger than its
   output, is `aten::convolution_backward`'s weight gradient (`_rewrite_weight_gradient`:
-  oneDNN's backward-weights kernel); an input's gradient at stride 1 is aten's
+  oneDNN's backward-weights kernel), of the input as the program holds it where
+  `_fold_slice` cut rows aten's gradient does not read (`_uncut`: a strided 1x1
+  convolution's, ResNet's shortcut, no copy of the input); an input's gradient at stride 1 is aten's
   transposed convolution where that reads the weight as the program holds it; every
   operand is read through the transposes and reverses that made it (`_compact`);
 - `feature_group_count` is aten's `groups`; a `batch_group_count` other than 1, negative
@@ -271,6 +273,7 @@ def _plan(op: ir.Operation) -> dict | None:
                  in zip(inputs, low, strides, outputs, rhs_dilation)]
         if sizes == kernel:
             plan.update(backward=True, stride=rhs_dilation, padding=low, dilation=strides,
+                        kernel=outputs,
                         transposed=False, output_padding=[0] * rank,
                         excess=[(0, 0)] * rank)
             return plan
@@ -473,6 +476,7 @@ def _rewrite_weight_gradient(op: ir.Operation, plan: dict,
     order = [numbers.output_feature_dimension, numbers.output_batch_dimension,
              *numbers.output_spatial_dimensions]
     shape = [out_shape[d] for d in order]
+    x = _uncut(x, plan, ranked_shape(g), numbers)
     with rewriter.ip, op.location:
         x = _compact(_transpose(x, [numbers.input_feature_dimension,
                                     numbers.input_batch_dimension,
@@ -488,6 +492,33 @@ def _rewrite_weight_gradient(op: ir.Operation, plan: dict,
         result = _transpose(call, [order.index(d) for d in range(rank + 2)])
     rewriter.replace_op(op, [result])
     return False
+
+
+def _uncut(x: ir.Value, plan: dict, g_shape: list[int],
+           numbers: _stablehlo.ConvDimensionNumbers) -> ir.Value:
+    """The input of a weight's gradient before the slices that cut its end (`_fold_slice`,
+    a dimension at a time: a strided 1x1 convolution's, whose windows never reach its
+    last rows), where aten's gradient reads none of what was cut and takes the whole
+    input for the gradient's size: no copy of the input's rows that are read."""
+    whole = x
+    while isinstance(whole.owner, (ir.Operation, ir.OpView)) and \
+            whole.owner.operation.name == "stablehlo.slice":
+        cut = whole.owner.operation
+        if any(i64_array(cut, "start_indices", [])) or \
+                i64_array(cut, "strides", []) != [1] * len(ranked_shape(whole)):
+            break
+        whole = cut.operands[0]
+    limits, sizes = ranked_shape(x), ranked_shape(whole)
+    spatial = list(numbers.input_spatial_dimensions)
+    if whole == x or any(limits[d] != sizes[d] for d in range(len(sizes)) if d not in spatial):
+        return x
+    gradient = [g_shape[d] for d in numbers.kernel_spatial_dimensions]
+    for d, g, s, p, dilation, k in zip(spatial, gradient, plan["stride"], plan["padding"],
+                                       plan["dilation"], plan["kernel"]):
+        last = (g - 1) * s - p + (k - 1) * dilation  # the last row the gradient reads
+        if last >= limits[d] or (sizes[d] + 2 * p - dilation * (k - 1) - 1) // s + 1 != g:
+            return x
+    return whole
 
 
 @register_pass(
