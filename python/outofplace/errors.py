@@ -75,15 +75,17 @@ class EngineUnavailableError(UserError, ImportError):
 
 class OutOfBoundsPolicyWarning(UserWarning):
     """A runtime index whose out-of-bounds behaviour differs from eager's: eager raises,
-    the compiled program clamps (dynamic_update_slice) or drops (scatter)."""
+    the compiled program clamps (dynamic_update_slice) or drops (scatter), or pairs two
+    bool masks' trues up to the lesser count (masks.py)."""
 
 
-def warn_out_of_bounds_policy(operation: ir.Operation, policy: str) -> None:
-    """Warns, at the user's source line, that a runtime index out of bounds is `policy`."""
+def warn_out_of_bounds_policy(operation: ir.Operation, policy: str,
+                              what: str = "a runtime position out of bounds") -> None:
+    """Warns, at the user's source line, that `what` (eager's IndexError) is `policy`."""
     import warnings
 
     where = source_line(operation.location)
-    warnings.warn(f"{where + ': ' if where else ''}a runtime position out of bounds is "
+    warnings.warn(f"{where + ': ' if where else ''}{what} is "
                   f"{policy} by the compiled program; eager raises IndexError (so does "
                   "outofplace.compile(..., check_bounds=True))",
                   OutOfBoundsPolicyWarning, stacklevel=2)

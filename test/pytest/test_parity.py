@@ -4,6 +4,7 @@ to eager's own rounding, runtime-position views, optimizer forms, writes through
 """
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -1407,6 +1408,76 @@ def test_spelled_mask_beside_an_index_read_and_written(path):
     x = torch.tensor([[True, False, True, True, True], [False, False, True, False, True],
                       [False, True, False, False, True], [True, False, False, False, True]])
     _assert_path_matches_eager(path, _spelled_mask_beside_an_index, x)
+
+
+def _two_masks_in_one_index(x, y, z, m, n, k, j, v):
+    x[m, n] = v  # the k-th true of m with the k-th of n
+    x[j, n] = -1.0  # j has one true: paired with each of n's
+    y[k.view(2, 2), m[:3]] = 7.0  # a 2-d mask, then a 1-d one
+    z[m, :, n] = v[:, None] * 2  # apart: the pairs' dimension first in the values
+    return x * 1, y + 0, z - 0
+
+
+def _spelled_masks_read_and_written(c, w):
+    c[torch.tensor([True, False, True, False]), torch.tensor([False, True, True, False])] += w
+    return c.clone()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_two_masks_in_one_index_match_eager(path, dtype):
+    """Two runtime bool masks in one index (`x[m, n] = v`), the k-th true of one paired
+    with the k-th of the other (or each with the other's only true): one mask over the
+    dimensions they index, on both paths, warned (a pairing eager refuses is made up to
+    the lesser count). Refused before; under torch.compile, dynamo's graph break at a
+    read of two masks the program spells made them runtime ones (fuzz program
+    96100251)."""
+    x = torch.arange(20, dtype=dtype).view(4, 5)
+    y = torch.arange(24, dtype=dtype).view(2, 2, 3, 2)
+    z = torch.arange(60, dtype=dtype).view(4, 3, 5)
+    m = torch.tensor([True, False, True, True])
+    n = torch.tensor([False, True, True, False, True])
+    k = torch.tensor([True, False, False, True])
+    j = torch.tensor([False, False, True, False])
+    with pytest.warns(outofplace.OutOfBoundsPolicyWarning, match="two bool masks"):
+        _assert_path_matches_eager(path, _two_masks_in_one_index, x, y, z, m, n, k, j,
+                                   torch.tensor([0.5, -2.0, 3.0], dtype=dtype))
+    # (outofplace.compile: torch.export folds the masks it spells into their trues')
+    with pytest.warns(outofplace.OutOfBoundsPolicyWarning, match="two bool masks") \
+            if path == "torch.compile" else warnings.catch_warnings():
+        _assert_path_matches_eager(path, _spelled_masks_read_and_written,
+                                   torch.arange(16, dtype=dtype).view(4, 4),
+                                   torch.tensor([1.5, -1.0], dtype=dtype))
+
+
+def _two_masks_written(x, m, n):
+    x[m, n] = 2.5
+    return x + 0
+
+
+@pytest.mark.parametrize("path", ["outofplace.compile", "torch.compile"])
+def test_two_masks_eager_cannot_pair_raise_when_checked(path):
+    """Masks whose counts of trues differ, neither one: eager raises IndexError, and so
+    does `check_bounds=True` before the call writes anything."""
+    x = torch.zeros(3, 4)
+    m = torch.tensor([True, False, True])
+    n, paired = torch.tensor([True, True, True, False]), torch.tensor([True, False, False, True])
+    with pytest.raises(IndexError):
+        _two_masks_written(x.clone(), m, n)
+    torch._dynamo.reset()
+    compiled = outofplace.compile(_two_masks_written, (x, m, paired),
+                                  check_bounds=True) if path == "outofplace.compile" else \
+        torch.compile(_two_masks_written, backend="outofplace", dynamic=False,
+                      options={"check_bounds": True})
+    try:
+        with pytest.raises(IndexError, match="two bool masks of aten.index_put"):
+            compiled(x, m, n)
+        assert not x.any()  # nothing written
+        y = x.clone()
+        torch.testing.assert_close(compiled(x, m, paired), _two_masks_written(y, m, paired))
+        torch.testing.assert_close(x, y)
+    finally:
+        torch._dynamo.reset()
 
 
 def _masked_values_beside_one_element_indices(x, y, m):

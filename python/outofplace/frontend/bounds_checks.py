@@ -54,6 +54,38 @@ class Check:
                 "ran: no tensor was changed")
 
 
+@dataclass(frozen=True)
+class PairingCheck(Check):
+    """One flag: the two bool masks of `op` at `location` have as many trues, or one of
+    them a single true (what eager broadcasts: masks.py pairs them)."""
+
+    def message(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        return (f"{where}the two bool masks of {self.op} have different counts of trues, "
+                "neither of them one (eager raises IndexError: the positions of their "
+                "trues cannot be broadcast together); found before the call ran: no "
+                "tensor was changed")
+
+
+def _two_masks(node: torch.fx.Node) -> list[torch.fx.Node] | None:
+    """The two bool masks of an index_put whose index holds two."""
+    packet = node.target.overloadpacket if isinstance(node.target, torch._ops.OpOverload) \
+        else None
+    if packet not in _INDEX_LISTS:
+        return None
+    masks = [index for index in operand_at(node, 1) if isinstance(index, torch.fx.Node)
+             and index.meta["val"].dtype == torch.bool]
+    return masks if len(masks) == 2 else None
+
+
+def _pairing_flag(graph: torch.fx.Graph, masks: list[torch.fx.Node]) -> torch.fx.Node:
+    """Whether eager pairs the trues of two masks: as many of each, or one of either."""
+    first, second = (call(graph, aten.sum.default, mask) for mask in masks)
+    return call(graph, aten.logical_or.default, call(graph, aten.eq.Tensor, first, second),
+                call(graph, aten.logical_or.default, call(graph, aten.eq.Scalar, first, 1),
+                     call(graph, aten.eq.Scalar, second, 1)))
+
+
 def _size(base: torch.fx.Node, dim: int | None) -> int | torch.SymInt:
     """Dimension `dim` of `base` (its element count for None), a SymInt where it is a
     dynamic dimension (dynamic_shapes): read without guarding on it."""
@@ -141,6 +173,15 @@ def add_checks(graph: torch.fx.Graph) -> tuple[torch.fx.Node | None, list[Check]
             flags.append(flag)
             checks.append(Check(str(node.target.overloadpacket), source_line(node),
                                 what, negative))
+        masks = _two_masks(node)
+        if masks is not None:
+            with graph.inserting_before(node):
+                before = set(graph.nodes)
+                flags.append(_pairing_flag(graph, masks))
+            for added in set(graph.nodes) - before:
+                added.meta["stack_trace"] = node.meta.get("stack_trace")
+            checks.append(PairingCheck(str(node.target.overloadpacket), source_line(node),
+                                       "", False))
     if not flags:
         return None, []
     output = next(n for n in graph.nodes if n.op == "output")

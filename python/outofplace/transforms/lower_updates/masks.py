@@ -1,7 +1,7 @@
 """`index_put` with one bool mask as `where(mask, v, b)`, v's rows picked by a running
 count of the trues (torch ops, never `nonzero`); beside it, index tensors of one element
-each (their positions made part of the mask); a mask beside larger index tensors is
-refused."""
+each (their positions made part of the mask) or a second bool mask (the k-th trues of the
+two paired); a mask beside larger index tensors is refused."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch_mlir import ir, rewrite
 
 from ... import torch_types
 from ...torch_types import TORCH_DTYPE_TO_INT
-from ...errors import UnsupportedMutationError
+from ...errors import UnsupportedMutationError, warn_out_of_bounds_policy
 from ...indexing import index_entries
 from ...ir_utils import constant_bool, int_list, tensor_literal, torch_constant, unnamed
 from .common import _count, _static_tensor, _ranked_tensor, _dynamic, _torch, _view
@@ -38,7 +38,9 @@ def _index_put_with_mask(op: ir.Operation, rewriter: rewrite.PatternRewriter) ->
     (accumulating: where(mask, b + ..., b)). Beside the mask, index tensors of one
     element each (`b[mask, [2]] = v`: the trues' positions broadcast with them) make one
     mask over all the dimensions they index, the mask's trues at each one's position
-    (`_one_mask`). Torch ops, lowered by torch-mlir.
+    (`_one_mask`); so does a second mask, true where the k-th trues of both are (`b[m1,
+    m2] = v`, as dynamo hands it a write whose read it ran eagerly). Torch ops, lowered
+    by torch-mlir.
     """
     self, indices, values, accumulate = op.operands
     self_t, values_t = _static_tensor(self), _static_tensor(values)
@@ -68,7 +70,7 @@ def _index_put_with_mask(op: ir.Operation, rewriter: rewrite.PatternRewriter) ->
         order = None if adjacent else \
             advanced + [d for d in range(len(self_t.sizes)) if d not in advanced]
         with rewriter.ip, unnamed(op.location):
-            mask = _one_mask(entries, [self_t.sizes[d] for d in advanced])
+            mask = _one_mask(op, entries, [self_t.sizes[d] for d in advanced])
             target, target_t = self, self_t
             if order is not None:
                 target_t = torch_types.TensorType(tuple(self_t.sizes[d] for d in order),
@@ -110,17 +112,19 @@ def _advanced_dimensions(op: ir.Operation, entries: list[ir.Value | None]) -> li
                     "data says, would broadcast with the other indices)")
             dims.append(dim)
         dim += 1
-    if masks > 1:
-        raise UnsupportedMutationError.at(op, "two bool masks in one index")
+    if masks > 2:
+        raise UnsupportedMutationError.at(op, "more than two bool masks in one index")
     return dims
 
 
-def _one_mask(entries: list[ir.Value | None], sizes: list[int]) -> ir.Value:
+def _one_mask(op: ir.Operation, entries: list[ir.Value | None], sizes: list[int]
+              ) -> ir.Value:
     """The bool mask over the dimensions a key's tensors index (`sizes`) that is true
     where the key's mask is and each one-element index tensor points (a negative one
-    from the end, one out of range nowhere)."""
+    from the end, one out of range nowhere); with two masks, where the k-th true of one
+    and the k-th of the other are (`_paired`)."""
     loc, ip = ir.Location.current, ir.InsertionPoint.current
-    factors, at = [], 0
+    factors, masks, at = [], [], 0
     for entry in entries:
         if entry is None:
             continue
@@ -128,6 +132,7 @@ def _one_mask(entries: list[ir.Value | None], sizes: list[int]) -> ir.Value:
         if t.dtype == torch.bool:
             factor_sizes = list(t.sizes)
             factor = entry
+            masks.append((entry, at))
         else:
             size = sizes[at]
             factor_sizes = [size]
@@ -140,13 +145,51 @@ def _one_mask(entries: list[ir.Value | None], sizes: list[int]) -> ir.Value:
         shape = [1] * at + factor_sizes + [1] * (len(sizes) - at - len(factor_sizes))
         factors.append(_view(factor, shape))
         at += len(factor_sizes)
+    if len(masks) == 2:
+        factors.append(_paired(masks, sizes))
+        warn_out_of_bounds_policy(op, "paired up to the lesser count", what=(
+            "a write at two bool masks whose counts of trues differ (neither one)"))
     mask = factors[0]
     for factor in factors[1:]:
-        mask = _torch("logical_and", torch_types.TensorType(tuple(
-            max(a, b) for a, b in zip(torch_types.TensorType.of(mask.type).sizes,
-                                      torch_types.TensorType.of(factor.type).sizes)),
-            torch.bool, True), mask, factor)
+        mask = _and(mask, factor)
     return mask
+
+
+def _and(a: ir.Value, b: ir.Value) -> ir.Value:
+    """a & b, broadcast."""
+    return _torch("logical_and", torch_types.TensorType(tuple(
+        max(m, n) for m, n in zip(torch_types.TensorType.of(a.type).sizes,
+                                  torch_types.TensorType.of(b.type).sizes)),
+        torch.bool, True), a, b)
+
+
+def _paired(masks: list[tuple[ir.Value, int]], sizes: list[int]) -> ir.Value:
+    """Over the dimensions `sizes`, where the trues of two masks (each with the dimension
+    it starts at) are paired as eager pairs the positions of their trues: the k-th of one
+    with the k-th of the other, or every true of one with the other's only true
+    (broadcast). Each true's k is its running count less one; eager raises where the
+    counts differ and neither is one, and the masks are then paired up to the lesser."""
+    loc, ip = ir.Location.current, ir.InsertionPoint.current
+    one, none = torch_constant("int", 1, loc, ip), torch_constant("none", None, loc, ip)
+    scalar = torch_types.TensorType((), torch.int64, True)
+    flag = torch_types.TensorType((), torch.bool, True)
+    ranks, single = [], []
+    for mask, at in masks:
+        mask_sizes = list(torch_types.TensorType.of(mask.type).sizes)
+        flat = _view(mask, [_count(mask_sizes)])
+        counts = torch_types.TensorType((_count(mask_sizes),), torch.int64, True)
+        count = _torch("cumsum", counts, flat, torch_constant("int", 0, loc, ip),
+                       torch_constant("int", TORCH_DTYPE_TO_INT[torch.int64], loc, ip))
+        rank = _torch("sub.Scalar", counts, count, one, one)
+        ranks.append(_view(rank, [1] * at + mask_sizes +
+                           [1] * (len(sizes) - at - len(mask_sizes))))
+        single.append(_torch("eq.Scalar", flag, _torch("sum", scalar, flat, none), one))
+    shape = torch_types.TensorType(tuple(
+        max(m, n) for m, n in zip(torch_types.TensorType.of(ranks[0].type).sizes,
+                                  torch_types.TensorType.of(ranks[1].type).sizes)),
+        torch.bool, True)
+    return _torch("logical_or", shape, _torch("eq.Tensor", shape, *ranks),
+                  _torch("logical_or", flag, *single))
 
 
 def _permute(value: ir.Value, order: list[int], result: torch_types.TensorType
