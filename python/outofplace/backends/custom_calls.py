@@ -11,10 +11,12 @@
 - Exports carry a foreign target where outofplace.kernels maps the op to one
   (foreign_targets.py).
 - The XLA engine's legalization makes large convolutions calls of `aten::convolution`
-  (`CONVOLUTION`, transforms/convolutions_as_kernel_calls.py) and matrix products calls of
-  `aten::linear` / `aten::matmul` (`DOT`, transforms/dots_as_kernel_calls.py) that the
-  same handler runs: the XLA engine registers both (`register_eager`) before its
-  legalization runs the passes, and Compiled before loading a cached executable.
+  (transforms/convolutions_as_kernel_calls.py), matrix products calls of `aten::linear` /
+  `aten::matmul` (transforms/dots_as_kernel_calls.py), ops kept whole and large
+  pointwise ops calls of `aten::kernel` (composites_as_kernel_calls.py,
+  pointwise_as_kernel_calls.py) that the same handler runs: the XLA engine registers
+  their targets (`EAGER_TARGETS`, `register_eager`) before its legalization runs the
+  passes, and Compiled before loading a cached executable.
 """
 
 from __future__ import annotations
@@ -26,18 +28,10 @@ from typing import Any, Callable
 from torch_mlir import ir
 
 from ..errors import UnsupportedMutationError
-from ..transforms import (composites_as_kernel_calls, convolutions_as_kernel_calls,
-                          dots_as_kernel_calls)
+from ..transforms import dots_as_kernel_calls
 from ..ir_utils import all_operations
 
 OP_NAME = "outofplace.op"  # transforms/kernel_calls.py's backend_config entries: the op
-# The target of the convolutions the XLA engine runs through eager's kernel
-# (transforms/convolutions_as_kernel_calls.py)
-CONVOLUTION = convolutions_as_kernel_calls.TARGET
-# ... and of the matrix products (transforms/dots_as_kernel_calls.py)
-DOT = dots_as_kernel_calls.TARGET
-# ... and of the ops kept whole (batch norm: transforms/composites_as_kernel_calls.py)
-COMPOSITE = composites_as_kernel_calls.TARGET
 EAGER_TARGETS = dots_as_kernel_calls.EAGER_TARGETS  # the legalization's calls of eager's kernels
 
 _registered: set[str] = set()
