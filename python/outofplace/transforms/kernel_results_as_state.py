@@ -30,10 +30,13 @@ A result counts when it holds at least `MIN_BYTES` and static shape, is the kern
 (as XLA returns it: through reshapes, or transposes undoing each other; kept too, it
 would be copied from one result to the other at every call: a Llama training step's
 weight gradients, `(g.T @ x).T.T`), a direct operation of main (not in a loop's body).
-The XLA engine runs the pass only when a program's temporaries are over what glibc maps
-fresh, and keeps its output only where XLA's temporaries shrink and what it holds
-between calls is at most twice their bytes (backends/xla/temporaries.py); the program a
-user exports keeps its own signature.
+With `results=at-peaks` only the results alive where the most of their bytes are are
+kept, again among the rest until at most `PEAK_LEFT` bytes of them are alive at once
+(`live_at_peaks`: a training step's activations, not its gradients, whose bytes XLA
+reuses). The XLA engine runs the pass only when a program's temporaries are over what
+glibc maps fresh, and keeps its output only where XLA's temporaries shrink and what it
+holds between calls is at most twice their bytes, every result first, then those at the
+peaks (backends/xla/temporaries.py); the program a user exports keeps its own signature.
 """
 
 from __future__ import annotations
@@ -45,13 +48,17 @@ from torch_mlir import ir
 from ..ir_utils import all_operations, operations, terminator
 from ..signature import ALIASING_OUTPUT
 from .kernel_calls import OP_NAME, RESULTS
-from .registry import register_pass
+from .registry import Option, register_pass
 
 TEMPORARY = "outofplace.temporary"  # on an argument of main: a kept temporary
 # A kept result holds at least this many bytes: smaller ones leave XLA's temporaries
 # small enough for glibc's heap, and a kernel's small results (batch norm's statistics)
 # are not worth an argument.
 MIN_BYTES = 1 << 20
+# With `results=at-peaks`, results are kept until the rest are at most this many bytes
+# alive at once: XLA's temporaries then fit under glibc's largest mmap threshold (32 MiB),
+# with room for XLA's own loops' results.
+PEAK_LEFT = 16 << 20
 
 
 def _backend_config(op: ir.Operation) -> ir.DictAttr | None:
@@ -115,6 +122,46 @@ def kept_results(main: ir.Operation, min_bytes: int) -> list[ir.Value]:
     return kept
 
 
+def _top_level(op: ir.Operation, main: ir.Operation) -> ir.Operation:
+    """The op of main's body that is `op` or holds it (in a loop's body)."""
+    while op.parent != main:
+        op = op.parent
+    return op
+
+
+def live_at_peaks(main: ir.Operation, results: list[ir.Value]) -> list[ir.Value]:
+    """Of `results`, those alive where the most of their bytes are, then again among the
+    rest, until the rest are at most `PEAK_LEFT` bytes alive at once, in program order:
+    a training step's activations, alive from the forward pass to the backward, and not
+    its gradients, alive from one op to the next, whose bytes XLA reuses (kept, each
+    would hold a buffer of its own: twice the temporaries of a ResNet-18 step)."""
+    block = main.regions[0].blocks[0]
+    position = {op: i for i, op in enumerate(block.operations)}
+    spans = []
+    for value in results:
+        start = position[_top_level(value.owner, main)]
+        end = max([start] + [position[_top_level(use.owner, main)] for use in value.uses])
+        spans.append((start, end, _nbytes(value)))
+    kept, rest = set(), set(range(len(results)))
+    while rest:
+        alive = [0] * (len(position) + 1)
+        for k in rest:
+            start, end, nbytes = spans[k]
+            alive[start] += nbytes
+            alive[end + 1] -= nbytes
+        total, peak, at = 0, 0, 0
+        for i, change in enumerate(alive):
+            total += change
+            if total > peak:
+                peak, at = total, i
+        if peak <= PEAK_LEFT:
+            break
+        at_peak = {k for k in rest if spans[k][0] <= at <= spans[k][1]}
+        kept |= at_peak
+        rest -= at_peak
+    return [results[k] for k in sorted(kept)]
+
+
 @register_pass(
     "outofplace-kernel-results-as-state",
     "Return large kernel results through written arguments (XLA:CPU's temporaries)",
@@ -123,14 +170,19 @@ def kept_results(main: ir.Operation, min_bytes: int) -> list[ir.Value]:
     "returned through a new argument of main, aliased to it "
     "and marked outofplace.temporary, so it is written into a buffer the caller keeps "
     "between calls instead of XLA:CPU's temporaries, mapped fresh at each call "
-    "(the XLA engine's legalization, backends/xla/temporaries.py)")
-def kernel_results_as_state(module: ir.Operation) -> None:
+    "(the XLA engine's legalization, backends/xla/temporaries.py)",
+    options=[Option("results", "all", ("all", "at-peaks"),
+                    "the results kept: every one, or those alive where the most bytes "
+                    "are, until the rest are at most `PEAK_LEFT` alive at once")])
+def kernel_results_as_state(module: ir.Operation, results: str = "all") -> None:
     mains = [op for op in operations(module.regions[0].blocks[0]) if op.name == "func.func"
              and ir.StringAttr(op.attributes["sym_name"]).value == "main"]
     if not mains:
         return
     main = mains[0]
     kept = kept_results(main, MIN_BYTES)
+    if results == "at-peaks":
+        kept = live_at_peaks(main, kept)
     if not kept:
         return
     block = main.regions[0].blocks[0]

@@ -27,7 +27,9 @@ logger = logging.getLogger("outofplace")
 # glibc's largest mmap threshold (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit): a larger
 # allocation is always mapped fresh.
 MAPPED_FRESH = 32 << 20
-POLICY = f"kernel results kept over {MAPPED_FRESH}"  # (in cache keys)
+# outofplace-kernel-results-as-state's choices tried in turn (its `results` option)
+CANDIDATES = ("all", "at-peaks")
+POLICY = f"kernel results kept over {MAPPED_FRESH}: {CANDIDATES}"  # (in cache keys)
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
            torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
@@ -40,12 +42,40 @@ def kept(text: str, executable: Any, options: dict[str, Any],
          ) -> tuple[Any, list[Temporary]] | None:
     """For a legalized module `text` compiled as `executable`: the executable
     (`compile`) of the module with its large kernel results kept
-    (outofplace-kernel-results-as-state), and its kept temporaries; None when the temporaries are under `MAPPED_FRESH`, the
-    module has no such result, or keeping them would not shrink XLA's temporaries or
-    would hold more than twice their bytes between calls."""
+    (outofplace-kernel-results-as-state), and its kept temporaries; None when the
+    temporaries are under `MAPPED_FRESH` or the module has no such result. Every large
+    result is kept where that shrinks XLA's temporaries and holds at most twice their
+    bytes between calls; else those alive where the most bytes are (`results=at-peaks`:
+    a training step's activations, not its gradients, whose bytes XLA reuses), on the
+    same terms; else none."""
     before = executable.get_compiled_memory_stats().temp_size_in_bytes
     if before < MAPPED_FRESH:
         return None
+    for results in CANDIDATES:
+        found = _with_results_kept(text, results)
+        if found is None:
+            return None
+        new_text, temporaries = found
+        held = sum(_nbytes(t) for t in temporaries)
+        candidate = compile(new_text, options) if held <= 2 * before else None
+        after = candidate.get_compiled_memory_stats().temp_size_in_bytes \
+            if candidate is not None else 0
+        if candidate is not None and after < before and after + held <= 2 * before:
+            logger.info("outofplace: %d kernel results (%d MB) kept between calls: XLA's "
+                        "temporaries %d MB -> %d MB", len(temporaries), held >> 20,
+                        before >> 20, after >> 20)
+            return candidate, temporaries
+        logger.info("outofplace: XLA's temporaries of %d MB are mapped at each call; "
+                    "keeping %s of its kernels' results (%d MB) would %s: not kept",
+                    before >> 20, "all" if results == "all" else "those alive at its peaks",
+                    held >> 20, f"leave {after >> 20} MB" if candidate is not None else
+                    "hold more than twice that")
+    return None
+
+
+def _with_results_kept(text: str, results: str) -> tuple[str, list[Temporary]] | None:
+    """`text` after outofplace-kernel-results-as-state{results=...}, and its kept
+    temporaries; None when it keeps none (or one of a dtype a tensor cannot hold)."""
     from torch_mlir import ir
 
     from ...context import make_context
@@ -56,7 +86,8 @@ def kept(text: str, executable: Any, options: dict[str, Any],
 
     with make_context():
         module = ir.Module.parse(text)
-        run_pipeline(module, "builtin.module(outofplace-kernel-results-as-state)")
+        run_pipeline(module, "builtin.module(outofplace-kernel-results-as-state"
+                             f"{{results={results}}})")
         main = main_function(module)
         if "arg_attrs" not in main.attributes:
             return None
@@ -70,20 +101,7 @@ def kept(text: str, executable: Any, options: dict[str, Any],
                     return None
                 temporaries.append((tuple(type_.shape), str(dtype).removeprefix("torch.")))
         new_text = module.operation.get_asm()
-    if not temporaries:
-        return None
-    candidate = compile(new_text, options)
-    after = candidate.get_compiled_memory_stats().temp_size_in_bytes
-    held = sum(_nbytes(t) for t in temporaries)
-    if after >= before or after + held > 2 * before:
-        logger.info("outofplace: XLA's temporaries of %d MB are mapped at each call; "
-                    "keeping its kernels' results (%d MB) would leave %d MB: not kept",
-                    before >> 20, held >> 20, after >> 20)
-        return None
-    logger.info("outofplace: %d kernel results (%d MB) kept between calls: XLA's "
-                "temporaries %d MB -> %d MB", len(temporaries), held >> 20, before >> 20,
-                after >> 20)
-    return candidate, temporaries
+    return (new_text, temporaries) if temporaries else None
 
 
 def _nbytes(temporary: Temporary) -> int:
