@@ -1419,7 +1419,8 @@ def _two_masks_in_one_index(x, y, z, m, n, k, j, v):
 
 
 def _spelled_masks_read_and_written(c, w):
-    c[torch.tensor([True, False, True, False]), torch.tensor([False, True, True, False])] += w
+    c[torch.tensor([True, False, True, False]),
+      torch.tensor([False, True, True, False])] += w
     return c.clone()
 
 
@@ -1461,7 +1462,8 @@ def test_two_masks_eager_cannot_pair_raise_when_checked(path):
     does `check_bounds=True` before the call writes anything."""
     x = torch.zeros(3, 4)
     m = torch.tensor([True, False, True])
-    n, paired = torch.tensor([True, True, True, False]), torch.tensor([True, False, False, True])
+    n = torch.tensor([True, True, True, False])
+    paired = torch.tensor([True, False, False, True])
     with pytest.raises(IndexError):
         _two_masks_written(x.clone(), m, n)
     torch._dynamo.reset()

@@ -35,8 +35,8 @@ input dilation, frontend/decompositions.py):
   output, is `aten::convolution_backward`'s weight gradient (`_rewrite_weight_gradient`:
   oneDNN's backward-weights kernel), of the input as the program holds it where
   `_fold_slice` cut rows aten's gradient does not read (`_uncut`: a strided 1x1
-  convolution's, ResNet's shortcut, no copy of the input); an input's gradient at stride 1 is aten's
-  transposed convolution where that reads the weight as the program holds it; every
+  convolution's, ResNet's shortcut, no copy of the input); an input's gradient at
+  stride 1 is aten's transposed convolution where that reads the weight as the program holds it; every
   operand is read through the transposes and reverses that made it (`_compact`);
 - `feature_group_count` is aten's `groups`; a `batch_group_count` other than 1, negative
   padding, no spatial dimension or more than three, an element type other than f32, f64
@@ -510,7 +510,8 @@ def _uncut(x: ir.Value, plan: dict, g_shape: list[int],
         whole = cut.operands[0]
     limits, sizes = ranked_shape(x), ranked_shape(whole)
     spatial = list(numbers.input_spatial_dimensions)
-    if whole == x or any(limits[d] != sizes[d] for d in range(len(sizes)) if d not in spatial):
+    if whole == x or any(limits[d] != sizes[d] for d in range(len(sizes))
+                         if d not in spatial):
         return x
     gradient = [g_shape[d] for d in numbers.kernel_spatial_dimensions]
     for d, g, s, p, dilation, k in zip(spatial, gradient, plan["stride"], plan["padding"],

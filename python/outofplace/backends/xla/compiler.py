@@ -131,7 +131,8 @@ def cached_compile_for_cpu(stablehlo: str, options: dict[str, Any], cache: bool 
                                    else "absent")
     entry = compile_cache.key(
         "xla", stablehlo, LEGALIZE_FOR_CPU, temporaries.POLICY,
-        repr(sorted(options.items())), os.environ.get("XLA_FLAGS", ""),
+        repr(temporaries.CANDIDATES), repr(sorted(options.items())),
+        os.environ.get("XLA_FLAGS", ""),
         client().platform_version, compile_cache.cpu(), handler) \
         if compile_cache.enabled(cache) and client_module.COLLECTIVES is None else None
     found = compile_cache.read("xla", entry) if entry is not None else None

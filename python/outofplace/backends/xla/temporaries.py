@@ -29,7 +29,7 @@ logger = logging.getLogger("outofplace")
 MAPPED_FRESH = 32 << 20
 # outofplace-kernel-results-as-state's choices tried in turn (its `results` option)
 CANDIDATES = ("all", "at-peaks")
-POLICY = f"kernel results kept over {MAPPED_FRESH}: {CANDIDATES}"  # (in cache keys)
+POLICY = f"kernel results kept over {MAPPED_FRESH}"  # (in cache keys, with CANDIDATES)
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
            torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)

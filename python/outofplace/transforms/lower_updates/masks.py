@@ -157,10 +157,26 @@ def _one_mask(op: ir.Operation, entries: list[ir.Value | None], sizes: list[int]
 
 def _and(a: ir.Value, b: ir.Value) -> ir.Value:
     """a & b, broadcast."""
-    return _torch("logical_and", torch_types.TensorType(tuple(
+    return _torch("logical_and", _flags(a, b), a, b)
+
+
+def _flags(a: ir.Value, b: ir.Value) -> torch_types.TensorType:
+    """The type of bools of a and b broadcast together."""
+    return torch_types.TensorType(tuple(
         max(m, n) for m, n in zip(torch_types.TensorType.of(a.type).sizes,
                                   torch_types.TensorType.of(b.type).sizes)),
-        torch.bool, True), a, b)
+        torch.bool, True)
+
+
+def _running_count(flat: ir.Value) -> ir.Value:
+    """Of a flat mask: each element's count of trues up to it, less one (a true's k:
+    it is the k-th, from 0), as int64."""
+    loc, ip = ir.Location.current, ir.InsertionPoint.current
+    counts = torch_types.TensorType.of(flat.type).with_dtype(torch.int64)
+    one = torch_constant("int", 1, loc, ip)
+    count = _torch("cumsum", counts, flat, torch_constant("int", 0, loc, ip),
+                   torch_constant("int", TORCH_DTYPE_TO_INT[torch.int64], loc, ip))
+    return _torch("sub.Scalar", counts, count, one, one)
 
 
 def _paired(masks: list[tuple[ir.Value, int]], sizes: list[int]) -> ir.Value:
@@ -177,18 +193,10 @@ def _paired(masks: list[tuple[ir.Value, int]], sizes: list[int]) -> ir.Value:
     for mask, at in masks:
         mask_sizes = list(torch_types.TensorType.of(mask.type).sizes)
         flat = _view(mask, [_count(mask_sizes)])
-        counts = torch_types.TensorType((_count(mask_sizes),), torch.int64, True)
-        count = _torch("cumsum", counts, flat, torch_constant("int", 0, loc, ip),
-                       torch_constant("int", TORCH_DTYPE_TO_INT[torch.int64], loc, ip))
-        rank = _torch("sub.Scalar", counts, count, one, one)
-        ranks.append(_view(rank, [1] * at + mask_sizes +
+        ranks.append(_view(_running_count(flat), [1] * at + mask_sizes +
                            [1] * (len(sizes) - at - len(mask_sizes))))
         single.append(_torch("eq.Scalar", flag, _torch("sum", scalar, flat, none), one))
-    shape = torch_types.TensorType(tuple(
-        max(m, n) for m, n in zip(torch_types.TensorType.of(ranks[0].type).sizes,
-                                  torch_types.TensorType.of(ranks[1].type).sizes)),
-        torch.bool, True)
-    return _torch("logical_or", shape, _torch("eq.Tensor", shape, *ranks),
+    return _torch("logical_or", _flags(*ranks), _torch("eq.Tensor", _flags(*ranks), *ranks),
                   _torch("logical_or", flag, *single))
 
 
@@ -227,11 +235,8 @@ def _where_at_mask(self: ir.Value, self_t: torch_types.TensorType, mask: ir.Valu
     else:
         flat = _view(mask, [_count(mask_sizes)])
         counts = torch_types.TensorType((_count(mask_sizes),), torch.int64, True)
-        count = _torch("cumsum", counts, flat, torch_constant("int", 0, loc, ip),
-                       torch_constant("int", TORCH_DTYPE_TO_INT[torch.int64], loc, ip))
-        one, zero = torch_constant("int", 1, loc, ip), torch_constant("int", 0, loc, ip)
-        position = _torch("clamp_min", counts, _torch("sub.Scalar", counts, count, one,
-                                                      one), zero)
+        position = _torch("clamp_min", counts, _running_count(flat),
+                          torch_constant("int", 0, loc, ip))
         rows = _torch("index_select", torch_types.TensorType(
             tuple(wide[:rows_dim] + [_count(mask_sizes)] + wide[rows_dim + 1:]),
             self_t.dtype, True), _view(values, wide),
