@@ -36,8 +36,9 @@ input dilation, frontend/decompositions.py):
   oneDNN's backward-weights kernel), of the input as the program holds it where
   `_fold_slice` cut rows aten's gradient does not read (`_uncut`: a strided 1x1
   convolution's, ResNet's shortcut, no copy of the input); an input's gradient at
-  stride 1 is aten's transposed convolution where that reads the weight as the program holds it; every
-  operand is read through the transposes and reverses that made it (`_compact`);
+  stride 1 is aten's transposed convolution where that reads the weight as the program
+  holds it; every operand is read through the transposes and reverses that made it
+  (`_compact`);
 - `feature_group_count` is aten's `groups`; a `batch_group_count` other than 1, negative
   padding, no spatial dimension or more than three, an element type other than f32, f64
   or bf16, dynamic shapes: XLA's convolution stays;
