@@ -24,8 +24,9 @@ demo: $(STAMP)
 
 # Each part says how long it took (the whole, 13.7-18.2 minutes on 2 idle cores: lit 72-98
 # s, pytest 12.5-16.7 minutes, in five clean-clone CI runs of 2026-12-07, sessions 68-69,
-# on an AMD EPYC, the upper end in its slow phase; 12.6-14.4 minutes on session 70's
-# Intel Xeon: lit 58-73 s, pytest 11.5-13.2 minutes, four clean-clone runs).
+# on an AMD EPYC, the upper end in its slow phase; 12.2-15.8 minutes on the Intel Xeon
+# of sessions 70-71: lit 58-80 s, pytest 11.1-14.5 minutes, seven clean-clone runs, the
+# upper end in its slow phase).
 test: lit pytest
 
 lit: $(STAMP)
