@@ -13,6 +13,8 @@ before anything is written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
 
 import torch
 import torch.fx
@@ -67,18 +69,22 @@ class PairingCheck(Check):
                 "tensor was changed")
 
 
+def _packet(node: torch.fx.Node) -> Any:
+    """The op `node` calls, overloads aside (None for anything but an ATen op)."""
+    return node.target.overloadpacket if isinstance(node.target, torch._ops.OpOverload) \
+        else None
+
+
 def _two_masks(node: torch.fx.Node) -> list[torch.fx.Node] | None:
     """The two bool masks of an index_put whose index holds two."""
-    packet = node.target.overloadpacket if isinstance(node.target, torch._ops.OpOverload) \
-        else None
-    if packet not in _INDEX_LISTS:
+    if _packet(node) not in _INDEX_LISTS:
         return None
     masks = [index for index in operand_at(node, 1) if isinstance(index, torch.fx.Node)
              and index.meta["val"].dtype == torch.bool]
     return masks if len(masks) == 2 else None
 
 
-def _pairing_flag(graph: torch.fx.Graph, masks: list[torch.fx.Node]) -> torch.fx.Node:
+def _pairing_flag(graph: torch.fx.Graph, *, masks: list[torch.fx.Node]) -> torch.fx.Node:
     """Whether eager pairs the trues of two masks: as many of each, or one of either."""
     first, second = (call(graph, aten.sum.default, mask) for mask in masks)
     return call(graph, aten.logical_or.default, call(graph, aten.eq.Tensor, first, second),
@@ -103,8 +109,7 @@ def _indices(node: torch.fx.Node
              ) -> list[tuple[torch.fx.Node, torch.fx.Node, int | None, bool, str]]:
     """(index tensor, tensor it indexes, dimension it indexes or None for all elements,
     negatives accepted, what) for each runtime index operand of `node`."""
-    packet = node.target.overloadpacket if isinstance(node.target, torch._ops.OpOverload) \
-        else None
+    packet = _packet(node)
     if packet in _INDEX_LISTS:
         base = node.args[0]
         found, dim = [], 0
@@ -146,6 +151,31 @@ def _size_operand(graph: torch.fx.Graph, base: torch.fx.Node, dim: int | None
         call(graph, aten.sym_size.int, base, dim)
 
 
+def _in_range(graph: torch.fx.Graph, index: torch.fx.Node, base: torch.fx.Node,
+              dim: int | None, negative: bool) -> torch.fx.Node:
+    """Whether every entry of `index` is in the range eager accepts for dimension `dim`
+    of `base` (or its elements)."""
+    size = _size_operand(graph, base, dim)
+    # -size <= index, as 0 <= index + size (no negation of a runtime size)
+    low = call(graph, aten.ge.Scalar,
+               call(graph, aten.add.Scalar, index, size) if negative else index, 0)
+    high = call(graph, aten.lt.Scalar, index, size)
+    return call(graph, aten.all.default, call(graph, aten.logical_and.default, low, high))
+
+
+def _inserted_before(node: torch.fx.Node,
+                     build: Callable[[torch.fx.Graph], torch.fx.Node]) -> torch.fx.Node:
+    """The flag `build` makes in node's graph, each node it adds before `node`, with
+    node's stack trace (an error names the user's line)."""
+    graph = node.graph
+    with graph.inserting_before(node):
+        before = set(graph.nodes)
+        flag = build(graph)
+    for added in set(graph.nodes) - before:
+        added.meta["stack_trace"] = node.meta.get("stack_trace")
+    return flag
+
+
 def add_checks(graph: torch.fx.Graph) -> tuple[torch.fx.Node | None, list[Check]]:
     """Adds, before each op with runtime indices, whether they are all in range; returns
     the node stacking those flags (None when there is nothing to check) and what each
@@ -155,33 +185,18 @@ def add_checks(graph: torch.fx.Graph) -> tuple[torch.fx.Node | None, list[Check]
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
-        for index, base, dim, negative, what in _indices(node):
-            if not isinstance(index, torch.fx.Node):
-                continue
-            with graph.inserting_before(node):
-                before = set(graph.nodes)
-                size = _size_operand(graph, base, dim)
-                # -size <= index, as 0 <= index + size (no negation of a runtime size)
-                low = call(graph, aten.ge.Scalar,
-                           call(graph, aten.add.Scalar, index, size) if negative else index,
-                           0)
-                high = call(graph, aten.lt.Scalar, index, size)
-                flag = call(graph, aten.all.default,
-                            call(graph, aten.logical_and.default, low, high))
-            for added in set(graph.nodes) - before:
-                added.meta["stack_trace"] = node.meta.get("stack_trace")
-            flags.append(flag)
-            checks.append(Check(str(node.target.overloadpacket), source_line(node),
-                                what, negative))
+        indices = [i for i in _indices(node) if isinstance(i[0], torch.fx.Node)]
         masks = _two_masks(node)
+        if not indices and masks is None:
+            continue
+        op, line = str(_packet(node)), source_line(node)
+        for index, base, dim, negative, what in indices:
+            flags.append(_inserted_before(node, partial(
+                _in_range, index=index, base=base, dim=dim, negative=negative)))
+            checks.append(Check(op, line, what, negative))
         if masks is not None:
-            with graph.inserting_before(node):
-                before = set(graph.nodes)
-                flags.append(_pairing_flag(graph, masks))
-            for added in set(graph.nodes) - before:
-                added.meta["stack_trace"] = node.meta.get("stack_trace")
-            checks.append(PairingCheck(str(node.target.overloadpacket), source_line(node),
-                                       "", False))
+            flags.append(_inserted_before(node, partial(_pairing_flag, masks=masks)))
+            checks.append(PairingCheck(op, line, "", False))
     if not flags:
         return None, []
     output = next(n for n in graph.nodes if n.op == "output")
