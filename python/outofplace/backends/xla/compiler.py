@@ -66,11 +66,12 @@ def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
     """The module after `pipeline` (`LEGALIZE_FOR_CPU`, or the mesh's), the types of its
     arguments and results, each result that returns the same value as an earlier
     result ({result: that earlier result}), and whether it calls eager's kernels
-    (`custom_calls.EAGER_TARGETS`: it runs at home, `options_for`)."""
+    (`dots_as_kernel_calls.calls_eager_kernels`: it runs at home, `options_for`)."""
     from torch_mlir import ir
 
     from ...context import make_context
     from ...ir_utils import main_function
+    from ...transforms.dots_as_kernel_calls import calls_eager_kernels
     from ...transforms.pipelines import run_pipeline
 
     if not custom_calls.register_eager():  # no handler built: XLA's convolutions and dots
@@ -86,10 +87,8 @@ def legalized(stablehlo: str, pipeline: str = LEGALIZE_FOR_CPU
         returned = list(main.regions[0].blocks[0].operations)[-1].operands
         first: dict[Any, int] = {}
         same = {r: first.setdefault(v, r) for r, v in enumerate(returned)}
-        calls_eager = any(custom_calls.target(op) in custom_calls.EAGER_TARGETS
-                          for op in custom_calls.kernel_calls(module))
         return module.operation.get_asm(), *types, \
-            {r: f for r, f in same.items() if f != r}, calls_eager
+            {r: f for r, f in same.items() if f != r}, calls_eager_kernels(module.operation)
 
 
 def options_of(options: dict[str, Any]) -> Any:
